@@ -1,0 +1,226 @@
+"""Lookup join throughput on local[2] next to bare pass-throughs and a broadcast join.
+
+One cached DataFrame (``--rows`` rows: ``id``, and ``key`` drawn uniformly from a
+dimension of ``--keys`` keys, so 100% of the lookups hit) goes through six cases, run
+interleaved (each round runs every case once), ``--repeats`` rounds after one untimed
+warm-up round; the figure of a case is the median of its rounds:
+
+    a. ``mapInPandas`` pass-through (``lambda it: it``): the baseline
+    b. ``mapInArrow`` pass-through
+    c. ``lookup_join``, full cache (default engine, ``mapInArrow``)
+    d. ``lookup_join(..., engine="pandas")``, full cache
+    e. ``lookup_join``, partial cache (SQLite ``SqlLookupFunction``), warm: 100% hits
+    f. Spark's broadcast hash join of the same dimension (JVM only, a reference)
+
+Each run writes to the ``noop`` sink, which evaluates every row and collects nothing.
+The joins add two columns (a string and a double) that the pass-throughs do not.
+
+    .venv/bin/python benchmarks/join_throughput.py [--rows 2000000] [--repeats 5]
+    .venv/bin/python benchmarks/join_throughput.py --quick   # CI smoke run, < 60 s
+
+``--quick`` (20,000 rows, 1,000 keys, 1 round, a C1-only JVM) only checks that every case
+runs; its figures mean nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sqlite3
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._util import interleaved, median, write_result
+
+BASELINE = "a. mapInPandas pass-through"
+HEADLINE = "c. lookup_join, full cache"
+
+
+def _pass_through(batches: Iterator[Any]) -> Iterator[Any]:
+    """The pass-through of (a) and (b): every batch back unchanged."""
+    yield from batches
+
+
+def _versions() -> dict[str, str]:
+    import pandas
+    import pyarrow
+    import pyspark
+
+    return {"pyspark": pyspark.__version__, "pyarrow": pyarrow.__version__,
+            "pandas": pandas.__version__}
+
+
+def _start_spark(quick: bool) -> Any:
+    # Python workers must run this interpreter (it has the project installed).
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder
+    if quick:
+        # A smoke run measures nothing worth JIT-compiling well: the C1 compiler only and
+        # the serial GC start the JVM about a third faster on 2 CPUs.
+        builder = builder.config("spark.driver.extraJavaOptions",
+                                 "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+    spark = (
+        builder.master("local[2]")
+        .appName("spark-lookup-join-throughput")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "2g")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _dimension(keys: int) -> list[tuple[int, str, float]]:
+    return [(k, f"name-{k}", k * 0.5) for k in range(keys)]
+
+
+def _sqlite_dimension(path: Path, rows: list[tuple[int, str, float]]) -> None:
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE dim (key INTEGER PRIMARY KEY, name TEXT, score REAL)")
+        db.executemany("INSERT INTO dim VALUES (?, ?, ?)", rows)
+    db.close()
+
+
+def _cases(spark: Any, df: Any, rows_count: int, keys: int, workdir: Path,
+           ) -> tuple[dict[str, Callable[[], int]], dict[str, Any]]:
+    from pyspark.sql import functions as F
+
+    from cache import DefaultLookupCache
+    from lookup import (
+        FullCachingLookupProvider,
+        PartialCachingLookupProvider,
+        SqlLookupFunction,
+        lookup_join,
+    )
+    from scan import CollectionSource
+    from triggers import PeriodicCacheReloadTrigger
+
+    schema = "key BIGINT, name STRING, score DOUBLE"
+    rows = _dimension(keys)
+    full = FullCachingLookupProvider.of(
+        CollectionSource(rows, num_splits=2, schema=schema),
+        PeriodicCacheReloadTrigger(timedelta(hours=1)), ["key"],
+    )
+    database = workdir / "dim.db"
+    _sqlite_dimension(database, rows)
+    partial = PartialCachingLookupProvider.of(
+        SqlLookupFunction(functools.partial(sqlite3.connect, str(database)), "dim",
+                          key_columns=["key"], schema=schema),
+        # Room for every key: after the warm-up round every lookup is a hit.
+        DefaultLookupCache.new_builder().maximum_size(2 * keys).build(),
+    )
+    # The same rows as _dimension(keys), built in the JVM (faster than from Python).
+    dim_df = spark.range(0, keys, numPartitions=1).selectExpr(
+        "id AS key", "concat('name-', id) AS name", "id * 0.5 AS score").cache()
+    dim_df.count()
+
+    def run(frame: Any) -> Callable[[], int]:
+        def case() -> int:
+            frame.write.format("noop").mode("overwrite").save()
+            return rows_count
+        return case
+
+    cases = {
+        BASELINE: run(df.mapInPandas(_pass_through, df.schema)),
+        "b. mapInArrow pass-through": run(df.mapInArrow(_pass_through, df.schema)),
+        HEADLINE: run(lookup_join(df, full, on="key")),
+        "d. lookup_join, full cache, engine=pandas": run(
+            lookup_join(df, full, on="key", engine="pandas")),
+        "e. lookup_join, partial cache (warm)": run(lookup_join(df, partial, on="key")),
+        "f. broadcast hash join (JVM)": run(df.join(F.broadcast(dim_df), "key", "left")),
+    }
+    return cases, {"full": full, "partial": partial}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--keys", type=int, default=10_000)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--quick", action="store_true",
+                        help="CI smoke run: 20,000 rows, 1,000 keys, 1 repeat")
+    args = parser.parse_args()
+    if args.quick:
+        args.rows, args.keys, args.repeats = 20_000, 1_000, 1
+
+    started = time.perf_counter()
+    load_at_start = os.getloadavg()
+    spark = _start_spark(args.quick)
+    print(f"Spark started after {time.perf_counter() - started:.0f} s")
+    try:
+        from pyspark.sql import functions as F
+
+        from lookup import lookup_metrics
+
+        # Materialized once, in two partitions (one per core), so that the source costs
+        # the same small amount in every case: reading cached columnar blocks.
+        df = (spark.range(0, args.rows, numPartitions=2)
+              .withColumn("key", F.floor(F.rand(seed=7) * args.keys).cast("bigint"))
+              .cache())
+        df.count()
+        with tempfile.TemporaryDirectory() as tmp:
+            cases, providers = _cases(spark, df, args.rows, args.keys, Path(tmp))
+            print(f"Spark and data ready after {time.perf_counter() - started:.0f} s")
+            interleaved(cases, 1)  # warm-up: JIT, Python workers, caches filled
+            print(f"warm-up round done after {time.perf_counter() - started:.0f} s")
+            before = {n: lookup_metrics(p, spark).snapshot() for n, p in providers.items()}
+            rates = interleaved(cases, args.repeats)
+            after = {n: lookup_metrics(p, spark).snapshot() for n, p in providers.items()}
+        lookups = {
+            name: {metric: after[name][metric] - before[name][metric]
+                   for metric in ("hit_count", "miss_count", "load_count")}
+            for name in providers
+        }
+    finally:
+        spark.stop()
+
+    medians = {name: median(values) for name, values in rates.items()}
+    base = medians[BASELINE]
+    # Also the median of the ratios within each round: the cases of one round ran a few
+    # seconds apart, so a load change on a shared machine hits both sides of a ratio.
+    paired = {name: median([r / b for r, b in zip(values, rates[BASELINE], strict=True)])
+              for name, values in rates.items()}
+    print(f"{args.rows:,} rows, {args.keys:,} keys, local[2], median of {args.repeats} "
+          "interleaved runs")
+    print(f"{'case':45} {'rows/s (median)':>16} {'vs a':>6} {'vs a, per round':>16}")
+    for name, rate in medians.items():
+        print(f"{name:45} {rate:16,.0f} {rate / base:6.2f} {paired[name]:16.2f}")
+    print(f"headline: (c) / (a) = {medians[HEADLINE] / base:.2f} "
+          f"(median of per-round ratios: {paired[HEADLINE]:.2f})")
+    print(f"lookups during the timed rounds (distinct keys per Arrow batch): {lookups}")
+    path = write_result(
+        "join_throughput_quick" if args.quick else "join_throughput",
+        {
+            "args": vars(args),
+            "command": " ".join([".venv/bin/python", "benchmarks/join_throughput.py",
+                                 *sys.argv[1:]]),
+            "rows_per_s": rates,
+            "median_rows_per_s": medians,
+            "ratio_to_mapInPandas": {name: rate / base for name, rate in medians.items()},
+            "median_per_round_ratio_to_mapInPandas": paired,
+            "headline_c_over_a": medians[HEADLINE] / base,
+            "lookups_in_timed_rounds": lookups,
+            "load_average_start_end": [load_at_start, os.getloadavg()],
+            "versions": _versions(),
+            "seconds": time.perf_counter() - started,
+        },
+    )
+    print(f"load average {load_at_start[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
+    print(f"wrote {path} ({time.perf_counter() - started:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,427 @@
+"""The full cache: a whole dimension table as one immutable, indexed Arrow snapshot.
+
+A :class:`FullSnapshot` holds the table sorted by key (rows with a null key dropped:
+they can never match), the distinct keys in a hashed ``pandas.Index``, and the row
+range of each key, so a batch of probe keys is matched with one vectorized
+``get_indexer`` call. :class:`LookupFullCache` serves lookups from the current snapshot
+and swaps in a new one atomically: a lookup sees the old table or the new one, never a
+half-loaded one. Loading (which scan, which trigger) is the lookup runtime's business;
+this module depends on nothing but pyarrow, numpy and pandas.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cache.base import Key, LookupCache, Row, Rows, check_key
+from cache.metrics import CacheMetrics
+from spark_lookup.errors import ConfigError, SnapshotUnavailableError
+
+__all__ = ["FullSnapshot", "LookupFullCache"]
+
+_EMPTY: tuple[Row, ...] = ()
+
+
+def _accepts(arrow_type: pa.DataType) -> Callable[[Any], bool]:
+    """Which Python probe values can equal a key of ``arrow_type``: a value of another
+    type never matches (``True`` is not the integer 1, ``"1"`` is not 1), as in SQL."""
+    if pa.types.is_integer(arrow_type):
+        return lambda v: (type(v) is int) or isinstance(v, np.integer)
+    if pa.types.is_floating(arrow_type):
+        return lambda v: type(v) in (int, float) or isinstance(v, (np.integer, np.floating))
+    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
+        return lambda v: isinstance(v, str)
+    if pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type):
+        return lambda v: isinstance(v, bytes)
+    if pa.types.is_boolean(arrow_type):
+        return lambda v: isinstance(v, (bool, np.bool_))
+    if pa.types.is_date(arrow_type):
+        return lambda v: isinstance(v, dt.date) and not isinstance(v, dt.datetime)
+    if pa.types.is_timestamp(arrow_type):
+        return lambda v: isinstance(v, dt.datetime)
+    if pa.types.is_decimal(arrow_type):
+        return lambda v: isinstance(v, (Decimal, int)) and not isinstance(v, bool)
+    return lambda v: True
+
+
+class FullSnapshot:
+    """One loaded version of a dimension table, immutable once built.
+
+    Build it with :meth:`build`. ``table`` is sorted by the key columns; the rows of the
+    ``i``-th distinct key are ``table[offsets[i]:offsets[i + 1]]``.
+
+    Attributes
+    ----------
+    table : pyarrow.Table
+    key_columns : tuple of str
+    loaded_at : float
+        Epoch seconds when the load that produced it started (staleness is measured
+        from here).
+    version : int
+        Increases with every successful load.
+    """
+
+    __slots__ = (
+        "_accept",
+        "_columns_cache",
+        "index",
+        "key_columns",
+        "loaded_at",
+        "nbytes",
+        "offsets",
+        "table",
+        "unique",
+        "version",
+    )
+
+    def __init__(
+        self,
+        table: pa.Table,
+        key_columns: tuple[str, ...],
+        index: pd.Index,
+        offsets: np.ndarray,
+        loaded_at: float,
+        version: int,
+    ) -> None:
+        self.table = table
+        self.key_columns = key_columns
+        self.index = index
+        self.offsets = offsets
+        self.loaded_at = loaded_at
+        self.version = version
+        self.unique = len(index) == table.num_rows
+        self._accept = [_accepts(table.schema.field(c).type) for c in key_columns]
+        self._columns_cache: list[list[Any]] | None = None
+        # The index's hash table is built lazily by pandas; build it now, during the load,
+        # so the first lookup after a swap does not pay for it.
+        index.get_indexer(index[:1])
+        self.nbytes = int(table.nbytes + offsets.nbytes + index.memory_usage(deep=True))
+
+    @classmethod
+    def build(
+        cls,
+        table: pa.Table,
+        key_columns: Sequence[str],
+        *,
+        loaded_at: float,
+        version: int = 1,
+    ) -> FullSnapshot:
+        """Index ``table`` by ``key_columns``.
+
+        Rows whose key holds a null (or NaN) are dropped: they never match.
+
+        Raises
+        ------
+        ConfigError
+            When a key column is missing from the table.
+        """
+        keys = tuple(key_columns)
+        for name in keys:
+            if name not in table.column_names:
+                raise ConfigError(f"key column {name!r} is not in the table {table.column_names}")
+        table = table.combine_chunks() if table.num_rows else table
+        valid: Any = None
+        for name in keys:
+            column = table.column(name)
+            ok = pc.is_valid(column)
+            if pa.types.is_floating(column.type):
+                ok = pc.and_(ok, pc.invert(pc.is_nan(column)))
+            valid = ok if valid is None else pc.and_(valid, ok)
+        if valid is not None and table.num_rows and not pc.all(valid).as_py():
+            table = table.filter(valid)
+        if table.num_rows > 1:
+            table = table.sort_by([(name, "ascending") for name in keys])
+        return cls.from_sorted(table, keys, loaded_at=loaded_at, version=version)
+
+    @classmethod
+    def from_sorted(
+        cls,
+        table: pa.Table,
+        key_columns: Sequence[str],
+        *,
+        loaded_at: float,
+        version: int = 1,
+        unique: bool | None = None,
+    ) -> FullSnapshot:
+        """Index a table that is already what :meth:`build` makes: sorted by
+        ``key_columns``, with no null key.
+
+        Nothing is copied or sorted, so a memory-mapped table stays shared with the other
+        processes mapping it: only the key index is built, in this process. For a table
+        written by another process from a built snapshot (the host snapshot store).
+
+        Parameters
+        ----------
+        unique
+            Whether every key has one row, when known (the store records it): True skips
+            the pass that finds where each key's rows start. None: find out.
+
+        Raises
+        ------
+        ConfigError
+            When a key column is missing from the table.
+        """
+        keys = tuple(key_columns)
+        for name in keys:
+            if name not in table.column_names:
+                raise ConfigError(f"key column {name!r} is not in the table {table.column_names}")
+        n = table.num_rows
+        if unique:
+            # Every row starts its key: the distinct keys are the key columns themselves.
+            starts = np.arange(n, dtype=np.int64)
+            firsts = table.select(list(keys))
+        else:
+            if n:
+                changed = np.zeros(n - 1, dtype=bool)
+                for name in keys:
+                    column = table.column(name)
+                    diff = pc.not_equal(column.slice(1), column.slice(0, n - 1))
+                    changed |= np.asarray(diff.to_numpy(zero_copy_only=False), dtype=bool)
+                starts = np.concatenate(([0], np.flatnonzero(changed) + 1)).astype(np.int64)
+            else:
+                starts = np.zeros(0, dtype=np.int64)
+            firsts = table.select(list(keys)).take(pa.array(starts))
+        offsets = np.append(starts, np.int64(n))
+        arrays = [firsts.column(i).to_pandas() for i in range(len(keys))]
+        index: pd.Index
+        if len(keys) == 1:
+            index = pd.Index(arrays[0], copy=False)
+        else:
+            index = pd.MultiIndex.from_arrays(arrays)
+        return cls(table, keys, index, offsets, loaded_at, version)
+
+    @property
+    def num_rows(self) -> int:
+        """Rows in the snapshot."""
+        return int(self.table.num_rows)
+
+    @property
+    def num_keys(self) -> int:
+        """Distinct keys in the snapshot."""
+        return len(self.index)
+
+    def locate(self, probes: Sequence[Key]) -> tuple[np.ndarray, np.ndarray]:
+        """Match probe keys (tuples) against the snapshot, vectorized.
+
+        Returns
+        -------
+        (probe_positions, row_indices)
+            Parallel ``int64`` arrays: probe ``probe_positions[j]`` matches table row
+            ``row_indices[j]``; a probe with several rows appears once per row, in
+            table order; unmatched probes do not appear.
+        """
+        if not len(probes) or not self.num_keys:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty
+        accept = self._accept
+        if len(accept) == 1:
+            ok = accept[0]
+            values = [p[0] if ok(p[0]) else None for p in probes]
+            groups = self.index.get_indexer(values)  # type: ignore[arg-type]
+        else:
+            cleaned: list[Any] = [
+                p if all(a(v) for a, v in zip(accept, p, strict=True)) else None for p in probes
+            ]
+            usable = [i for i, p in enumerate(cleaned) if p is not None]
+            groups = np.full(len(probes), -1, dtype=np.int64)
+            if usable:
+                groups[usable] = self.index.get_indexer(
+                    [cleaned[i] for i in usable]  # type: ignore[arg-type]
+                )
+        return self.expand(np.asarray(groups, dtype=np.int64))
+
+    def expand(self, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Turn per-probe group numbers (-1: no match) into (probe, row) index pairs."""
+        matched = np.flatnonzero(groups >= 0)
+        found = groups[matched]
+        starts = self.offsets[found]
+        if self.unique:
+            return matched.astype(np.int64), starts
+        counts = self.offsets[found + 1] - starts
+        probe_positions = np.repeat(matched, counts)
+        # Row ranges [start, start + count) laid end to end, without a Python loop.
+        shifts = np.repeat(starts - np.cumsum(counts) + counts, counts)
+        row_indices = np.arange(int(counts.sum()), dtype=np.int64) + shifts
+        return probe_positions.astype(np.int64), row_indices.astype(np.int64)
+
+    def rows(self, row_indices: np.ndarray) -> list[Row]:
+        """Table rows as Python tuples in schema order."""
+        columns = self._columns()
+        return [tuple(column[i] for column in columns) for i in row_indices.tolist()]
+
+    def _columns(self) -> list[list[Any]]:
+        # Python values of every column, converted once per snapshot on first use by the
+        # tuple-returning API (the Arrow path used by Spark joins never needs them).
+        if self._columns_cache is None:
+            self._columns_cache = [column.to_pylist() for column in self.table.columns]
+        return self._columns_cache
+
+
+class LookupFullCache(LookupCache):
+    """Serves lookups from the latest :class:`FullSnapshot` (Flink's LookupFullCache).
+
+    Thread-safe and lock-free on the read path: the current snapshot is one reference,
+    replaced atomically by :meth:`swap`. ``put`` and ``invalidate`` are not supported
+    (the table changes only by reloading).
+
+    Parameters
+    ----------
+    key_columns
+        Columns lookups match on.
+    initial_load_timeout
+        How long a lookup waits for the first snapshot before raising
+        :class:`~spark_lookup.SnapshotUnavailableError`.
+    max_staleness
+        When set, a lookup raises ``SnapshotUnavailableError`` once the current snapshot's
+        ``loaded_at`` is older than this: reloads have been failing too long.
+    clock
+        Wall clock in epoch seconds (``time.time``); tests inject a fake.
+    """
+
+    def __init__(
+        self,
+        key_columns: Sequence[str],
+        *,
+        initial_load_timeout: dt.timedelta = dt.timedelta(minutes=5),
+        max_staleness: dt.timedelta | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.key_columns = tuple(key_columns)
+        self.initial_load_timeout = initial_load_timeout
+        self.max_staleness = max_staleness
+        self.clock = clock
+        self._snapshot: FullSnapshot | None = None
+        self._ready = threading.Event()
+        self._metrics = CacheMetrics()
+        self.last_error: BaseException | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            "key_columns": self.key_columns,
+            "initial_load_timeout": self.initial_load_timeout,
+            "max_staleness": self.max_staleness,
+            "clock": self.clock,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        key_columns = state.pop("key_columns")
+        self.__init__(key_columns, **state)  # type: ignore[misc]
+
+    # --- snapshot management
+
+    def swap(self, snapshot: FullSnapshot) -> None:
+        """Make ``snapshot`` the one lookups see (atomic), and wake waiting lookups."""
+        if snapshot.key_columns != self.key_columns:
+            raise ConfigError(
+                f"snapshot is keyed by {snapshot.key_columns}, the cache by {self.key_columns}"
+            )
+        self._snapshot = snapshot
+        self.last_error = None
+        self._ready.set()
+
+    def current(self) -> FullSnapshot | None:
+        """The current snapshot, or None before the first load (never waits)."""
+        return self._snapshot
+
+    def snapshot(self) -> FullSnapshot:
+        """The snapshot lookups use now: waits for the first load (bounded) and checks
+        the maximum staleness.
+
+        Raises
+        ------
+        SnapshotUnavailableError
+            No snapshot within ``initial_load_timeout``, or the snapshot is too old.
+        """
+        snapshot = self._snapshot
+        if snapshot is None:
+            if not self._ready.wait(self.initial_load_timeout.total_seconds()):
+                cause = f"; last error: {self.last_error!r}" if self.last_error else ""
+                raise SnapshotUnavailableError(
+                    f"the full cache keyed by {list(self.key_columns)} has no snapshot after "
+                    f"waiting {self.initial_load_timeout} for the first load{cause}"
+                )
+            snapshot = self._snapshot
+            assert snapshot is not None
+        if self.max_staleness is not None:
+            age = self.clock() - snapshot.loaded_at
+            if age > self.max_staleness.total_seconds():
+                cause = f"; last error: {self.last_error!r}" if self.last_error else ""
+                raise SnapshotUnavailableError(
+                    f"the full cache snapshot (version {snapshot.version}) is "
+                    f"{dt.timedelta(seconds=round(age))} old, more than max_staleness "
+                    f"{self.max_staleness}: reloads are failing{cause}"
+                )
+        return snapshot
+
+    def record_failure(self, error: BaseException) -> None:
+        """Remember the latest reload error (reported by ``snapshot()`` errors)."""
+        self.last_error = error
+
+    # --- LookupCache
+
+    def open(self, metrics: CacheMetrics | None = None) -> None:
+        """Report into ``metrics``: records are rows, bytes the snapshot's memory."""
+        self._metrics = metrics if metrics is not None else CacheMetrics()
+        self._metrics.register_gauges(self._gauges)
+
+    @property
+    def metrics(self) -> CacheMetrics:
+        """The metrics this cache reports into."""
+        return self._metrics
+
+    def _gauges(self) -> tuple[int, int]:
+        snapshot = self._snapshot
+        return (0, 0) if snapshot is None else (snapshot.num_rows, snapshot.nbytes)
+
+    def get_if_present(self, key: Key) -> Rows:
+        """The rows of ``key``: empty when the table has none (a counted miss)."""
+        return self.get_all([key])[key]
+
+    def get_all(self, keys: Iterable[Key]) -> dict[Key, Rows]:
+        """Rows of every key (empty for absent ones); one vectorized probe."""
+        probes = [check_key(key) for key in keys]
+        snapshot = self.snapshot()
+        probe_positions, row_indices = snapshot.locate(probes)
+        found: dict[Key, list[Row]] = {}
+        rows = snapshot.rows(row_indices)
+        for position, row in zip(probe_positions.tolist(), rows, strict=True):
+            found.setdefault(probes[position], []).append(row)
+        result: dict[Key, Rows] = dict.fromkeys(probes, _EMPTY)
+        for key, key_rows in found.items():
+            result[key] = tuple(key_rows)
+        hits = len(found)
+        self._metrics.inc_hits(hits)
+        self._metrics.inc_misses(len(result) - hits)
+        return result
+
+    def put(self, key: Key, rows: Rows) -> None:
+        """Not supported: a full cache changes only by reloading the whole table."""
+        raise NotImplementedError("LookupFullCache does not support put(); it reloads whole")
+
+    def put_all(self, entries: Mapping[Key, Rows]) -> None:
+        """Not supported (see :meth:`put`)."""
+        raise NotImplementedError("LookupFullCache does not support put_all(); it reloads whole")
+
+    def invalidate(self, key: Key) -> None:
+        """Not supported: a full cache changes only by reloading the whole table."""
+        raise NotImplementedError("LookupFullCache does not support invalidate()")
+
+    def size(self) -> int:
+        """Distinct keys in the current snapshot (0 before the first load)."""
+        snapshot = self._snapshot
+        return 0 if snapshot is None else snapshot.num_keys
+
+    def close(self) -> None:
+        """Drop the snapshot."""
+        self._snapshot = None
+        self._ready.clear()

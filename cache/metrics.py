@@ -1,0 +1,200 @@
+"""Cache metrics: Flink's CacheMetricGroup as one thread-safe, mergeable object."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+__all__ = ["CacheMetrics"]
+
+_COUNTERS = (
+    "hit_count",
+    "miss_count",
+    "load_count",
+    "num_load_failures",
+    "num_retries",
+    "num_cache_errors",
+)
+_GAUGES = ("num_cached_records", "num_cached_bytes")
+FIELDS: tuple[str, ...] = (*_COUNTERS, "latest_load_time", *_GAUGES)
+
+
+class CacheMetrics:
+    """Counters and gauges of one lookup cache; thread-safe.
+
+    Flink's metrics, plus two of ours: ``num_retries`` (load attempts that were retried)
+    and ``num_cache_errors`` (operations of a remote cache tier that failed and were
+    served as misses).
+
+    - Counters (``hit_count``, ``miss_count``, ``load_count``, ``num_load_failures``,
+      ``num_retries``, ``num_cache_errors``) only grow.
+    - ``latest_load_time`` is the duration in milliseconds of the latest load, -1 before any.
+    - Gauges (``num_cached_records``, ``num_cached_bytes``) are read from the cache that
+      registered them (:meth:`register_gauges`) at the moment they are read; bytes are an
+      estimate of the memory the cached rows hold.
+
+    Metrics of several workers add up with ``+`` (counters and gauges are summed,
+    ``latest_load_time`` is the maximum); :meth:`snapshot` gives a plain dict that
+    travels between processes and :meth:`from_snapshot` reads it back.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values: dict[str, int] = dict.fromkeys(_COUNTERS, 0)
+        self._values["latest_load_time"] = -1
+        self._fixed_gauges: dict[str, int] = dict.fromkeys(_GAUGES, 0)
+        self._gauges: Callable[[], tuple[int, int]] | None = None
+
+    # --- updates (called by caches and the lookup runtime)
+
+    def _add(self, name: str, n: int) -> None:
+        with self._lock:
+            self._values[name] += n
+
+    def inc_hits(self, n: int = 1) -> None:
+        """Count ``n`` keys answered from the cache."""
+        self._add("hit_count", n)
+
+    def inc_misses(self, n: int = 1) -> None:
+        """Count ``n`` keys the cache could not answer."""
+        self._add("miss_count", n)
+
+    def inc_loads(self, n: int = 1) -> None:
+        """Count ``n`` loads from the source (a batched load counts once)."""
+        self._add("load_count", n)
+
+    def inc_load_failures(self, n: int = 1) -> None:
+        """Count ``n`` loads that failed after all retries."""
+        self._add("num_load_failures", n)
+
+    def inc_retries(self, n: int = 1) -> None:
+        """Count ``n`` retried load attempts."""
+        self._add("num_retries", n)
+
+    def inc_cache_errors(self, n: int = 1) -> None:
+        """Count ``n`` failed operations of a remote cache tier (served as misses)."""
+        self._add("num_cache_errors", n)
+
+    def record_load_time(self, millis: float) -> None:
+        """Set ``latest_load_time`` to the duration of the load that just ended."""
+        with self._lock:
+            self._values["latest_load_time"] = round(millis)
+
+    def register_gauges(self, gauges: Callable[[], tuple[int, int]]) -> None:
+        """Let a cache report ``(num_cached_records, num_cached_bytes)`` when read."""
+        with self._lock:
+            self._gauges = gauges
+
+    # --- reads
+
+    def _gauge(self, index: int) -> int:
+        gauges = self._gauges
+        if gauges is None:
+            return self._fixed_gauges[_GAUGES[index]]
+        return int(gauges()[index])
+
+    @property
+    def hit_count(self) -> int:
+        """Keys answered from the cache."""
+        return self._values["hit_count"]
+
+    @property
+    def miss_count(self) -> int:
+        """Keys the cache could not answer."""
+        return self._values["miss_count"]
+
+    @property
+    def load_count(self) -> int:
+        """Loads from the source; one batched load of many keys counts once."""
+        return self._values["load_count"]
+
+    @property
+    def num_load_failures(self) -> int:
+        """Loads that failed after all retries."""
+        return self._values["num_load_failures"]
+
+    @property
+    def num_retries(self) -> int:
+        """Load attempts that failed and were retried."""
+        return self._values["num_retries"]
+
+    @property
+    def num_cache_errors(self) -> int:
+        """Remote cache operations that failed and were served as misses."""
+        return self._values["num_cache_errors"]
+
+    @property
+    def latest_load_time(self) -> int:
+        """Duration in ms of the latest load; -1 before any load."""
+        return self._values["latest_load_time"]
+
+    @property
+    def num_cached_records(self) -> int:
+        """Rows (partial cache: keys) held by the cache now."""
+        return self._gauge(0)
+
+    @property
+    def num_cached_bytes(self) -> int:
+        """Estimated bytes held by the cache now."""
+        return self._gauge(1)
+
+    def snapshot(self) -> dict[str, int]:
+        """All metrics as a plain dict (picklable, JSON-serializable)."""
+        with self._lock:
+            values = dict(self._values)
+            gauges = self._gauges
+        if gauges is None:
+            values.update(self._fixed_gauges)
+        else:
+            records, nbytes = gauges()
+            values["num_cached_records"] = int(records)
+            values["num_cached_bytes"] = int(nbytes)
+        return {name: values[name] for name in FIELDS}
+
+    @classmethod
+    def from_snapshot(cls, snapshot: Mapping[str, Any]) -> CacheMetrics:
+        """Rebuild a (gauge-less) metrics object from :meth:`snapshot` output."""
+        unknown = set(snapshot) - set(FIELDS)
+        if unknown:
+            raise ValueError(f"unknown metric names in snapshot: {sorted(unknown)}")
+        metrics = cls()
+        for name in FIELDS:
+            if name in snapshot:
+                value = int(snapshot[name])
+                if name in _GAUGES:
+                    metrics._fixed_gauges[name] = value
+                else:
+                    metrics._values[name] = value
+        return metrics
+
+    @classmethod
+    def sum(cls, parts: Iterable[CacheMetrics | Mapping[str, Any]]) -> CacheMetrics:
+        """Add up metrics (objects or snapshots) of several workers."""
+        total = cls()
+        for part in parts:
+            total = total + (part if isinstance(part, CacheMetrics) else cls.from_snapshot(part))
+        return total
+
+    def __add__(self, other: object) -> CacheMetrics:
+        if not isinstance(other, CacheMetrics):
+            return NotImplemented
+        mine, theirs = self.snapshot(), other.snapshot()
+        merged = {name: mine[name] + theirs[name] for name in FIELDS}
+        merged["latest_load_time"] = max(mine["latest_load_time"], theirs["latest_load_time"])
+        return CacheMetrics.from_snapshot(merged)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CacheMetrics):
+            return NotImplemented
+        return self.snapshot() == other.snapshot()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v}" for k, v in self.snapshot().items())
+        return f"CacheMetrics({fields})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Ships as its current values; the lock and the gauge callback stay behind.
+        return (CacheMetrics.from_snapshot, (self.snapshot(),))

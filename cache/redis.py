@@ -1,0 +1,511 @@
+"""RedisLookupCache: a lookup cache shared by every executor, kept in Redis.
+
+Also home of the small Redis URL/client helpers that the Redis lookup connector shares
+(``lookup`` depends on ``cache``, never the other way round).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from datetime import timedelta
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+from cache._codec import CodecError, decode_rows, encode_key, encode_rows
+from cache.base import Key, LookupCache, Rows, check_key, freeze_rows
+from cache.metrics import CacheMetrics
+from spark_lookup import options as opts
+from spark_lookup.errors import ConfigError
+
+__all__ = ["RedisLookupCache", "check_redis_url", "redact_url", "redis_client_from_url"]
+
+log = logging.getLogger(__name__)
+
+Timer = Callable[[], float]
+T = TypeVar("T")
+
+_SCHEMES = ("redis", "rediss", "unix")
+_NAMESPACE = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")
+
+
+def check_redis_url(url: object, what: str = "url") -> str:
+    """Return ``url`` if it is a Redis URL (``redis://``, ``rediss://`` for TLS,
+    ``unix://``), else raise :class:`ConfigError` naming ``what``.
+
+    Passwords and TLS options travel in the URL, as redis-py reads them:
+    ``redis://:password@host:6379/0``, ``rediss://user:password@host:6380/1``,
+    ``rediss://host?ssl_cert_reqs=required&ssl_ca_certs=/path/ca.pem``.
+    """
+    if not isinstance(url, str):
+        raise ConfigError(f"{what} must be a Redis URL string, got {type(url).__name__}")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  # parsing it is the check
+    except ValueError as exc:
+        raise ConfigError(f"{what} {redact_url(url)!r} is not a valid URL: {exc}") from exc
+    scheme = parts.scheme.lower()
+    if scheme not in _SCHEMES:
+        raise ConfigError(
+            f"{what} {redact_url(url)!r} is not a Redis URL: use redis://, rediss:// (TLS) "
+            "or unix://"
+        )
+    return url
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password replaced by ``***``, for messages and logs."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        host = parts.hostname or ""
+        if parts.port is not None:
+            host = f"{host}:{parts.port}"
+    except ValueError:
+        return "<unparsable URL>"
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+
+
+def redis_client_from_url(
+    url: str,
+    *,
+    socket_timeout: float,
+    connect_timeout: float,
+    retries: int = 0,
+    client_options: Mapping[str, Any] | None = None,
+) -> Any:
+    """A ``redis.Redis`` client (bytes responses) for ``url``.
+
+    Runs where the client is used (an executor's Python worker); call it from ``open()``,
+    never in ``__init__``, since clients do not pickle. ``retries`` is the number of
+    immediate retries redis-py makes on a connection error or timeout (no backoff: the
+    lookup runtime owns backoff, and a cache must fail fast). ``client_options`` are
+    further ``redis.Redis`` keyword arguments (``ssl_ca_certs``, ``max_connections``...).
+
+    Raises
+    ------
+    ConfigError
+        If redis-py is not installed.
+    """
+    try:
+        import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+    except ImportError as exc:  # pragma: no cover - the extra is installed in tests
+        raise ConfigError(
+            "Redis support needs redis-py: pip install 'spark-lookup[redis]'"
+        ) from exc
+    kwargs: dict[str, Any] = {
+        "socket_timeout": socket_timeout,
+        "socket_connect_timeout": connect_timeout,
+        "retry": Retry(NoBackoff(), retries),
+        "decode_responses": False,
+    }
+    kwargs.update(client_options or {})
+    return redis.Redis.from_url(url, **kwargs)
+
+
+def _seconds(value: object, name: str, *, allow_zero: bool = False) -> float:
+    return opts.as_timedelta(value, name, allow_zero=allow_zero).total_seconds()
+
+
+class _RateLimitedWarning:
+    """Logs a warning at most once per interval; counts what it held back."""
+
+    def __init__(self, interval: float, timer: Timer) -> None:
+        self._interval = interval
+        self._timer = timer
+        self._lock = threading.Lock()
+        self._last = -math.inf
+        self._suppressed = 0
+
+    def __call__(self, message: str, *args: object) -> None:
+        with self._lock:
+            now = self._timer()
+            if now - self._last < self._interval:
+                self._suppressed += 1
+                return
+            suppressed, self._suppressed, self._last = self._suppressed, 0, now
+        if suppressed:
+            message += " (%d similar warnings suppressed)"
+            args = (*args, suppressed)
+        log.warning(message, *args)
+
+
+class _Failed:
+    """Marks a Redis round trip that failed or was skipped."""
+
+
+_FAILED = _Failed()
+
+
+class RedisLookupCache(LookupCache):
+    """A lookup cache in Redis, shared by every executor: N workers pay a miss once.
+
+    Built on the driver; pickles as its configuration only (URL, namespace, TTL,
+    options); each Python worker creates its own client lazily, on :meth:`open` or the
+    first operation. The entries themselves live in Redis, so an unpickled copy sees the
+    same shared entries. Thread-safe (redis-py clients are).
+
+    Keys are ``{namespace}:`` followed by the canonical, type-preserving JSON text of the
+    key tuple (``cache._codec``): ``(1,)``, ``("1",)``, ``(1.0,)`` and ``(True,)`` are four
+    different entries. Use one namespace per provider (dimension table and key columns).
+
+    Values are compact JSON with type tags (date, datetime, time, timedelta, Decimal,
+    bytes, NaN/infinity, tuples, lists, dicts), never pickle: a value that was altered
+    or written by someone else decodes to nothing, is served as a miss, and counts as a
+    cache error. A row holding a type without a safe encoding is not cached (the old
+    entry is removed, so no stale rows survive) and counts as a cache error.
+
+    Redis enforces the TTL (``SET ... PX``); every put renews it. ``get_all`` is one
+    round trip (``MGET``), and so is ``put_all`` (pipelined ``SET``). Not for Redis
+    Cluster, whose ``MGET`` cannot span slots.
+
+    A Redis outage never fails a lookup: a get becomes a miss and a put or invalidate a
+    no-op, ``metrics.num_cache_errors`` grows by one per failed round trip, and a
+    warning is logged at most once per ``warn_interval``. Socket timeouts are short, and
+    after a connection failure Redis is not contacted for ``cool_down`` (a circuit
+    breaker; round trips skipped meanwhile also count as cache errors), so an outage
+    costs at most one timeout per cool-down per worker instead of one per lookup.
+
+    Metric gauges (``num_cached_records``, ``num_cached_bytes``) stay 0: the entries are
+    shared, and summing one server-wide count per worker would multiply it.
+    :meth:`size` counts the namespace on demand.
+
+    Parameters
+    ----------
+    url : str
+        ``redis://[[user]:password@]host[:port][/db]``, ``rediss://...`` (TLS, with
+        ``?ssl_ca_certs=...`` etc.) or ``unix:///path.sock?db=0``.
+    namespace : str
+        Prefix of every key: letters, digits and ``_ . : -`` (no glob characters, so
+        :meth:`size` can match it).
+    ttl : timedelta or float
+        Time to live of each entry (seconds if a number); rounded up to milliseconds.
+    cache_missing_key : bool
+        Whether an empty result is cached (default True, as Flink's).
+    socket_timeout, connect_timeout : timedelta or float
+        Per-operation read/write and connect timeouts (default 0.25 s each).
+    cool_down : timedelta or float
+        How long Redis is skipped after a connection failure (default 5 s; 0 disables).
+    warn_interval : timedelta or float
+        Minimum time between two outage warnings of one instance (default 60 s).
+    timer : callable
+        Monotonic clock in seconds for the cool-down and warnings; picklable.
+    max_keys_per_command : int
+        Keys per ``MGET`` (default 1000); a larger ``get_all`` pipelines several.
+    client_options : mapping, optional
+        Further ``redis.Redis`` keyword arguments; picklable.
+
+    Raises
+    ------
+    ConfigError
+        (a ``ValueError``) for an invalid URL, namespace, TTL or timeout.
+
+    Examples
+    --------
+    >>> from datetime import timedelta
+    >>> cache = RedisLookupCache("redis://localhost:6379/0", "customers:v1",
+    ...                          ttl=timedelta(minutes=10))
+    >>> cache
+    RedisLookupCache(url='redis://localhost:6379/0', namespace='customers:v1', ttl=600.0s)
+    """
+
+    def __init__(
+        self,
+        url: str,
+        namespace: str,
+        ttl: timedelta | float,
+        *,
+        cache_missing_key: bool = True,
+        socket_timeout: timedelta | float = 0.25,
+        connect_timeout: timedelta | float = 0.25,
+        cool_down: timedelta | float = 5.0,
+        warn_interval: timedelta | float = 60.0,
+        timer: Timer = time.monotonic,
+        max_keys_per_command: int = 1000,
+        client_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._url = check_redis_url(url)
+        if not isinstance(namespace, str) or not _NAMESPACE.match(namespace):
+            raise ConfigError(
+                f"namespace {namespace!r} must be 1-200 letters, digits or '_', '.', ':', '-'"
+            )
+        self._namespace = namespace
+        self._ttl = opts.as_timedelta(ttl, "ttl")
+        self._ttl_ms = max(1, math.ceil(self._ttl / timedelta(milliseconds=1)))
+        if not isinstance(cache_missing_key, bool):
+            raise ConfigError(f"cache_missing_key must be a bool, got {cache_missing_key!r}")
+        self._cache_missing_key = cache_missing_key
+        self._socket_timeout = _seconds(socket_timeout, "socket_timeout")
+        self._connect_timeout = _seconds(connect_timeout, "connect_timeout")
+        self._cool_down = _seconds(cool_down, "cool_down", allow_zero=True)
+        self._warn_interval = _seconds(warn_interval, "warn_interval", allow_zero=True)
+        if not callable(timer):
+            raise ConfigError(f"timer must be a zero-argument callable, got {timer!r}")
+        self._timer = timer
+        if (not isinstance(max_keys_per_command, int) or isinstance(max_keys_per_command, bool)
+                or max_keys_per_command < 1):
+            raise ConfigError(
+                f"max_keys_per_command must be a positive int, got {max_keys_per_command!r}"
+            )
+        self._max_keys = max_keys_per_command
+        self._client_options = dict(client_options or {})
+        self._lock = threading.Lock()
+        self._client: Any = None
+        self._skip_until = -math.inf
+        self._metrics = CacheMetrics()
+        self._warn = _RateLimitedWarning(self._warn_interval, timer)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Configuration only: the client stays behind; the entries are in Redis.
+        return {
+            "url": self._url,
+            "namespace": self._namespace,
+            "ttl": self._ttl,
+            "cache_missing_key": self._cache_missing_key,
+            "socket_timeout": self._socket_timeout,
+            "connect_timeout": self._connect_timeout,
+            "cool_down": self._cool_down,
+            "warn_interval": self._warn_interval,
+            "timer": self._timer,
+            "max_keys_per_command": self._max_keys,
+            "client_options": self._client_options,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        url, namespace, ttl = state.pop("url"), state.pop("namespace"), state.pop("ttl")
+        self.__init__(url, namespace, ttl, **state)  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        return (
+            f"RedisLookupCache(url={redact_url(self._url)!r}, namespace={self._namespace!r}, "
+            f"ttl={self._ttl.total_seconds()}s)"
+        )
+
+    @property
+    def namespace(self) -> str:
+        """The key prefix (without the trailing ``:``)."""
+        return self._namespace
+
+    @property
+    def ttl(self) -> timedelta:
+        """Time to live of each entry, as given."""
+        return self._ttl
+
+    # --- lifecycle
+
+    def open(self, metrics: CacheMetrics | None = None) -> None:
+        """Report into ``metrics`` and create the client (no round trip: a Redis that is
+        down at this point only makes the first operations misses). Never raises."""
+        self._metrics = metrics if metrics is not None else CacheMetrics()
+        try:
+            self._get_client()
+        except Exception as exc:  # the first operation tries again, and counts it
+            self._warn("Redis cache client for %s not created: %s", redact_url(self._url), exc)
+
+    @property
+    def metrics(self) -> CacheMetrics:
+        """The metrics this cache reports into."""
+        return self._metrics
+
+    def close(self) -> None:
+        """Close this worker's client; the shared entries stay in Redis."""
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            try:
+                client.close()
+            except Exception:  # closing a dead connection may fail; harmless
+                log.debug("closing the Redis client failed", exc_info=True)
+
+    def _get_client(self) -> Any:
+        client = self._client
+        if client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = redis_client_from_url(
+                        self._url,
+                        socket_timeout=self._socket_timeout,
+                        connect_timeout=self._connect_timeout,
+                        client_options=self._client_options,
+                    )
+                client = self._client
+        return client
+
+    # --- the Redis boundary: nothing raised below here reaches the caller
+
+    def _round_trip(self, what: str, call: Callable[[Any], T]) -> T | _Failed:
+        if self._timer() < self._skip_until:
+            self._metrics.inc_cache_errors()
+            return _FAILED
+        try:
+            return call(self._get_client())
+        except Exception as exc:  # a cache never fails its caller
+            self._metrics.inc_cache_errors()
+            if _is_outage(exc):
+                self._skip_until = self._timer() + self._cool_down
+                self._warn(
+                    "Redis cache %s at %s failed (%s: %s); serving misses%s",
+                    what, redact_url(self._url), type(exc).__name__, exc,
+                    f", Redis skipped for {self._cool_down:g} s" if self._cool_down else "",
+                )
+            else:
+                self._warn(
+                    "Redis cache %s in namespace %r failed: %s: %s",
+                    what, self._namespace, type(exc).__name__, exc,
+                )
+            return _FAILED
+
+    def _redis_key(self, key: Key) -> str | None:
+        try:
+            return f"{self._namespace}:{encode_key(key)}"
+        except CodecError as exc:
+            self._metrics.inc_cache_errors()
+            self._warn("key %.80r is not cached in Redis: %s", key, exc)
+            return None
+
+    def _decode(self, redis_key: str, data: object) -> Rows | None:
+        if data is None:
+            return None
+        try:
+            return decode_rows(data)  # type: ignore[arg-type]
+        except CodecError as exc:
+            self._metrics.inc_cache_errors()
+            self._warn("Redis cache value at %.120r is not readable (%s); a miss", redis_key, exc)
+            return None
+
+    def _encode(self, key: Key, rows: tuple[tuple[Any, ...], ...]) -> bytes | None:
+        """The value to store, or None when nothing is to be stored for ``key``."""
+        if not rows and not self._cache_missing_key:
+            return None
+        try:
+            return encode_rows(rows)
+        except CodecError as exc:
+            self._metrics.inc_cache_errors()
+            self._warn("rows of key %.80r are not cached in Redis: %s", key, exc)
+            return None
+
+    # --- LookupCache
+
+    def get_if_present(self, key: Key) -> Rows | None:
+        """The rows cached for ``key``, or None (absent, undecodable, or Redis failing)."""
+        redis_key = self._redis_key(check_key(key))
+        rows = None
+        if redis_key is not None:
+            data = self._round_trip("GET", lambda client: client.get(redis_key))
+            if not isinstance(data, _Failed):
+                rows = self._decode(redis_key, data)
+        if rows is None:
+            self._metrics.inc_misses()
+        else:
+            self._metrics.inc_hits()
+        return rows
+
+    def get_all(self, keys: Iterable[Key]) -> dict[Key, Rows]:
+        """The present keys of ``keys`` with their rows, in one round trip (one ``MGET``,
+        or pipelined ``MGET`` commands of ``max_keys_per_command`` keys)."""
+        asked = [check_key(key) for key in keys]
+        wanted: dict[str, Key] = {}
+        for key in asked:
+            redis_key = self._redis_key(key)
+            if redis_key is not None:
+                wanted[redis_key] = key
+        found: dict[Key, Rows] = {}
+        if wanted:
+            names = list(wanted)
+            values = self._round_trip("MGET", lambda client: self._mget(client, names))
+            if not isinstance(values, _Failed):
+                for name, data in zip(names, values, strict=True):
+                    rows = self._decode(name, data)
+                    if rows is not None:
+                        found[wanted[name]] = rows
+        hits = sum(1 for key in asked if key in found)
+        self._metrics.inc_hits(hits)
+        self._metrics.inc_misses(len(asked) - hits)
+        return found
+
+    def _mget(self, client: Any, names: list[str]) -> list[Any]:
+        step = self._max_keys
+        if len(names) <= step:
+            return list(client.mget(names))
+        # One huge MGET would block the server for every other client meanwhile.
+        pipe = client.pipeline(transaction=False)
+        for start in range(0, len(names), step):
+            pipe.mget(names[start : start + step])
+        return [value for reply in pipe.execute() for value in reply]
+
+    def put(self, key: Key, rows: Rows) -> None:
+        """Store ``rows`` for ``key`` with the TTL; an empty ``rows`` is stored only if
+        missing keys are cached, and otherwise removes any stale entry."""
+        frozen = freeze_rows(check_key(key), rows)
+        redis_key = self._redis_key(key)
+        if redis_key is None:
+            return
+        value = self._encode(key, frozen)
+        if value is None:
+            self._round_trip("DEL", lambda client: client.delete(redis_key))
+        else:
+            self._round_trip(
+                "SET", lambda client: client.set(redis_key, value, px=self._ttl_ms)
+            )
+
+    def put_all(self, entries: Mapping[Key, Rows]) -> None:
+        """:meth:`put` every entry, in one pipelined round trip."""
+        writes: list[tuple[str, bytes | None]] = []
+        for key, rows in entries.items():
+            frozen = freeze_rows(check_key(key), rows)
+            redis_key = self._redis_key(key)
+            if redis_key is not None:
+                writes.append((redis_key, self._encode(key, frozen)))
+        if not writes:
+            return
+
+        def write(client: Any) -> list[Any]:
+            pipe = client.pipeline(transaction=False)
+            for redis_key, value in writes:
+                if value is None:
+                    pipe.delete(redis_key)
+                else:
+                    pipe.set(redis_key, value, px=self._ttl_ms)
+            return list(pipe.execute(raise_on_error=False))
+
+        results = self._round_trip("pipelined SET", write)
+        if not isinstance(results, _Failed):
+            errors = [r for r in results if isinstance(r, Exception)]
+            if errors:  # e.g. a read-only replica: the connection is fine, the writes not
+                self._metrics.inc_cache_errors(len(errors))
+                self._warn("%d Redis cache writes failed: %s", len(errors), errors[0])
+
+    def invalidate(self, key: Key) -> None:
+        """Remove ``key`` from Redis (for every worker); a no-op if Redis fails."""
+        redis_key = self._redis_key(check_key(key))
+        if redis_key is not None:
+            self._round_trip("DEL", lambda client: client.delete(redis_key))
+
+    def size(self) -> int:
+        """Keys in the namespace now, counted with ``SCAN`` (approximate: entries expire
+        and other workers write meanwhile; 0 if Redis fails). Costs a scan of the whole
+        keyspace: for tests and diagnostics, not for the lookup path."""
+        pattern = f"{self._namespace}:*"
+        count = self._round_trip(
+            "SCAN",
+            lambda client: sum(1 for _ in client.scan_iter(match=pattern, count=1000)),
+        )
+        return 0 if isinstance(count, _Failed) else count
+
+
+def _is_outage(exc: BaseException) -> bool:
+    """Whether ``exc`` means Redis cannot be reached (as opposed to one bad command)."""
+    if isinstance(exc, OSError):
+        return True
+    try:
+        import redis
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(exc, (redis.ConnectionError, redis.TimeoutError))

@@ -1,0 +1,199 @@
+"""A full cache whose snapshots are shared by every process of the host.
+
+:class:`SharedFullCache` is a :class:`~cache.full.LookupFullCache` that serves the
+version published in a :class:`~cache.snapshot_store.SnapshotStore`: the table is a
+memory map of the store's Arrow file (one copy of the pages for all processes); only
+the key index is built in each process. Who loads and when is the caller's business
+(the full caching runtime); this class switches to a newer published version, at most
+one ``stat`` of the pointer per ``check_interval``, at the next lookup.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+from cache.full import FullSnapshot, LookupFullCache
+from cache.metrics import CacheMetrics
+from cache.snapshot_store import SnapshotStore, StoredSnapshot
+from spark_lookup import options as opts
+from spark_lookup.errors import ConfigError
+
+__all__ = ["DEFAULT_CHECK_INTERVAL", "SharedFullCache"]
+
+DEFAULT_CHECK_INTERVAL = dt.timedelta(milliseconds=100)
+"""How often a lookup may look for a newer published version (one ``stat``)."""
+
+
+class SharedFullCache(LookupFullCache):
+    """Serves lookups from the snapshot published in a host-level store.
+
+    Built where it is used (a Python worker), not pickled. Thread-safe: lookups stay
+    lock-free; switching versions takes a lock, and a lookup that finds another thread
+    switching keeps the current version instead of waiting (unless it has none yet).
+
+    Parameters
+    ----------
+    key_columns
+        Columns lookups match on.
+    store
+        Where the snapshots are published; attached by :meth:`open`, detached by
+        :meth:`close`.
+    check_interval
+        Lookups look for a newer version at most this often (default 100 ms).
+    on_swap
+        Called with every snapshot this cache starts serving (its own loads and the
+        versions it switches to), after the swap.
+    initial_load_timeout, max_staleness, clock
+        As :class:`~cache.full.LookupFullCache`; staleness is measured from the load time
+        recorded in the store, whichever process loaded it.
+    timer
+        Monotonic seconds for ``check_interval`` (tests inject a fake).
+    """
+
+    def __init__(
+        self,
+        key_columns: Sequence[str],
+        store: SnapshotStore,
+        *,
+        check_interval: dt.timedelta | float = DEFAULT_CHECK_INTERVAL,
+        on_swap: Callable[[FullSnapshot], None] | None = None,
+        initial_load_timeout: dt.timedelta = dt.timedelta(minutes=5),
+        max_staleness: dt.timedelta | None = None,
+        clock: Callable[[], float] = time.time,
+        timer: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(
+            key_columns,
+            initial_load_timeout=initial_load_timeout,
+            max_staleness=max_staleness,
+            clock=clock,
+        )
+        if not isinstance(store, SnapshotStore):
+            raise ConfigError(f"store must be a SnapshotStore, got {type(store).__name__}")
+        self.store = store
+        self.check_interval = opts.as_timedelta(
+            check_interval, "check_interval", allow_zero=True
+        ).total_seconds()
+        self._on_swap = on_swap
+        self._timer = timer
+        self._switch_lock = threading.Lock()
+        self._last_check = -float("inf")
+        self._seen: tuple[int, int] | None = None
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError(
+            "a SharedFullCache holds open files and is built where it is used; "
+            "ship the provider, not the cache"
+        )
+
+    # --- lifecycle
+
+    def open(self, metrics: CacheMetrics | None = None) -> None:
+        """Report into ``metrics`` and attach the store (creating its directory)."""
+        super().open(metrics)
+        self.store.attach()
+
+    def close(self) -> None:
+        """Drop the snapshot (the map closes with its last user) and detach the store."""
+        super().close()
+        self.store.detach()
+
+    # --- versions
+
+    def swap(self, snapshot: FullSnapshot) -> None:
+        """Serve ``snapshot`` from now on (atomic), then tell ``on_swap``."""
+        super().swap(snapshot)
+        if self._on_swap is not None:
+            self._on_swap(snapshot)
+
+    def snapshot(self) -> FullSnapshot:
+        """The snapshot to use now: switches first to a newer published version, if the
+        pointer changed since the last look (at most one ``stat`` per ``check_interval``),
+        then as :meth:`LookupFullCache.snapshot`."""
+        self.poll()
+        return super().snapshot()
+
+    def poll(self) -> bool:
+        """Switch to a newer published version if the pointer changed; rate-limited.
+
+        Returns whether this call switched.
+        """
+        now = self._timer()
+        has_one = self._snapshot is not None
+        if has_one and now - self._last_check < self.check_interval:
+            return False
+        self._last_check = now
+        key = self.store.pointer_key()
+        if key is None or key == self._seen:
+            return False
+        return self._switch(blocking=not has_one) is not None
+
+    def adopt(self) -> FullSnapshot | None:
+        """Switch to the published version now if it is newer than the one served.
+
+        Returns the snapshot switched to, or None (nothing published, nothing newer, or
+        unreadable). Waits for a switch another thread is making.
+        """
+        return self._switch(blocking=True)
+
+    def publish(self, snapshot: FullSnapshot) -> FullSnapshot:
+        """Publish a snapshot this process built, and serve the mapped copy of it.
+
+        The caller holds the store's lock (``with cache.store.try_lock()``). The table
+        served afterwards is the memory map of the published file, not ``snapshot``'s
+        own table, so this process shares the pages with the others too; the key index
+        is ``snapshot``'s (same rows, same order), not built again.
+        """
+        record = self.store.publish(
+            snapshot.table,
+            version=snapshot.version,
+            loaded_at=snapshot.loaded_at,
+            unique=snapshot.unique,
+        )
+        mapped = FullSnapshot(
+            self.store.read(record),
+            self.key_columns,
+            snapshot.index,
+            snapshot.offsets,
+            snapshot.loaded_at,
+            snapshot.version,
+        )
+        with self._switch_lock:
+            self.swap(mapped)
+            self._seen = self.store.pointer_key()
+        return mapped
+
+    def _switch(self, *, blocking: bool) -> FullSnapshot | None:
+        if not self._switch_lock.acquire(blocking=blocking):
+            return None  # another thread is switching; keep serving the current version
+        try:
+            key = self.store.pointer_key()
+            found = self.store.read_latest()
+            if found is None:
+                return None
+            record, table = found
+            current = self._snapshot
+            self._seen = key
+            if current is not None and not _is_newer(record, current):
+                return None
+            snapshot = FullSnapshot.from_sorted(
+                table,
+                self.key_columns,
+                loaded_at=record.loaded_at,
+                version=record.version,
+                unique=record.unique,
+            )
+            self.swap(snapshot)
+            return snapshot
+        finally:
+            self._switch_lock.release()
+
+
+def _is_newer(record: StoredSnapshot, current: FullSnapshot) -> bool:
+    # Load time first: a store that was swept and started again from version 1 still
+    # moves forward; the version breaks ties.
+    return (record.loaded_at, record.version) > (current.loaded_at, current.version)

@@ -1,0 +1,573 @@
+"""A host-level store of full-cache snapshots: Arrow IPC files every process maps.
+
+One store is one directory, holding the published version of one dimension table::
+
+    <directory>/
+        CURRENT                       the pointer: a small JSON record of the published version
+        v0000000007-1717400000123.arrow   that version (version, load time in ms), Arrow IPC
+        lock                          flock'ed (exclusive) by the one process loading
+        users                         flock'ed (shared) by every process using the store
+        FAILED                        JSON: when the latest load failed, and why
+        .tmp-<pid>-<hex>.arrow        a version being written: never read
+
+The data file is uncompressed Arrow IPC (file format), so a reader maps it with
+``pa.memory_map`` and reads it without a copy: N processes on the host share one copy
+of the pages in the page cache, and a new process is served in milliseconds.
+
+Publishing is crash-safe: the table is written to a temporary name in the same
+directory, fsynced, renamed into place, and the directory fsynced; only then is the
+pointer replaced the same way. A writer killed at any point leaves ``CURRENT``
+pointing to the previous, complete version; its temporary file is never read and is
+deleted by the next publisher.
+
+Only the holder of ``lock`` writes, so it may delete every version but the one it
+publishes and every temporary file. Deleting a version that other processes still map
+is safe on Linux (and any POSIX system): ``unlink`` removes the name, and the pages
+stay valid for existing maps until the last one is closed. A reader that read the
+pointer just before a deletion finds the file gone and reads the pointer again.
+
+Depends on nothing of ours but the shared base ``spark_lookup``. POSIX only
+(``fcntl.flock``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import logging
+import os
+import re
+import shutil
+import stat
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import pyarrow as pa
+
+from spark_lookup.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_RETENTION",
+    "FORMAT_VERSION",
+    "SnapshotStore",
+    "StoredSnapshot",
+    "check_store_name",
+    "default_snapshot_root",
+    "sweep",
+]
+
+log = logging.getLogger("cache")
+
+FORMAT_VERSION = 1
+"""Version of the pointer record and file layout; a newer one is refused, never guessed."""
+
+DEFAULT_RETENTION = timedelta(days=1)
+"""How long a store nobody uses is kept before a sweep deletes it."""
+
+_CURRENT = "CURRENT"
+_LOCK = "lock"
+_USERS = "users"
+_FAILED = "FAILED"
+_TMP_PREFIX = ".tmp-"
+_TRASH_PREFIX = ".trash-"
+_VERSION_FILE = re.compile(r"^v\d{10}-\d+\.arrow$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+_META_KEY = b"spark_lookup.snapshot"
+_READ_ATTEMPTS = 5
+
+_swept: set[str] = set()
+_swept_lock = threading.Lock()
+
+
+def default_snapshot_root() -> Path:
+    """``<system temp dir>/spark-lookup-snapshots``: where stores go by default."""
+    return Path(tempfile.gettempdir()) / "spark-lookup-snapshots"
+
+
+def check_store_name(name: object, what: str = "snapshot_name") -> str:
+    """Return ``name`` if it can name a store directory, else raise :class:`ConfigError`.
+
+    1-128 letters, digits, ``_``, ``.`` or ``-``, starting with a letter or digit (so
+    never a hidden file, a path or ``..``).
+    """
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ConfigError(
+            f"{what} must be 1-128 letters, digits, '_', '.' or '-' starting with a letter "
+            f"or digit, got {name!r}"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class StoredSnapshot:
+    """The record of one published version: what ``CURRENT`` holds (JSON, versioned).
+
+    Attributes
+    ----------
+    version : int
+        Increases with every version published in the store.
+    loaded_at : float
+        Epoch seconds when the load that produced it started.
+    file : str
+        The data file's name in the store directory.
+    num_rows : int
+        Rows in the table.
+    unique : bool
+        Whether every key has exactly one row (readers skip a pass when it does).
+    fingerprint : str
+        What the table is (key columns and schema), as its writer saw it; a reader with
+        another fingerprint ignores the version.
+    """
+
+    version: int
+    loaded_at: float
+    file: str
+    num_rows: int
+    unique: bool
+    fingerprint: str
+
+    def to_json(self) -> bytes:
+        """The record as JSON, with the format version."""
+        return json.dumps({"format": FORMAT_VERSION, **asdict(self)}, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> StoredSnapshot:
+        """Parse a record written by :meth:`to_json`.
+
+        Raises
+        ------
+        ValueError
+            For anything but a record of a known format with fields of the right types.
+        """
+        try:
+            raw = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"not a snapshot record: {exc}") from None
+        if not isinstance(raw, dict):
+            raise ValueError("not a snapshot record: not a JSON object")
+        fmt = raw.pop("format", None)
+        if not isinstance(fmt, int) or fmt > FORMAT_VERSION:
+            raise ValueError(
+                f"snapshot record format {fmt!r} is newer than the supported "
+                f"{FORMAT_VERSION}: a newer spark-lookup wrote it"
+            )
+        types: dict[str, type | tuple[type, ...]] = {
+            "version": int, "loaded_at": (int, float), "file": str, "num_rows": int,
+            "unique": bool, "fingerprint": str,
+        }
+        if set(raw) != set(types):
+            raise ValueError(f"snapshot record fields {sorted(raw)} != {sorted(types)}")
+        for name, kind in types.items():
+            if not isinstance(raw[name], kind) or (kind is int and isinstance(raw[name], bool)):
+                raise ValueError(f"snapshot record field {name!r} is {raw[name]!r}")
+        if not _VERSION_FILE.match(raw["file"]):
+            raise ValueError(f"snapshot record names no version file: {raw['file']!r}")
+        raw["loaded_at"] = float(raw["loaded_at"])
+        return cls(**raw)
+
+
+class SnapshotStore:
+    """The files of one table's snapshots in one local directory, shared by processes.
+
+    Built where it is used (a Python worker); holds only paths and open lock files, and
+    is not meant to be pickled. Thread-safe: the loading thread and the lookup threads
+    of a process may use one store at once. One process at a time publishes (the one
+    that holds :meth:`try_lock`); any number read.
+
+    Parameters
+    ----------
+    directory : str or os.PathLike
+        The store's directory (its name is the table's identity); created on first use
+        with mode 0700. Its parent must be owned by this user and not writable by
+        others, since the files are trusted once found there.
+    fingerprint : str
+        What the table is (key columns and schema, say): versions with another
+        fingerprint are ignored, and replaced by the next publish.
+    batch_rows : int, optional
+        Rows per Arrow record batch written (default: the whole table in one batch,
+        which is what readers index fastest).
+    retention : timedelta
+        A sibling store in the same parent directory that no process has attached for
+        this long, and that nobody uses now, is deleted by :meth:`attach` (once per
+        process per parent directory).
+
+    Raises
+    ------
+    ConfigError
+        For an invalid argument.
+
+    Examples
+    --------
+    >>> import pyarrow as pa, tempfile, os
+    >>> store = SnapshotStore(os.path.join(tempfile.mkdtemp(), "countries"))
+    >>> store.attach()
+    >>> with store.try_lock() as locked:
+    ...     record = store.publish(pa.table({"id": [1, 2]}), version=1, loaded_at=0.0,
+    ...                            unique=True)
+    >>> record.version, record.file
+    (1, 'v0000000001-0.arrow')
+    >>> found = store.read_latest()
+    >>> found[0] == record, found[1].column("id").to_pylist()
+    (True, [1, 2])
+    >>> store.detach()
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        fingerprint: str = "",
+        batch_rows: int | None = None,
+        retention: timedelta = DEFAULT_RETENTION,
+    ) -> None:
+        self._dir = Path(directory)
+        check_store_name(self._dir.name, "the store directory's name")
+        if not isinstance(fingerprint, str):
+            raise ConfigError(f"fingerprint must be a str, got {fingerprint!r}")
+        self.fingerprint = fingerprint
+        if batch_rows is not None and (
+            not isinstance(batch_rows, int) or isinstance(batch_rows, bool) or batch_rows < 1
+        ):
+            raise ConfigError(f"batch_rows must be a positive int or None, got {batch_rows!r}")
+        self._batch_rows = batch_rows
+        if not isinstance(retention, timedelta) or retention <= timedelta(0):
+            raise ConfigError(f"retention must be a positive timedelta, got {retention!r}")
+        self._retention = retention
+        self._state_lock = threading.Lock()
+        self._users_fd: int | None = None
+        self._lock_fd: int | None = None
+        self._warned: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"SnapshotStore({str(self._dir)!r})"
+
+    @property
+    def directory(self) -> Path:
+        """The store's directory."""
+        return self._dir
+
+    # --- lifecycle
+
+    def attach(self) -> None:
+        """Start using the store: create the directory if needed and hold the shared
+        ``users`` lock (a store in use is never swept). Idempotent.
+
+        Also, once per process per parent directory, deletes sibling stores left behind
+        (see ``retention``).
+
+        Raises
+        ------
+        ConfigError
+            When the directory or its parent is not owned by this user, is writable by
+            others, or is a symbolic link.
+        """
+        with self._state_lock:
+            if self._users_fd is not None:
+                return
+            for _ in range(_READ_ATTEMPTS):
+                self._ensure_dir()
+                fd = os.open(self._dir / _USERS, os.O_RDWR | os.O_CREAT, 0o600)
+                fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while a sweep decides
+                try:
+                    same = os.fstat(fd).st_ino == os.stat(self._dir / _USERS).st_ino
+                except FileNotFoundError:
+                    same = False
+                if same:
+                    os.utime(fd)  # "last attached", what a sweep measures age from
+                    self._users_fd = fd
+                    break
+                os.close(fd)  # a sweep removed the directory under us: make it again
+            else:  # pragma: no cover - needs a sweep racing us five times
+                raise OSError(f"could not attach {self._dir}: it keeps being swept")
+        _sweep_once(self._dir.parent, keep=self._dir, retention=self._retention)
+
+    def detach(self) -> None:
+        """Stop using the store (releases the ``users`` lock). Idempotent."""
+        with self._state_lock:
+            fd, self._users_fd = self._users_fd, None
+        if fd is not None:
+            os.close(fd)
+
+    # --- reading
+
+    def pointer_key(self) -> tuple[int, int] | None:
+        """A cheap fingerprint of ``CURRENT`` (inode, mtime): changes with every publish.
+
+        One ``stat``; None when nothing is published. Readers call it at most every few
+        milliseconds to notice a new version without reading anything.
+        """
+        try:
+            st = os.stat(self._dir / _CURRENT)
+        except FileNotFoundError:
+            return None
+        return (st.st_ino, st.st_mtime_ns)
+
+    def latest(self) -> StoredSnapshot | None:
+        """The published version, or None (none yet, unreadable, of a newer format, or
+        of another fingerprint; the reason is logged once)."""
+        try:
+            data = (self._dir / _CURRENT).read_bytes()
+        except FileNotFoundError:
+            return None
+        try:
+            record = StoredSnapshot.from_json(data)
+        except ValueError as exc:
+            self._warn_once(f"{self._dir / _CURRENT} is ignored: {exc}")
+            return None
+        if record.fingerprint != self.fingerprint:
+            self._warn_once(
+                f"{self._dir} holds a table of another shape (fingerprint "
+                f"{record.fingerprint!r}, expected {self.fingerprint!r}); it will be replaced"
+            )
+            return None
+        return record
+
+    def read(self, record: StoredSnapshot) -> pa.Table:
+        """Map the data file of ``record`` and read it without copying.
+
+        Raises
+        ------
+        FileNotFoundError
+            When the version has been deleted (a newer one was published meanwhile).
+        ValueError
+            When the file is not the version ``record`` describes.
+        """
+        source = pa.memory_map(str(self._dir / record.file), "r")
+        table = pa.ipc.open_file(source).read_all()
+        metadata = dict(table.schema.metadata or {})
+        written = metadata.pop(_META_KEY, None)
+        if written is None or StoredSnapshot.from_json(written) != record:
+            raise ValueError(f"{self._dir / record.file} is not the version {record}")
+        # Our record stays in the file; the table served carries the source's metadata only.
+        return table.replace_schema_metadata(metadata or None)
+
+    def read_latest(self) -> tuple[StoredSnapshot, pa.Table] | None:
+        """The published version and its mapped table, or None when there is none (or
+        it cannot be read: logged, and the next publish replaces it)."""
+        for _ in range(_READ_ATTEMPTS):
+            record = self.latest()
+            if record is None:
+                return None
+            try:
+                return record, self.read(record)
+            except FileNotFoundError:
+                continue  # deleted after we read the pointer: a newer version is published
+            except (OSError, pa.ArrowInvalid, ValueError) as exc:
+                self._warn_once(f"{self._dir / record.file} is unreadable and ignored: {exc}")
+                return None
+        return None
+
+    def last_failure(self) -> tuple[float, str] | None:
+        """(epoch seconds, error text) of the latest failed load, if any."""
+        try:
+            raw = json.loads((self._dir / _FAILED).read_bytes())
+            return float(raw["at"]), str(raw["error"])
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    # --- writing
+
+    @contextlib.contextmanager
+    def try_lock(self) -> Iterator[bool]:
+        """Try to become the one process that loads and publishes (non-blocking).
+
+        Yields True while this process holds the exclusive ``lock`` file lock, False when
+        another process holds it. The lock is released on exit, and by the kernel if the
+        process dies, so a crashed loader never blocks the others.
+        """
+        self._ensure_dir()
+        fd = os.open(self._dir / _LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                    raise
+                yield False
+                return
+            self._lock_fd = fd
+            try:
+                yield True
+            finally:
+                self._lock_fd = None
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    def publish(
+        self, table: pa.Table, *, version: int, loaded_at: float, unique: bool
+    ) -> StoredSnapshot:
+        """Write ``table`` as ``version`` and make it the published one, crash-safely;
+        then delete every other version and any temporary file left by a dead writer.
+
+        Call inside ``with store.try_lock() as locked`` when ``locked`` is True.
+        ``table`` must be what readers index directly (sorted by key, no null key).
+
+        Raises
+        ------
+        RuntimeError
+            When this store does not hold the lock.
+        OSError
+            When writing fails (disk full...): nothing is published, the temporary file
+            is removed.
+        """
+        if self._lock_fd is None:
+            raise RuntimeError(f"{self!r}: publish() needs the lock (use try_lock())")
+        record = StoredSnapshot(
+            version=version,
+            loaded_at=loaded_at,
+            file=f"v{version:010d}-{round(loaded_at * 1000)}.arrow",
+            num_rows=table.num_rows,
+            unique=unique,
+            fingerprint=self.fingerprint,
+        )
+        self._remove_files(lambda name: name.startswith(_TMP_PREFIX))
+        metadata = {**(table.schema.metadata or {}), _META_KEY: record.to_json()}
+        data = self._dir / record.file
+        tmp = self._tmp_name(".arrow")
+        try:
+            with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(
+                sink, table.schema.with_metadata(metadata)
+            ) as writer:
+                # Uncompressed (the default) so that readers can map it without a copy.
+                for number, batch in enumerate(table.to_batches(self._batch_rows), 1):
+                    writer.write_batch(batch)
+                    self._wrote_batch(tmp, number)
+            _fsync(tmp)
+            os.replace(tmp, data)
+            _fsync(self._dir)
+            self._write_small(_CURRENT, record.to_json(), durable=True)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+        self._remove_files(lambda name: bool(_VERSION_FILE.match(name)) and name != record.file)
+        return record
+
+    def record_failure(self, at: float, error: str) -> None:
+        """Remember that the load started at ``at`` failed (for processes waiting on it)."""
+        body = json.dumps({"format": FORMAT_VERSION, "at": at, "error": error[:2000]})
+        self._write_small(_FAILED, body.encode(), durable=False)
+
+    def _wrote_batch(self, path: Path, batches: int) -> None:
+        """Called after each record batch written to the temporary file (a test hook)."""
+
+    # --- helpers
+
+    def _ensure_dir(self) -> None:
+        for path in (self._dir.parent, self._dir):
+            # parents: a configured root may not exist yet; both levels we own end 0700.
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+            _check_private(path)
+
+    def _tmp_name(self, suffix: str) -> Path:
+        return self._dir / f"{_TMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}{suffix}"
+
+    def _write_small(self, name: str, data: bytes, *, durable: bool) -> None:
+        tmp = self._tmp_name("")
+        try:
+            with open(tmp, "wb") as file:
+                file.write(data)
+                if durable:
+                    file.flush()
+                    os.fsync(file.fileno())
+            os.replace(tmp, self._dir / name)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+        if durable:
+            _fsync(self._dir)
+
+    def _remove_files(self, wanted: Callable[[str], bool]) -> None:
+        for entry in os.scandir(self._dir):
+            if wanted(entry.name):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+
+    def _warn_once(self, message: str) -> None:
+        if message not in self._warned:
+            self._warned.add(message)
+            log.warning("%s", message)
+
+
+def _fsync(path: Path) -> None:
+    # fsync flushes the inode's data whichever descriptor wrote it; a directory's fsync
+    # makes a rename in it durable.
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _check_private(path: Path) -> None:
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise ConfigError(f"snapshot directory {path} is not a directory (a symbolic link?)")
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise ConfigError(
+            f"snapshot directory {path} is owned by uid {st.st_uid} or writable by others "
+            f"(mode {stat.filemode(st.st_mode)}): snapshots found there cannot be trusted; "
+            "give snapshot_dir= a directory of this user's own"
+        )
+
+
+def _sweep_once(root: Path, *, keep: Path, retention: timedelta) -> None:
+    with _swept_lock:
+        if str(root) in _swept:
+            return
+        _swept.add(str(root))
+    try:
+        sweep(root, keep=keep, retention=retention)
+    except OSError as exc:  # a sweep is housekeeping: it never fails a lookup
+        log.warning("sweeping old snapshot stores in %s failed: %s", root, exc)
+
+
+def sweep(root: Path, *, keep: Path | None = None, retention: timedelta = DEFAULT_RETENTION,
+          now: float | None = None) -> list[Path]:
+    """Delete the stores under ``root`` that nobody uses and nobody attached for
+    ``retention``; return their paths.
+
+    "Nobody uses" is checked by taking the ``users`` lock exclusively (non-blocking),
+    and the store is renamed away while that lock is held, so a process attaching at the
+    same moment either keeps it or builds a new one, never uses a half-deleted one.
+    """
+    now = time.time() if now is None else now
+    removed: list[Path] = []
+    for entry in os.scandir(root):
+        path = Path(entry.path)
+        if not entry.is_dir(follow_symlinks=False) or (keep is not None and path == keep):
+            continue
+        if entry.name.startswith(_TRASH_PREFIX):
+            shutil.rmtree(path, ignore_errors=True)  # a sweep that died midway
+            continue
+        try:
+            fd = os.open(path / _USERS, os.O_RDWR)
+        except FileNotFoundError:
+            continue  # being created, or not a store
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # in use
+            if now - os.fstat(fd).st_mtime < retention.total_seconds():
+                continue
+            trash = root / f"{_TRASH_PREFIX}{uuid.uuid4().hex[:12]}"
+            os.rename(path, trash)
+        finally:
+            os.close(fd)
+        shutil.rmtree(trash, ignore_errors=True)
+        removed.append(path)
+        log.info("deleted the snapshot store %s (unused for more than %s)", path, retention)
+    return removed

@@ -1,0 +1,45 @@
+"""Lookup joins: functions, providers, the caching runtime, connectors, Spark joins and SQL."""
+
+from lookup.connectors import RedisLookupFunction, SqlLookupFunction
+from lookup.function import AsyncLookupFunction, LookupFunction, LookupFunctionBase
+from lookup.join import lookup_join
+from lookup.metrics import lookup_metrics
+from lookup.options import LookupOptions
+from lookup.providers import (
+    AsyncLookupFunctionProvider,
+    FullCachingLookupProvider,
+    LookupFunctionProvider,
+    LookupProvider,
+    PartialCachingAsyncLookupProvider,
+    PartialCachingLookupProvider,
+)
+from lookup.refresh import Materialization, RefreshStatus, ScheduledTableRefresh
+from lookup.retry import MissRetry, RetryPolicy
+from lookup.runtime import LookupHandle, open_lookup
+from lookup.sql import register_lookup_function, register_lookup_table_function
+
+__all__ = [
+    "AsyncLookupFunction",
+    "AsyncLookupFunctionProvider",
+    "FullCachingLookupProvider",
+    "LookupFunction",
+    "LookupFunctionBase",
+    "LookupFunctionProvider",
+    "LookupHandle",
+    "LookupOptions",
+    "LookupProvider",
+    "Materialization",
+    "MissRetry",
+    "PartialCachingAsyncLookupProvider",
+    "PartialCachingLookupProvider",
+    "RedisLookupFunction",
+    "RefreshStatus",
+    "RetryPolicy",
+    "ScheduledTableRefresh",
+    "SqlLookupFunction",
+    "lookup_join",
+    "lookup_metrics",
+    "open_lookup",
+    "register_lookup_function",
+    "register_lookup_table_function",
+]

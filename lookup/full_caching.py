@@ -1,0 +1,341 @@
+"""Full caching at run time: load a ``scan.Source`` whole, on the trigger's schedule.
+
+The runtime is the trigger's :class:`triggers.ReloadContext`: each firing submits one
+load (never two at once: a firing during a load joins it). A load scans the source's
+splits in parallel into Arrow (``scan.read_arrow``), indexes it into a
+:class:`cache.full.FullSnapshot` and swaps it in. A failed load is retried with backoff;
+if every attempt fails, the last good snapshot keeps serving, the failure is counted
+and remembered, and the next firing tries again (Flink fails the job instead).
+
+Shared across the processes of a host (``FullCachingLookupProvider.shares_snapshots``),
+a firing first asks the host's snapshot store whether the published version is still
+good for it: it is when it was loaded after the firing, or when the trigger's schedule,
+evaluated from its load time (``next_reload_after``), has not come due yet. Then the
+process just serves it (memory-mapped; no scan). Otherwise the one process that gets
+the store's file lock scans, publishes and serves the new version; the others keep
+serving the previous one, wait for the publication and switch to it (and lookups
+switch on their own at the next batch). Each process also arms a timer for the moment
+its served version comes due, so the host reloads on the schedule of the data, not of
+whichever worker happens to be alive.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime, timezone
+
+from cache.base import Key, Row
+from cache.full import FullSnapshot, LookupFullCache
+from cache.shared_full import SharedFullCache
+from cache.snapshot_store import SnapshotStore, StoredSnapshot
+from lookup.providers import FullCachingLookupProvider
+from lookup.runtime import LookupRuntime
+from spark_lookup.errors import LookupLoadError
+
+__all__ = ["FullCachingRuntime"]
+
+log = logging.getLogger("lookup")
+
+_EMPTY: tuple[Row, ...] = ()
+
+_LOCK_POLL_SECONDS = 0.05
+"""How often a process waiting for another's load looks for its publication."""
+
+
+class FullCachingRuntime(LookupRuntime):
+    """Per-worker runtime of a :class:`~lookup.FullCachingLookupProvider`.
+
+    Parameters
+    ----------
+    provider
+        The provider (its trigger is copied, never opened twice).
+    store
+        A snapshot store to share (default: the provider's, when
+        :meth:`~lookup.FullCachingLookupProvider.shares_snapshots` says so here).
+        Giving one shares regardless of the provider's setting.
+    """
+
+    def __init__(
+        self, provider: FullCachingLookupProvider, *, store: SnapshotStore | None = None
+    ) -> None:
+        super().__init__(provider)
+        self._provider = provider
+        if store is None and provider.shares_snapshots():
+            store = SnapshotStore(
+                provider.snapshot_directory(), fingerprint=provider.snapshot_fingerprint()
+            )
+        self._shared: SharedFullCache | None = None
+        if store is None:
+            self.cache = LookupFullCache(
+                provider.key_columns,
+                initial_load_timeout=provider.initial_load_timeout,
+                max_staleness=provider.max_staleness,
+            )
+        else:
+            self._shared = SharedFullCache(
+                provider.key_columns,
+                store,
+                on_swap=self._arm_due_timer,
+                initial_load_timeout=provider.initial_load_timeout,
+                max_staleness=provider.max_staleness,
+            )
+            self.cache = self._shared
+        # A private copy: the provider's trigger is configuration, and one provider may be
+        # opened, closed and opened again in a process.
+        self._trigger = copy.deepcopy(provider.reload_trigger)
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._running: Future[None] | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._due_timer: threading.Timer | None = None
+
+    @property
+    def shared(self) -> bool:
+        """Whether this runtime serves the host's shared snapshot."""
+        return self._shared is not None
+
+    # --- lifecycle
+
+    def open(self) -> None:
+        self.cache.open(self.metrics)
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="lookup-full-reload")
+        self._trigger.open(self)
+
+    def close(self) -> None:
+        self._closed.set()
+        try:
+            self._trigger.close()
+        finally:
+            with self._lock:
+                timer, self._due_timer = self._due_timer, None
+            if timer is not None:
+                timer.cancel()
+            executor = self._executor
+            if executor is not None:
+                executor.shutdown(wait=False, cancel_futures=True)
+            self.cache.close()
+
+    # --- ReloadContext
+
+    def current_processing_time(self) -> int:
+        """Epoch milliseconds (the trigger's view of time)."""
+        return int(time.time() * 1000)
+
+    def trigger_reload(self) -> Future[None]:
+        """Start a reload, or join the one running; the future ends with the load.
+
+        Shared, "reload" means "make sure the host's snapshot is not due": the future
+        may end by switching to a version another process loaded, with no scan.
+        """
+        fired_at = self.cache.clock()
+        with self._lock:
+            running = self._running
+            if running is not None and not running.done():
+                return running
+            executor = self._executor
+            if executor is None or self._closed.is_set():
+                future: Future[None] = Future()
+                future.set_exception(RuntimeError("the full cache is closed"))
+                return future
+            self._running = executor.submit(self._reload, fired_at)
+            return self._running
+
+    def _reload(self, fired_at: float) -> None:
+        if self._shared is None:
+            snapshot = self._load(self._version() + 1)
+            if snapshot is not None:
+                self.cache.swap(snapshot)
+        else:
+            self._reload_shared(self._shared, fired_at)
+            # Also when nothing was swapped: a firing just before the version came due
+            # (that a timer's firing then joined) reloads nothing, and the timer must
+            # still fire at the due time.
+            current = self.cache.current()
+            if current is not None:
+                self._arm_due_timer(current)
+
+    def _version(self) -> int:
+        current = self.cache.current()
+        return 0 if current is None else current.version
+
+    def _load(self, version: int) -> FullSnapshot | None:
+        """Scan the source and index it as ``version``, retrying with backoff.
+
+        Returns None when the runtime closed first; raises the last error when every
+        attempt failed (counted and remembered; the current snapshot keeps serving).
+        """
+        from scan import read_arrow
+
+        provider = self._provider
+        policy = provider.retry_policy
+        error: BaseException | None = None
+        for attempt in range(policy.max_retries + 1):
+            if attempt:
+                self.metrics.inc_retries()
+                wait = policy.backoff(attempt)
+                log.warning(
+                    "full cache reload of %s failed (%r); retry %d of %d in %.3f s",
+                    provider.describe(), error, attempt, policy.max_retries, wait,
+                )
+                if self._closed.wait(wait):
+                    break
+            if self._closed.is_set():
+                break
+            loaded_at = self.cache.clock()
+            started = time.perf_counter()
+            try:
+                table = read_arrow(provider.source, provider.parallelism)
+                snapshot = FullSnapshot.build(
+                    table, provider.key_columns, loaded_at=loaded_at, version=version
+                )
+            except Exception as exc:
+                error = exc
+                continue
+            elapsed_ms = (time.perf_counter() - started) * 1000
+            self.metrics.inc_loads()
+            self.metrics.record_load_time(elapsed_ms)
+            log.info(
+                "full cache of %s loaded version %d: %d rows, %d keys in %.0f ms",
+                provider.describe(), snapshot.version, snapshot.num_rows, snapshot.num_keys,
+                elapsed_ms,
+            )
+            return snapshot
+        if error is None:  # closed before any attempt finished
+            return None
+        self.metrics.inc_load_failures()
+        self.cache.record_failure(error)
+        current = self.cache.current()
+        log.error(
+            "full cache reload of %s failed after %d attempt(s): %r; %s",
+            provider.describe(), policy.max_retries + 1, error,
+            f"still serving version {current.version}" if current else "no snapshot yet",
+        )
+        raise error
+
+    # --- sharing across the processes of a host
+
+    def _reload_shared(self, shared: SharedFullCache, fired_at: float) -> None:
+        """Serve a version that is good for a firing at ``fired_at``, loading it only if
+        no process of the host has, and only in the one process holding the lock."""
+        store = shared.store
+        waited = False
+        while not self._closed.is_set():
+            record = store.latest()
+            if record is not None and self._serves(record, fired_at) and self._adopt(record):
+                return
+            if waited:
+                failure = store.last_failure()
+                if failure is not None and failure[0] >= fired_at:
+                    # The process that loaded for this firing failed after its retries:
+                    # this firing failed too (trying again here would multiply the load).
+                    error = LookupLoadError(
+                        f"{self._provider.describe()}: the reload another process of this "
+                        f"host ran for this firing failed: {failure[1]}"
+                    )
+                    self.cache.record_failure(error)
+                    raise error
+            with store.try_lock() as locked:
+                if locked:
+                    self._load_and_publish(shared, store.latest(), fired_at)
+                    return
+            waited = True
+            # Another process is loading; keep serving the current version meanwhile.
+            self._closed.wait(_LOCK_POLL_SECONDS)
+
+    def _load_and_publish(
+        self, shared: SharedFullCache, record: StoredSnapshot | None, fired_at: float
+    ) -> None:
+        # Under the lock: the process that held it before us may have just published.
+        if record is not None and self._serves(record, fired_at) and self._adopt(record):
+            return
+        version = max(0 if record is None else record.version, self._version()) + 1
+        try:
+            snapshot = self._load(version)
+        except Exception as exc:
+            shared.store.record_failure(self.cache.clock(), repr(exc))
+            raise
+        if snapshot is None:
+            return
+        try:
+            shared.publish(snapshot)
+        except OSError as exc:
+            # The store cannot take it (disk full, read-only...): serve what was loaded
+            # here anyway; the other processes then load for themselves.
+            log.warning(
+                "full cache of %s: could not publish version %d to %s (%s); serving it "
+                "in this process only", self._provider.describe(), snapshot.version,
+                shared.store.directory, exc,
+            )
+            shared.swap(snapshot)
+
+    def _adopt(self, record: StoredSnapshot) -> bool:
+        """Serve ``record`` (or a newer version); False when it cannot be read."""
+        shared = self._shared
+        assert shared is not None
+        shared.adopt()  # a no-op when it is the version served already
+        current = shared.current()
+        return current is not None and (current.loaded_at, current.version) >= (
+            record.loaded_at, record.version)
+
+    def _serves(self, record: StoredSnapshot, fired_at: float) -> bool:
+        """Whether a firing at ``fired_at`` is satisfied by the published ``record``:
+        loaded after the firing, or not yet due on the trigger's schedule."""
+        if record.loaded_at >= fired_at:
+            return True
+        due = self._due(record.loaded_at)
+        return due is not None and due > fired_at
+
+    def _due(self, loaded_at: float) -> float | None:
+        due = self._trigger.next_reload_after(datetime.fromtimestamp(loaded_at, timezone.utc))
+        return None if due is None else due.timestamp()
+
+    def _arm_due_timer(self, snapshot: FullSnapshot) -> None:
+        """Fire when the version now served comes due (``on_swap`` of the shared cache,
+        and after each firing that succeeded): the schedule follows the data's load
+        time, not this worker's start."""
+        try:
+            due = self._due(snapshot.loaded_at)
+        except Exception:  # a trigger's bug must not fail the lookup that switched
+            log.exception("%r.next_reload_after failed; no reload timer", self._trigger)
+            due = None
+        self._start_timer(due)
+
+    def _start_timer(self, due: float | None) -> None:
+        with self._lock:
+            if self._due_timer is not None:
+                self._due_timer.cancel()
+                self._due_timer = None
+            if due is None or self._closed.is_set():
+                return
+            delay = max(0.0, due - self.cache.clock())
+            timer = threading.Timer(delay, self._fire_due, args=(due,))
+            timer.daemon = True
+            timer.name = "lookup-full-due"
+            self._due_timer = timer
+        timer.start()
+
+    def _fire_due(self, due: float) -> None:
+        if self._closed.is_set():
+            return
+        if self.cache.clock() < due:
+            # The timer waits on the monotonic clock, the schedule is on the wall clock:
+            # early by the difference, wait for the rest (a firing before `due` would
+            # find the version not due and reload nothing).
+            self._start_timer(due)
+            return
+        self.trigger_reload()  # its outcome is logged by the load itself
+
+    # --- lookups
+
+    def lookup_batch(self, keys: Iterable[Key]) -> dict[Key, tuple[Row, ...]]:
+        valid, nulls = self._distinct(keys)
+        found = self.cache.get_all(valid) if valid else {}
+        result: dict[Key, tuple[Row, ...]] = {key: tuple(found[key]) for key in valid}
+        for key in nulls:
+            result[key] = _EMPTY
+        return result

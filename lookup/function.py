@@ -1,0 +1,122 @@
+"""Lookup functions: how dimension rows are fetched by key (Flink's LookupFunction)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+from pyspark.sql.types import StructType
+
+from cache.base import Key, Row
+from spark_lookup.errors import ConfigError
+from spark_lookup.schema import SchemaLike, parse_schema
+
+__all__ = ["AsyncLookupFunction", "LookupFunction", "LookupFunctionBase"]
+
+
+class LookupFunctionBase:
+    """What synchronous and asynchronous lookup functions share: the declared dimension
+    ``schema`` and ``key_columns``, and the ``open``/``close`` lifecycle.
+
+    A subclass sets ``schema`` (a Spark DDL string or ``StructType``) and ``key_columns``
+    (names of schema fields, in key order) as class attributes or in ``__init__``.
+    Instances are built on the driver and pickled to executors: keep clients out of
+    ``__init__`` and create them in :meth:`open`, which runs where the function runs.
+    """
+
+    schema: SchemaLike = None
+    key_columns: Sequence[str] = ()
+
+    def open(self) -> None:  # optional hook
+        """Open clients; called once per Python worker before the first lookup."""
+
+    def close(self) -> None:  # optional hook
+        """Close clients; called when the last user of the function in the worker is done."""
+
+    @property
+    def struct(self) -> StructType:
+        """The dimension schema as a ``StructType`` (parsed without a JVM)."""
+        return parse_schema(self.schema, f"{type(self).__name__}.schema")
+
+    def key_fields(self) -> list[str]:
+        """``key_columns`` checked against the schema.
+
+        Raises
+        ------
+        ConfigError
+            When no key column is declared, one is not in the schema, or one repeats.
+        """
+        name = type(self).__name__
+        columns = self.key_columns
+        if isinstance(columns, str):
+            columns = [columns]
+        columns = list(columns or ())
+        if not columns:
+            raise ConfigError(f"{name}.key_columns is empty: declare the dimension key columns")
+        fields = self.struct.fieldNames()
+        for column in columns:
+            if column not in fields:
+                raise ConfigError(
+                    f"{name}.key_columns: {column!r} is not a column of the schema {fields}"
+                )
+        if len(set(columns)) != len(columns):
+            raise ConfigError(f"{name}.key_columns repeats a column: {columns}")
+        return columns
+
+
+class LookupFunction(LookupFunctionBase, ABC):
+    """Fetches the dimension rows of a key, synchronously.
+
+    Subclasses implement :meth:`lookup`; sources that can answer many keys in one round
+    trip (SQL ``IN``, Redis pipelines) override :meth:`lookup_batch`, which the caching
+    runtime calls once per batch of distinct misses.
+
+    Examples
+    --------
+    >>> class Countries(LookupFunction):
+    ...     schema = "code STRING, name STRING"
+    ...     key_columns = ["code"]
+    ...     def lookup(self, key):
+    ...         return [("fr", "France")] if key == ("fr",) else []
+    >>> Countries().lookup_batch([("fr",), ("xx",)])
+    {('fr',): [('fr', 'France')], ('xx',): []}
+    """
+
+    @abstractmethod
+    def lookup(self, key: Key) -> Sequence[Row]:
+        """The rows whose key columns equal ``key`` (a tuple in ``key_columns`` order):
+        empty when there is none, several for a one-to-many dimension.
+
+        Runs on executors, in the Python worker, possibly from several threads.
+        """
+
+    def lookup_batch(self, keys: Sequence[Key]) -> Mapping[Key, Sequence[Row]]:
+        """The rows of each of ``keys`` (distinct, none containing None), as a mapping
+        with an entry for every key (empty for no match). The default loops over
+        :meth:`lookup`."""
+        return {key: self.lookup(key) for key in keys}
+
+
+class AsyncLookupFunction(LookupFunctionBase, ABC):
+    """Fetches the dimension rows of a key with asyncio (Flink's AsyncLookupFunction).
+
+    The runtime runs :meth:`async_lookup` on its own event loop thread with at most
+    ``capacity`` lookups in flight and a per-lookup ``timeout`` (provider options).
+    """
+
+    @abstractmethod
+    async def async_lookup(self, key: Key) -> Sequence[Row]:
+        """The rows of ``key``, as :meth:`LookupFunction.lookup` returns them."""
+
+    async def async_lookup_batch(self, keys: Sequence[Key]) -> Mapping[Key, Sequence[Row]]:
+        """The rows of each key; by default the runtime awaits :meth:`async_lookup` per key
+        (bounded by ``capacity``). Override to answer a batch in one round trip."""
+        raise NotImplementedError
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # Lets the runtime know whether a batched override exists.
+        cls.has_batch = cls.async_lookup_batch is not AsyncLookupFunction.async_lookup_batch
+
+    has_batch: ClassVar[bool] = False

@@ -1,0 +1,496 @@
+"""Providers: a lookup function (or scan source) with its caching strategy and options.
+
+A provider is what the user builds on the driver and hands to :func:`lookup.lookup_join`,
+:func:`lookup.register_lookup_function` or :func:`lookup.open_lookup`. It is a small
+picklable value: the function, cache and trigger inside it travel to executors as
+their configuration and are opened there (Flink's ``LookupFunctionProvider`` family).
+Each provider gets a random ``provider_id`` when built; copies unpickled in one Python
+worker share one runtime and cache through it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql.types import StructType
+
+from cache.base import LookupCache
+from lookup.function import AsyncLookupFunction, LookupFunction, LookupFunctionBase
+from lookup.retry import MissRetry, RetryPolicy
+from spark_lookup.errors import ConfigError
+from spark_lookup.options import as_timedelta
+from spark_lookup.schema import SchemaLike, parse_schema
+
+__all__ = [
+    "AsyncLookupFunctionProvider",
+    "FullCachingLookupProvider",
+    "LookupFunctionProvider",
+    "LookupProvider",
+    "PartialCachingAsyncLookupProvider",
+    "PartialCachingLookupProvider",
+]
+
+DEFAULT_BATCH_SIZE = 10_000
+DEFAULT_CAPACITY = 100
+DEFAULT_ASYNC_TIMEOUT = timedelta(seconds=180)
+
+
+def _retry_policy(max_retries: int | None, retry_policy: RetryPolicy | None) -> RetryPolicy:
+    if retry_policy is not None:
+        if not isinstance(retry_policy, RetryPolicy):
+            raise ConfigError(f"retry_policy must be a RetryPolicy, got {retry_policy!r}")
+        if max_retries is not None and max_retries != retry_policy.max_retries:
+            raise ConfigError(
+                "give either max_retries or retry_policy (with its own max_retries), not both"
+            )
+        return retry_policy
+    return RetryPolicy(max_retries=3 if max_retries is None else max_retries)
+
+
+def _positive_int(value: object, name: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class LookupProvider:
+    """Base of all providers: the dimension ``schema``, ``key_columns`` and retry options.
+
+    Not built directly: use the ``of`` constructor of a concrete provider.
+    """
+
+    schema: StructType
+    key_columns: tuple[str, ...]
+    retry_policy: RetryPolicy
+    retry_on_miss: MissRetry | None
+    provider_id: str = field(default_factory=lambda: uuid.uuid4().hex, kw_only=True)
+
+    @property
+    def kind(self) -> str:
+        """``"NONE"``, ``"PARTIAL"`` or ``"FULL"``: the caching strategy."""
+        return "NONE"
+
+    @property
+    def key_types(self) -> list[Any]:
+        """Spark data types of the key columns, in key order."""
+        return [self.schema[name].dataType for name in self.key_columns]
+
+    def describe(self) -> str:
+        """A one-line description for logs and error messages."""
+        return f"{type(self).__name__}(key_columns={list(self.key_columns)})"
+
+
+def _function_parts(
+    fn: LookupFunctionBase, wanted: type[LookupFunctionBase]
+) -> tuple[StructType, tuple[str, ...]]:
+    if not isinstance(fn, wanted):
+        raise ConfigError(
+            f"expected a {wanted.__name__}, got {type(fn).__name__}"
+            + (
+                " (use the Async provider for an AsyncLookupFunction)"
+                if isinstance(fn, AsyncLookupFunction)
+                else ""
+            )
+        )
+    return fn.struct, tuple(fn.key_fields())
+
+
+@dataclass(frozen=True)
+class LookupFunctionProvider(LookupProvider):
+    """Looks every key up in the function, with no cache (Flink's ``LookupFunctionProvider``).
+
+    Misses are still loaded in one :meth:`~lookup.LookupFunction.lookup_batch` call per
+    batch of distinct keys.
+    """
+
+    function: LookupFunction = field(kw_only=True)
+    batch_size: int = field(default=DEFAULT_BATCH_SIZE, kw_only=True)
+
+    @classmethod
+    def of(
+        cls,
+        fn: LookupFunction,
+        *,
+        max_retries: int | None = None,
+        retry_policy: RetryPolicy | None = None,
+        retry_on_miss: MissRetry | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> LookupFunctionProvider:
+        """A provider looking keys up in ``fn`` on every batch.
+
+        Parameters
+        ----------
+        fn
+            The lookup function (picklable; opened on each executor).
+        max_retries
+            Retries of a failed load (default 3) with exponential backoff; or give a
+            full ``retry_policy``.
+        retry_on_miss
+            Look keys with no rows up again (late-arriving dimension rows).
+        batch_size
+            Most keys passed to one ``lookup_batch`` call; larger batches are chunked.
+
+        Raises
+        ------
+        ConfigError
+            For an invalid schema, key columns or option (a ``ValueError``).
+        """
+        schema, keys = _function_parts(fn, LookupFunction)
+        return cls(
+            schema,
+            keys,
+            _retry_policy(max_retries, retry_policy),
+            _miss_retry(retry_on_miss),
+            function=fn,
+            batch_size=_positive_int(batch_size, "batch_size"),
+        )
+
+
+@dataclass(frozen=True)
+class PartialCachingLookupProvider(LookupFunctionProvider):
+    """Looks keys up in ``cache`` first and loads the misses from the function
+    (Flink's ``PartialCachingLookupProvider``)."""
+
+    cache: LookupCache = field(kw_only=True)
+
+    @property
+    def kind(self) -> str:
+        return "PARTIAL"
+
+    @classmethod
+    def of(  # type: ignore[override]
+        cls,
+        fn: LookupFunction,
+        cache: LookupCache,
+        *,
+        max_retries: int | None = None,
+        retry_policy: RetryPolicy | None = None,
+        retry_on_miss: MissRetry | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> PartialCachingLookupProvider:
+        """A provider caching the results of ``fn`` in ``cache`` (e.g. a
+        :class:`cache.DefaultLookupCache`); other options as :meth:`LookupFunctionProvider.of`.
+
+        Examples
+        --------
+        >>> from cache import DefaultLookupCache
+        >>> class Squares(LookupFunction):
+        ...     schema, key_columns = "n BIGINT, square BIGINT", ["n"]
+        ...     def lookup(self, key):
+        ...         return [(key[0], key[0] ** 2)]
+        >>> provider = PartialCachingLookupProvider.of(
+        ...     Squares(), DefaultLookupCache.new_builder().maximum_size(1000).build())
+        >>> provider.kind, provider.key_columns
+        ('PARTIAL', ('n',))
+        """
+        schema, keys = _function_parts(fn, LookupFunction)
+        return cls(
+            schema,
+            keys,
+            _retry_policy(max_retries, retry_policy),
+            _miss_retry(retry_on_miss),
+            function=fn,
+            batch_size=_positive_int(batch_size, "batch_size"),
+            cache=_check_cache(cache),
+        )
+
+
+@dataclass(frozen=True)
+class AsyncLookupFunctionProvider(LookupProvider):
+    """Looks keys up with an :class:`~lookup.AsyncLookupFunction`, at most ``capacity``
+    in flight, each bounded by ``timeout`` (Flink's ``AsyncLookupFunctionProvider``)."""
+
+    function: AsyncLookupFunction = field(kw_only=True)
+    capacity: int = field(default=DEFAULT_CAPACITY, kw_only=True)
+    timeout: timedelta = field(default=DEFAULT_ASYNC_TIMEOUT, kw_only=True)
+    batch_size: int = field(default=DEFAULT_BATCH_SIZE, kw_only=True)
+
+    @classmethod
+    def of(
+        cls,
+        fn: AsyncLookupFunction,
+        *,
+        capacity: int = DEFAULT_CAPACITY,
+        timeout: timedelta | float = DEFAULT_ASYNC_TIMEOUT,
+        max_retries: int | None = None,
+        retry_policy: RetryPolicy | None = None,
+        retry_on_miss: MissRetry | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> AsyncLookupFunctionProvider:
+        """A provider awaiting ``fn.async_lookup`` per key (or ``async_lookup_batch``).
+
+        Parameters
+        ----------
+        capacity
+            Lookups in flight at once (Flink's ``lookup.async.capacity``... per worker).
+        timeout
+            Bound of one lookup (``timedelta`` or seconds); a timeout is a failed attempt
+            and is retried like any error.
+        """
+        schema, keys = _function_parts(fn, AsyncLookupFunction)
+        return cls(
+            schema,
+            keys,
+            _retry_policy(max_retries, retry_policy),
+            _miss_retry(retry_on_miss),
+            function=fn,
+            capacity=_positive_int(capacity, "capacity"),
+            timeout=as_timedelta(timeout, "timeout"),
+            batch_size=_positive_int(batch_size, "batch_size"),
+        )
+
+
+@dataclass(frozen=True)
+class PartialCachingAsyncLookupProvider(AsyncLookupFunctionProvider):
+    """An async lookup function behind a partial cache
+    (Flink's ``PartialCachingAsyncLookupProvider``)."""
+
+    cache: LookupCache = field(kw_only=True)
+
+    @property
+    def kind(self) -> str:
+        return "PARTIAL"
+
+    @classmethod
+    def of(  # type: ignore[override]
+        cls,
+        fn: AsyncLookupFunction,
+        cache: LookupCache,
+        *,
+        capacity: int = DEFAULT_CAPACITY,
+        timeout: timedelta | float = DEFAULT_ASYNC_TIMEOUT,
+        max_retries: int | None = None,
+        retry_policy: RetryPolicy | None = None,
+        retry_on_miss: MissRetry | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> PartialCachingAsyncLookupProvider:
+        """A provider caching the results of the async ``fn`` in ``cache``; options as
+        :meth:`AsyncLookupFunctionProvider.of`."""
+        schema, keys = _function_parts(fn, AsyncLookupFunction)
+        return cls(
+            schema,
+            keys,
+            _retry_policy(max_retries, retry_policy),
+            _miss_retry(retry_on_miss),
+            function=fn,
+            capacity=_positive_int(capacity, "capacity"),
+            timeout=as_timedelta(timeout, "timeout"),
+            batch_size=_positive_int(batch_size, "batch_size"),
+            cache=_check_cache(cache),
+        )
+
+
+@dataclass(frozen=True)
+class FullCachingLookupProvider(LookupProvider):
+    """Loads the whole dimension table from a split-based ``scan.Source`` into an
+    in-memory snapshot, reloaded by a trigger (Flink's ``FullCachingLookupProvider``,
+    taking any FLIP-27 source instead of only an InputFormat).
+
+    Lookups never touch the source: a key absent from the snapshot has no rows (and is
+    counted as a miss). A failed reload keeps serving the last good snapshot.
+
+    In Spark's Python workers the snapshot is shared by every worker of the host through
+    a snapshot store (see :meth:`of`, ``share_across_workers``).
+    """
+
+    source: Any = field(kw_only=True)
+    reload_trigger: Any = field(kw_only=True)
+    parallelism: int = field(default=4, kw_only=True)
+    initial_load_timeout: timedelta = field(default=timedelta(minutes=5), kw_only=True)
+    max_staleness: timedelta | None = field(default=None, kw_only=True)
+    share_across_workers: bool | None = field(default=None, kw_only=True)
+    snapshot_dir: str | None = field(default=None, kw_only=True)
+    snapshot_name: str | None = field(default=None, kw_only=True)
+
+    @property
+    def kind(self) -> str:
+        return "FULL"
+
+    def shares_snapshots(self) -> bool:
+        """Whether a runtime opened here uses the host snapshot store.
+
+        Runs where the runtime opens. ``share_across_workers`` when it was given, else
+        whether this process is a Spark Python worker running a task.
+        """
+        if self.share_across_workers is not None:
+            return self.share_across_workers
+        return _in_spark_task()
+
+    def snapshot_directory(self) -> Path:
+        """The store directory of this table on this host:
+        ``<snapshot_dir or tmp/spark-lookup-snapshots>/<snapshot_name or provider_id>``."""
+        from cache.snapshot_store import default_snapshot_root
+
+        root = Path(self.snapshot_dir) if self.snapshot_dir else default_snapshot_root()
+        return root / (self.snapshot_name or self.provider_id)
+
+    def snapshot_fingerprint(self) -> str:
+        """What a stored snapshot must be to serve this provider: a digest of the key
+        columns and the schema (a named store outliving a change of either is replaced,
+        never served)."""
+        shape = json.dumps({"key_columns": list(self.key_columns), "schema": self.schema.json()})
+        return hashlib.sha256(shape.encode()).hexdigest()[:32]
+
+    @classmethod
+    def of(
+        cls,
+        source: Any,
+        reload_trigger: Any,
+        key_columns: Sequence[str] | str,
+        *,
+        parallelism: int = 4,
+        initial_load_timeout: timedelta | float = timedelta(minutes=5),
+        max_staleness: timedelta | float | None = None,
+        max_retries: int | None = None,
+        retry_policy: RetryPolicy | None = None,
+        share_across_workers: bool | None = None,
+        snapshot_dir: str | os.PathLike[str] | None = None,
+        snapshot_name: str | None = None,
+    ) -> FullCachingLookupProvider:
+        """A provider serving lookups from full snapshots of ``source``.
+
+        Parameters
+        ----------
+        source
+            A ``scan.Source`` declaring its ``schema`` (picklable; read on executors).
+        reload_trigger
+            A ``triggers.CacheReloadTrigger``; it loads once when the cache opens, then
+            on its schedule.
+        key_columns
+            Columns of the source schema that lookups match on, in key order.
+        parallelism
+            Readers scanning the source's splits at once during a load.
+        initial_load_timeout
+            How long the first lookup waits for the first load.
+        max_staleness
+            When set, lookups fail with :class:`~spark_lookup.SnapshotUnavailableError`
+            once the last good snapshot is older than this (reloads keep failing).
+        max_retries, retry_policy
+            Retries of a failed reload with backoff, before waiting for the next firing.
+        share_across_workers
+            Whether the Python processes of a host share one snapshot: ``None`` (the
+            default) shares in Spark Python workers (where a task runs) and not
+            elsewhere; ``True`` always; ``False`` never (one snapshot per process, loaded
+            by each, Flink's model). Shared, a load writes the table once to the host's
+            snapshot store as an Arrow file that every worker memory-maps; one worker per
+            host loads per due reload (under a file lock) while the others keep serving
+            the previous version and switch at their next lookup; a new worker starts
+            from the stored snapshot without touching the source, and the trigger's
+            schedule runs from the snapshot's load time. Giving ``snapshot_dir`` or
+            ``snapshot_name`` implies ``True``.
+        snapshot_dir
+            The local directory (absolute, the same path on every executor) under which
+            stores are kept; default ``<system temp dir>/spark-lookup-snapshots``. It
+            must belong to the user running the workers and not be writable by others.
+        snapshot_name
+            Names this table's store (letters, digits, ``_ . -``). Default: the
+            provider's ``provider_id``, so only copies of this provider (the workers of
+            this application) share it, and a new application starts from a new store.
+            A name shares it across applications too (a restarted query starts warm):
+            give one only to providers that read the same table.
+
+        Raises
+        ------
+        ConfigError
+            For an invalid argument, or ``snapshot_dir``/``snapshot_name`` together with
+            ``share_across_workers=False``.
+        """
+        from cache.snapshot_store import check_store_name
+        from scan import Source
+        from triggers import CacheReloadTrigger
+
+        if not isinstance(source, Source):
+            raise ConfigError(f"source must be a scan.Source, got {type(source).__name__}")
+        if not isinstance(reload_trigger, CacheReloadTrigger):
+            raise ConfigError(
+                "reload_trigger must be a triggers.CacheReloadTrigger, "
+                f"got {type(reload_trigger).__name__}"
+            )
+        schema = parse_schema(_source_schema(source), f"{type(source).__name__}.schema")
+        keys = [key_columns] if isinstance(key_columns, str) else list(key_columns)
+        if not keys:
+            raise ConfigError("key_columns is empty: name the columns lookups match on")
+        for key in keys:
+            if key not in schema.fieldNames():
+                raise ConfigError(
+                    f"key_columns: {key!r} is not a column of the source schema "
+                    f"{schema.fieldNames()}"
+                )
+        if len(set(keys)) != len(keys):
+            raise ConfigError(f"key_columns repeats a column: {keys}")
+        share, directory = _sharing(share_across_workers, snapshot_dir, snapshot_name)
+        return cls(
+            schema,
+            tuple(keys),
+            _retry_policy(max_retries, retry_policy),
+            None,
+            source=source,
+            reload_trigger=reload_trigger,
+            parallelism=_positive_int(parallelism, "parallelism"),
+            initial_load_timeout=as_timedelta(initial_load_timeout, "initial_load_timeout"),
+            max_staleness=None
+            if max_staleness is None
+            else as_timedelta(max_staleness, "max_staleness"),
+            share_across_workers=share,
+            snapshot_dir=directory,
+            snapshot_name=None if snapshot_name is None else check_store_name(snapshot_name),
+        )
+
+
+def _sharing(
+    share: object, directory: object, name: object
+) -> tuple[bool | None, str | None]:
+    if share is not None and not isinstance(share, bool):
+        raise ConfigError(f"share_across_workers must be True, False or None, got {share!r}")
+    path: str | None = None
+    if directory is not None:
+        if not isinstance(directory, (str, os.PathLike)):
+            raise ConfigError(f"snapshot_dir must be a path, got {type(directory).__name__}")
+        path = os.fspath(directory)
+        if not isinstance(path, str) or not os.path.isabs(path):
+            # Resolved on each executor: a relative path would mean its working directory.
+            raise ConfigError(f"snapshot_dir must be an absolute path, got {directory!r}")
+    if directory is not None or name is not None:
+        if share is False:
+            raise ConfigError(
+                "snapshot_dir and snapshot_name configure the shared snapshot store; they "
+                "contradict share_across_workers=False"
+            )
+        share = True
+    return share, path
+
+
+def _in_spark_task() -> bool:
+    try:
+        from pyspark import TaskContext
+    except ImportError:  # pragma: no cover - pyspark is a dependency
+        return False
+    return TaskContext.get() is not None
+
+
+def _source_schema(source: Any) -> SchemaLike:
+    schema = getattr(source, "schema", None)
+    if schema is None:
+        raise ConfigError(f"{type(source).__name__} declares no schema; pass schema=...")
+    return schema
+
+
+def _check_cache(cache: object) -> LookupCache:
+    if not isinstance(cache, LookupCache):
+        raise ConfigError(f"cache must be a cache.LookupCache, got {type(cache).__name__}")
+    return cache
+
+
+def _miss_retry(value: object) -> MissRetry | None:
+    if value is not None and not isinstance(value, MissRetry):
+        raise ConfigError(f"retry_on_miss must be a MissRetry or None, got {value!r}")
+    return value

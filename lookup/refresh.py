@@ -1,0 +1,748 @@
+"""Scheduled full reloads of a small table into Spark, served as a refreshed temp view.
+
+:class:`ScheduledTableRefresh` reads a bounded ``scan.Source`` through its PySpark data
+source (:func:`scan.register_data_source`: splits planned on the driver, read on the
+executors) whenever its ``triggers.CacheReloadTrigger`` fires, materializes the rows as a
+new *version*, and points a temp view at that version with one catalog call. SQL and
+DataFrames that name the view after the swap read the new version; plans resolved
+before it keep theirs. A reload that fails keeps the view on the last good version.
+
+Spark facts this design rests on (PySpark 4.3, classic; pinned by ``tests/refresh``):
+
+- A DataFrame (``spark.table(view)``, ``spark.sql(...)``) resolves the view when it is
+  built and keeps that plan: replacing the view never changes a DataFrame built before.
+- A streaming query resolves its static side once, when the streaming DataFrame is
+  defined. A stream-static join on ``spark.table(view)`` therefore never follows the
+  view: a local version stays frozen for the life of the query; a cached version is
+  read from the cache while it stays persisted and, once unpersisted, each micro-batch
+  re-runs the version's original plan, a full scan of the *live* source per
+  micro-batch. To follow reloads, resolve the view per micro-batch in ``foreachBatch``
+  with the session that owns the view (:meth:`ScheduledTableRefresh.table`):
+  ``batch_df.sparkSession`` is the query's clone of the session, whose temp views are
+  copies taken when the query started.
+- Unpersisting a cached DataFrame while a query scans it makes Spark recompute the
+  missing partitions from its plan, i.e. from the live source: such a query mixes
+  versions. Hence replaced cached versions are unpersisted ``unpersist_delay`` after
+  the swap, not at it; local versions hold their rows in the plan and need nothing.
+- While a cache is being built, Spark's ``CacheManager`` holds that cache's lock through
+  the physical planning of its plan, which for our data source is the source planning
+  its splits (``partitions()``, on the driver). Every ``unpersist``, ``uncacheTable``
+  and ``dropTempView`` of the application scans the cache entries and waits on that
+  lock: with ``CACHE`` or ``AUTO``, a source whose split planning hangs stalls them
+  (and :meth:`ScheduledTableRefresh.close`) until it ends. ``LOCAL`` loads cache nothing.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeoutError
+from concurrent.futures import wait as wait_futures
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
+from types import TracebackType
+from typing import Any
+
+from lookup.retry import RetryPolicy
+from spark_lookup.errors import ConfigError, LookupLoadError, SnapshotUnavailableError
+from spark_lookup.options import as_timedelta
+from spark_lookup.schema import parse_schema
+
+__all__ = ["Materialization", "RefreshStatus", "ScheduledTableRefresh"]
+
+log = logging.getLogger("lookup")
+
+_VIEW_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
+
+DEFAULT_LOCAL_MAX_BYTES = 8 * 1024 * 1024
+"""Below Spark's default broadcast threshold (10 MB) and Arrow local-relation limit (48 MB)."""
+
+_LOAD_STOP_WAIT = 10.0
+"""Seconds ``close()`` waits for a load it interrupted to unwind."""
+
+# One refresh per (session, view): a second would fight over the view and drop it on close.
+_claims_lock = threading.Lock()
+_claims: set[tuple[int, str]] = set()
+
+
+class Materialization(enum.Enum):
+    """How a loaded version is held by Spark."""
+
+    AUTO = "AUTO"
+    """Cache it, then turn it into a local relation if its cached size is at most
+    ``local_max_bytes`` (the table is scanned once either way)."""
+    LOCAL = "LOCAL"
+    """Collect it to the driver as Arrow and serve a ``LocalRelation`` built from it:
+    the rows live in the plan (no executor storage, never recomputed from the source)
+    and Spark broadcasts it in joins. Only for tables that fit the driver."""
+    CACHE = "CACHE"
+    """``persist(storage_level)`` on the executors, materialized before the swap."""
+
+
+@dataclass(frozen=True)
+class RefreshStatus:
+    """A consistent snapshot of a refresh's state (:meth:`ScheduledTableRefresh.status`).
+
+    Attributes
+    ----------
+    view_name : str
+        The temp view.
+    version : int
+        The number of the version the view serves (the last good one); 0 before any.
+    materialization : str or None
+        ``"LOCAL"`` or ``"CACHE"``: how that version is held.
+    rows : int or None
+        Rows of that version.
+    bytes : int or None
+        Its size: Arrow bytes held by the driver (local) or Spark's in-memory columnar
+        size of the cached table (cache).
+    last_load_time : float or None
+        Duration in milliseconds of the latest successful load (read, materialize, swap).
+    last_success_at : datetime or None
+        When the latest successful load swapped its version in (UTC).
+    num_loads : int
+        Successful loads.
+    num_load_failures : int
+        Reloads that failed after all their retries (each kept the previous version).
+    num_retries : int
+        Load attempts that failed and were retried.
+    last_error : str or None
+        The error of the latest failed reload (kept after a later success, for logs).
+    last_failure_at : datetime or None
+        When that reload gave up (UTC).
+    stale : bool
+        Whether the view currently raises instead of serving rows because the last
+        good version is older than ``max_staleness``.
+    """
+
+    view_name: str
+    version: int = 0
+    materialization: str | None = None
+    rows: int | None = None
+    bytes: int | None = None
+    last_load_time: float | None = None
+    last_success_at: datetime | None = None
+    num_loads: int = 0
+    num_load_failures: int = 0
+    num_retries: int = 0
+    last_error: str | None = None
+    last_failure_at: datetime | None = None
+    stale: bool = False
+
+
+@dataclass(frozen=True)
+class _Version:
+    number: int
+    df: Any  # the DataFrame the view points at
+    mode: Materialization  # LOCAL or CACHE
+    rows: int
+    bytes: int | None
+
+    def release(self) -> None:
+        """Drop the cached blocks of a CACHE version (a LOCAL one has none)."""
+        if self.mode is Materialization.CACHE:
+            self.df.unpersist(blocking=False)
+
+
+class ScheduledTableRefresh:
+    """A temp view over a small table, reloaded in full whenever a trigger fires.
+
+    Lives on the driver. :meth:`open` registers ``source`` as a PySpark data source,
+    opens ``trigger`` with this object as its :class:`triggers.ReloadContext` and waits
+    for the first load. Each firing runs one load on a background thread of this
+    object: the executors read the source's splits, the rows are materialized (see
+    :class:`Materialization`), and ``createOrReplaceTempView`` points the view at the
+    new version. Queries resolved before the swap keep the version they resolved.
+
+    A load that fails is retried with ``retry_policy``'s backoff; if every attempt
+    fails, the view keeps its version, the failure is counted and logged (logger
+    ``lookup``), and the next firing tries again. With ``max_staleness``, once the
+    served version is older than that the view is replaced by one that raises an error
+    naming the view, until a load succeeds.
+
+    Thread-safe: firings arrive on the trigger's scheduler thread, explicit reloads and
+    :meth:`status` may come from any thread while queries on the view run on others.
+    Loads never overlap: a reload asked for while one runs is queued once (later asks
+    join the queued one), so its future reports a load that started after the ask.
+
+    Parameters
+    ----------
+    spark : pyspark.sql.SparkSession
+        The (classic) session whose catalog holds the view.
+    source : scan.Source
+        A bounded source declaring its schema; picklable (read on the executors).
+    trigger : triggers.CacheReloadTrigger
+        When to reload. Opened by :meth:`open`, closed by :meth:`close`; the triggers
+        of this library load once when opened, then on their schedule.
+    view_name : str
+        The temp view (a plain identifier). This object owns it while open.
+    materialization : Materialization or str
+        ``AUTO`` (default), ``LOCAL`` or ``CACHE``.
+    local_max_bytes : int
+        ``AUTO`` serves a version as a local relation up to this cached size (8 MiB).
+    storage_level : pyspark.StorageLevel, optional
+        Of cached versions (default ``MEMORY_AND_DISK_DESER``, what ``cache()`` uses).
+    retry_policy : RetryPolicy, optional
+        Retries of a failed load (default: 3 retries, exponential backoff from 100 ms).
+    max_staleness : timedelta or float, optional
+        When set, the view raises once its version finished loading longer ago than
+        this. Keep it above the trigger's interval plus a load.
+    unpersist_delay : timedelta or float
+        How long a replaced cached version stays persisted after the swap, for queries
+        that resolved it before (default 60 s; 0: right after the swap). A query that
+        outlives it recomputes the missing partitions from the live source.
+    initial_load_timeout : timedelta or float
+        How long :meth:`open` waits for the first load (default 5 min).
+    clock : callable
+        Wall-clock seconds since the epoch (``time.time``), for the status timestamps
+        and ``current_processing_time``; timers use real time.
+
+    Raises
+    ------
+    ConfigError
+        (a ``ValueError``) naming the argument that is invalid.
+
+    Notes
+    -----
+    :meth:`close` stops the trigger, interrupts a load in progress (its Spark jobs run
+    in a job group of their own), drops the view and unpersists every version, unless
+    ``keep_view=True``: then the last version stays as a plain temp view (release it
+    with ``spark.catalog.dropTempView``, which also uncaches it).
+
+    Examples
+    --------
+    >>> from datetime import timedelta
+    >>> from scan import CollectionSource
+    >>> from triggers import PeriodicCacheReloadTrigger
+    >>> source = CollectionSource([(1, "nl", "Netherlands"), (2, "fr", "France")],
+    ...                           schema="id BIGINT, code STRING, name STRING")
+    >>> refresh = ScheduledTableRefresh(
+    ...     spark, source, PeriodicCacheReloadTrigger(timedelta(hours=1)), "countries")
+    >>> with refresh:  # opens: the first load is done when the block starts
+    ...     spark.sql("SELECT name FROM countries WHERE code = 'fr'").first()["name"]
+    ...     refresh.trigger_reload().result(timeout=120).version
+    'France'
+    2
+    >>> spark.catalog.tableExists("countries")  # closed: the view is dropped
+    False
+    """
+
+    def __init__(
+        self,
+        spark: Any,
+        source: Any,
+        trigger: Any,
+        view_name: str,
+        *,
+        materialization: Materialization | str = Materialization.AUTO,
+        local_max_bytes: int = DEFAULT_LOCAL_MAX_BYTES,
+        storage_level: Any = None,
+        retry_policy: RetryPolicy | None = None,
+        max_staleness: timedelta | float | None = None,
+        unpersist_delay: timedelta | float = timedelta(seconds=60),
+        initial_load_timeout: timedelta | float = timedelta(minutes=5),
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        from pyspark import StorageLevel
+        from pyspark.sql import SparkSession
+
+        from scan import Boundedness, Source
+        from triggers import CacheReloadTrigger
+
+        if not isinstance(spark, SparkSession):
+            raise ConfigError(f"spark must be a SparkSession, got {type(spark).__name__}")
+        if not isinstance(source, Source):
+            raise ConfigError(f"source must be a scan.Source, got {type(source).__name__}")
+        if source.boundedness is not Boundedness.BOUNDED:
+            raise ConfigError(
+                f"source {type(source).__name__} is unbounded; a refreshed view needs a "
+                "bounded source (a table, a set of files)"
+            )
+        if getattr(source, "schema", None) is None:
+            raise ConfigError(f"source {type(source).__name__} declares no schema")
+        if not isinstance(trigger, CacheReloadTrigger):
+            raise ConfigError(
+                f"trigger must be a triggers.CacheReloadTrigger, got {type(trigger).__name__}"
+            )
+        if not isinstance(view_name, str) or not _VIEW_NAME.match(view_name):
+            raise ConfigError(
+                f"view_name must be an identifier (a letter or _, then letters, digits or _; "
+                f"at most 100 characters), got {view_name!r}"
+            )
+        if (
+            not isinstance(local_max_bytes, int)
+            or isinstance(local_max_bytes, bool)
+            or local_max_bytes < 0
+        ):
+            raise ConfigError(f"local_max_bytes must be an int >= 0, got {local_max_bytes!r}")
+        if storage_level is None:
+            storage_level = StorageLevel.MEMORY_AND_DISK_DESER
+        elif not isinstance(storage_level, StorageLevel):
+            raise ConfigError(
+                f"storage_level must be a pyspark.StorageLevel, got {storage_level!r}"
+            )
+        if retry_policy is None:
+            retry_policy = RetryPolicy()
+        elif not isinstance(retry_policy, RetryPolicy):
+            raise ConfigError(f"retry_policy must be a RetryPolicy, got {retry_policy!r}")
+        if not callable(clock):
+            raise ConfigError(f"clock must be a callable returning seconds, got {clock!r}")
+        self._spark = spark
+        self._source = source
+        self._struct = parse_schema(source.schema, f"{type(source).__name__}.schema")
+        self._trigger = trigger
+        self._view = view_name
+        self._mode = _materialization(materialization)
+        self._local_max_bytes = local_max_bytes
+        self._storage_level = storage_level
+        self._retry = retry_policy
+        self._max_staleness = (
+            None if max_staleness is None else as_timedelta(max_staleness, "max_staleness")
+        )
+        self._unpersist_delay = as_timedelta(unpersist_delay, "unpersist_delay", allow_zero=True)
+        self._initial_load_timeout = as_timedelta(initial_load_timeout, "initial_load_timeout")
+        self._clock = clock
+        tag = uuid.uuid4().hex[:12]
+        self._format = f"spark_lookup_refresh_{view_name}_{tag}"
+        self._job_group = f"spark-lookup-refresh-{view_name}-{tag}"
+
+        # Guards everything below; Spark calls made under it are catalog calls only.
+        self._lock = threading.Lock()
+        self._state = "new"  # -> "open" -> "closed"
+        self._stop = threading.Event()  # set by close(); wakes a retry backoff
+        self._trigger_opened = False  # close() must not close a trigger open() did not open
+        self._executor: ThreadPoolExecutor | None = None
+        self._queued: Future[RefreshStatus] | None = None  # the latest load submitted
+        self._first: Future[RefreshStatus] = Future()
+        self._current: _Version | None = None
+        self._retiring: dict[int, tuple[_Version, threading.Timer]] = {}
+        self._stale_timer: threading.Timer | None = None
+        self._status = RefreshStatus(view_name=view_name)
+
+    # --- public API
+
+    @property
+    def view_name(self) -> str:
+        """The temp view this refresh serves."""
+        return self._view
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the refresh is between :meth:`open` and :meth:`close`."""
+        return self._state == "open"
+
+    def open(self, *, wait: bool = True) -> ScheduledTableRefresh:
+        """Register the data source, start the trigger and (by default) wait for the
+        first load; on the driver. Returns ``self``.
+
+        Raises
+        ------
+        LookupLoadError
+            The first load failed after its retries (the refresh is closed again).
+        SnapshotUnavailableError
+            The first load did not finish within ``initial_load_timeout``.
+        ConfigError
+            Another open refresh serves this view in this session.
+        RuntimeError
+            Opened twice, or after :meth:`close`.
+        """
+        from scan.spark import register_data_source
+
+        key = (id(self._spark), self._view.lower())
+        with self._lock:
+            if self._state != "new":
+                raise RuntimeError(f"{self!r} was already opened; build a new refresh")
+            with _claims_lock:
+                if key in _claims:
+                    raise ConfigError(
+                        f"temp view {self._view!r} is already served by another open "
+                        "ScheduledTableRefresh of this session"
+                    )
+                _claims.add(key)
+            self._state = "open"
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="lookup-view-refresh")
+        try:
+            register_data_source(self._spark, self._format, self._source)
+            self._trigger.open(self)
+            self._trigger_opened = True
+            if wait:
+                self._first.result(timeout=self._initial_load_timeout.total_seconds())
+        except FutureTimeoutError as exc:  # the builtin TimeoutError from Python 3.11
+            self.close()
+            raise SnapshotUnavailableError(
+                f"the first load of temp view {self._view!r} did not finish within "
+                f"{self._initial_load_timeout}"
+            ) from exc
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self, *, keep_view: bool = False) -> None:
+        """Stop reloading; on the driver. Idempotent.
+
+        Stops the trigger, cancels the Spark jobs of a load in progress and waits a
+        bounded time for it to unwind (a load never swaps after ``close``). Then drops
+        the view and unpersists every version, including replaced ones still within
+        ``unpersist_delay`` (queries still running on those may recompute partitions
+        from the source). With ``keep_view=True`` the current version stays as a plain
+        temp view, persisted if cached, no longer refreshed.
+
+        Dropping the view waits for a ``CACHE``/``AUTO`` load that is still planning its
+        splits (see the module notes), however long that takes.
+        """
+        with self._lock:
+            if self._state == "closed":
+                return
+            was_open = self._state == "open"
+            self._state = "closed"
+            self._stop.set()
+            last = self._queued
+            executor, self._executor = self._executor, None
+        if was_open:
+            try:
+                # First the Spark jobs of a load in progress, so the trigger's close (which
+                # waits for that load) returns promptly.
+                self._spark.sparkContext.cancelJobGroup(self._job_group)
+                if self._trigger_opened:
+                    self._trigger.close()
+            finally:
+                if executor is not None:
+                    executor.shutdown(wait=False, cancel_futures=True)
+                if last is not None:
+                    # Loads run in submission order and the queued ones were just
+                    # cancelled: the latest one ends when the running one does.
+                    wait_futures([last], timeout=_LOAD_STOP_WAIT)
+                with _claims_lock:
+                    _claims.discard((id(self._spark), self._view.lower()))
+        with self._lock:
+            current = self._current
+            retiring = list(self._retiring.values())
+            self._retiring.clear()
+            if self._stale_timer is not None:
+                self._stale_timer.cancel()
+                self._stale_timer = None
+            if not keep_view:
+                self._current = None
+        for version, timer in retiring:
+            timer.cancel()
+            version.release()
+        if was_open and not keep_view:
+            self._spark.catalog.dropTempView(self._view)
+            if current is not None:
+                current.release()
+        _settle(self._first, error=RuntimeError(f"{self!r} closed before its first load"))
+        log.info("refresh of temp view %r closed (view %s)", self._view,
+                 "kept" if keep_view else "dropped")
+
+    def status(self) -> RefreshStatus:
+        """The current :class:`RefreshStatus` (a consistent snapshot)."""
+        with self._lock:
+            return self._status
+
+    def table(self) -> Any:
+        """The view as a DataFrame, resolved now in the refresh's session.
+
+        Use it inside ``foreachBatch`` to join each micro-batch with the version served
+        when that micro-batch runs (``batch_df.sparkSession`` would resolve the view in
+        the query's cloned session, as of the query's start).
+
+        Raises
+        ------
+        RuntimeError
+            If the refresh is not open.
+        """
+        if self._state != "open":
+            raise RuntimeError(f"{self!r} is not open")
+        return self._spark.table(self._view)
+
+    # --- triggers.ReloadContext
+
+    def current_processing_time(self) -> int:
+        """Epoch milliseconds, from ``clock``."""
+        return int(self._clock() * 1000)
+
+    def trigger_reload(self) -> Future[RefreshStatus]:
+        """Reload now (also what the trigger calls); returns promptly.
+
+        The future completes with the :class:`RefreshStatus` after the swap, or fails
+        with :class:`~spark_lookup.errors.LookupLoadError` when every attempt failed
+        (the view kept its version), or with ``RuntimeError`` once closed.
+        """
+        with self._lock:
+            executor = self._executor
+            if self._state != "open" or executor is None:
+                failed: Future[RefreshStatus] = Future()
+                failed.set_exception(RuntimeError(f"{self!r} is not open"))
+                return failed
+            queued = self._queued
+            if queued is not None and not queued.running() and not queued.done():
+                return queued  # starts after this call: it sees what the caller wrote
+            future = executor.submit(self._run_load)
+            self._queued = future
+            return future
+
+    # --- loading (on the loader thread)
+
+    def _run_load(self) -> RefreshStatus:
+        try:
+            status = self._load_with_retries()
+        except BaseException as exc:
+            _settle(self._first, error=exc)
+            raise
+        _settle(self._first, result=status)
+        return status
+
+    def _load_with_retries(self) -> RefreshStatus:
+        self._spark.sparkContext.setJobGroup(
+            self._job_group, f"spark-lookup: reload of temp view {self._view}",
+            interruptOnCancel=True,
+        )
+        policy = self._retry
+        error: BaseException | None = None
+        for attempt in range(policy.max_retries + 1):
+            if attempt:
+                wait = policy.backoff(attempt)
+                with self._lock:
+                    self._update(num_retries=self._status.num_retries + 1)
+                log.warning("reload of temp view %r failed (%s); retry %d of %d in %.3f s",
+                            self._view, _summary(error), attempt, policy.max_retries, wait)
+                if self._stop.wait(wait):
+                    break
+            if self._stop.is_set():
+                break
+            started = time.perf_counter()
+            try:
+                version = self._materialize()
+            except Exception as exc:
+                error = exc
+                continue
+            return self._swap(version, (time.perf_counter() - started) * 1000)
+        if error is None or self._stop.is_set():
+            raise RuntimeError(f"{self!r} closed during a reload")
+        with self._lock:
+            self._update(
+                num_load_failures=self._status.num_load_failures + 1,
+                last_error=_summary(error),
+                last_failure_at=self._now(),
+            )
+            served = self._status.version
+        log.error("reload of temp view %r failed after %d attempt(s): %s; %s", self._view,
+                  policy.max_retries + 1, _summary(error),
+                  f"still serving version {served}" if served else "no version yet")
+        raise LookupLoadError(
+            f"reload of temp view {self._view!r} failed after {policy.max_retries + 1} "
+            f"attempt(s): {_summary(error)}"
+        ) from error
+
+    def _materialize(self) -> _Version:
+        """Read the source through its data source (executors read the splits) and hold
+        the rows as the next version; nothing is visible to queries yet."""
+        df = self._spark.read.format(self._format).load()
+        if self._mode is Materialization.LOCAL:
+            return self._local(df.toArrow())
+        df = df.persist(self._storage_level)
+        try:
+            rows = df.count()  # builds every cached partition before the swap
+            size = _cached_size(df)
+            if self._mode is Materialization.AUTO and size is not None and (
+                size <= self._local_max_bytes
+            ):
+                version = self._local(df.toArrow())
+                df.unpersist(blocking=False)  # it only staged the read
+                return version
+        except BaseException:
+            df.unpersist(blocking=False)
+            raise
+        return _Version(0, df, Materialization.CACHE, rows, size)
+
+    def _local(self, table: Any) -> _Version:
+        # The given schema keeps the source's exact types and nullability.
+        df = self._spark.createDataFrame(table, schema=self._struct)
+        return _Version(0, df, Materialization.LOCAL, table.num_rows, table.nbytes)
+
+    def _swap(self, version: _Version, elapsed_ms: float) -> RefreshStatus:
+        with self._lock:
+            if self._state != "open":
+                version.release()
+                raise RuntimeError(f"{self!r} closed during a reload")
+            # Numbered here, so versions count successes only.
+            version = replace(version, number=self._status.version + 1)
+            # One catalog call: a query resolves either the old or the new version.
+            version.df.createOrReplaceTempView(self._view)
+            previous, self._current = self._current, version
+            self._update(
+                version=version.number,
+                materialization=version.mode.value,
+                rows=version.rows,
+                bytes=version.bytes,
+                last_load_time=elapsed_ms,
+                last_success_at=self._now(),
+                num_loads=self._status.num_loads + 1,
+                stale=False,
+            )
+            if previous is not None:
+                self._retire(previous)
+            self._arm_staleness()
+            status = self._status
+        log.info("temp view %r now serves version %d: %d rows, %s bytes, %s, loaded in %.0f ms",
+                 self._view, version.number, version.rows, version.bytes, version.mode.value,
+                 elapsed_ms)
+        return status
+
+    # --- retiring versions and staleness (under self._lock)
+
+    def _retire(self, version: _Version) -> None:
+        if version.mode is not Materialization.CACHE:
+            return  # a local version lives as long as the plans that hold it
+        delay = self._unpersist_delay.total_seconds()
+        if delay == 0:
+            version.release()
+            return
+        timer = threading.Timer(delay, self._release_retired, (version.number,))
+        timer.daemon = True
+        timer.name = f"lookup-view-unpersist-{self._view}-{version.number}"
+        self._retiring[version.number] = (version, timer)
+        timer.start()
+
+    def _release_retired(self, number: int) -> None:
+        with self._lock:
+            entry = self._retiring.pop(number, None)
+        if entry is not None:
+            entry[0].release()
+            log.debug("temp view %r: unpersisted replaced version %d", self._view, number)
+
+    def _arm_staleness(self) -> None:
+        if self._stale_timer is not None:
+            self._stale_timer.cancel()
+            self._stale_timer = None
+        if self._max_staleness is None or self._current is None:
+            return
+        timer = threading.Timer(
+            self._max_staleness.total_seconds(), self._expire, (self._current.number,)
+        )
+        timer.daemon = True
+        timer.name = f"lookup-view-staleness-{self._view}"
+        self._stale_timer = timer
+        timer.start()
+
+    def _expire(self, number: int) -> None:
+        """The served version outlived ``max_staleness``: make the view raise."""
+        with self._lock:
+            current = self._current
+            if self._state != "open" or current is None or current.number != number:
+                return  # a newer version was swapped in meanwhile
+            status = self._status
+            message = (
+                f"spark-lookup: temp view {self._view!r} is stale: version {number} "
+                f"finished loading at {status.last_success_at}, more than max_staleness="
+                f"{self._max_staleness} ago; last reload error: {status.last_error}"
+            )
+            _stale_frame(self._spark, self._struct, message).createOrReplaceTempView(self._view)
+            self._current = None
+            self._retire(current)
+            self._update(stale=True)
+        log.error("%s; queries on the view fail until a reload succeeds", message)
+
+    # --- helpers
+
+    def _update(self, **changes: Any) -> None:
+        self._status = replace(self._status, **changes)
+
+    def _now(self) -> datetime:
+        return datetime.fromtimestamp(self._clock(), timezone.utc)
+
+    def __enter__(self) -> ScheduledTableRefresh:
+        if self._state != "open":
+            self.open()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"ScheduledTableRefresh(view_name={self._view!r}, "
+            f"source={type(self._source).__name__}, trigger={self._trigger!r}, "
+            f"materialization={self._mode.value})"
+        )
+
+
+def _materialization(value: object) -> Materialization:
+    if isinstance(value, Materialization):
+        return value
+    if isinstance(value, str):
+        for mode in Materialization:
+            if mode.value == value.strip().upper():
+                return mode
+    raise ConfigError(f"materialization must be AUTO, LOCAL or CACHE, got {value!r}")
+
+
+def _cached_size(df: Any) -> int | None:
+    """Spark's size of a materialized cached DataFrame (what its broadcast decision
+    reads), or None if Spark does not say. A fresh plan over ``df`` is used because
+    the statistics of a plan are computed once, possibly before the cache was built."""
+    try:
+        size = df.alias("_size")._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()
+    except Exception:  # a private API: the size is informative, never required
+        log.debug("no cached size for %r", df, exc_info=True)
+        return None
+    return int(size)
+
+
+def _stale_frame(spark: Any, struct: Any, message: str) -> Any:
+    """A DataFrame of ``struct``'s schema whose every evaluation raises ``message``.
+
+    The error sits both in a filter (``count(*)`` prunes every column) and in every
+    column (a filter on a typed-null literal column would be folded away unevaluated).
+    """
+    from pyspark.sql import functions as F
+
+    error = F.raise_error(F.lit(message))
+    return spark.range(1).where(error.isNull()).select(
+        *[error.cast(field.dataType).alias(field.name) for field in struct.fields]
+    )
+
+
+def _settle(
+    future: Future[RefreshStatus],
+    result: RefreshStatus | None = None,
+    error: BaseException | None = None,
+) -> None:
+    """Complete ``future`` unless another thread already did."""
+    try:
+        if error is not None:
+            future.set_exception(error)
+        elif result is not None:
+            future.set_result(result)
+    except InvalidStateError:
+        pass
+
+
+def _summary(error: BaseException | None) -> str:
+    """One line for an error. Spark wraps an error of the data source's Python code in
+    a message holding the whole Python traceback; the cause is its last ``...Error:``
+    line, shown after Spark's first line."""
+    if error is None:
+        return "no error"
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    first = lines[0].removesuffix("Traceback (most recent call last):").strip() if lines else ""
+    summary = f"{type(error).__name__}: {first}"
+    causes = [line for line in lines[1:] if _CAUSE.match(line)]
+    if causes:
+        summary = f"{summary} ... {causes[-1]}"
+    return summary[:1000]
+
+
+_CAUSE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception)\b.*:")

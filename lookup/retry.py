@@ -1,0 +1,84 @@
+"""Retry policies for loads: on errors (exponential backoff) and on misses (FLIP-234)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from spark_lookup.errors import ConfigError
+from spark_lookup.options import as_timedelta
+
+__all__ = ["MissRetry", "RetryPolicy"]
+
+log = logging.getLogger("lookup")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Retries of a failed load with exponential backoff (Flink's ``lookup.max-retries``).
+
+    A load is attempted once and retried up to ``max_retries`` times; before retry ``n``
+    (1-based) the runtime waits ``min(initial_backoff * multiplier ** (n - 1), max_backoff)``.
+
+    Parameters
+    ----------
+    max_retries
+        Retries after the first attempt (default 3, as in Flink); 0 disables retrying.
+    initial_backoff, max_backoff
+        ``timedelta`` or seconds.
+    multiplier
+        Growth of the wait between consecutive retries (>= 1).
+    sleep
+        How to wait (``time.sleep``); tests inject a recorder. Must be picklable.
+    """
+
+    max_retries: int = 3
+    initial_backoff: timedelta = timedelta(milliseconds=100)
+    max_backoff: timedelta = timedelta(seconds=10)
+    multiplier: float = 2.0
+    sleep: Callable[[float], None] = field(default=time.sleep, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_retries, int) or isinstance(self.max_retries, bool) or (
+            self.max_retries < 0
+        ):
+            raise ConfigError(f"max_retries must be an int >= 0, got {self.max_retries!r}")
+        object.__setattr__(
+            self, "initial_backoff", as_timedelta(self.initial_backoff, "initial_backoff",
+                                                  allow_zero=True)
+        )
+        object.__setattr__(
+            self, "max_backoff", as_timedelta(self.max_backoff, "max_backoff", allow_zero=True)
+        )
+        if not isinstance(self.multiplier, (int, float)) or not self.multiplier >= 1:
+            raise ConfigError(f"multiplier must be a number >= 1, got {self.multiplier!r}")
+
+    def backoff(self, retry: int) -> float:
+        """Seconds to wait before retry number ``retry`` (1-based)."""
+        seconds = self.initial_backoff.total_seconds() * self.multiplier ** (retry - 1)
+        return min(seconds, self.max_backoff.total_seconds())
+
+
+@dataclass(frozen=True)
+class MissRetry:
+    """Retry keys that found no rows, for dimension rows that arrive late (Flink's
+    FLIP-234 ``lookup_miss`` predicate with the ``fixed_delay`` strategy).
+
+    After a load, keys with no rows are looked up again after ``delay``, up to
+    ``max_attempts`` lookups in all (the first included). A synchronous lookup waits
+    the delay in the calling thread, as Flink's synchronous retry does, so it delays
+    the whole batch: keep ``delay * (max_attempts - 1)`` small next to the trigger interval.
+    """
+
+    delay: timedelta = timedelta(seconds=1)
+    max_attempts: int = 3
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "delay", as_timedelta(self.delay, "delay", allow_zero=True))
+        if not isinstance(self.max_attempts, int) or isinstance(self.max_attempts, bool) or (
+            self.max_attempts < 1
+        ):
+            raise ConfigError(f"max_attempts must be an int >= 1, got {self.max_attempts!r}")

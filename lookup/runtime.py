@@ -1,0 +1,419 @@
+"""The lookup runtime of one Python worker: caching, batched loads, retries, sharing.
+
+This is Flink's ``CachingLookupFunction`` and ``LookupCacheManager`` in one place:
+:func:`open_lookup` returns a handle on the worker's runtime of a provider, creating
+and opening it on first use and sharing it (reference counted) with every later
+``open_lookup`` of the same provider in the process; the last ``close`` releases it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from cache.base import Key, LookupCache, Row
+from cache.default import DefaultLookupCache
+from cache.metrics import CacheMetrics
+from lookup._loaders import Loader, PartialLoad, loader_for
+from lookup.providers import (
+    AsyncLookupFunctionProvider,
+    FullCachingLookupProvider,
+    LookupFunctionProvider,
+    LookupProvider,
+)
+from spark_lookup.errors import ConfigError, LookupLoadError
+
+__all__ = ["LookupHandle", "LookupRuntime", "has_null", "open_lookup"]
+
+log = logging.getLogger("lookup")
+
+_EMPTY: tuple[Row, ...] = ()
+
+
+def has_null(key: Key) -> bool:
+    """Whether ``key`` holds a null (None, NaN, NaT or ``pd.NA``): such a key never
+    matches (SQL's ``NULL = NULL`` is not true) and is never sent to the source."""
+    for value in key:
+        if value is None:
+            return True
+        try:
+            if value != value:  # NaN, NaT, Decimal NaN
+                return True
+        except TypeError:  # pd.NA refuses truthiness: it is a null
+            return True
+    return False
+
+
+def _preview(keys: Sequence[Key], limit: int = 3) -> str:
+    shown = ", ".join(repr(k)[:60] for k in keys[:limit])
+    more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
+    return f"[{shown}{more}]"
+
+
+class LookupRuntime:
+    """The per-worker runtime of one provider. Use :func:`open_lookup` to get one.
+
+    Thread-safe: the tasks of a worker may call it concurrently.
+    """
+
+    def __init__(self, provider: LookupProvider) -> None:
+        self.provider = provider
+        self.metrics = CacheMetrics()
+        self._arity = len(provider.key_columns)
+        self._width = len(provider.schema.fields)
+
+    def open(self) -> None:
+        """Open the function, cache or trigger; called once, by :func:`open_lookup`."""
+
+    def close(self) -> None:
+        """Release everything opened; called when the last handle closes."""
+
+    def lookup_batch(self, keys: Iterable[Key]) -> dict[Key, tuple[Row, ...]]:
+        """Rows of each distinct key in ``keys`` (null keys and unmatched keys: empty)."""
+        raise NotImplementedError
+
+    def lookup(self, key: Key) -> tuple[Row, ...]:
+        """Rows of one key."""
+        key = self._check_key(key)
+        return self.lookup_batch([key])[key]
+
+    def _check_key(self, key: object) -> Key:
+        if type(key) is not tuple or len(key) != self._arity:
+            names = ", ".join(self.provider.key_columns)
+            raise TypeError(
+                f"a lookup key is a tuple of {self._arity} value(s) ({names}), "
+                f"got {type(key).__name__}: {key!r:.80}"
+            )
+        return key
+
+    def _distinct(self, keys: Iterable[Key]) -> tuple[list[Key], list[Key]]:
+        """Distinct keys in first-seen order, split into (lookup-able, null-containing)."""
+        arity = self._arity
+        distinct: dict[Key, None] = {}
+        for key in keys:
+            if type(key) is not tuple or len(key) != arity:
+                self._check_key(key)
+            try:
+                distinct[key] = None
+            except TypeError as exc:
+                raise TypeError(
+                    f"lookup keys must be hashable tuples of scalars, got {key!r:.80}: {exc}"
+                ) from None
+        valid: list[Key] = []
+        nulls: list[Key] = []
+        for key in distinct:
+            (nulls if has_null(key) else valid).append(key)
+        return valid, nulls
+
+
+class _LoadingRuntime(LookupRuntime):
+    """Function-backed runtime: optional partial cache, batched loads, retries."""
+
+    def __init__(self, provider: LookupFunctionProvider | AsyncLookupFunctionProvider) -> None:
+        super().__init__(provider)
+        self._function_provider = provider
+        self._cache: LookupCache | None = getattr(provider, "cache", None)
+        # An in-process cache holds only rows this runtime checked and put; any other
+        # (Redis, tiered, a user's) may serve rows someone else wrote.
+        self._check_cached = not isinstance(self._cache, DefaultLookupCache)
+        self._loader: Loader = loader_for(provider)
+        self._policy = provider.retry_policy
+        self._miss_retry = provider.retry_on_miss
+        self._batch_size = provider.batch_size
+
+    def open(self) -> None:
+        self._open_loader()
+        if self._cache is not None:
+            try:
+                self._cache.open(self.metrics)
+            except BaseException:
+                self._loader.close()
+                raise
+
+    def _open_loader(self) -> None:
+        """Open the function, retrying a failure as a failed load is retried: a Python
+        worker that starts during an outage (Spark hands a batch to any idle worker, or
+        starts one) waits it out instead of failing its task at once. Raises the last
+        error once the retries are spent, and ConfigError or TypeError at once."""
+        policy = self._policy
+        for attempt in range(policy.max_retries + 1):
+            try:
+                self._loader.open()
+                return
+            except (ConfigError, TypeError):
+                raise
+            except Exception as exc:
+                if attempt == policy.max_retries:
+                    raise
+                self.metrics.inc_retries()
+                wait = policy.backoff(attempt + 1)
+                log.warning(
+                    "opening %s failed (%r); retry %d of %d in %.3f s",
+                    self.provider.describe(), exc, attempt + 1, policy.max_retries, wait,
+                )
+                policy.sleep(wait)
+
+    def close(self) -> None:
+        try:
+            if self._cache is not None:
+                self._cache.close()
+        finally:
+            self._loader.close()
+
+    def lookup_batch(self, keys: Iterable[Key]) -> dict[Key, tuple[Row, ...]]:
+        valid, nulls = self._distinct(keys)
+        cache = self._cache
+        if cache is not None:
+            found: dict[Key, Any] = cache.get_all(valid) if valid else {}
+            if found and self._check_cached:
+                self._drop_malformed(found)
+            misses = [key for key in valid if key not in found]
+        else:
+            found = {}
+            misses = valid
+            self.metrics.inc_misses(len(valid))
+        if misses:
+            loaded = self._load(misses)
+            if cache is not None:
+                cache.put_all(loaded)
+            found.update(loaded)
+        result = {key: tuple(found[key]) for key in valid}
+        for key in nulls:
+            result[key] = _EMPTY
+        return result
+
+    def _drop_malformed(self, found: dict[Key, Any]) -> None:
+        """Make misses (reloaded, and overwritten in the cache) of cached entries whose
+        rows are not tuples of the schema's width, counting each as a cache error: a
+        shared cache serves what any process (or anyone with write access) stored, and a
+        well-encoded value of the wrong shape must not reach the join."""
+        width = self._width
+        bad: list[Key] = []
+        for key, rows in found.items():
+            for row in rows:
+                if type(row) is not tuple or len(row) != width:
+                    bad.append(key)
+                    break
+        if bad:
+            for key in bad:
+                del found[key]
+            self.metrics.inc_cache_errors(len(bad))
+            log.warning(
+                "%s: %d cached entries are not rows of %d column(s) (e.g. key %.80r); "
+                "reloading them", self.provider.describe(), len(bad), width, bad[0],
+            )
+
+    # --- loading
+
+    def _load(self, keys: list[Key]) -> dict[Key, tuple[Row, ...]]:
+        results = self._load_chunked(keys)
+        retry = self._miss_retry
+        if retry is not None:
+            for _ in range(retry.max_attempts - 1):
+                missing = [key for key in keys if not results[key]]
+                if not missing:
+                    break
+                self._policy.sleep(retry.delay.total_seconds())
+                results.update(self._load_chunked(missing))
+        return results
+
+    def _load_chunked(self, keys: list[Key]) -> dict[Key, tuple[Row, ...]]:
+        results: dict[Key, tuple[Row, ...]] = {}
+        size = self._batch_size
+        for start in range(0, len(keys), size):
+            results.update(self._load_with_retries(keys[start : start + size]))
+        return results
+
+    def _load_with_retries(self, keys: list[Key]) -> dict[Key, tuple[Row, ...]]:
+        policy = self._policy
+        results: dict[Key, tuple[Row, ...]] = {}
+        pending = keys
+        error: BaseException | None = None
+        for attempt in range(policy.max_retries + 1):
+            if attempt:
+                self.metrics.inc_retries()
+                wait = policy.backoff(attempt)
+                log.warning(
+                    "lookup of %d key(s) failed (%r); retry %d of %d in %.3f s",
+                    len(pending), error, attempt, policy.max_retries, wait,
+                )
+                policy.sleep(wait)
+            started = time.perf_counter()
+            try:
+                loaded: Mapping[Key, Sequence[Row]] = self._loader.load(pending)
+            except (ConfigError, TypeError):
+                # Not transient (a key that cannot match the column's type): retrying
+                # would only repeat it.
+                self.metrics.inc_load_failures()
+                raise
+            except PartialLoad as partial:
+                results.update(self._freeze(partial.results, pending))
+                pending = partial.failed
+                error = partial.error
+                continue
+            except Exception as exc:
+                error = exc
+                continue
+            self.metrics.inc_loads()
+            self.metrics.record_load_time((time.perf_counter() - started) * 1000)
+            results.update(self._freeze(loaded, pending))
+            return results
+        self.metrics.inc_load_failures()
+        attempts = policy.max_retries + 1
+        raise LookupLoadError(
+            f"{self.provider.describe()}: lookup of {len(pending)} key(s) {_preview(pending)} "
+            f"failed after {attempts} attempt(s): {error!r}"
+        ) from error
+
+    def _freeze(
+        self, loaded: Mapping[Key, Sequence[Row]], asked: Sequence[Key]
+    ) -> dict[Key, tuple[Row, ...]]:
+        """Rows of every asked key as tuples of tuples, checked against the schema width."""
+        if not isinstance(loaded, Mapping):
+            raise LookupLoadError(
+                f"{self.provider.describe()}: lookup_batch must return a mapping of key to "
+                f"rows, got {type(loaded).__name__}"
+            )
+        width = self._width
+        frozen: dict[Key, tuple[Row, ...]] = {}
+        for key in asked:
+            rows = loaded.get(key) or _EMPTY
+            out = tuple(rows) if type(rows) is not tuple else rows
+            for row in out:
+                if type(row) is not tuple or len(row) != width:
+                    raise LookupLoadError(
+                        f"{self.provider.describe()}: the rows of key {key!r:.80} must be "
+                        f"tuples of {width} values (the schema's columns), got {row!r:.120}"
+                    )
+            frozen[key] = out
+        return frozen
+
+
+def _new_runtime(provider: LookupProvider) -> LookupRuntime:
+    if isinstance(provider, FullCachingLookupProvider):
+        from lookup.full_caching import FullCachingRuntime
+
+        return FullCachingRuntime(provider)
+    if isinstance(provider, (LookupFunctionProvider, AsyncLookupFunctionProvider)):
+        return _LoadingRuntime(provider)
+    raise TypeError(f"expected a lookup provider, got {type(provider).__name__}")
+
+
+class _Registry:
+    """Process-wide runtimes by provider id, reference counted (Flink's LookupCacheManager)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runtimes: dict[str, tuple[LookupRuntime, int]] = {}
+
+    def acquire(self, provider: LookupProvider) -> LookupRuntime:
+        with self._lock:
+            entry = self._runtimes.get(provider.provider_id)
+            if entry is not None:
+                runtime, refs = entry
+                self._runtimes[provider.provider_id] = (runtime, refs + 1)
+                return runtime
+            runtime = _new_runtime(provider)
+            runtime.open()
+            self._runtimes[provider.provider_id] = (runtime, 1)
+            return runtime
+
+    def release(self, provider_id: str) -> None:
+        with self._lock:
+            runtime, refs = self._runtimes[provider_id]
+            if refs > 1:
+                self._runtimes[provider_id] = (runtime, refs - 1)
+                return
+            del self._runtimes[provider_id]
+        runtime.close()
+
+    def references(self, provider_id: str) -> int:
+        """How many open handles share the runtime of ``provider_id`` (0: none)."""
+        with self._lock:
+            entry = self._runtimes.get(provider_id)
+            return 0 if entry is None else entry[1]
+
+
+REGISTRY = _Registry()
+
+
+class LookupHandle:
+    """A handle on the shared runtime of a provider in this process.
+
+    Returned by :func:`open_lookup`; a context manager. ``close`` is idempotent and
+    releases this handle's reference only.
+    """
+
+    def __init__(self, provider: LookupProvider) -> None:
+        self._provider_id = provider.provider_id
+        self._runtime: LookupRuntime | None = REGISTRY.acquire(provider)
+        self._close_lock = threading.Lock()
+
+    @property
+    def runtime(self) -> LookupRuntime:
+        """The shared runtime (raises once this handle is closed)."""
+        runtime = self._runtime
+        if runtime is None:
+            raise RuntimeError("this lookup handle is closed")
+        return runtime
+
+    @property
+    def metrics(self) -> CacheMetrics:
+        """Metrics of the shared runtime: cache hits and misses, loads, failures, sizes."""
+        return self.runtime.metrics
+
+    def lookup(self, key: Key) -> tuple[Row, ...]:
+        """The rows of ``key`` (a tuple in key-column order); empty when none match.
+
+        Raises
+        ------
+        TypeError
+            When ``key`` is not a tuple of as many values as there are key columns.
+        LookupLoadError
+            When loading from the source failed after all retries.
+        """
+        return self.runtime.lookup(key)
+
+    def lookup_batch(self, keys: Iterable[Key]) -> dict[Key, tuple[Row, ...]]:
+        """The rows of every distinct key of ``keys``: cache first, then one batched load
+        of the misses (chunked above the provider's ``batch_size``)."""
+        return self.runtime.lookup_batch(keys)
+
+    def close(self) -> None:
+        """Release this handle; the last handle of a provider closes its runtime."""
+        with self._close_lock:
+            if self._runtime is None:
+                return
+            self._runtime = None
+        REGISTRY.release(self._provider_id)
+
+    def __enter__(self) -> LookupHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_lookup(provider: LookupProvider) -> LookupHandle:
+    """Open (or join) this process's runtime of ``provider`` and return a handle.
+
+    Runs where lookups run: in each Spark Python worker (the join does this), or in any
+    Python process. Two ``open_lookup`` calls on the same provider (or on copies of it
+    unpickled in one process) share one cache; the last ``close`` releases it.
+
+    Examples
+    --------
+    >>> from lookup import LookupFunction, LookupFunctionProvider
+    >>> class Squares(LookupFunction):
+    ...     schema, key_columns = "n BIGINT, square BIGINT", ["n"]
+    ...     def lookup(self, key):
+    ...         return [(key[0], key[0] ** 2)]
+    >>> with open_lookup(LookupFunctionProvider.of(Squares())) as handle:
+    ...     handle.lookup_batch([(2,), (3,), (2,), (None,)])
+    {(2,): ((2, 4),), (3,): ((3, 9),), (None,): ()}
+    """
+    return LookupHandle(provider)
+

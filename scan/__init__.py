@@ -1,0 +1,98 @@
+"""FLIP-27 split-based sources in Python, with a local runner that checkpoints.
+
+A :class:`Source` is configuration that creates one :class:`SplitEnumerator` (which
+discovers :class:`SourceSplit` s and hands them out on request) and a
+:class:`SourceReader` per parallel subtask (which reads the splits it is given and
+emits rows). :class:`LocalSourceRunner` runs both in process, with checkpoints that
+restore exactly-once at any parallelism; :func:`read_arrow` is the bulk path a full
+cache loads through; :func:`plan_splits` and :func:`read_split` split the work the way
+a Spark data source does (plan on the driver, read on executors).
+
+Depends on nothing of ours but the shared base ``spark_lookup``; no JVM is needed.
+"""
+
+from scan.connector import (
+    ElementQueue,
+    MultiThreadFetcherManager,
+    PullingSourceReader,
+    RecordEmitter,
+    RecordsBySplits,
+    RecordsWithSplitIds,
+    SingleThreadFetcherManager,
+    SourceReaderBase,
+    SplitFetcherManager,
+    SplitReader,
+    SplitsAddition,
+    SplitsChange,
+    SplitState,
+)
+from scan.enumerator import ReaderInfo, SplitEnumerator, SplitEnumeratorContext
+from scan.reader import InputStatus, ReaderOptions, ReaderOutput, SourceReader, SourceReaderContext
+from scan.runner import LocalSourceRunner, read_arrow
+from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
+from scan.source import Boundedness, Source
+from scan.sources import (
+    CollectionSource,
+    CollectionSplit,
+    FileSource,
+    FileSplit,
+    RedisKeysSplit,
+    RedisScanSource,
+    SqlChunkSplit,
+    SqlTableSource,
+)
+from scan.split import SourceSplit
+from scan.standalone import plan_splits, read_split, read_split_arrow
+
+__all__ = [
+    "Boundedness",
+    "CollectionSource",
+    "CollectionSplit",
+    "ElementQueue",
+    "FileSource",
+    "FileSplit",
+    "InputStatus",
+    "JsonVersionedSerializer",
+    "LocalSourceRunner",
+    "MultiThreadFetcherManager",
+    "PullingSourceReader",
+    "ReaderInfo",
+    "ReaderOptions",
+    "ReaderOutput",
+    "RecordEmitter",
+    "RecordsBySplits",
+    "RecordsWithSplitIds",
+    "RedisKeysSplit",
+    "RedisScanSource",
+    "SimpleVersionedSerializer",
+    "SingleThreadFetcherManager",
+    "Source",
+    "SourceReader",
+    "SourceReaderBase",
+    "SourceReaderContext",
+    "SourceSplit",
+    "SplitEnumerator",
+    "SplitEnumeratorContext",
+    "SplitFetcherManager",
+    "SplitReader",
+    "SplitState",
+    "SplitsAddition",
+    "SplitsChange",
+    "SqlChunkSplit",
+    "SqlTableSource",
+    "plan_splits",
+    "read_arrow",
+    "read_split",
+    "read_split_arrow",
+    "register_data_source",
+]
+
+
+def __getattr__(name: str) -> object:
+    # The Spark data source adapter imports PySpark's data source API; load it only when
+    # asked for, so the scan layer stays importable and usable without Spark.
+    if name == "register_data_source":
+        from scan.spark import register_data_source
+
+        return register_data_source
+    raise AttributeError(f"module 'scan' has no attribute {name!r}")

@@ -1,0 +1,81 @@
+"""A reader that pulls one split at a time, used by the built-in sources."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Generic, Protocol, TypeVar
+
+from scan.connector.emitter import RecordEmitter
+from scan.connector.fetcher import SingleThreadFetcherManager, SplitFetcherManager
+from scan.connector.reader_base import SourceReaderBase
+from scan.connector.split_reader import SplitReader
+from scan.reader import SourceReaderContext
+from scan.split import SourceSplit
+
+__all__ = ["PullingSourceReader", "SplitState"]
+
+E = TypeVar("E")
+SplitT = TypeVar("SplitT", bound=SourceSplit)
+SplitT_co = TypeVar("SplitT_co", bound=SourceSplit, covariant=True)
+StateT = TypeVar("StateT", bound="SplitState[SourceSplit]")
+
+
+class SplitState(Protocol[SplitT_co]):
+    """Mutable progress within one split; the emitter advances it."""
+
+    def to_split(self) -> SplitT_co:
+        """The split rebuilt to resume right after the last emitted record."""
+        ...
+
+
+class PullingSourceReader(SourceReaderBase[E, SplitT, StateT], Generic[E, SplitT, StateT]):
+    """A :class:`SourceReaderBase` that asks for a split when it starts without one and
+    whenever it has finished all it owns, until the enumerator says there are no more.
+
+    Runs where its subtask runs. At most one split request is outstanding, and none is
+    sent after no-more-splits, so a pull-based enumerator answers each request exactly
+    once.
+
+    Parameters
+    ----------
+    context
+        The reader context.
+    split_reader_factory
+        Makes the split reader of the fetcher thread (called where the reader runs).
+    record_emitter
+        Emits elements and advances the split state.
+    state_factory
+        The initial mutable state of a split (``state.to_split()`` rebuilds it).
+    fetcher_manager
+        Defaults to a :class:`~scan.SingleThreadFetcherManager` with the context's
+        queue capacity.
+    """
+
+    def __init__(
+        self,
+        context: SourceReaderContext,
+        split_reader_factory: Callable[[], SplitReader[E, SplitT]],
+        record_emitter: RecordEmitter[E, StateT],
+        state_factory: Callable[[SplitT], StateT],
+        fetcher_manager: SplitFetcherManager[E, SplitT] | None = None,
+    ) -> None:
+        if fetcher_manager is None:
+            fetcher_manager = SingleThreadFetcherManager(
+                split_reader_factory, context.options.element_queue_capacity
+            )
+        super().__init__(fetcher_manager, record_emitter, context)
+        self._state_factory = state_factory
+
+    def init_split_state(self, split: SplitT) -> StateT:
+        return self._state_factory(split)
+
+    def to_split(self, split_id: str, state: StateT) -> SplitT:
+        return state.to_split()  # type: ignore[return-value]  # StateT: SplitState[SplitT]
+
+    def start(self) -> None:
+        if not self._split_states:
+            self.context.send_split_request()
+
+    def on_split_finished(self, finished: Mapping[str, StateT]) -> None:
+        if not self._split_states and not self._no_more_splits:
+            self.context.send_split_request()

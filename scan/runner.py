@@ -1,0 +1,572 @@
+"""Runs a source in process: one enumerator, N readers, with checkpoints."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Executor, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Generic
+
+from scan._runtime import (
+    EnumeratorContext,
+    Mailbox,
+    Message,
+    ReaderContext,
+    deliver,
+    run_async_handler,
+)
+from scan.arrow import ArrowBatchOutput, RowListOutput
+from scan.checkpoint import CheckpointData, decode_checkpoint, encode_checkpoint
+from scan.enumerator import SplitEnumerator
+from scan.reader import InputStatus, ReaderOptions, SourceReader
+from scan.serializers import pack_versioned, unpack_versioned
+from scan.source import Boundedness, EnumStateT, Source, SplitT
+from spark_lookup.errors import ConfigError, SourceError
+from spark_lookup.schema import parse_schema, to_arrow_schema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["LocalSourceRunner", "read_arrow"]
+
+_log = logging.getLogger(__name__)
+
+Row = tuple[Any, ...]
+
+# Seconds a waiting runner sleeps at most before it looks again; every wake-up is
+# signalled, so this only bounds the cost of a missed signal, it is not a poll interval.
+_WAIT_SLICE = 1.0
+
+
+def _source_type(source: Source[Any, Any]) -> str:
+    cls = type(source)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+class LocalSourceRunner(Generic[SplitT, EnumStateT]):
+    """Runs a :class:`~scan.Source` in this process: one enumerator and ``parallelism``
+    readers, with consistent checkpoints and restore.
+
+    Runs on the thread that calls it (it is not thread-safe: use it from one thread);
+    each reader's fetchers run on threads of their own, and
+    :meth:`read_arrow_batches` also runs each reader on a thread of its own. Nothing is
+    opened until the first :meth:`run`, :meth:`read_arrow_batches` or :meth:`checkpoint`.
+
+    Parameters
+    ----------
+    source
+        The source to read.
+    parallelism
+        The number of readers (subtasks). Readers with no split simply finish.
+    restore_from
+        Bytes from :meth:`checkpoint` (of a runner of the same source class, with any
+        parallelism): reading continues right after the records emitted before that
+        checkpoint. Splits of the checkpointed readers are redistributed over the new
+        readers (each reader keeps its own splits when the parallelism is unchanged).
+    options
+        Reader tuning (queue capacity, records per poll).
+
+    Raises
+    ------
+    ConfigError
+        (a ``ValueError``) for an invalid ``parallelism`` or ``options``.
+    SourceError
+        If ``restore_from`` is not a checkpoint of this source class, is malformed, or
+        was written by a newer format.
+
+    Notes
+    -----
+    Guarantees: records of one split are emitted in split order; after a restore,
+    every record is emitted exactly once across the run before the checkpoint and the
+    run after it (for sources reading data that does not change in between); a reader
+    reports the end only after no-more-splits, all its splits finished and its queue
+    empty, and a failed fetch fails the run instead of ending it.
+
+    Examples
+    --------
+    >>> from scan import CollectionSource, LocalSourceRunner
+    >>> source = CollectionSource([(i,) for i in range(10)], num_splits=2, schema="n BIGINT")
+    >>> runner = LocalSourceRunner(source, parallelism=2)
+    >>> first = runner.run(max_records=4)
+    >>> saved = runner.checkpoint()
+    >>> runner.close()
+    >>> with LocalSourceRunner(source, parallelism=3, restore_from=saved) as restored:
+    ...     rest = restored.run()
+    >>> sorted(first + rest) == [(i,) for i in range(10)]
+    True
+    """
+
+    def __init__(
+        self,
+        source: Source[SplitT, EnumStateT],
+        parallelism: int,
+        restore_from: bytes | None = None,
+        *,
+        options: ReaderOptions | None = None,
+    ) -> None:
+        if not isinstance(source, Source):
+            raise ConfigError(f"source must be a scan.Source, got {type(source).__name__}")
+        if isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1:
+            raise ConfigError(f"parallelism must be a positive int, got {parallelism!r}")
+        if options is not None and not isinstance(options, ReaderOptions):
+            raise ConfigError(f"options must be a ReaderOptions, got {type(options).__name__}")
+        self._source = source
+        self._parallelism = parallelism
+        self._options = options or ReaderOptions()
+        self._what = type(source).__name__
+        self._restore: CheckpointData | None = None
+        self._next_checkpoint_id = 1
+        if restore_from is not None:
+            data = decode_checkpoint(restore_from)
+            if data.source != _source_type(source):
+                raise SourceError(
+                    f"the checkpoint is of a {data.source} source, not of {_source_type(source)}"
+                )
+            self._restore = data
+            self._next_checkpoint_id = data.checkpoint_id + 1
+        self._coordinator: queue.SimpleQueue[Message] = queue.SimpleQueue()
+        self._wakeup = threading.Event()
+        self._mailboxes = [Mailbox(self._wakeup.set) for _ in range(parallelism)]
+        self._enumerator: SplitEnumerator[SplitT, EnumStateT] | None = None
+        self._readers: list[SourceReader[SplitT]] = []
+        self._finished = [False] * parallelism
+        self._executor: ThreadPoolExecutor | None = None
+        self._opened = False
+        self._closed = False
+        self._failure: BaseException | None = None
+        self._bulk_stop: threading.Event | None = None
+        self._bulk_threads: list[threading.Thread] = []
+        self._bulk_slots: threading.Semaphore | None = None
+
+    # --- public API
+
+    @property
+    def source(self) -> Source[SplitT, EnumStateT]:
+        """The source being run."""
+        return self._source
+
+    @property
+    def parallelism(self) -> int:
+        """The number of readers."""
+        return self._parallelism
+
+    def is_finished(self) -> bool:
+        """True once every reader has reported the end of input."""
+        return self._opened and all(self._finished)
+
+    def run(self, max_records: int | None = None) -> list[Row]:
+        """Poll the readers until the end of input, or until at least ``max_records``
+        records were emitted by this call (at most ``records_per_poll - 1`` more).
+
+        Returns
+        -------
+        list of tuple
+            The emitted rows, each split's rows in split order (splits interleave).
+            After the end of input, an empty list.
+
+        Raises
+        ------
+        ConfigError
+            For an invalid ``max_records``, or no ``max_records`` on an unbounded source.
+        SparkLookupError
+            A reader's or the enumerator's error (a ``ConnectorError`` names the table,
+            file or URL); the runner is unusable afterwards except for :meth:`close`.
+        """
+        if max_records is not None and (
+            isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 0
+        ):
+            raise ConfigError(f"max_records must be None or an int >= 0, got {max_records!r}")
+        if max_records is None and self._source.boundedness is not Boundedness.BOUNDED:
+            raise ConfigError("run() of an unbounded source needs max_records")
+        self._check_usable()
+        rows: list[Row] = []
+        if max_records == 0:
+            return rows
+        try:
+            self._open()
+            output = RowListOutput(rows, self._width(), self._what)
+            while not all(self._finished):
+                self._wakeup.clear()
+                self._handle_coordinator_messages()
+                progressed = False
+                for index, reader in enumerate(self._readers):
+                    if self._finished[index]:
+                        continue
+                    deliver(reader, self._mailboxes[index])
+                    status = reader.poll_next(output)
+                    if status is InputStatus.END_OF_INPUT:
+                        self._finished[index] = True
+                    if status is not InputStatus.NOTHING_AVAILABLE:
+                        progressed = True
+                    if max_records is not None and len(rows) >= max_records:
+                        return rows
+                if not progressed:
+                    self._wait_for_work()
+            return rows
+        except BaseException as exc:
+            self._failure = exc
+            raise
+
+    def checkpoint(self) -> bytes:
+        """A consistent checkpoint of the read so far.
+
+        The enumerator is snapshotted first, then each reader; a split assigned but not
+        yet received by its reader is handed over first, so every split is in exactly
+        one of them. Each split is saved at the position of the last emitted record.
+
+        Returns
+        -------
+        bytes
+            Versioned, pickle-free checkpoint bytes (see :mod:`scan.checkpoint`) for
+            ``LocalSourceRunner(source, n, restore_from=...)``.
+
+        Raises
+        ------
+        SourceError
+            While :meth:`read_arrow_batches` is running, or after a failure.
+        """
+        self._check_usable()
+        try:
+            self._open()
+            for index, reader in enumerate(self._readers):
+                deliver(reader, self._mailboxes[index])
+            checkpoint_id = self._next_checkpoint_id
+            self._next_checkpoint_id += 1
+            assert self._enumerator is not None
+            enumerator_state = pack_versioned(
+                self._source.enumerator_state_serializer,
+                self._enumerator.snapshot_state(checkpoint_id),
+            )
+            serializer = self._source.split_serializer
+            readers = [
+                [
+                    pack_versioned(serializer, split)
+                    for split in reader.snapshot_state(checkpoint_id)
+                ]
+                for reader in self._readers
+            ]
+            blob = encode_checkpoint(
+                CheckpointData(_source_type(self._source), checkpoint_id, enumerator_state, readers)
+            )
+            self._enumerator.notify_checkpoint_complete(checkpoint_id)
+            for reader in self._readers:
+                reader.notify_checkpoint_complete(checkpoint_id)
+            return blob
+        except BaseException as exc:
+            self._failure = exc
+            raise
+
+    def read_arrow_batches(self, max_batch_rows: int = 65_536) -> Iterator[pa.RecordBatch]:
+        """Read to the end of input as Arrow record batches: the bulk-load path.
+
+        Each reader runs on a thread of its own and converts its rows column by column
+        into batches of the source's declared Arrow schema; this thread runs the
+        enumerator and yields batches as they come (batches of different readers
+        interleave; rows of one split stay in order). At most ``2 * parallelism``
+        batches wait for the consumer, so a slow consumer slows the readers down.
+
+        Continues from wherever :meth:`run` stopped. Stopping the iteration early
+        leaves the runner unusable except for :meth:`close` (rows converted but not
+        yet yielded are gone), and :meth:`checkpoint` is refused while it runs.
+
+        Parameters
+        ----------
+        max_batch_rows
+            The most rows per batch (the last batch of each reader may be smaller).
+
+        Raises
+        ------
+        ConfigError
+            For an unbounded source or an invalid ``max_batch_rows``.
+        SparkLookupError
+            A reader's or the enumerator's error, or a value that does not convert to
+            its column's type (``SourceError`` naming the column).
+        """
+        if (
+            isinstance(max_batch_rows, bool)
+            or not isinstance(max_batch_rows, int)
+            or (max_batch_rows < 1)
+        ):
+            raise ConfigError(f"max_batch_rows must be a positive int, got {max_batch_rows!r}")
+        if self._source.boundedness is not Boundedness.BOUNDED:
+            raise ConfigError("read_arrow_batches() reads to the end: the source must be bounded")
+        self._check_usable()
+        return self._bulk(max_batch_rows)
+
+    def close(self) -> None:
+        """Stop readers and fetchers and close the enumerator; idempotent.
+
+        Raises
+        ------
+        SparkLookupError
+            The first error of closing a reader or the enumerator, after all of them
+            were closed.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._stop_bulk_threads()
+        errors: list[BaseException] = []
+        for reader in self._readers:
+            try:
+                reader.close()
+            except Exception as exc:
+                errors.append(exc)
+        if self._enumerator is not None:
+            try:
+                self._enumerator.close()
+            except Exception as exc:
+                errors.append(exc)
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+        if errors:
+            raise errors[0]
+
+    def __enter__(self) -> LocalSourceRunner[SplitT, EnumStateT]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- lifecycle
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise SourceError(f"the runner of {self._what} is closed")
+        if self._bulk_stop is not None:
+            raise SourceError(f"read_arrow_batches() of {self._what} is still running")
+        if self._failure is not None:
+            raise SourceError(
+                f"the runner of {self._what} failed earlier and cannot continue; restore "
+                f"from a checkpoint instead (earlier failure: {self._failure!r})"
+            ) from self._failure
+
+    def _post(self, message: Message) -> None:
+        self._coordinator.put(message)
+        self._wakeup.set()
+
+    def _async_executor(self) -> Executor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(2, thread_name_prefix="scan-enumerator-async")
+        return self._executor
+
+    def _width(self) -> int:
+        return len(parse_schema(self._source.schema, f"{self._what}.schema").fields)
+
+    def _open(self) -> None:
+        if self._opened:
+            return
+        self._opened = True
+        source = self._source
+        context: EnumeratorContext[SplitT] = EnumeratorContext(
+            self._parallelism, self._mailboxes, self._post, self._async_executor
+        )
+        restore = self._restore
+        if restore is None:
+            self._enumerator = source.create_enumerator(context)
+        else:
+            state = unpack_versioned(
+                source.enumerator_state_serializer, restore.enumerator, "the enumerator state"
+            )
+            self._enumerator = source.restore_enumerator(context, state)
+        self._enumerator.start()
+        for index in range(self._parallelism):
+            reader_context = ReaderContext(index, self._parallelism, self._post, self._options)
+            self._readers.append(source.create_reader(reader_context))
+        if restore is not None:
+            for reader, splits in zip(self._readers, self._restored_splits(restore), strict=True):
+                if splits:
+                    reader.add_splits(splits)
+        for index, reader in enumerate(self._readers):
+            context.register(index)
+            self._enumerator.add_reader(index)
+            reader.start()
+
+    def _restored_splits(self, restore: CheckpointData) -> list[list[SplitT]]:
+        serializer = self._source.split_serializer
+        saved = [
+            [unpack_versioned(serializer, packed, "a checkpointed split") for packed in splits]
+            for splits in restore.readers
+        ]
+        if len(saved) == self._parallelism:
+            return saved
+        # Interleave so that the splits of a reader that had several spread out.
+        flat: list[SplitT] = []
+        for rank in range(max(map(len, saved), default=0)):
+            flat.extend(splits[rank] for splits in saved if rank < len(splits))
+        per_reader: list[list[SplitT]] = [[] for _ in range(self._parallelism)]
+        for position, split in enumerate(flat):
+            per_reader[position % self._parallelism].append(split)
+        return per_reader
+
+    # --- coordination
+
+    def _handle_coordinator_message(self, message: Message) -> None:
+        enumerator = self._enumerator
+        assert enumerator is not None
+        kind = message[0]
+        if kind == "request":
+            enumerator.handle_split_request(message[1])
+        elif kind == "event":
+            enumerator.handle_source_event(message[1], message[2])
+        elif kind == "async":
+            run_async_handler(message)
+        else:  # pragma: no cover - every kind is posted by this module
+            raise SourceError(f"unexpected coordinator message {kind!r}")
+
+    def _handle_coordinator_messages(self) -> None:
+        while True:
+            try:
+                message = self._coordinator.get_nowait()
+            except queue.Empty:
+                return
+            self._handle_coordinator_message(message)
+
+    def _wait_for_work(self) -> None:
+        if not self._coordinator.empty() or any(self._mailboxes):
+            return
+        for index, reader in enumerate(self._readers):
+            if not self._finished[index]:
+                reader.is_available().add_done_callback(lambda _: self._wakeup.set())
+        self._wakeup.wait(_WAIT_SLICE)
+
+    # --- bulk path
+
+    def _bulk(self, max_batch_rows: int) -> Iterator[pa.RecordBatch]:
+        self._check_usable()
+        stop = threading.Event()
+        self._bulk_stop = stop
+        threads = self._bulk_threads
+        completed = False
+        try:
+            self._open()
+            schema = to_arrow_schema(self._source.schema)
+            slots = threading.Semaphore(2 * self._parallelism)
+            self._bulk_slots = slots
+            for index in range(self._parallelism):
+                if not self._finished[index]:
+                    thread = threading.Thread(
+                        target=self._bulk_reader,
+                        args=(index, schema, max_batch_rows, stop, slots),
+                        name=f"scan-reader-{index}",
+                        daemon=True,
+                    )
+                    threads.append(thread)
+                    thread.start()
+            running = len(threads)
+            while running:
+                message = self._coordinator.get()
+                kind = message[0]
+                if kind == "batch":
+                    yield message[1]
+                    slots.release()
+                elif kind == "done":
+                    self._finished[message[1]] = True
+                    running -= 1
+                elif kind == "error":
+                    raise message[2]
+                else:
+                    self._handle_coordinator_message(message)
+            completed = True
+        except GeneratorExit:
+            raise
+        except BaseException as exc:
+            self._failure = exc
+            raise
+        finally:
+            self._stop_bulk_threads()
+            if not completed and self._failure is None:
+                self._failure = SourceError("read_arrow_batches() was stopped before the end")
+
+    def _stop_bulk_threads(self) -> None:
+        if self._bulk_stop is None:
+            return
+        self._bulk_stop.set()
+        for mailbox in self._mailboxes:
+            mailbox.wake.set()
+        if self._bulk_slots is not None:
+            # Readers blocked on a full hand-over take a slot, see the stop, and leave.
+            self._bulk_slots.release(len(self._bulk_threads))
+            self._bulk_slots = None
+        for thread in self._bulk_threads:
+            thread.join()
+        self._bulk_threads.clear()
+        self._bulk_stop = None
+
+    def _bulk_reader(
+        self,
+        index: int,
+        schema: pa.Schema,
+        max_batch_rows: int,
+        stop: threading.Event,
+        slots: threading.Semaphore,
+    ) -> None:
+        reader = self._readers[index]
+        mailbox = self._mailboxes[index]
+        output = ArrowBatchOutput(schema, max_batch_rows, self._what)
+
+        def offer(batch: pa.RecordBatch) -> bool:
+            slots.acquire()
+            if stop.is_set():
+                return False
+            self._post(("batch", batch))
+            return True
+
+        try:
+            while not stop.is_set():
+                mailbox.wake.clear()
+                deliver(reader, mailbox)
+                status = reader.poll_next(output)
+                for batch in output.full_batches():
+                    if not offer(batch):
+                        return
+                if status is InputStatus.END_OF_INPUT:
+                    last = output.flush()
+                    if last is not None and not offer(last):
+                        return
+                    self._post(("done", index))
+                    return
+                if status is InputStatus.NOTHING_AVAILABLE:
+                    reader.is_available().add_done_callback(lambda _: mailbox.wake.set())
+                    mailbox.wake.wait(_WAIT_SLICE)
+        except BaseException as exc:
+            self._post(("error", index, exc))
+
+
+def read_arrow(
+    source: Source[Any, Any],
+    parallelism: int = 1,
+    *,
+    max_batch_rows: int = 65_536,
+    options: ReaderOptions | None = None,
+) -> pa.Table:
+    """Read a bounded source whole into an Arrow table (what a full cache loads).
+
+    Runs a :class:`LocalSourceRunner` with ``parallelism`` reader threads through
+    :meth:`LocalSourceRunner.read_arrow_batches` and closes it.
+
+    Returns
+    -------
+    pyarrow.Table
+        With the source's declared schema (as Arrow types); row order across splits is
+        unspecified.
+
+    Raises
+    ------
+    SparkLookupError
+        As :meth:`LocalSourceRunner.read_arrow_batches`.
+
+    Examples
+    --------
+    >>> from scan import CollectionSource, read_arrow
+    >>> table = read_arrow(CollectionSource([(1, "a"), (2, "b")], schema="id INT, v STRING"))
+    >>> table.num_rows, table.schema.names
+    (2, ['id', 'v'])
+    """
+    import pyarrow as pa
+
+    with LocalSourceRunner(source, parallelism, options=options) as runner:
+        batches = list(runner.read_arrow_batches(max_batch_rows))
+    return pa.Table.from_batches(batches, schema=to_arrow_schema(source.schema))

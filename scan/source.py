@@ -1,0 +1,94 @@
+"""The source interface (Flink's ``Source``): a factory of enumerators and readers."""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from scan.split import SourceSplit
+
+if TYPE_CHECKING:
+    from scan.enumerator import SplitEnumerator, SplitEnumeratorContext
+    from scan.reader import SourceReader, SourceReaderContext
+    from scan.serializers import SimpleVersionedSerializer
+
+__all__ = ["Boundedness", "EnumStateT", "Source", "SplitT"]
+
+SplitT = TypeVar("SplitT", bound=SourceSplit)
+EnumStateT = TypeVar("EnumStateT")
+
+
+class Boundedness(enum.Enum):
+    """Whether a source ends (``BOUNDED``: a table, a set of files) or not."""
+
+    BOUNDED = "BOUNDED"
+    CONTINUOUS_UNBOUNDED = "CONTINUOUS_UNBOUNDED"
+
+
+class Source(ABC, Generic[SplitT, EnumStateT]):
+    """A split-based source of rows (tuples in the order of :attr:`schema`).
+
+    A source is configuration only: it is built on the driver, pickled to wherever it
+    runs, and holds no open clients. It creates the two halves of a read, which run in
+    different places:
+
+    - one :class:`~scan.SplitEnumerator` (the coordinator: the driver when Spark plans a
+      read, the runner's own thread locally) that discovers splits and hands them to
+      readers on request;
+    - one :class:`~scan.SourceReader` per parallel subtask (an executor task in Spark, a
+      reader of :class:`~scan.LocalSourceRunner` locally) that reads the splits it is
+      given.
+
+    Both halves open their clients themselves, where they run. Subclasses must keep
+    every attribute picklable.
+
+    Splits and enumerator state are written into checkpoints through the versioned
+    serializers :attr:`split_serializer` and :attr:`enumerator_state_serializer`,
+    never with pickle.
+    """
+
+    @property
+    @abstractmethod
+    def boundedness(self) -> Boundedness:
+        """Whether the source ends."""
+
+    @property
+    @abstractmethod
+    def schema(self) -> Any:
+        """The schema of the rows: a Spark DDL string or a ``StructType``.
+
+        Known on the driver before any row is read, so a schema mismatch fails at
+        planning. A source may look it up (a table's catalog), once.
+        """
+
+    @abstractmethod
+    def create_enumerator(
+        self, context: SplitEnumeratorContext[SplitT]
+    ) -> SplitEnumerator[SplitT, EnumStateT]:
+        """A new enumerator for a fresh read; runs on the coordinator."""
+
+    @abstractmethod
+    def restore_enumerator(
+        self, context: SplitEnumeratorContext[SplitT], state: EnumStateT
+    ) -> SplitEnumerator[SplitT, EnumStateT]:
+        """An enumerator that continues from ``state`` (from a checkpoint)."""
+
+    @abstractmethod
+    def create_reader(self, context: SourceReaderContext) -> SourceReader[SplitT]:
+        """A new reader for one parallel subtask; runs where that subtask runs.
+
+        The reader must be able to read any split of this source given just the split
+        (no enumerator needed), which is how a split planned on the driver is read on an
+        executor.
+        """
+
+    @property
+    @abstractmethod
+    def split_serializer(self) -> SimpleVersionedSerializer[SplitT]:
+        """The versioned serializer of this source's splits (for checkpoints)."""
+
+    @property
+    @abstractmethod
+    def enumerator_state_serializer(self) -> SimpleVersionedSerializer[EnumStateT]:
+        """The versioned serializer of this source's enumerator state (for checkpoints)."""

@@ -1,0 +1,264 @@
+"""Chunking a table by ranges of its split column, as Flink CDC's snapshot splitter does.
+
+The planner runs on the coordinator and makes one chunk per request (lazily), so a huge
+table is never enumerated up front and its progress fits in the enumerator state:
+
+1. ``MIN``/``MAX`` of the split column and the row count (PostgreSQL's estimate when it
+   has one).
+2. Integer keys spread evenly (``(max - min + 1) / rows`` within Flink CDC's default
+   bounds 0.05 .. 1000): chunks of a fixed key step ``chunk_size * factor``; no further
+   queries.
+3. Otherwise: each chunk ends where ``chunk_size`` rows from its start end (a bounded
+   ``ORDER BY ... LIMIT`` query on the split column); a run of equal keys longer than a
+   chunk becomes one chunk.
+4. The first chunk has no lower bound and the last no upper bound (rows beyond the
+   MIN/MAX seen at planning are not lost); a nullable split column adds a chunk of the
+   rows where it is NULL.
+
+Chunks are half-open ranges ``[lo, hi)`` compared by the database, so consecutive chunks
+neither overlap nor leave gaps, whatever the key type or collation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from scan.sources._enumerator import SplitPlanner
+from scan.sources._sql_catalog import (
+    POSTGRES,
+    driver_error,
+    open_connection,
+    query,
+    translate_errors,
+)
+from scan.sources._sql_plan import ReadPlan
+from scan.split import SourceSplit
+from spark_lookup.errors import SourceError
+
+EVEN_FACTOR_LOWER = 0.05
+EVEN_FACTOR_UPPER = 1000.0
+
+
+@dataclass(frozen=True)
+class SqlChunkSplit(SourceSplit):
+    """Rows of a table whose split column is in ``[lo, hi)`` (None: unbounded), or, for
+    the null chunk, is NULL; ordered by the split column.
+
+    A restored split resumes after ``resume_after`` (the last emitted key, when the
+    split column is unique) or after skipping ``skip`` rows in the chunk's order.
+    """
+
+    index: int
+    lo: Any = None
+    hi: Any = None
+    null_chunk: bool = False
+    resume_after: Any = None
+    resumed: bool = False
+    skip: int = 0
+
+    @property
+    def split_id(self) -> str:
+        return "chunk-null" if self.null_chunk else f"chunk-{self.index}"
+
+
+def chunk_query(plan: ReadPlan, split: SqlChunkSplit) -> tuple[str, Any]:
+    """The SELECT of one chunk, with its bound parameters in the driver's style."""
+    key = plan.split_sql
+    conditions: list[str] = []
+    values: list[Any] = []
+
+    def bind(value: Any) -> str:
+        values.append(value)
+        return plan.dialect.placeholder(len(values) - 1)
+
+    if split.null_chunk:
+        conditions.append(f"{key} IS NULL")
+    else:
+        if split.resumed:
+            conditions.append(f"{key} > {bind(split.resume_after)}")
+        elif split.lo is not None:
+            conditions.append(f"{key} >= {bind(split.lo)}")
+        if split.hi is not None:
+            conditions.append(f"{key} < {bind(split.hi)}")
+        if not conditions:
+            conditions.append(f"{key} IS NOT NULL")
+    sql = (
+        f"SELECT {plan.select_sql} FROM {plan.table_sql} WHERE {' AND '.join(conditions)} "
+        f"ORDER BY {plan.order_sql}"
+    )
+    if split.skip:
+        # SQLite needs a LIMIT before an OFFSET; -1 means none.
+        limit = "LIMIT -1 " if plan.driver == "sqlite" else ""
+        sql += f" {limit}OFFSET {bind(int(split.skip))}"
+    return sql, plan.dialect.params(values)
+
+
+class SqlChunkPlanner(SplitPlanner[SqlChunkSplit]):
+    """Makes the chunks of a table one at a time (see the module); opens its own
+    connection on first use, on the coordinator."""
+
+    def __init__(
+        self,
+        connection_factory: Callable[[], Any],
+        plan: ReadPlan,
+        chunk_size: int,
+        progress: Any = None,
+    ) -> None:
+        self._factory = connection_factory
+        self._plan = plan
+        self._chunk_size = chunk_size
+        self._connection: Any = None
+        state: dict[str, Any] = dict(progress) if progress is not None else {"phase": "init"}
+        if state.get("phase") not in ("init", "even", "uneven", "null", "done"):
+            raise SourceError(f"malformed SQL chunk planner progress: {progress!r:.120}")
+        self._state = state
+
+    def snapshot(self) -> Any:
+        return dict(self._state)
+
+    def close(self) -> None:
+        if self._connection is not None:
+            connection, self._connection = self._connection, None
+            with contextlib.suppress(Exception):  # best effort: nothing is left to read
+                connection.close()
+
+    def next_split(self) -> SqlChunkSplit | None:
+        state = self._state
+        if state["phase"] == "init":
+            self._initialize()
+        if state["phase"] == "even":
+            return self._next_even()
+        if state["phase"] == "uneven":
+            return self._next_uneven()
+        if state["phase"] == "null":
+            state["phase"] = "done"
+            return SqlChunkSplit(-1, null_chunk=True)
+        return None
+
+    # --- phases
+
+    def _after_ranges(self) -> None:
+        self._state["phase"] = "null" if self._plan.split_nullable else "done"
+
+    def _initialize(self) -> None:
+        plan = self._plan
+        key = plan.split_sql
+        # ORDER BY ... LIMIT 1 rather than MIN/MAX: every orderable type has an order
+        # (PostgreSQL's uuid has no MIN), and an index on the key answers it directly.
+        low = self._first(
+            f"SELECT {key} FROM {plan.table_sql} WHERE {key} IS NOT NULL ORDER BY {key} LIMIT 1"
+        )
+        high = self._first(
+            f"SELECT {key} FROM {plan.table_sql} WHERE {key} IS NOT NULL "
+            f"ORDER BY {key} DESC LIMIT 1"
+        )
+        state = self._state
+        state.update(index=0, max=high, cursor=None)
+        if low is None:
+            # No non-null key now: one unbounded chunk still reads what is there then.
+            state["phase"] = "uneven"
+            state["last"] = True
+            return
+        rows = self._row_count()
+        integral = all(isinstance(v, int) and not isinstance(v, bool) for v in (low, high))
+        factor = (high - low + 1) / rows if integral and rows > 0 else 0.0
+        if integral and EVEN_FACTOR_LOWER <= factor <= EVEN_FACTOR_UPPER:
+            state.update(phase="even", step=max(1, int(self._chunk_size * factor)), cursor=low)
+        else:
+            state.update(phase="uneven", cursor=low, last=False)
+
+    def _emit(self, lo: Any, hi: Any) -> SqlChunkSplit:
+        index = self._state["index"]
+        self._state["index"] = index + 1
+        # The first chunk is open below: keys smaller than MIN at planning still belong.
+        return SqlChunkSplit(index, None if index == 0 else lo, hi)
+
+    def _next_even(self) -> SqlChunkSplit:
+        state = self._state
+        lo = state["cursor"]
+        hi = lo + state["step"]
+        if hi > state["max"]:
+            self._after_ranges()
+            return self._emit(lo, None)
+        state["cursor"] = hi
+        return self._emit(lo, hi)
+
+    def _next_uneven(self) -> SqlChunkSplit:
+        state = self._state
+        lo = state["cursor"]
+        if state.get("last"):
+            self._after_ranges()
+            return self._emit(lo, None)
+        end = self._chunk_end(lo)
+        if end is None or _same(end, state["max"]) or _not_below(end, state["max"]):
+            self._after_ranges()
+            return self._emit(lo, None)
+        state["cursor"] = end
+        return self._emit(lo, end)
+
+    def _chunk_end(self, start: Any) -> Any:
+        plan = self._plan
+        key = plan.split_sql
+        placeholder = plan.dialect.placeholder(0)
+        params = plan.dialect.params([start])
+        end = self._first(
+            f"SELECT {key} FROM (SELECT {key} FROM {plan.table_sql} "
+            f"WHERE {key} >= {placeholder} ORDER BY {key} LIMIT {int(self._chunk_size)}) "
+            f"AS chunk ORDER BY {key} DESC LIMIT 1",
+            params,
+        )
+        if end is not None and end == start:
+            # chunk_size rows or more share this key: the chunk takes all of them.
+            end = self._first(
+                f"SELECT {key} FROM {plan.table_sql} WHERE {key} > {placeholder} "
+                f"ORDER BY {key} LIMIT 1",
+                params,
+            )
+        return end
+
+    def _first(self, sql: str, params: Any = ()) -> Any:
+        rows = self._query(sql, params)
+        return rows[0][0] if rows else None
+
+    def _row_count(self) -> int:
+        plan = self._plan
+        if plan.driver == POSTGRES:
+            estimate = self._query(
+                "SELECT reltuples::bigint FROM pg_catalog.pg_class WHERE oid = %s::regclass",
+                [plan.table_sql],
+            )
+            if estimate and estimate[0][0] is not None and estimate[0][0] > 0:
+                return int(estimate[0][0])
+        return int(self._query(f"SELECT COUNT(*) FROM {plan.table_sql}")[0][0])
+
+    def _query(self, sql: str, params: Any = ()) -> list[Any]:
+        if self._connection is None:
+            self._connection = open_connection(self._factory, self._plan.table)
+        connection = self._connection
+        with translate_errors(
+            f"planning chunks of table {self._plan.table!r}", driver_error(connection)
+        ):
+            rows = query(connection, sql, params)
+            # No transaction left open between requests: no snapshot held, no locks.
+            connection.rollback()
+        return rows
+
+
+def _same(value: Any, maximum: Any) -> bool:
+    """``value == maximum``, NaN included: PostgreSQL sorts NaN (float or numeric) above
+    every number and finds it equal to itself, so a key column holding NaN ends on it;
+    Python's NaN equals nothing, and the chunks after it would never end."""
+    return bool(value == maximum) or (value != value and maximum != maximum)
+
+
+def _not_below(value: Any, maximum: Any) -> bool:
+    """``value >= maximum`` in Python's order. It only decides when to stop making
+    bounded chunks: the last chunk is unbounded, so a database order that differs
+    (a collation) costs chunk balance, never rows."""
+    try:
+        return bool(value >= maximum)
+    except (TypeError, ArithmeticError):  # decimal.InvalidOperation: a NaN is unordered
+        return False

@@ -1,0 +1,24 @@
+"""Shared base of spark-lookup: the exception hierarchy and Flink-style option parsing.
+
+This package depends on nothing else of ours; ``cache``, ``triggers``, ``scan`` and
+``lookup`` all build on it, which keeps the dependency direction of the design intact.
+"""
+
+from spark_lookup.errors import (
+    ConfigError,
+    ConnectorError,
+    LookupLoadError,
+    SnapshotUnavailableError,
+    SourceError,
+    SparkLookupError,
+)
+
+__all__ = [
+    "ConfigError",
+    "ConnectorError",
+    "LookupLoadError",
+    "SnapshotUnavailableError",
+    "SourceError",
+    "SparkLookupError",
+]
+__version__ = "0.1.0"

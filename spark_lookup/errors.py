@@ -1,0 +1,33 @@
+"""The one exception hierarchy of spark-lookup.
+
+Errors of drivers (sqlite3, psycopg, redis-py, pyarrow) are translated where they enter
+our code: ``raise ConnectorError(...) from exc``, naming the table, key or URL involved, so
+callers catch our types and still see the original cause.
+"""
+
+from __future__ import annotations
+
+
+class SparkLookupError(Exception):
+    """Base class of every error raised by spark-lookup."""
+
+
+class ConfigError(SparkLookupError, ValueError):
+    """An invalid option or argument; the message names the option key or argument."""
+
+
+class ConnectorError(SparkLookupError):
+    """A database, Redis or file access failed; the message names what was accessed."""
+
+
+class LookupLoadError(SparkLookupError):
+    """A lookup load failed after all retries; the message names the key(s) and cause."""
+
+
+class SourceError(SparkLookupError):
+    """A split-based source failed while enumerating or reading splits."""
+
+
+class SnapshotUnavailableError(SparkLookupError):
+    """A full cache has no usable snapshot: the first load has not finished in time,
+    or the last good snapshot is older than the configured maximum staleness."""

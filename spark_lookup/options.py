@@ -1,0 +1,399 @@
+"""Flink-style option parsing shared by the whole library.
+
+A Flink DDL's ``WITH (...)`` options carry over unchanged: the keys below are Flink's
+(``lookup.cache``, ``lookup.partial-cache.max-rows``, ...), and values are parsed the way
+Flink parses them. Durations accept Flink's ``TimeUtils`` forms (``10 s``, ``5 min``,
+``1 h``, ``100 ms``; a bare number means milliseconds, as in Flink), ISO-8601 (``PT10S``),
+and :class:`datetime.timedelta`. Every invalid value raises :class:`ConfigError`, whose
+message names the option key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+import re
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from datetime import time, timedelta, timezone
+from decimal import Decimal, InvalidOperation
+from typing import Any, Generic, TypeVar
+
+from spark_lookup.errors import ConfigError
+
+T = TypeVar("T")
+E = TypeVar("E", bound=enum.Enum)
+
+__all__ = [
+    "ASYNC_CAPACITY",
+    "ASYNC_TIMEOUT",
+    "CACHE",
+    "FULL_CACHE_MAX_STALENESS",
+    "FULL_CACHE_RELOAD_STRATEGY",
+    "LOOKUP_OPTIONS",
+    "MAX_RETRIES",
+    "PARTIAL_CACHE_CACHE_MISSING_KEY",
+    "PARTIAL_CACHE_EXPIRE_AFTER_ACCESS",
+    "PARTIAL_CACHE_EXPIRE_AFTER_WRITE",
+    "PARTIAL_CACHE_MAX_ROWS",
+    "PERIODIC_RELOAD_INTERVAL",
+    "PERIODIC_RELOAD_SCHEDULE_MODE",
+    "TIMED_RELOAD_INTERVAL_IN_DAYS",
+    "TIMED_RELOAD_ISO_TIME",
+    "ConfigOption",
+    "as_timedelta",
+    "check_known_keys",
+    "parse_bool",
+    "parse_duration",
+    "parse_enum",
+    "parse_int",
+    "parse_iso_time",
+]
+
+# Flink's TimeUtils unit labels (org.apache.flink.util.TimeUtils.TimeUnit).
+_UNITS: dict[str, Decimal] = {}
+for _labels, _seconds in (
+    (("ns", "nano", "nanos", "nanosecond", "nanoseconds"), Decimal("1e-9")),
+    (("us", "µs", "micro", "micros", "microsecond", "microseconds"), Decimal("1e-6")),
+    (("ms", "milli", "millis", "millisecond", "milliseconds"), Decimal("1e-3")),
+    (("s", "sec", "secs", "second", "seconds"), Decimal(1)),
+    (("m", "min", "mins", "minute", "minutes"), Decimal(60)),
+    (("h", "hour", "hours"), Decimal(3600)),
+    (("d", "day", "days"), Decimal(86400)),
+):
+    for _label in _labels:
+        _UNITS[_label] = _seconds
+
+_FLINK_DURATION = re.compile(r"^\s*([0-9]+)\s*([a-zµ]*)\s*$", re.IGNORECASE)
+_ISO_DURATION = re.compile(
+    r"^([-+]?)P(?:([-+]?[0-9]+)D)?"
+    r"(?:T(?:([-+]?[0-9]+)H)?(?:([-+]?[0-9]+)M)?(?:([-+]?[0-9]+(?:[.,][0-9]{0,9})?)S)?)?$",
+    re.IGNORECASE,
+)
+
+
+def _describe(value: object) -> str:
+    return repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+
+
+def parse_duration(value: object, key: str) -> timedelta:
+    """Parse a Flink duration option value into a :class:`timedelta`.
+
+    Accepts a ``timedelta``, Flink's ``TimeUtils`` strings (``"10 s"``, ``"5min"``,
+    ``"1 h"``, ``"100 ms"``, ``"2 d"``; a bare number is milliseconds, as in Flink) and
+    ISO-8601 durations (``"PT10S"``, ``"P1DT2H"``). A Python ``int``/``float`` is refused
+    because it is ambiguous (Flink reads milliseconds, Python APIs usually seconds).
+
+    Raises
+    ------
+    ConfigError
+        For anything else; the message names ``key`` and quotes the value.
+    """
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        raise ConfigError(
+            f"option {key!r}: a bare number {value!r} is ambiguous; write it with a unit "
+            f"('{value} s', '{value} ms') or pass a datetime.timedelta"
+        )
+    if not isinstance(value, str):
+        raise ConfigError(f"option {key!r}: expected a duration, got {_describe(value)}")
+    text = value.strip()
+    match = _FLINK_DURATION.match(text)
+    if match:
+        number, unit = match.groups()
+        scale = _UNITS.get(unit.lower()) if unit else Decimal("1e-3")
+        if scale is None:
+            raise ConfigError(
+                f"option {key!r}: unknown time unit {unit!r} in {value!r}; use one of "
+                "ns, us, ms, s, min, h, d (or their long forms)"
+            )
+        return _seconds_to_timedelta(Decimal(number) * scale, key, value)
+    match = _ISO_DURATION.match(text)
+    if match and any(g for g in match.groups()[1:]) and not text.upper().endswith("T"):
+        sign, days, hours, minutes, seconds = match.groups()
+        total = (
+            Decimal(days or 0) * 86400
+            + Decimal(hours or 0) * 3600
+            + Decimal(minutes or 0) * 60
+            + Decimal((seconds or "0").replace(",", "."))
+        )
+        return _seconds_to_timedelta(-total if sign == "-" else total, key, value)
+    raise ConfigError(
+        f"option {key!r}: cannot parse duration {value!r}; expected e.g. '10 s', '5 min', "
+        "'1 h', '100 ms' or ISO-8601 'PT10S'"
+    )
+
+
+def _seconds_to_timedelta(seconds: Decimal, key: str, value: object) -> timedelta:
+    try:
+        return timedelta(seconds=float(seconds))
+    except (OverflowError, InvalidOperation) as exc:
+        raise ConfigError(f"option {key!r}: duration {value!r} is out of range") from exc
+
+
+def as_timedelta(value: object, name: str, *, allow_zero: bool = False) -> timedelta:
+    """Coerce a Python API argument (a ``timedelta`` or a number of seconds) to a
+    positive ``timedelta``.
+
+    Raises
+    ------
+    ConfigError
+        If ``value`` is neither, or is not positive (zero allowed with ``allow_zero``);
+        the message names the argument ``name``.
+    """
+    if isinstance(value, timedelta):
+        delta = value
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value != value:  # NaN
+            raise ConfigError(f"{name} must be a number of seconds, got NaN")
+        try:
+            delta = timedelta(seconds=value)
+        except OverflowError as exc:
+            raise ConfigError(f"{name}={value!r} is out of range") from exc
+    else:
+        raise ConfigError(
+            f"{name} must be a datetime.timedelta or a number of seconds, "
+            f"got {_describe(value)}"
+        )
+    if delta < timedelta(0) or (delta == timedelta(0) and not allow_zero):
+        bound = "non-negative" if allow_zero else "positive"
+        raise ConfigError(f"{name} must be {bound}, got {delta!r}")
+    return delta
+
+
+def parse_bool(value: object, key: str) -> bool:
+    """Parse ``true``/``false`` (any case) or a Python ``bool``."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ConfigError(f"option {key!r}: expected 'true' or 'false', got {_describe(value)}")
+
+
+def parse_int(value: object, key: str, *, min_value: int | None = None) -> int:
+    """Parse an integer (a Python ``int`` or a decimal string), optionally bounded below."""
+    result: int
+    if isinstance(value, int) and not isinstance(value, bool):
+        result = value
+    elif isinstance(value, str) and re.fullmatch(r"\s*[-+]?[0-9]+\s*", value):
+        result = int(value)
+    else:
+        raise ConfigError(f"option {key!r}: expected an integer, got {_describe(value)}")
+    if min_value is not None and result < min_value:
+        raise ConfigError(f"option {key!r}: must be >= {min_value}, got {result}")
+    return result
+
+
+def parse_enum(value: object, key: str, enum_type: type[E]) -> E:
+    """Parse an enum member by name, case-insensitively (``FIXED_DELAY``, ``partial``)."""
+    if isinstance(value, enum_type):
+        return value
+    if isinstance(value, str):
+        wanted = value.strip().upper().replace("-", "_")
+        for member in enum_type:
+            if member.name == wanted:
+                return member
+    names = ", ".join(m.name for m in enum_type)
+    raise ConfigError(f"option {key!r}: expected one of {names}, got {_describe(value)}")
+
+
+_ISO_TIME = re.compile(
+    r"^([0-9]{2}):([0-9]{2})(?::([0-9]{2})(?:\.([0-9]{1,6}))?)?"
+    r"(Z|[-+][0-9]{2}:?[0-9]{2})?$",
+    re.IGNORECASE,
+)
+
+
+def parse_iso_time(value: object, key: str) -> time:
+    """Parse an ISO-8601 time of day: ``10:15`` (local), ``10:15Z`` (UTC), ``10:15+07:00``.
+
+    Returns a :class:`datetime.time`; it carries a fixed-offset ``tzinfo`` when the text
+    has an offset, and none for local time.
+    """
+    if isinstance(value, time):
+        return value
+    if not isinstance(value, str):
+        raise ConfigError(f"option {key!r}: expected a time like '10:15', got {_describe(value)}")
+    match = _ISO_TIME.match(value.strip())
+    if not match:
+        raise ConfigError(
+            f"option {key!r}: cannot parse time {value!r}; expected 'HH:MM[:SS]' optionally "
+            "followed by 'Z' or an offset like '+07:00'"
+        )
+    hh, mm, ss, frac, zone = match.groups()
+    tzinfo: timezone | None = None
+    if zone:
+        if zone.upper() == "Z":
+            tzinfo = timezone.utc
+        else:
+            sign = -1 if zone[0] == "-" else 1
+            digits = zone[1:].replace(":", "")
+            offset = timedelta(hours=int(digits[:2]), minutes=int(digits[2:]))
+            if offset >= timedelta(hours=24):
+                raise ConfigError(f"option {key!r}: offset out of range in {value!r}")
+            tzinfo = timezone(sign * offset)
+    try:
+        return time(
+            int(hh), int(mm), int(ss or 0), int((frac or "0").ljust(6, "0")), tzinfo=tzinfo
+        )
+    except ValueError as exc:
+        raise ConfigError(f"option {key!r}: invalid time {value!r}: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class ConfigOption(Generic[T]):
+    """One option key with its parser, default and description (Flink's ``ConfigOption``)."""
+
+    key: str
+    parser: Callable[[object, str], T]
+    default: T | None
+    description: str
+
+    def get(self, options: Mapping[str, Any]) -> T | None:
+        """The parsed value of this key in ``options``, or the default when absent."""
+        if self.key not in options or options[self.key] is None:
+            return self.default
+        return self.parser(options[self.key], self.key)
+
+    def require(self, options: Mapping[str, Any]) -> T:
+        """The parsed value; :class:`ConfigError` naming the key when absent."""
+        value = self.get(options)
+        if value is None:
+            raise ConfigError(f"missing required option {self.key!r}: {self.description}")
+        return value
+
+
+def check_known_keys(
+    options: Mapping[str, Any], known: Collection[str], prefix: str = "lookup."
+) -> None:
+    """Refuse unknown keys under ``prefix`` so a typo is never silently ignored.
+
+    Keys outside ``prefix`` (a connector's own ``url``, ``table-name``...) are left alone.
+    """
+    for key in options:
+        if not isinstance(key, str):
+            raise ConfigError(f"option keys must be strings, got {_describe(key)}")
+        if key.startswith(prefix) and key not in known:
+            close = difflib.get_close_matches(key, list(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"unknown option {key!r}{hint}")
+
+
+class _CacheType(enum.Enum):
+    NONE = "NONE"
+    PARTIAL = "PARTIAL"
+    FULL = "FULL"
+
+
+def _positive_duration(value: object, key: str) -> timedelta:
+    delta = parse_duration(value, key)
+    if delta <= timedelta(0):
+        raise ConfigError(f"option {key!r}: must be a positive duration, got {value!r}")
+    return delta
+
+
+def _non_negative_int(value: object, key: str) -> int:
+    return parse_int(value, key, min_value=0)
+
+
+def _positive_int(value: object, key: str) -> int:
+    return parse_int(value, key, min_value=1)
+
+
+def _cache_type(value: object, key: str) -> str:
+    return parse_enum(value, key, _CacheType).name
+
+
+def _reload_strategy(value: object, key: str) -> str:
+    text = value.strip().upper() if isinstance(value, str) else value
+    if text not in ("PERIODIC", "TIMED"):
+        raise ConfigError(f"option {key!r}: expected PERIODIC or TIMED, got {_describe(value)}")
+    return str(text)
+
+
+def _schedule_mode(value: object, key: str) -> str:
+    text = value.strip().upper().replace("-", "_") if isinstance(value, str) else value
+    if text not in ("FIXED_DELAY", "FIXED_RATE"):
+        raise ConfigError(
+            f"option {key!r}: expected FIXED_DELAY or FIXED_RATE, got {_describe(value)}"
+        )
+    return str(text)
+
+
+# --- Flink's lookup option keys (org.apache.flink.table.connector.source.lookup.LookupOptions)
+
+CACHE: ConfigOption[str] = ConfigOption(
+    "lookup.cache", _cache_type, "NONE", "Cache type: NONE, PARTIAL or FULL."
+)
+MAX_RETRIES: ConfigOption[int] = ConfigOption(
+    "lookup.max-retries", _non_negative_int, 3,
+    "Retries of a failed load, with exponential backoff.",
+)
+PARTIAL_CACHE_MAX_ROWS: ConfigOption[int] = ConfigOption(
+    "lookup.partial-cache.max-rows", _positive_int, None,
+    "Maximum number of cached keys (LRU eviction).",
+)
+PARTIAL_CACHE_EXPIRE_AFTER_WRITE: ConfigOption[timedelta] = ConfigOption(
+    "lookup.partial-cache.expire-after-write", _positive_duration, None,
+    "An entry expires this long after it was loaded.",
+)
+PARTIAL_CACHE_EXPIRE_AFTER_ACCESS: ConfigOption[timedelta] = ConfigOption(
+    "lookup.partial-cache.expire-after-access", _positive_duration, None,
+    "An entry expires this long after it was last read or written.",
+)
+PARTIAL_CACHE_CACHE_MISSING_KEY: ConfigOption[bool] = ConfigOption(
+    "lookup.partial-cache.cache-missing-key", parse_bool, True,
+    "Whether a key with no rows is cached (as an empty result).",
+)
+FULL_CACHE_RELOAD_STRATEGY: ConfigOption[str] = ConfigOption(
+    "lookup.full-cache.reload-strategy", _reload_strategy, "PERIODIC",
+    "PERIODIC (every interval) or TIMED (a time of day every N days).",
+)
+PERIODIC_RELOAD_INTERVAL: ConfigOption[timedelta] = ConfigOption(
+    "lookup.full-cache.periodic-reload.interval", _positive_duration, None,
+    "Interval between full reloads (PERIODIC).",
+)
+PERIODIC_RELOAD_SCHEDULE_MODE: ConfigOption[str] = ConfigOption(
+    "lookup.full-cache.periodic-reload.schedule-mode", _schedule_mode, "FIXED_DELAY",
+    "FIXED_DELAY (from the end of a load) or FIXED_RATE (from its start; never overlapping).",
+)
+TIMED_RELOAD_ISO_TIME: ConfigOption[time] = ConfigOption(
+    "lookup.full-cache.timed-reload.iso-time", parse_iso_time, None,
+    "Time of day of the reload: '10:15' local, '10:15Z' UTC, '10:15+07:00' (TIMED).",
+)
+TIMED_RELOAD_INTERVAL_IN_DAYS: ConfigOption[int] = ConfigOption(
+    "lookup.full-cache.timed-reload.interval-in-days", _positive_int, 1,
+    "Days between timed reloads (TIMED).",
+)
+# Beyond Flink: a failed reload keeps serving the last good snapshot up to this age.
+FULL_CACHE_MAX_STALENESS: ConfigOption[timedelta] = ConfigOption(
+    "lookup.full-cache.max-staleness", _positive_duration, None,
+    "Beyond Flink: lookups fail once the last good snapshot is older than this.",
+)
+ASYNC_CAPACITY: ConfigOption[int] = ConfigOption(
+    "lookup.async.capacity", _positive_int, 100,
+    "Async lookups in flight at once.",
+)
+ASYNC_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
+    "lookup.async.timeout", _positive_duration, timedelta(seconds=180),
+    "Timeout of one async lookup.",
+)
+
+LOOKUP_OPTIONS: tuple[ConfigOption[Any], ...] = (
+    CACHE,
+    MAX_RETRIES,
+    PARTIAL_CACHE_MAX_ROWS,
+    PARTIAL_CACHE_EXPIRE_AFTER_WRITE,
+    PARTIAL_CACHE_EXPIRE_AFTER_ACCESS,
+    PARTIAL_CACHE_CACHE_MISSING_KEY,
+    FULL_CACHE_RELOAD_STRATEGY,
+    PERIODIC_RELOAD_INTERVAL,
+    PERIODIC_RELOAD_SCHEDULE_MODE,
+    TIMED_RELOAD_ISO_TIME,
+    TIMED_RELOAD_INTERVAL_IN_DAYS,
+    FULL_CACHE_MAX_STALENESS,
+    ASYNC_CAPACITY,
+    ASYNC_TIMEOUT,
+)
+"""Every ``lookup.*`` key the library understands, in documentation order."""

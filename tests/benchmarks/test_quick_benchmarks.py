@@ -1,0 +1,59 @@
+"""The benchmarks in their reduced form (``benchmarks/run_all.py --quick``), so CI keeps
+every script running and its summary readable; the figures themselves are not checked."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
+
+ROOT = Path(__file__).resolve().parents[2]
+REQUIRED = ("cache_ops", "scan_full_load", "lookup_batch_pg", "cache_memory", "join_throughput",
+            "naive_vs_lookup")
+# Ratios every quick run must produce (others depend on optional scripts).
+HEADLINE = (
+    "join_full_cache_vs_mapInPandas",
+    "join_partial_100pct_vs_mapInPandas",
+    "broadcast_join_vs_join_full_cache",
+    "lookup_join_pg_warm_vs_naive_udf_pg",
+    "lookup_join_pg_cold_vs_naive_udf_pg",
+    "lookup_join_redis_warm_vs_naive_udf_redis",
+    "lookup_join_redis_cold_vs_naive_udf_redis",
+    "default_cache_get_vs_ttlcache_get",
+    "scan_read_arrow_p4_vs_select_star",
+    "lookup_batch_100pct_hits_vs_query_per_key",
+    "cache_bytes_per_row_tracemalloc",
+    "cache_estimate_over_tracemalloc",
+    "arrow_bytes_per_row",
+    "full_snapshot_bytes_per_row",
+)
+
+
+@pytest.mark.timeout(900)
+def test_quick_benchmarks_run_and_summarize(postgres_dsn: str, redis_url: str,
+                                            tmp_path: Path) -> None:
+    env = {**os.environ, "POSTGRES_DSN": postgres_dsn, "REDIS_URL": redis_url}
+    done = subprocess.run(
+        [sys.executable, "benchmarks/run_all.py", "--quick", "--out", str(tmp_path)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=840, check=False,
+    )
+    assert done.returncode == 0, (done.stdout[-4000:], done.stderr[-4000:])
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert {"quick", "command", "seconds", "machine", "load_average", "headline", "plot",
+            "benchmarks"} <= summary.keys()
+    assert summary["quick"] is True
+    for name in REQUIRED:
+        entry = summary["benchmarks"][name]
+        assert entry["status"] == "ok", (name, entry.get("status"))
+        assert entry["result"], name
+    for name, entry in summary["benchmarks"].items():  # optional ones may have no quick form
+        assert entry["status"] in ("ok", "skipped"), (name, entry.get("status"))
+    missing = [key for key in HEADLINE if summary["headline"].get(key) is None]
+    assert not missing, missing
+    assert (tmp_path / "plot.png").stat().st_size > 10_000

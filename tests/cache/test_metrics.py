@@ -1,0 +1,78 @@
+"""CacheMetrics: counters, gauges, snapshots, merging across workers."""
+
+from __future__ import annotations
+
+import pickle
+import threading
+
+import pytest
+
+from cache import CacheMetrics
+from cache.metrics import FIELDS
+
+
+def test_fresh_metrics() -> None:
+    m = CacheMetrics()
+    assert m.snapshot() == {
+        "hit_count": 0, "miss_count": 0, "load_count": 0, "num_load_failures": 0,
+        "num_retries": 0, "num_cache_errors": 0, "latest_load_time": -1,
+        "num_cached_records": 0, "num_cached_bytes": 0,
+    }
+
+
+def test_counters_and_gauges() -> None:
+    m = CacheMetrics()
+    m.inc_hits(3)
+    m.inc_misses()
+    m.inc_loads()
+    m.inc_load_failures()
+    m.inc_retries(2)
+    m.inc_cache_errors()
+    m.record_load_time(12.6)
+    m.register_gauges(lambda: (5, 500))
+    assert (m.hit_count, m.miss_count, m.load_count, m.num_load_failures) == (3, 1, 1, 1)
+    assert (m.num_retries, m.num_cache_errors, m.latest_load_time) == (2, 1, 13)
+    assert (m.num_cached_records, m.num_cached_bytes) == (5, 500)
+
+
+def test_sum_adds_counters_and_gauges_and_keeps_the_max_load_time() -> None:
+    a, b = CacheMetrics(), CacheMetrics()
+    a.inc_hits(2)
+    a.record_load_time(5)
+    a.register_gauges(lambda: (10, 100))
+    b.inc_hits(3)
+    b.inc_misses(1)
+    b.record_load_time(7)
+    total = CacheMetrics.sum([a, b.snapshot()])
+    assert total.hit_count == 5
+    assert total.miss_count == 1
+    assert total.latest_load_time == 7
+    assert total.num_cached_records == 10
+    assert total.num_cached_bytes == 100
+    assert (a + b) == total
+
+
+def test_snapshot_round_trip_and_pickle() -> None:
+    m = CacheMetrics()
+    m.inc_loads(4)
+    m.register_gauges(lambda: (1, 2))
+    assert CacheMetrics.from_snapshot(m.snapshot()) == m
+    assert pickle.loads(pickle.dumps(m)).snapshot() == m.snapshot()
+    with pytest.raises(ValueError, match="unknown metric"):
+        CacheMetrics.from_snapshot({"bogus": 1})
+    assert set(m.snapshot()) == set(FIELDS)
+
+
+def test_counting_is_thread_safe() -> None:
+    m = CacheMetrics()
+
+    def bump() -> None:
+        for _ in range(10_000):
+            m.inc_hits()
+
+    threads = [threading.Thread(target=bump) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert m.hit_count == 80_000

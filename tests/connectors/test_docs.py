@@ -1,0 +1,30 @@
+"""The connectors' public names are exported, and their docstring examples run."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+
+import cache
+import lookup
+
+
+def test_public_names_are_exported() -> None:
+    assert {"SqlLookupFunction", "RedisLookupFunction"} <= set(lookup.__all__)
+    assert {"RedisLookupCache", "TieredLookupCache"} <= set(cache.__all__)
+    for name in ("SqlLookupFunction", "RedisLookupFunction"):
+        assert getattr(lookup, name).__doc__
+    for name in ("RedisLookupCache", "TieredLookupCache"):
+        assert getattr(cache, name).__doc__
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["lookup.connectors.sql", "lookup.connectors.redis", "cache.redis", "cache.tiered",
+     "cache._codec"],
+)
+def test_docstring_examples_run(module: str) -> None:
+    failures, _ = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
+    assert failures == 0

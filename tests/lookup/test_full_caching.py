@@ -1,0 +1,227 @@
+"""Full caching end to end without Spark: a real SQLite table loaded through the scan
+layer, reloaded on demand, with failures, staleness, metrics and concurrent readers.
+Flink's LookupFullCacheTest cases, ported."""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+import threading
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lookup import FullCachingLookupProvider, LookupOptions, RetryPolicy, open_lookup
+from lookup.full_caching import FullCachingRuntime
+from lookup.runtime import REGISTRY
+from scan import SqlTableSource
+from spark_lookup.errors import SnapshotUnavailableError
+from triggers import PeriodicCacheReloadTrigger
+
+HOUR = PeriodicCacheReloadTrigger(timedelta(hours=1))  # loads at open, then not in a test
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "dim.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT, tier TEXT)")
+        conn.executemany("INSERT INTO customers VALUES (?, ?, ?)",
+                         [(1, "Ada", "gold"), (2, "Grace", "silver"), (3, "Alan", "gold")])
+    return path
+
+
+def execute(path: Path, sql: str, *params: Any) -> None:
+    with sqlite3.connect(path) as conn:
+        conn.execute(sql, params)
+
+
+def provider(path: Path, **kw: Any) -> FullCachingLookupProvider:
+    source = SqlTableSource(functools.partial(sqlite3.connect, str(path)), "customers",
+                            schema="id BIGINT, name STRING, tier STRING", chunk_size=2)
+    kw.setdefault("retry_policy", RetryPolicy(max_retries=1, initial_backoff=0.01))
+    return FullCachingLookupProvider.of(source, HOUR, ["id"], parallelism=2, **kw)
+
+
+def reload(handle: Any) -> None:
+    runtime = handle.runtime
+    assert isinstance(runtime, FullCachingRuntime)
+    runtime.trigger_reload().result(timeout=30)
+
+
+def test_reload_sees_added_updated_and_removed_rows(db: Path) -> None:
+    with open_lookup(provider(db)) as handle:
+        assert handle.lookup_batch([(1,), (2,), (4,)]) == {
+            (1,): ((1, "Ada", "gold"),), (2,): ((2, "Grace", "silver"),), (4,): ()}
+        execute(db, "INSERT INTO customers VALUES (4, 'Edsger', 'bronze')")
+        execute(db, "UPDATE customers SET tier = 'platinum' WHERE id = 1")
+        execute(db, "DELETE FROM customers WHERE id = 2")
+        assert handle.lookup((4,)) == ()  # not before a reload
+        reload(handle)
+        assert handle.lookup_batch([(1,), (2,), (4,)]) == {
+            (1,): ((1, "Ada", "platinum"),), (2,): (), (4,): ((4, "Edsger", "bronze"),)}
+        assert handle.runtime.cache.current().version == 2  # type: ignore[attr-defined]
+
+
+def test_failed_reloads_keep_serving_the_last_good_snapshot(db: Path) -> None:
+    with open_lookup(provider(db)) as handle:
+        assert handle.lookup((1,)) == ((1, "Ada", "gold"),)
+        execute(db, "ALTER TABLE customers RENAME TO gone")
+        for _ in range(3):  # several consecutive firings fail
+            with pytest.raises(Exception, match="customers"):
+                reload(handle)
+            assert handle.lookup((1,)) == ((1, "Ada", "gold"),)
+        metrics = handle.metrics
+        assert metrics.num_load_failures == 3
+        assert metrics.num_retries == 3  # one retry per firing
+        assert metrics.load_count == 1
+        execute(db, "ALTER TABLE gone RENAME TO customers")
+        execute(db, "UPDATE customers SET name = 'Ada L.' WHERE id = 1")
+        reload(handle)  # recovery picks up the new data
+        assert handle.lookup((1,)) == ((1, "Ada L.", "gold"),)
+        assert handle.metrics.load_count == 2
+
+
+def test_max_staleness_fails_lookups_once_reloads_fail_too_long(db: Path) -> None:
+    with open_lookup(provider(db, max_staleness=timedelta(seconds=30))) as handle:
+        runtime = handle.runtime
+        assert isinstance(runtime, FullCachingRuntime)
+        assert handle.lookup((1,))
+        now = runtime.cache.clock()
+        runtime.cache.clock = lambda: now + 31  # time passes, no reload succeeded
+        with pytest.raises(SnapshotUnavailableError, match="max_staleness"):
+            handle.lookup((1,))
+
+
+def test_first_lookup_waits_then_fails_when_the_first_load_never_succeeds(tmp_path: Path) -> None:
+    missing = tmp_path / "empty.db"
+    sqlite3.connect(missing).close()
+    with open_lookup(provider(missing, initial_load_timeout=timedelta(seconds=2))) as handle, \
+            pytest.raises(SnapshotUnavailableError, match="first load.*customers"):
+        handle.lookup((1,))
+
+
+def test_metrics_of_a_full_cache(db: Path) -> None:
+    with open_lookup(provider(db)) as handle:
+        handle.lookup_batch([(1,), (2,), (9,), (None,)])
+        m = handle.metrics
+        assert (m.hit_count, m.miss_count) == (2, 1)  # misses are counted (Flink: 0)
+        assert m.load_count == 1
+        assert m.latest_load_time >= 0
+        assert m.num_cached_records == 3
+        assert m.num_cached_bytes > 0
+
+
+def test_one_load_per_process_for_shared_handles(db: Path) -> None:
+    p = provider(db)
+    with open_lookup(p) as first, open_lookup(p) as second:
+        first.lookup((1,))
+        second.lookup((1,))
+        assert first.metrics.load_count == 1
+        assert REGISTRY.references(p.provider_id) == 2
+
+
+def test_concurrent_lookups_during_reloads_see_whole_versions(db: Path) -> None:
+    with sqlite3.connect(db) as conn:
+        conn.execute("DELETE FROM customers")
+        conn.executemany("INSERT INTO customers VALUES (?, ?, 'v0')",
+                         [(i, f"n{i}") for i in range(300)])
+    errors: list[str] = []
+    stop = threading.Event()
+    with open_lookup(provider(db)) as handle:
+        handle.lookup((0,))
+
+        def read() -> None:
+            keys = [(i,) for i in range(300)]
+            while not stop.is_set():
+                tiers = {rows[0][2] for rows in handle.lookup_batch(keys).values() if rows}
+                if len(tiers) != 1:
+                    errors.append(f"mixed versions {sorted(tiers)}")
+
+        readers = [threading.Thread(target=read) for _ in range(3)]
+        for reader in readers:
+            reader.start()
+        try:
+            for version in range(1, 6):
+                execute(db, "UPDATE customers SET tier = ?", f"v{version}")
+                reload(handle)
+        finally:
+            stop.set()
+            for reader in readers:
+                reader.join()
+        assert errors == []
+        assert handle.lookup((7,)) == ((7, "n7", "v5"),)
+
+
+def test_concurrent_firings_share_one_load(db: Path) -> None:
+    with open_lookup(provider(db)) as handle:
+        runtime = handle.runtime
+        assert isinstance(runtime, FullCachingRuntime)
+        handle.lookup((1,))
+        futures = [runtime.trigger_reload() for _ in range(5)]
+        for future in futures:
+            future.result(timeout=30)
+        assert handle.metrics.load_count <= 3  # coalesced, never 6
+
+
+def test_lookup_options_build_a_full_provider(db: Path) -> None:
+    options = LookupOptions.from_dict({
+        "lookup.cache": "FULL",
+        "lookup.full-cache.reload-strategy": "PERIODIC",
+        "lookup.full-cache.periodic-reload.interval": "1 h",
+        "lookup.full-cache.max-staleness": "2 h",
+        "lookup.max-retries": "1",
+    })
+    source = SqlTableSource(functools.partial(sqlite3.connect, str(db)), "customers",
+                            schema="id BIGINT, name STRING, tier STRING")
+    p = options.provider(source, key_columns=["id"])
+    assert isinstance(p, FullCachingLookupProvider)
+    assert p.max_staleness == timedelta(hours=2)
+    assert p.retry_policy.max_retries == 1
+    with open_lookup(p) as handle:
+        assert handle.lookup((3,)) == ((3, "Alan", "gold"),)
+
+
+def test_lookup_options_errors_name_the_key() -> None:
+    with pytest.raises(ValueError, match="'lookup.partial-cache.max-rows' does not apply"):
+        LookupOptions.from_dict({"lookup.cache": "FULL",
+                                 "lookup.partial-cache.max-rows": "1"})
+    with pytest.raises(ValueError, match="lookup.full-cache.periodic-reload.interval"):
+        LookupOptions.from_dict({"lookup.cache": "FULL"})
+    with pytest.raises(ValueError, match="did you mean 'lookup.max-retries'"):
+        LookupOptions.from_dict({"lookup.max-retry": "3"})
+
+
+def test_outside_spark_a_full_cache_stays_in_process(db: Path) -> None:
+    p = provider(db)
+    with open_lookup(p) as handle:
+        runtime = handle.runtime
+        assert isinstance(runtime, FullCachingRuntime)
+        assert not runtime.shared
+        assert handle.lookup((1,)) == ((1, "Ada", "gold"),)
+    assert not p.snapshot_directory().exists()
+
+
+def test_shared_across_processes_a_firing_reloads_only_when_the_schedule_is_due(
+        db: Path, tmp_path: Path) -> None:
+    p = provider(db, snapshot_dir=tmp_path / "snapshots")
+    with open_lookup(p) as handle:
+        runtime = handle.runtime
+        assert isinstance(runtime, FullCachingRuntime)
+        assert runtime.shared
+        assert handle.lookup((1,)) == ((1, "Ada", "gold"),)
+        execute(db, "UPDATE customers SET tier = 'platinum' WHERE id = 1")
+        reload(handle)  # loaded less than the interval ago: this firing keeps it
+        assert handle.lookup((1,)) == ((1, "Ada", "gold"),)
+        assert handle.metrics.load_count == 1
+        now = runtime.cache.clock()
+        runtime.cache.clock = lambda: now + 2 * 3600  # the hourly reload is due
+        reload(handle)
+        assert handle.lookup((1,)) == ((1, "Ada", "platinum"),)
+        assert handle.metrics.load_count == 2
+        assert runtime.cache.current().version == 2  # type: ignore[union-attr]
+    files = sorted(f.name for f in (tmp_path / "snapshots" / p.provider_id).glob("v*.arrow"))
+    assert len(files) == 1
+    assert files[0].startswith("v0000000002-")

@@ -1,0 +1,360 @@
+"""ScheduledTableRefresh on a real local Spark and SQLite: reloads swap the view, failures
+keep it, replaced cached versions are unpersisted, staleness, close, validation."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lookup import RetryPolicy, ScheduledTableRefresh
+from scan import CollectionSource
+from spark_lookup.errors import ConfigError, LookupLoadError, SnapshotUnavailableError
+from tests.refresh.support import countries, execute, names, wait_until
+from triggers import PeriodicCacheReloadTrigger
+
+pytestmark = pytest.mark.spark
+
+HOUR = timedelta(hours=1)  # a trigger that only loads on open: reloads are driven explicitly
+FAST_RETRY = RetryPolicy(max_retries=1, initial_backoff=timedelta(milliseconds=10))
+LOAD_TIMEOUT = 120
+
+
+def refresh_of(spark: Any, db: Path, view: str, **options: Any) -> ScheduledTableRefresh:
+    options.setdefault("retry_policy", FAST_RETRY)
+    return ScheduledTableRefresh(spark, countries(db), PeriodicCacheReloadTrigger(HOUR), view,
+                                 **options)
+
+
+def persistent_rdds(spark: Any) -> int:
+    return int(spark.sparkContext._jsc.getPersistentRDDs().size())
+
+
+def is_cached(df: Any) -> bool:
+    level = df.storageLevel
+    return bool(level.useMemory or level.useDisk)
+
+
+def test_sql_on_the_view_sees_the_rows_of_each_reload(spark: Any, db: Path) -> None:
+    with refresh_of(spark, db, "rv_countries") as refresh:
+        status = refresh.status()
+        assert (status.version, status.rows, status.materialization) == (1, 3, "LOCAL")
+        assert status.bytes
+        assert status.bytes > 0
+        assert status.last_load_time
+        assert status.last_load_time > 0
+        assert status.last_success_at is not None
+        assert status.num_loads == 1
+        sql = "SELECT name FROM rv_countries"
+        assert names(spark.sql(sql)) == ["France", "Germany", "Netherlands"]
+        before = spark.table("rv_countries")  # resolved now: keeps version 1
+
+        execute(db, "INSERT INTO countries VALUES (4, 'be', 'Belgium')")
+        execute(db, "UPDATE countries SET name = 'Nederland' WHERE id = 1")
+        status = refresh.trigger_reload().result(LOAD_TIMEOUT)
+
+        assert (status.version, status.rows, status.num_loads) == (2, 4, 2)
+        assert status == refresh.status()
+        assert names(spark.sql(sql)) == ["Belgium", "France", "Germany", "Nederland"]
+        assert names(before) == ["France", "Germany", "Netherlands"]
+        # A small local version is broadcast in joins, as any small relation.
+        plan = spark.range(5).join(spark.table("rv_countries"), "id")._jdf.queryExecution()
+        assert "BroadcastHashJoin" in plan.executedPlan().toString()
+    assert not spark.catalog.tableExists("rv_countries")  # close() dropped it
+
+
+def test_a_failed_reload_keeps_the_previous_version_and_is_reported(
+    spark: Any, db: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with refresh_of(spark, db, "rv_failing") as refresh:
+        execute(db, "ALTER TABLE countries RENAME TO countries_gone")
+        with caplog.at_level(logging.ERROR, logger="lookup"), pytest.raises(
+            LookupLoadError, match="'rv_failing' failed after 2 attempt"
+        ):
+            refresh.trigger_reload().result(LOAD_TIMEOUT)
+
+        status = refresh.status()
+        assert (status.version, status.num_load_failures, status.num_retries) == (1, 1, 1)
+        assert status.last_error
+        assert "ConnectorError: table 'countries' does not exist" in status.last_error
+        assert status.last_failure_at is not None
+        assert not status.stale
+        assert any("still serving version 1" in r.getMessage() for r in caplog.records)
+        assert spark.sql("SELECT count(*) FROM rv_failing").first()[0] == 3
+
+        execute(db, "ALTER TABLE countries_gone RENAME TO countries")
+        execute(db, "DELETE FROM countries WHERE id = 3")
+        status = refresh.trigger_reload().result(LOAD_TIMEOUT)
+        assert (status.version, status.rows, status.num_load_failures) == (2, 2, 1)
+        assert names(spark.table("rv_failing")) == ["France", "Netherlands"]
+
+
+def test_cached_versions_are_unpersisted_after_the_swap(spark: Any, db: Path) -> None:
+    baseline = persistent_rdds(spark)
+    with refresh_of(spark, db, "rv_cached", materialization="CACHE",
+                    unpersist_delay=0) as refresh:
+        assert refresh.status().materialization == "CACHE"
+        first = spark.table("rv_cached")
+        assert is_cached(first)
+        assert persistent_rdds(spark) == baseline + 1
+        for _ in range(2):
+            execute(db, "INSERT INTO countries (code, name) VALUES ('xx', 'Somewhere')")
+            refresh.trigger_reload().result(LOAD_TIMEOUT)
+        assert refresh.status().rows == 5
+        assert not is_cached(first)
+        assert is_cached(spark.table("rv_cached"))
+        wait_until(lambda: persistent_rdds(spark) == baseline + 1, 30, "old versions unpersisted")
+        assert spark.table("rv_cached").count() == 5
+    wait_until(lambda: persistent_rdds(spark) == baseline, 30, "close() to unpersist")
+
+
+def test_a_replaced_cached_version_stays_persisted_for_unpersist_delay(
+    spark: Any, db: Path
+) -> None:
+    with refresh_of(spark, db, "rv_delayed", materialization="CACHE",
+                    unpersist_delay=1.5) as refresh:
+        first = spark.table("rv_delayed")
+        refresh.trigger_reload().result(LOAD_TIMEOUT)
+        # Queries that resolved version 1 before the swap still read it from the cache.
+        assert is_cached(first)
+        assert first.count() == 3
+        wait_until(lambda: not is_cached(first), 30, "the delayed unpersist")
+        assert is_cached(spark.table("rv_delayed"))
+
+
+def test_auto_caches_a_version_above_local_max_bytes(spark: Any, db: Path) -> None:
+    with refresh_of(spark, db, "rv_auto", local_max_bytes=0) as refresh:
+        assert refresh.status().materialization == "CACHE"
+        assert is_cached(spark.table("rv_auto"))
+    with refresh_of(spark, db, "rv_local", materialization="local") as refresh:
+        assert refresh.status().materialization == "LOCAL"
+        assert not is_cached(spark.table("rv_local"))
+        execute(db, "DELETE FROM countries")
+        assert refresh.trigger_reload().result(LOAD_TIMEOUT).rows == 0
+        assert spark.table("rv_local").count() == 0
+        assert spark.table("rv_local").schema.simpleString() == (
+            "struct<id:bigint,code:string,name:string>")
+
+
+def test_reloads_never_overlap_and_asks_during_one_queue_one_more(
+    spark: Any, db: Path, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    gate.touch()
+    refresh = ScheduledTableRefresh(spark, countries(db, gate), PeriodicCacheReloadTrigger(HOUR),
+                                    "rv_queue")
+    with refresh:
+        gate.unlink()  # the next load waits in the source until the gate is back
+        running = refresh.trigger_reload()
+        wait_until(running.running, 60, "the reload to start")
+        queued = refresh.trigger_reload()
+        assert queued is not running
+        assert refresh.trigger_reload() is queued  # joins the load that has not started
+        assert not queued.running()
+        gate.touch()
+        first, second = running.result(LOAD_TIMEOUT), queued.result(LOAD_TIMEOUT)
+        assert (first.version, second.version) == (2, 3)
+        assert second.num_loads == 3
+
+
+def test_queries_during_reloads_see_one_whole_version(spark: Any, db: Path) -> None:
+    counts: list[int] = []
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def query() -> None:
+        while not stop.is_set():
+            try:
+                counts.append(spark.sql("SELECT count(*) FROM rv_busy").first()[0])
+            except BaseException as exc:
+                errors.append(exc)
+                return
+
+    with refresh_of(spark, db, "rv_busy", materialization="CACHE", unpersist_delay=0) as refresh:
+        reader = threading.Thread(target=query)
+        reader.start()
+        try:
+            for i in range(3):
+                execute(db, "INSERT INTO countries (code, name) VALUES (?, ?)", f"c{i}", f"C{i}")
+                refresh.trigger_reload().result(LOAD_TIMEOUT)
+            wait_until(lambda: len(counts) >= 3, 60, "queries during reloads")
+        finally:
+            stop.set()
+            reader.join(60)
+    assert not errors
+    assert set(counts) <= {3, 4, 5, 6}
+
+
+def test_the_view_raises_once_older_than_max_staleness(spark: Any, db: Path) -> None:
+    with refresh_of(spark, db, "rv_stale", max_staleness=1.0) as refresh:
+        execute(db, "ALTER TABLE countries RENAME TO countries_gone")
+        with pytest.raises(LookupLoadError):
+            refresh.trigger_reload().result(LOAD_TIMEOUT)
+        wait_until(lambda: refresh.status().stale, 30, "the view to go stale")
+        with pytest.raises(Exception, match=r"'rv_stale' is stale.*last reload error"):
+            spark.sql("SELECT count(*) FROM rv_stale").collect()
+        with pytest.raises(Exception, match="is stale"):
+            spark.sql("SELECT name FROM rv_stale WHERE id = 1").collect()
+
+        execute(db, "ALTER TABLE countries_gone RENAME TO countries")
+        status = refresh.trigger_reload().result(LOAD_TIMEOUT)
+        assert not status.stale
+        assert status.version == 2
+        assert spark.sql("SELECT count(*) FROM rv_stale").first()[0] == 3
+
+
+def test_close_stops_the_schedule(spark: Any, db: Path) -> None:
+    trigger = PeriodicCacheReloadTrigger(timedelta(milliseconds=500))
+    refresh = ScheduledTableRefresh(spark, countries(db), trigger, "rv_periodic")
+    with refresh:
+        assert trigger.is_open
+        execute(db, "INSERT INTO countries VALUES (4, 'be', 'Belgium')")
+        # The schedule alone picks the new row up.
+        wait_until(lambda: refresh.status().rows == 4, 60, "a scheduled reload")
+        assert "Belgium" in names(spark.table("rv_periodic"))
+    assert not trigger.is_open
+    assert not refresh.is_open
+    loads = refresh.status().num_loads
+    assert loads >= 2
+    with pytest.raises(RuntimeError, match="not open"):
+        refresh.trigger_reload().result(5)
+    threading.Event().wait(1.5)  # three intervals: no firing may load any more
+    assert refresh.status().num_loads == loads
+    assert not spark.catalog.tableExists("rv_periodic")
+    refresh.close()  # idempotent
+
+
+def test_a_load_in_progress_at_close_never_swaps(spark: Any, db: Path, tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    gate.touch()
+    # LOCAL: a CACHE or AUTO load holds its cache's lock in Spark's CacheManager while the
+    # source plans its splits, and dropTempView would wait for the held planning.
+    refresh = ScheduledTableRefresh(spark, countries(db, gate), PeriodicCacheReloadTrigger(HOUR),
+                                    "rv_closing", materialization="LOCAL").open()
+    gate.unlink()
+    running = refresh.trigger_reload()
+    wait_until(running.running, 60, "the reload to start")
+    started = time.monotonic()
+    refresh.close()  # waits a bounded time for the held load, then goes on
+    assert time.monotonic() - started < 60
+    assert not spark.catalog.tableExists("rv_closing")
+    gate.touch()
+    with pytest.raises(RuntimeError, match="closed during a reload"):
+        running.result(LOAD_TIMEOUT)
+    assert not spark.catalog.tableExists("rv_closing")
+    assert refresh.status().version == 1
+
+
+def test_close_can_keep_the_last_version(spark: Any, db: Path) -> None:
+    refresh = refresh_of(spark, db, "rv_kept", materialization="CACHE").open()
+    refresh.close(keep_view=True)
+    try:
+        assert spark.table("rv_kept").count() == 3
+        assert is_cached(spark.table("rv_kept"))
+    finally:
+        spark.catalog.dropTempView("rv_kept")
+
+
+def test_a_failing_first_load_fails_open(spark: Any, db: Path) -> None:
+    execute(db, "DROP TABLE countries")
+    trigger = PeriodicCacheReloadTrigger(HOUR)
+    refresh = ScheduledTableRefresh(spark, countries(db), trigger, "rv_never",
+                                    retry_policy=RetryPolicy(max_retries=0))
+    with pytest.raises(LookupLoadError, match="'rv_never'"):
+        refresh.open()
+    assert not trigger.is_open
+    assert not refresh.is_open
+    assert not spark.catalog.tableExists("rv_never")
+    with pytest.raises(RuntimeError, match="already opened"):
+        refresh.open()
+
+
+def test_a_first_load_slower_than_initial_load_timeout_fails_open(
+    spark: Any, db: Path, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"  # absent: the first load waits in the source
+    trigger = PeriodicCacheReloadTrigger(HOUR)
+    refresh = ScheduledTableRefresh(spark, countries(db, gate), trigger, "rv_slow",
+                                    materialization="LOCAL", initial_load_timeout=1.0)
+    try:
+        with pytest.raises(SnapshotUnavailableError, match="'rv_slow' did not finish within"):
+            refresh.open()
+    finally:
+        gate.touch()  # let the held planning end
+    assert not trigger.is_open
+    assert not refresh.is_open
+    assert not spark.catalog.tableExists("rv_slow")
+
+
+def test_one_refresh_per_view_and_per_trigger(spark: Any, db: Path) -> None:
+    trigger = PeriodicCacheReloadTrigger(HOUR)
+    with ScheduledTableRefresh(spark, countries(db), trigger, "rv_owned"):
+        with pytest.raises(ConfigError, match="already served"):
+            refresh_of(spark, db, "RV_OWNED").open()
+        with pytest.raises(RuntimeError, match="already open"):
+            ScheduledTableRefresh(spark, countries(db), trigger, "rv_other").open()
+        assert trigger.is_open  # the failed opens left the first refresh alone
+        assert spark.table("rv_owned").count() == 3
+        assert not spark.catalog.tableExists("rv_other")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"spark": object()}, "spark must be a SparkSession"),
+        ({"source": [(1,)]}, "source must be a scan.Source"),
+        ({"trigger": timedelta(seconds=1)}, "trigger must be a triggers.CacheReloadTrigger"),
+        ({"view_name": "db.view"}, "view_name must be an identifier"),
+        ({"view_name": "1st"}, "view_name must be an identifier"),
+        ({"view_name": "x; DROP"}, "view_name must be an identifier"),
+        ({"materialization": "MEMORY"}, "materialization must be AUTO, LOCAL or CACHE"),
+        ({"local_max_bytes": -1}, "local_max_bytes must be an int >= 0"),
+        ({"storage_level": "MEMORY_ONLY"}, "storage_level must be a pyspark.StorageLevel"),
+        ({"retry_policy": 3}, "retry_policy must be a RetryPolicy"),
+        ({"max_staleness": 0}, "max_staleness must be positive"),
+        ({"unpersist_delay": -1}, "unpersist_delay must be non-negative"),
+        ({"initial_load_timeout": "5 min"}, "initial_load_timeout must be a datetime.timedelta"),
+    ],
+)
+def test_invalid_arguments(spark: Any, db: Path, change: dict[str, Any], message: str) -> None:
+    arguments: dict[str, Any] = {
+        "spark": spark, "source": countries(db), "trigger": PeriodicCacheReloadTrigger(HOUR),
+        "view_name": "rv_invalid", **change,
+    }
+    with pytest.raises(ConfigError, match=message):
+        ScheduledTableRefresh(**arguments)
+
+
+def test_an_unbounded_or_schemaless_source_is_refused(spark: Any) -> None:
+    class Unbounded(CollectionSource):
+        @property
+        def boundedness(self) -> Any:
+            from scan import Boundedness
+
+            return Boundedness.CONTINUOUS_UNBOUNDED
+
+    class Schemaless(CollectionSource):
+        @property
+        def schema(self) -> Any:
+            return None
+
+    trigger = PeriodicCacheReloadTrigger(HOUR)
+    with pytest.raises(ConfigError, match="unbounded"):
+        ScheduledTableRefresh(spark, Unbounded([(1,)], schema="id INT"), trigger, "rv_x")
+    with pytest.raises(ConfigError, match="declares no schema"):
+        ScheduledTableRefresh(spark, Schemaless([(1,)], schema="id INT"), trigger, "rv_x")
+
+
+def test_docstring_examples_run(spark: Any) -> None:
+    import doctest
+
+    import lookup.refresh
+
+    result = doctest.testmod(lookup.refresh, extraglobs={"spark": spark})
+    assert result.attempted > 0
+    assert result.failed == 0

@@ -1,0 +1,159 @@
+"""FileSource specifics: directories, schema inference and casting, positions, errors."""
+
+from __future__ import annotations
+
+import datetime as dt
+import pickle
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from scan import FileSource, FileSplit, LocalSourceRunner, ReaderOptions, plan_splits, read_arrow
+from scan.checkpoint import decode_checkpoint
+from scan.serializers import unpack_versioned
+from spark_lookup.errors import ConfigError, ConnectorError, SourceError
+from tests.scan.helpers import bag, run_all
+
+
+def _parquet(path: Path, rows: int, group: int, start: int = 0) -> list[tuple[Any, ...]]:
+    ids = list(range(start, start + rows))
+    pq.write_table(
+        pa.table({"id": ids, "v": [f"v{i}" for i in ids]}), str(path), row_group_size=group
+    )
+    return [(i, f"v{i}") for i in ids]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"paths": "x", "format": "orc"}, "format must be one of"),
+        ({"paths": []}, "at least one"),
+        ({"paths": [""]}, "invalid path"),
+        ({"paths": "x", "schema": "a WHAT"}, "unknown type"),
+    ],
+)
+def test_invalid_arguments(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        FileSource(**kwargs)
+
+
+def test_one_split_per_row_group_in_path_order(tmp_path: Path) -> None:
+    rows = _parquet(tmp_path / "b.parquet", 10, 4) + _parquet(tmp_path / "a.parquet", 3, 4, 10)
+    source = FileSource([tmp_path / "b.parquet", tmp_path / "a.parquet"])
+    splits = plan_splits(source)
+    assert [(Path(s.path).name, s.row_group) for s in splits] == [
+        ("b.parquet", 0),
+        ("b.parquet", 1),
+        ("b.parquet", 2),
+        ("a.parquet", 0),
+    ]
+    assert run_all(source, 1) == rows
+
+
+def test_a_directory_stands_for_its_data_files_sorted(tmp_path: Path) -> None:
+    _parquet(tmp_path / "part-1.parquet", 2, 10, 2)
+    _parquet(tmp_path / "part-0.parquet", 2, 10, 0)
+    (tmp_path / "_SUCCESS").write_text("")
+    (tmp_path / ".part-0.parquet.crc").write_text("")
+    (tmp_path / "nested").mkdir()
+    splits = plan_splits(FileSource(tmp_path))
+    assert [Path(s.path).name for s in splits] == ["part-0.parquet", "part-1.parquet"]
+
+
+def test_parquet_schema_is_inferred_and_a_declared_one_casts(tmp_path: Path) -> None:
+    path = tmp_path / "t.parquet"
+    table = pa.table(
+        {
+            "id": pa.array([1, 2], pa.int64()),
+            "price": pa.array([Decimal("1.50"), None], pa.decimal128(10, 2)),
+            "day": pa.array([dt.date(2024, 1, 1), dt.date(2024, 1, 2)]),
+            "at": pa.array([dt.datetime(2024, 1, 1, 12), None], pa.timestamp("ms", tz="UTC")),
+            "tags": pa.array([["a"], []]),
+            "extra": pa.array([True, False]),
+        }
+    )
+    pq.write_table(table, str(path))
+    inferred = FileSource(path)
+    assert inferred.schema.simpleString() == (
+        "struct<id:bigint,price:decimal(10,2),day:date,at:timestamp,tags:array<string>,"
+        "extra:boolean>"
+    )
+    assert run_all(inferred, 1)[0][:2] == (1, Decimal("1.50"))
+    declared = FileSource(path, schema="at TIMESTAMP, id INT")  # a subset, reordered
+    assert read_arrow(declared).schema.types == [pa.timestamp("us", tz="UTC"), pa.int32()]
+    assert run_all(declared, 1) == [
+        (dt.datetime(2024, 1, 1, 12, tzinfo=dt.timezone.utc), 1),
+        (None, 2),
+    ]
+
+
+def test_csv_schema_is_inferred_from_the_first_file(tmp_path: Path) -> None:
+    (tmp_path / "a.csv").write_text("id,name,score\n1,x,1.5\n2,y,\n")
+    source = FileSource(tmp_path / "a.csv", "csv")
+    assert source.schema.simpleString() == "struct<id:bigint,name:string,score:double>"
+    assert run_all(source, 1) == [(1, "x", 1.5), (2, "y", None)]
+
+
+def test_missing_column_is_named_with_the_file(tmp_path: Path) -> None:
+    _parquet(tmp_path / "t.parquet", 3, 3)
+    source = FileSource(tmp_path / "t.parquet", schema="id BIGINT, nope STRING")
+    with pytest.raises((SourceError, ConnectorError), match=r"t\.parquet"):
+        run_all(source, 1)
+
+
+def test_values_that_do_not_cast_are_named_with_the_file(tmp_path: Path) -> None:
+    (tmp_path / "a.csv").write_text("id,name\n1,x\nzwei,y\n")
+    source = FileSource(tmp_path / "a.csv", "csv", schema="id BIGINT, name STRING")
+    with pytest.raises(ConnectorError, match=r"a\.csv"):
+        run_all(source, 1)
+
+
+def test_missing_file_is_a_connector_error_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(ConnectorError, match="gone.parquet"):
+        plan_splits(FileSource(tmp_path / "gone.parquet", schema="id BIGINT"))
+    with pytest.raises(ConnectorError, match="gone.csv"):
+        run_all(FileSource(tmp_path / "gone.csv", "csv", schema="id BIGINT"), 1)
+    with pytest.raises(ConnectorError, match="gone.parquet"):
+        FileSource(tmp_path / "gone.parquet").schema  # noqa: B018
+
+
+def test_no_data_files_and_no_schema(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no data files"):
+        FileSource(tmp_path).schema  # noqa: B018
+
+
+def test_empty_parquet_file_has_no_rows(tmp_path: Path) -> None:
+    pq.write_table(pa.table({"id": pa.array([], pa.int64())}), str(tmp_path / "e.parquet"))
+    assert run_all(FileSource(tmp_path / "e.parquet"), 2) == []
+
+
+@pytest.mark.parametrize("file_format", ["parquet", "csv"])
+def test_checkpoint_records_the_offset_within_a_split(tmp_path: Path, file_format: str) -> None:
+    path = tmp_path / f"t.{file_format}"
+    if file_format == "parquet":
+        rows = _parquet(path, 100, 60)
+    else:
+        rows = [(i, f"v{i}") for i in range(100)]
+        path.write_text("id,v\n" + "".join(f"{i},{v}\n" for i, v in rows))
+    source = FileSource(path, file_format, schema="id BIGINT, v STRING")
+    with LocalSourceRunner(source, 1, options=ReaderOptions(records_per_poll=4)) as runner:
+        before = runner.run(17)
+        checkpoint = runner.checkpoint()
+    packed = decode_checkpoint(checkpoint).readers[0]
+    (split,) = [unpack_versioned(source.split_serializer, p, "split") for p in packed]
+    assert split == FileSplit(str(path), 0 if file_format == "parquet" else None, 20)
+    assert before == rows[:20]
+    with LocalSourceRunner(source, 2, restore_from=checkpoint) as runner:
+        assert bag(before + runner.run()) == bag(rows)
+
+
+def test_source_pickles_as_its_paths(tmp_path: Path) -> None:
+    rows = _parquet(tmp_path / "t.parquet", 5, 2)
+    source = FileSource(str(tmp_path / "t.parquet"))
+    copy = pickle.loads(pickle.dumps(source))
+    assert copy.paths == [str(tmp_path / "t.parquet")]
+    assert bag(run_all(copy, 2)) == bag(rows)

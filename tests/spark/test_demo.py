@@ -1,0 +1,149 @@
+"""The demo: ``python -m lookup demo`` runs end to end in a subprocess (it starts its own
+SparkSession, and a process holds one) and shows the updated dimension values reaching
+the stream; the command line and the per-batch marking are checked without Spark."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lookup.__main__ import main
+from lookup.demo import CHANGES, BatchPrinter
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_demo_shows_the_updated_values_and_ends_by_itself() -> None:
+    started = time.monotonic()
+    result = subprocess.run(
+        # A generous limit: on a loaded 2-CPU machine the first batch can take a minute.
+        [sys.executable, "-m", "lookup", "demo", "--seconds", "20", "--time-limit", "240"],
+        cwd=ROOT,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    took = time.monotonic() - started
+    out = result.stdout
+    assert result.returncode == 0, f"{out}\n--- stderr ---\n{result.stderr[-5000:]}"
+    # At least 20 s of streaming; when the new values are late the query runs on, but
+    # the demo ends within its time limit.
+    assert 20 < took < 250, out
+    first_update = out.index("UPDATE customers SET tier = 'platinum'", out.index("Streaming."))
+    before, after = out[:first_update], out[first_update:]
+    assert re.search(r"Edsger\s+bronze\s+NL", before), out  # old values first
+    assert re.search(r"Edsger\s+platinum\*", after), out  # partial cache: new tier
+    assert re.search(r"\bmouse\s+17\.00\*", after), out  # full cache: new price
+    assert "19.50*" not in out
+    assert "bronze*" not in out
+    assert out.count("first seen in batch") == 2, out
+    metrics = {
+        m["name"]: {k: int(v) for k, v in m.groupdict().items() if k != "name"}
+        for m in re.finditer(
+            r"^\s+(?P<name>customers|products)\s+(?:PARTIAL|FULL)\s+(?P<hits>\d+)\s+"
+            r"(?P<misses>\d+)\s+(?P<loads>\d+)\s+(?P<failures>\d+)", out, re.MULTILINE)
+    }
+    assert set(metrics) == {"customers", "products"}, out
+    assert metrics["customers"]["misses"] > 0
+    assert metrics["customers"]["loads"] > 0
+    assert metrics["products"]["hits"] > 0
+    assert metrics["products"]["misses"] == 0
+    assert metrics["products"]["loads"] >= 2  # loaded at open, then reloaded
+    assert metrics["customers"]["failures"] == metrics["products"]["failures"] == 0
+
+
+def test_command_line_help_and_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    assert "demo" in capsys.readouterr().out
+    for bad in (["demo", "--seconds", "5"], ["demo", "--seconds", "soon"], [],
+                ["demo", "--seconds", "60", "--time-limit", "70"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(bad)
+        assert exit_info.value.code == 2
+
+
+class _Row:
+    def __init__(self, **values: Any) -> None:
+        self.values = values
+
+    def asDict(self) -> dict[str, Any]:  # pyspark.sql.Row's name
+        return dict(self.values)
+
+
+class _Batch:
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self.rows = rows
+
+    def collect(self) -> list[_Row]:
+        return [_Row(**row) for row in self.rows]
+
+
+def _order(order_id: int, customer_id: int, tier: str, product_id: int,
+           price: float) -> dict[str, Any]:
+    return {"order_id": order_id, "customer_id": customer_id, "product_id": product_id,
+            "quantity": 1, "name": "Edsger", "tier": tier, "country": "NL",
+            "product_name": "mouse", "product_price": price, "amount": price}
+
+
+def test_batch_printer_marks_new_and_cached_values() -> None:
+    now = [0.0]
+    out = io.StringIO()
+    printer = BatchPrinter(CHANGES, out, lambda: now[0])
+
+    class _Connection:
+        def execute(self, *args: Any) -> None:
+            pass
+
+        def commit(self) -> None:
+            pass
+
+    printer(_Batch([_order(1, 3, "bronze", 2, 19.5)]), 0)
+    now[0] = 5.0
+    printer.apply(CHANGES, _Connection())  # type: ignore[arg-type]
+    now[0] = 6.0
+    printer(_Batch([_order(2, 3, "bronze", 2, 19.5), _order(3, 3, "platinum", 2, 19.5)]), 1)
+    now[0] = 9.0
+    printer(_Batch([_order(4, 3, "platinum", 2, 17.0)]), 2)
+    printer(_Batch([]), 3)  # empty batches are not printed
+    lines = out.getvalue().splitlines()
+    assert "bronze " in lines[1]
+    assert "*" not in lines[1]
+    assert "(cached)" not in lines[1]
+    assert "bronze (cached)" in out.getvalue()
+    assert "19.50 (cached)" in out.getvalue()
+    assert "platinum*" in lines[-1]
+    assert "17.00*" in lines[-1]
+    assert printer.batches == 3
+    assert printer.events == 4
+    assert printer.first_new == {CHANGES[0]: (1, 1.0), CHANGES[1]: (2, 4.0)}
+    assert printer.last_old == {CHANGES[0]: 1, CHANGES[1]: 1}
+    assert printer.all_seen()
+
+
+def test_batch_printer_drops_a_batch_interrupted_by_stop_only() -> None:
+    class _Interrupted:
+        def collect(self) -> list[Any]:
+            raise RuntimeError("java.lang.InterruptedException")
+
+    out = io.StringIO()
+    printer = BatchPrinter(CHANGES, out, lambda: 0.0)
+    with pytest.raises(RuntimeError, match="Interrupted"):
+        printer(_Interrupted(), 0)
+    printer.stopping.set()
+    printer(_Interrupted(), 1)  # the query is being stopped: nothing to show
+    assert out.getvalue() == ""
+    assert printer.batches == 0

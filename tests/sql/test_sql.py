@@ -1,0 +1,247 @@
+"""register_lookup_function and register_lookup_table_function on a local Spark session:
+struct lookups, LATERAL joins, metrics, errors, with partial and full caches."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from lookup import (
+    FullCachingLookupProvider,
+    lookup_join,
+    lookup_metrics,
+    register_lookup_function,
+    register_lookup_table_function,
+)
+from scan import CollectionSource
+from spark_lookup.errors import ConfigError
+from tests.sql.support import (
+    CUSTOMERS,
+    customers_provider,
+    hourly,
+    places_provider,
+    plain,
+    rows,
+)
+
+pytestmark = pytest.mark.spark
+
+
+# --- scalar function ------------------------------------------------------------------
+
+
+def test_scalar_returns_the_first_matching_row_as_a_struct(
+    spark: Any, orders: str, kind: str
+) -> None:
+    register_lookup_function(spark, "customer", customers_provider(kind))
+    result = spark.sql(
+        "SELECT order_id, customer(id) AS c, customer(id).name AS name, "
+        "customer(CAST(id AS INT)).name AS by_int FROM orders"
+    )
+    assert result.schema.simpleString() == (
+        "struct<order_id:bigint,c:struct<id:bigint,name:string>,name:string,by_int:string>"
+    )
+    # 2 has the rows "zeta" then "alpha": the first the runtime returns wins (a full
+    # cache sorts by key only, stably). No match (4) and a null key give NULL.
+    assert rows(result) == [
+        (10, (1, "one"), "one", "one"),
+        (11, (2, "zeta"), "zeta", "zeta"),
+        (12, None, None, None),
+        (13, None, None, None),
+    ]
+
+
+def test_scalar_struct_expands_with_star_in_an_outer_query(spark: Any, orders: str) -> None:
+    function = register_lookup_function(spark, "customer", customers_provider("full"))
+    expected = [(None, None), (None, None), (1, "one"), (2, "zeta")]
+    # Spark SQL does not parse customer(id).*; an outer query (or DataFrame) expands it.
+    assert rows(spark.sql("SELECT c.* FROM (SELECT customer(id) AS c FROM orders)")) == expected
+    frame = spark.table("orders").select(function("id").alias("c")).select("c.*")
+    assert frame.columns == ["id", "name"]
+    assert rows(frame) == expected
+
+
+def test_composite_key(spark: Any, visits: str, kind: str) -> None:
+    provider = places_provider(kind)
+    register_lookup_function(spark, "place", provider)
+    register_lookup_table_function(spark, "place_rows", provider)
+    scalar = spark.sql(
+        "SELECT visit, p.* FROM (SELECT visit, place(region, code) AS p FROM visits)"
+    )
+    assert rows(scalar) == [
+        (1, 1, "a", "1a"),
+        (2, 2, "a", "2a"),  # first of two rows
+        (3, None, None, None),  # no match
+        (4, None, None, None),  # a null in either part of the key: NULL
+        (5, None, None, None),
+    ]
+    literal = spark.sql("SELECT place(1, 'b').label AS label, place(2, NULL) AS p")
+    assert plain(literal.collect()) == [("1b", None)]
+    lateral = spark.sql(
+        "SELECT v.visit, p.label FROM visits v "
+        "LEFT JOIN LATERAL place_rows(v.region, v.code) p ON true"
+    )
+    assert rows(lateral) == [
+        (1, "1a"), (2, "2a"), (2, "2a-again"), (3, None), (4, None), (5, None)
+    ]
+
+
+def test_scalar_keeps_exact_types(spark: Any) -> None:
+    schema = (
+        "id TINYINT, amount DECIMAL(20,4), day DATE, at TIMESTAMP, blob BINARY, "
+        "ratio FLOAT, flag BOOLEAN"
+    )
+    at = dt.datetime(2024, 3, 31, 1, 30, 15, 123456, tzinfo=dt.timezone.utc)
+    row = (7, Decimal("12345678901234.5678"), dt.date(2024, 2, 29), at, b"\x00\xff", 0.25, True)
+    source = CollectionSource([row], schema=schema)
+    provider = FullCachingLookupProvider.of(source, hourly(), ["id"])
+    register_lookup_function(spark, "typed", provider)
+    register_lookup_table_function(spark, "typed_rows", provider)
+    query = (
+        "SELECT d.id, d.amount, d.day, unix_micros(d.at) AS at, d.blob, d.ratio, d.flag FROM {}"
+    )
+    scalar = spark.sql(query.format("(SELECT typed(CAST(7 AS BIGINT)) AS d)"))
+    table = spark.sql(query.format("typed_rows(7) d"))
+    expected_row = (*row[:3], int(at.timestamp()) * 1_000_000 + 123456, *row[4:])
+    for result in (scalar, table):
+        assert plain(result.collect()) == [expected_row]
+    assert spark.sql("SELECT typed(7) AS d").schema["d"].dataType.simpleString() == (
+        "struct<id:tinyint,amount:decimal(20,4),day:date,at:timestamp,blob:binary,"
+        "ratio:float,flag:boolean>"
+    )
+
+
+# --- table function --------------------------------------------------------------------
+
+
+def test_lateral_gives_every_matching_row(spark: Any, orders: str, kind: str) -> None:
+    register_lookup_table_function(spark, "customer_rows", customers_provider(kind))
+    inner = [(10, 1, "one"), (11, 2, "alpha"), (11, 2, "zeta")]
+    for query in (
+        "SELECT o.order_id, c.* FROM orders o, LATERAL customer_rows(o.id) c",
+        "SELECT o.order_id, c.* FROM orders o JOIN LATERAL customer_rows(o.id) c",
+        # Without ON true, even LEFT JOIN LATERAL gives inner results (Spark's behavior).
+        "SELECT o.order_id, c.* FROM orders o LEFT JOIN LATERAL customer_rows(o.id) c",
+    ):
+        assert rows(spark.sql(query)) == inner, query
+    left = spark.sql(
+        "SELECT o.order_id, c.* FROM orders o "
+        "LEFT JOIN LATERAL customer_rows(o.id) c ON true"
+    )
+    assert rows(left) == [*inner, (12, None, None), (13, None, None)]
+
+
+# --- metrics ---------------------------------------------------------------------------
+
+
+def test_metrics_sum_sql_and_lookup_join(spark: Any, orders: str) -> None:
+    provider = customers_provider("partial")
+    register_lookup_function(spark, "customer", provider)
+    register_lookup_table_function(spark, "customer_rows", provider)
+
+    spark.sql("SELECT customer(id) FROM orders").collect()
+    # One batch, keys 1, 2 and 4 (the null key is never looked up): one load of 3 misses.
+    first = lookup_metrics(provider)
+    assert (first.hit_count, first.miss_count, first.load_count) == (0, 3, 1)
+
+    spark.sql("SELECT c.* FROM orders o, LATERAL customer_rows(o.id) c").collect()
+    lookup_join(spark.table("orders"), provider, on="id").collect()
+    total = lookup_metrics(provider)
+    # Each of the three runs asks 3 distinct keys; a run in a Python worker that ran
+    # an earlier one finds them cached (hits), one in a fresh worker loads them (the
+    # table function one key per load: it sees one row at a time).
+    assert total.hit_count + total.miss_count == 9
+    assert total.miss_count in (3, 6, 9)
+    assert 1 <= total.load_count <= total.miss_count
+    assert total.num_load_failures == 0
+
+
+# --- errors ----------------------------------------------------------------------------
+
+
+def test_scalar_bad_key_type_fails_naming_function_argument_and_types(
+    spark: Any, orders: str
+) -> None:
+    from pyspark.errors import PythonException
+
+    register_lookup_function(spark, "customer", customers_provider("full"))
+    message = "customer: argument 1 is string but the key column 'id' is bigint"
+    with pytest.raises(PythonException, match=message):
+        spark.sql("SELECT customer(id_text) FROM orders").collect()
+    with pytest.raises(PythonException, match=r"customer takes 1 key argument\(s\)"):
+        spark.sql("SELECT customer(id, id) FROM orders").collect()
+
+
+def test_table_function_bad_key_type_fails_at_analysis(spark: Any, orders: str) -> None:
+    from pyspark.errors import AnalysisException
+
+    register_lookup_table_function(spark, "customer_rows", customers_provider("full"))
+    message = "customer_rows: argument 1 is string but the key column 'id' is bigint"
+    with pytest.raises(AnalysisException, match=message):
+        spark.sql("SELECT * FROM orders o, LATERAL customer_rows(o.id_text) c")  # no action
+    with pytest.raises(AnalysisException, match=r"customer_rows takes 1 key argument\(s\)"):
+        spark.sql("SELECT * FROM customer_rows(1, 2)")
+
+
+@pytest.mark.parametrize(
+    ("name", "provider", "message"),
+    [
+        ("1st", "full", "invalid SQL function name"),
+        ("a-b", "full", "invalid SQL function name"),
+        ("db.fn", "full", "invalid SQL function name"),
+        ("lower", "full", "built-in"),
+        ("explode", "full", "built-in"),
+        ("fine", CUSTOMERS, "must be a lookup provider"),
+    ],
+)
+def test_registration_is_validated_on_the_driver(
+    spark: Any, name: str, provider: Any, message: str
+) -> None:
+    if provider == "full":
+        provider = customers_provider("full")
+    for register in (register_lookup_function, register_lookup_table_function):
+        with pytest.raises(ConfigError, match=message):
+            register(spark, name, provider)
+
+
+# --- sharing with lookup_join (in this process, as a Python worker runs it) ------------
+
+
+def test_sql_and_lookup_join_share_the_worker_runtime(spark: Any) -> None:
+    from lookup import _worker
+    from lookup.join import _JoinFunction, plan_join
+    from lookup.sql import _StructLookup
+
+    provider = customers_provider("partial")
+    function = provider.function  # type: ignore[attr-defined]
+    reports: list[Any] = []
+
+    class Accumulator:
+        def add(self, value: Any) -> None:
+            reports.append(value)
+
+    stream = pa.record_batch({"id": pa.array([1, 2, 4, None], pa.int64())})
+    plan = plan_join(spark.table("orders").select("id").schema, provider, on="id")
+    try:
+        joined = list(_JoinFunction(provider, plan.shape, Accumulator())(iter([stream])))
+        struct = list(_StructLookup("customer", provider, Accumulator())(iter([stream["id"]])))
+        handler = register_lookup_table_function(spark, "customer_rows", provider).func
+        table_function = handler()
+        table_function._accumulator = Accumulator()
+        lateral = [table_function.eval(2), table_function.eval(None), table_function.eval(2)]
+        table_function.cleanup()
+    finally:
+        _worker._reset_for_tests()
+    assert function.batch_calls == [[(1,), (2,), (4,)]]  # one load, for all three users
+    assert joined[0].num_rows == 5
+    assert struct[0].to_pylist() == [
+        {"id": 1, "name": "one"}, {"id": 2, "name": "zeta"}, None, None
+    ]
+    assert lateral == [((2, "zeta"), (2, "alpha")), (), ((2, "zeta"), (2, "alpha"))]
+    # Every user reported the shared runtime's cumulative metrics: 3 misses, then hits.
+    last = next(iter(reports[-1].values()))[1]
+    assert (last["hit_count"], last["miss_count"], last["load_count"]) == (4, 3, 1)
