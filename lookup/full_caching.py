@@ -333,6 +333,13 @@ class FullCachingRuntime(LookupRuntime):
     # --- lookups
 
     def lookup_batch(self, keys: Iterable[Key]) -> dict[Key, tuple[Row, ...]]:
+        running = self._running
+        if running is not None and not running.done():
+            # Hand the GIL to the loader once per batch. A CPU-bound lookup thread only
+            # lets go of it every switch interval, and the loader needs it after each of
+            # its many I/O waits (CPython's convoy effect): a 17k-row reload from
+            # PostgreSQL took 25-40 s next to one busy lookup thread, 0.05 s with this.
+            time.sleep(0)
         valid, nulls = self._distinct(keys)
         found = self.cache.get_all(valid) if valid else {}
         result: dict[Key, tuple[Row, ...]] = {key: tuple(found[key]) for key in valid}

@@ -34,6 +34,7 @@ def test_lookup_join_on_two_executor_jvms() -> None:
         metrics = result["metrics"]
         assert metrics["hit_count"] + metrics["miss_count"] >= 120
         assert metrics["num_cached_records"] >= 100
-    # Each executor's worker loaded the full table once (one load per worker process).
-    assert results["full"]["metrics"]["load_count"] >= 2
+    # Both executors run on this host: the first worker to open the full cache scans
+    # the table and publishes the snapshot; every other worker maps it without a scan.
+    assert results["full"]["metrics"]["load_count"] == 1
     assert results["partial"]["metrics"]["load_count"] >= 2
