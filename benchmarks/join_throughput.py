@@ -1,7 +1,7 @@
 """Lookup join throughput on local[2] next to bare pass-throughs and a broadcast join.
 
 One cached DataFrame (``--rows`` rows: ``id``, and ``key`` drawn uniformly from a
-dimension of ``--keys`` keys, so 100% of the lookups hit) goes through six cases, run
+dimension of ``--keys`` keys, so 100% of the lookups hit) goes through seven cases, run
 interleaved (each round runs every case once), ``--repeats`` rounds after one untimed
 warm-up round; the figure of a case is the median of its rounds:
 
@@ -11,6 +11,9 @@ warm-up round; the figure of a case is the median of its rounds:
     d. ``lookup_join(..., engine="pandas")``, full cache
     e. ``lookup_join``, partial cache (SQLite ``SqlLookupFunction``), warm: 100% hits
     f. Spark's broadcast hash join of the same dimension (JVM only, a reference)
+    g. ``lookup_join``, partial cache, ~90% hits: the same, over a table lacking every
+       tenth key, with ``cache_missing_key(False)``: those 10% of the keys are looked up
+       in SQLite in every batch (keys new to the dimension, say), the rest are hits
 
 Each run writes to the ``noop`` sink, which evaluates every row and collects nothing.
 The joins add two columns (a string and a double) that the pass-throughs do not.
@@ -121,6 +124,15 @@ def _cases(spark: Any, df: Any, rows_count: int, keys: int, workdir: Path,
         # Room for every key: after the warm-up round every lookup is a hit.
         DefaultLookupCache.new_builder().maximum_size(2 * keys).build(),
     )
+    sparse = workdir / "dim90.db"
+    _sqlite_dimension(sparse, [row for row in rows if row[0] % 10])
+    partial90 = PartialCachingLookupProvider.of(
+        SqlLookupFunction(functools.partial(sqlite3.connect, str(sparse)), "dim",
+                          key_columns=["key"], schema=schema),
+        # Absent keys are never cached: each batch asks SQLite for them again.
+        DefaultLookupCache.new_builder().maximum_size(2 * keys).cache_missing_key(False)
+        .build(),
+    )
     # The same rows as _dimension(keys), built in the JVM (faster than from Python).
     dim_df = spark.range(0, keys, numPartitions=1).selectExpr(
         "id AS key", "concat('name-', id) AS name", "id * 0.5 AS score").cache()
@@ -140,8 +152,9 @@ def _cases(spark: Any, df: Any, rows_count: int, keys: int, workdir: Path,
             lookup_join(df, full, on="key", engine="pandas")),
         "e. lookup_join, partial cache (warm)": run(lookup_join(df, partial, on="key")),
         "f. broadcast hash join (JVM)": run(df.join(F.broadcast(dim_df), "key", "left")),
+        "g. lookup_join, partial cache (~90% hits)": run(lookup_join(df, partial90, on="key")),
     }
-    return cases, {"full": full, "partial": partial}
+    return cases, {"full": full, "partial": partial, "partial90": partial90}
 
 
 def main() -> None:
@@ -201,6 +214,10 @@ def main() -> None:
     print(f"headline: (c) / (a) = {medians[HEADLINE] / base:.2f} "
           f"(median of per-round ratios: {paired[HEADLINE]:.2f})")
     print(f"lookups during the timed rounds (distinct keys per Arrow batch): {lookups}")
+    hit_ratio = {name: counts["hit_count"] / max(1, counts["hit_count"] + counts["miss_count"])
+                 for name, counts in lookups.items()}
+    print("hit ratio during the timed rounds: "
+          + ", ".join(f"{name} {ratio:.1%}" for name, ratio in hit_ratio.items()))
     path = write_result(
         "join_throughput_quick" if args.quick else "join_throughput",
         {
@@ -213,6 +230,7 @@ def main() -> None:
             "median_per_round_ratio_to_mapInPandas": paired,
             "headline_c_over_a": medians[HEADLINE] / base,
             "lookups_in_timed_rounds": lookups,
+            "hit_ratio_in_timed_rounds": hit_ratio,
             "load_average_start_end": [load_at_start, os.getloadavg()],
             "versions": _versions(),
             "seconds": time.perf_counter() - started,
