@@ -57,8 +57,9 @@ def _accepts(arrow_type: pa.DataType) -> Callable[[Any], bool]:
 class FullSnapshot:
     """One loaded version of a dimension table, immutable once built.
 
-    Build it with :meth:`build`. ``table`` is sorted by the key columns; the rows of the
-    ``i``-th distinct key are ``table[offsets[i]:offsets[i + 1]]``.
+    Build it with :meth:`build`. ``table`` is sorted by the key columns (a key's rows by
+    their other columns); the rows of the ``i``-th distinct key are
+    ``table[offsets[i]:offsets[i + 1]]``.
 
     Attributes
     ----------
@@ -140,7 +141,16 @@ class FullSnapshot:
         if valid is not None and table.num_rows and not pc.all(valid).as_py():
             table = table.filter(valid)
         if table.num_rows > 1:
-            table = table.sort_by([(name, "ascending") for name in keys])
+            order = [(name, "ascending") for name in keys]
+            table = table.sort_by(order)
+            if _has_repeated_keys(table, keys):
+                # Parallel splits arrive in any order: order a key's rows by their values
+                # too, so that its rows (and "the first match" of the SQL function) are
+                # the same after every load. Only paid when a key has several rows.
+                ties = [(field.name, "ascending") for field in table.schema
+                        if field.name not in keys and _orderable(field.type)]
+                if ties:
+                    table = table.sort_by(order + ties)
         return cls.from_sorted(table, keys, loaded_at=loaded_at, version=version)
 
     @classmethod
@@ -425,3 +435,19 @@ class LookupFullCache(LookupCache):
         """Drop the snapshot."""
         self._snapshot = None
         self._ready.clear()
+
+
+def _has_repeated_keys(table: pa.Table, keys: Sequence[str]) -> bool:
+    """Whether two neighbouring rows of ``table`` (sorted by ``keys``) share a key."""
+    same: Any = None
+    for name in keys:
+        column = table.column(name)
+        equal = pc.equal(column.slice(1), column.slice(0, len(column) - 1))
+        same = equal if same is None else pc.and_(same, equal)
+    return bool(pc.any(same).as_py())
+
+
+def _orderable(type_: pa.DataType) -> bool:
+    """Whether Arrow can sort by a column of this type (nested types it cannot)."""
+    return not (pa.types.is_nested(type_) or pa.types.is_dictionary(type_)
+                or pa.types.is_null(type_))

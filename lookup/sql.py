@@ -243,9 +243,9 @@ def register_lookup_function(spark: Any, name: str, provider: LookupProvider) ->
     -----
     "First" is the first row the runtime returns for the key: for partial caches and
     uncached providers, the first row the lookup function returned; for full caches,
-    the first in the snapshot, which holds the table sorted by key (a stable sort: rows
-    of one key keep the order they were read in, which is deterministic within one
-    split but not across splits). Use :func:`register_lookup_table_function` when a key
+    the first in the snapshot, where the rows of a key are ordered by their other
+    columns (nested ones aside), so the same data gives the same first row after every
+    reload. Use :func:`register_lookup_table_function` when a key
     has several rows and all matter.
 
     A key argument whose type cannot equal the key column's (``STRING`` for a ``BIGINT``

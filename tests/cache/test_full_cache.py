@@ -46,6 +46,22 @@ def test_snapshot_groups_rows_by_key_and_drops_null_keys() -> None:
     assert snap.rows(rows) == [(2, "b1"), (2, "b2"), (1, "a"), (2, "b1"), (2, "b2")]
 
 
+def test_a_keys_rows_come_in_the_same_order_whatever_order_they_were_loaded_in() -> None:
+    """Parallel splits arrive in any order; a key's rows (and the SQL function's first
+    match) must not change from one load of the same data to the next."""
+    schema = pa.schema([("id", pa.int64()), ("name", pa.string()), ("tags", pa.list_(pa.int8())),
+                        ("score", pa.float64())])
+    rows = [(k % 3, f"n{k}", [k], float(-k)) for k in range(12)] + [(1, None, None, None)]
+    def load(order: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        snap = snapshot(order, schema=schema)
+        return snap.rows(snap.locate([(0,), (1,), (2,)])[1])
+
+    first = load(rows)
+    assert load(rows[::-1]) == first
+    assert load(rows[5:] + rows[:5]) == first
+    assert [row[1] for row in first if row[0] == 1] == ["n1", "n10", "n4", "n7", None]
+
+
 def test_unique_keys_take_the_fast_path() -> None:
     snap = snapshot([(i, f"n{i}") for i in range(1000)])
     assert snap.unique
