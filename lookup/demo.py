@@ -467,8 +467,9 @@ def _summary(printer: BatchPrinter, settings: DemoSettings) -> list[str]:
     lines.append(
         f"A partial-cache entry lives {settings.expire_after_write_seconds:g} s; the full "
         f"cache reloads {settings.reload_seconds:g} s after its last load.\n"
-        "Each Python worker of Spark has caches of its own, so workers may switch to a new "
-        "value\nat different times."
+        "Each Python worker of Spark has a partial cache of its own, so workers may see a "
+        "new value\nat different times; the full cache is one snapshot per host, which each "
+        "worker picks up\nat its next batch after a reload."
     )
     return lines
 
