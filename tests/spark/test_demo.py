@@ -60,7 +60,11 @@ def test_demo_shows_the_updated_values_and_ends_by_itself() -> None:
     assert metrics["customers"]["loads"] > 0
     assert metrics["products"]["hits"] > 0
     assert metrics["products"]["misses"] == 0
-    assert metrics["products"]["loads"] >= 2  # loaded at open, then reloaded
+    # Loaded at open, then reloaded (the new price above shows it). The count may miss
+    # the reload: a worker reports its metrics with its tasks, and the reload may have run
+    # in the background of a worker that got no task after it (the others switched to the
+    # host's new snapshot without loading).
+    assert metrics["products"]["loads"] >= 1
     assert metrics["customers"]["failures"] == metrics["products"]["failures"] == 0
 
 
