@@ -72,7 +72,7 @@ def _postgres_table(rows: int) -> Iterator[tuple[Callable[[], Any], str]]:
             db.execute(f'DROP TABLE IF EXISTS "{table}"')
 
 
-def _time_reloads(handle: Any, threads: int, keys: int, yield_gil: bool) -> float:
+def _time_reload(handle: Any, threads: int, keys: int, yield_gil: bool) -> float:
     """Seconds of one reload with ``threads`` busy lookup threads."""
     import lookup.full_caching as full_caching
 
@@ -132,8 +132,7 @@ def main() -> None:
         f"c. {args.threads} busy lookup thread(s), yield off (before)": (args.threads, False),
     }
     times: dict[str, list[float]] = {name: [] for name in cases}
-    with tempfile.TemporaryDirectory() as tmp, contextmanager(_source)(args, Path(tmp)) as (
-            factory, table):
+    with tempfile.TemporaryDirectory() as tmp, _source(args, Path(tmp)) as (factory, table):
         source = SqlTableSource(factory, table, schema=SCHEMA, chunk_size=2_500)
         provider = FullCachingLookupProvider.of(
             source, PeriodicCacheReloadTrigger(timedelta(hours=1)), ["id"], parallelism=2,
@@ -142,7 +141,7 @@ def main() -> None:
             handle.lookup((0,))  # the first load
             for _ in range(args.repeats):
                 for name, (threads, yield_gil) in cases.items():
-                    times[name].append(_time_reloads(handle, threads, args.rows, yield_gil))
+                    times[name].append(_time_reload(handle, threads, args.rows, yield_gil))
     medians = {name: median(values) for name, values in times.items()}
     floor = medians["a. no lookup thread"]
     store = "PostgreSQL" if args.postgres else "SQLite"
@@ -164,6 +163,7 @@ def main() -> None:
     print(f"wrote {path}")
 
 
+@contextmanager
 def _source(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[Callable[[], Any], str]]:
     if args.postgres:
         with _postgres_table(args.rows) as made:

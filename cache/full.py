@@ -140,10 +140,12 @@ class FullSnapshot:
             valid = ok if valid is None else pc.and_(valid, ok)
         if valid is not None and table.num_rows and not pc.all(valid).as_py():
             table = table.filter(valid)
+        unique: bool | None = None
         if table.num_rows > 1:
             order = [(name, "ascending") for name in keys]
             table = table.sort_by(order)
-            if _has_repeated_keys(table, keys):
+            unique = len(_key_starts(table, keys)) == table.num_rows
+            if not unique:
                 # Parallel splits arrive in any order: order a key's rows by their values
                 # too, so that its rows (and "the first match" of the SQL function) are
                 # the same after every load. Only paid when a key has several rows.
@@ -151,7 +153,7 @@ class FullSnapshot:
                         if field.name not in keys and _orderable(field.type)]
                 if ties:
                     table = table.sort_by(order + ties)
-        return cls.from_sorted(table, keys, loaded_at=loaded_at, version=version)
+        return cls.from_sorted(table, keys, loaded_at=loaded_at, version=version, unique=unique)
 
     @classmethod
     def from_sorted(
@@ -191,15 +193,7 @@ class FullSnapshot:
             starts = np.arange(n, dtype=np.int64)
             firsts = table.select(list(keys))
         else:
-            if n:
-                changed = np.zeros(n - 1, dtype=bool)
-                for name in keys:
-                    column = table.column(name)
-                    diff = pc.not_equal(column.slice(1), column.slice(0, n - 1))
-                    changed |= np.asarray(diff.to_numpy(zero_copy_only=False), dtype=bool)
-                starts = np.concatenate(([0], np.flatnonzero(changed) + 1)).astype(np.int64)
-            else:
-                starts = np.zeros(0, dtype=np.int64)
+            starts = _key_starts(table, keys)
             firsts = table.select(list(keys)).take(pa.array(starts))
         offsets = np.append(starts, np.int64(n))
         arrays = [firsts.column(i).to_pandas() for i in range(len(keys))]
@@ -437,14 +431,17 @@ class LookupFullCache(LookupCache):
         self._ready.clear()
 
 
-def _has_repeated_keys(table: pa.Table, keys: Sequence[str]) -> bool:
-    """Whether two neighbouring rows of ``table`` (sorted by ``keys``) share a key."""
-    same: Any = None
+def _key_starts(table: pa.Table, keys: Sequence[str]) -> np.ndarray:
+    """Where each key's rows start in ``table`` (sorted by ``keys``, no null key)."""
+    n = table.num_rows
+    if not n:
+        return np.zeros(0, dtype=np.int64)
+    changed = np.zeros(n - 1, dtype=bool)
     for name in keys:
         column = table.column(name)
-        equal = pc.equal(column.slice(1), column.slice(0, len(column) - 1))
-        same = equal if same is None else pc.and_(same, equal)
-    return bool(pc.any(same).as_py())
+        diff = pc.not_equal(column.slice(1), column.slice(0, n - 1))
+        changed |= np.asarray(diff.to_numpy(zero_copy_only=False), dtype=bool)
+    return np.concatenate(([0], np.flatnonzero(changed) + 1)).astype(np.int64)
 
 
 def _orderable(type_: pa.DataType) -> bool:

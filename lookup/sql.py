@@ -245,8 +245,8 @@ def register_lookup_function(spark: Any, name: str, provider: LookupProvider) ->
     uncached providers, the first row the lookup function returned; for full caches,
     the first in the snapshot, where the rows of a key are ordered by their other
     columns (nested ones aside), so the same data gives the same first row after every
-    reload. Use :func:`register_lookup_table_function` when a key
-    has several rows and all matter.
+    reload. Use :func:`register_lookup_table_function` when a key has several rows and
+    all matter.
 
     A key argument whose type cannot equal the key column's (``STRING`` for a ``BIGINT``
     key) fails the query when it runs, with a message naming the function, the argument

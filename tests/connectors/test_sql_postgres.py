@@ -182,9 +182,7 @@ def _terminate(pg: PgFactory) -> int:
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
         pg.application_name,
     )
-    deadline = time.monotonic() + 5
-    while _backend_states(pg) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    _states_after_close(pg)
     return len(rows)
 
 
