@@ -15,6 +15,7 @@ _COUNTERS = (
     "num_load_failures",
     "num_retries",
     "num_cache_errors",
+    "num_bad_values",
 )
 _GAUGES = ("num_cached_records", "num_cached_bytes")
 FIELDS: tuple[str, ...] = (*_COUNTERS, "latest_load_time", *_GAUGES)
@@ -23,12 +24,13 @@ FIELDS: tuple[str, ...] = (*_COUNTERS, "latest_load_time", *_GAUGES)
 class CacheMetrics:
     """Counters and gauges of one lookup cache; thread-safe.
 
-    Flink's metrics, plus two of ours: ``num_retries`` (load attempts that were retried)
-    and ``num_cache_errors`` (operations of a remote cache tier that failed and were
-    served as misses).
+    Flink's metrics, plus three of ours: ``num_retries`` (load attempts that were
+    retried), ``num_cache_errors`` (operations of a remote cache tier that failed and
+    were served as misses) and ``num_bad_values`` (stored values that could not be read
+    as their column's type, handled by the connector's bad-value policy).
 
     - Counters (``hit_count``, ``miss_count``, ``load_count``, ``num_load_failures``,
-      ``num_retries``, ``num_cache_errors``) only grow.
+      ``num_retries``, ``num_cache_errors``, ``num_bad_values``) only grow.
     - ``latest_load_time`` is the duration in milliseconds of the latest load, -1 before any.
     - Gauges (``num_cached_records``, ``num_cached_bytes``) are read from the cache that
       registered them (:meth:`register_gauges`) at the moment they are read; bytes are an
@@ -75,6 +77,10 @@ class CacheMetrics:
     def inc_cache_errors(self, n: int = 1) -> None:
         """Count ``n`` failed operations of a remote cache tier (served as misses)."""
         self._add("num_cache_errors", n)
+
+    def inc_bad_values(self, n: int = 1) -> None:
+        """Count ``n`` stored values that could not be read as their column's type."""
+        self._add("num_bad_values", n)
 
     def record_load_time(self, millis: float) -> None:
         """Set ``latest_load_time`` to the duration of the load that just ended."""
@@ -123,6 +129,11 @@ class CacheMetrics:
     def num_cache_errors(self) -> int:
         """Remote cache operations that failed and were served as misses."""
         return self._values["num_cache_errors"]
+
+    @property
+    def num_bad_values(self) -> int:
+        """Stored values that could not be read as their column's type."""
+        return self._values["num_bad_values"]
 
     @property
     def latest_load_time(self) -> int:
