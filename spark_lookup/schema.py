@@ -217,38 +217,44 @@ def parse_schema(schema: SchemaLike, what: str = "schema") -> T.StructType:
 
 
 def to_arrow_type(data_type: T.DataType) -> pa.DataType:
-    """The Arrow type Spark uses for ``data_type`` in ``mapInPandas`` and Python data
-    sources (timestamps as UTC instants in microseconds)."""
-    import pyarrow as pa
+    """The Arrow type Spark uses for ``data_type`` in ``mapInArrow`` and Python data
+    sources: PySpark's own mapping (``pyspark.sql.pandas.types.to_arrow_type``), with
+    timestamps as UTC instants in microseconds and CHAR/VARCHAR as strings (Spark reads
+    them as STRING in Python).
 
-    simple = {
-        T.BooleanType: pa.bool_(),
-        T.ByteType: pa.int8(),
-        T.ShortType: pa.int16(),
-        T.IntegerType: pa.int32(),
-        T.LongType: pa.int64(),
-        T.FloatType: pa.float32(),
-        T.DoubleType: pa.float64(),
-        T.StringType: pa.string(),
-        T.VarcharType: pa.string(),
-        T.CharType: pa.string(),
-        T.BinaryType: pa.binary(),
-        T.DateType: pa.date32(),
-        T.TimestampType: pa.timestamp("us", tz="UTC"),
-        T.TimestampNTZType: pa.timestamp("us"),
-    }
-    arrow = simple.get(type(data_type))
-    if arrow is not None:
-        return arrow
-    if isinstance(data_type, T.DecimalType):
-        return pa.decimal128(data_type.precision, data_type.scale)
+    Raises
+    ------
+    ConfigError
+        For a type PySpark has no Arrow mapping for (intervals, variants...).
+    """
+    from pyspark.errors import PySparkException
+    from pyspark.sql.pandas.types import to_arrow_type as spark_to_arrow_type
+
+    try:
+        return spark_to_arrow_type(_plain_strings(data_type), timezone="UTC")
+    except (PySparkException, TypeError) as exc:
+        raise ConfigError(
+            f"type {data_type.simpleString()} has no Arrow mapping: {exc}"
+        ) from exc
+
+
+def _plain_strings(data_type: T.DataType) -> T.DataType:
+    """``data_type`` with CHAR(n) and VARCHAR(n) (at any depth) as STRING."""
+    if isinstance(data_type, (T.VarcharType, T.CharType)):
+        return T.StringType()
     if isinstance(data_type, T.ArrayType):
-        return pa.list_(to_arrow_type(data_type.elementType))
+        return T.ArrayType(_plain_strings(data_type.elementType), data_type.containsNull)
     if isinstance(data_type, T.MapType):
-        return pa.map_(to_arrow_type(data_type.keyType), to_arrow_type(data_type.valueType))
+        return T.MapType(
+            _plain_strings(data_type.keyType),
+            _plain_strings(data_type.valueType),
+            data_type.valueContainsNull,
+        )
     if isinstance(data_type, T.StructType):
-        return pa.struct(_arrow_fields(data_type))
-    raise ConfigError(f"type {data_type.simpleString()} has no Arrow mapping here")
+        return T.StructType(
+            [T.StructField(f.name, _plain_strings(f.dataType), f.nullable) for f in data_type]
+        )
+    return data_type
 
 
 def _arrow_fields(struct: T.StructType) -> list[pa.Field]:
