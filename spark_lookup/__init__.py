@@ -5,20 +5,24 @@ This package depends on nothing else of ours; ``cache``, ``triggers``, ``scan`` 
 """
 
 from spark_lookup.errors import (
+    BadValueError,
     ConfigError,
     ConnectorError,
     LookupLoadError,
     SnapshotUnavailableError,
     SourceError,
     SparkLookupError,
+    TransientConnectorError,
 )
 
 __all__ = [
+    "BadValueError",
     "ConfigError",
     "ConnectorError",
     "LookupLoadError",
     "SnapshotUnavailableError",
     "SourceError",
     "SparkLookupError",
+    "TransientConnectorError",
 ]
 __version__ = "0.1.0"

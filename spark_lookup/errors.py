@@ -17,7 +17,23 @@ class ConfigError(SparkLookupError, ValueError):
 
 
 class ConnectorError(SparkLookupError):
-    """A database, Redis or file access failed; the message names what was accessed."""
+    """A database, Redis or file access failed; the message names what was accessed.
+
+    Permanent unless it is a :class:`TransientConnectorError`: a missing table, a refused
+    login, a malformed query are not retried; the caller learns of them at once.
+    """
+
+
+class TransientConnectorError(ConnectorError):
+    """A failure the driver classifies as passing: a lost connection, a timeout, a
+    serialization failure or deadlock, a server starting up or shutting down. Loads
+    that fail with it are retried with backoff."""
+
+
+class BadValueError(ConnectorError):
+    """A stored value cannot be read as its column's type and the bad-value policy is
+    ``FAILFAST``; the message names the table, key, column, value and target type.
+    Never retried: the same value would fail again."""
 
 
 class LookupLoadError(SparkLookupError):

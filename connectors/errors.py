@@ -1,0 +1,106 @@
+"""Which driver errors pass and which do not.
+
+Every connector translates a driver's error where it enters our code into a
+:class:`~spark_lookup.TransientConnectorError` (a lost connection, a timeout, a
+serialization failure or deadlock, a server starting or stopping: retried with
+backoff) or a permanent :class:`~spark_lookup.ConnectorError` (a missing table, a
+refused login, a malformed statement: reported at once). The classification uses
+what the drivers say: SQLSTATE codes (psycopg, ADBC), SQLite's result codes, and
+redis-py's exception types.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from spark_lookup.errors import ConnectorError, SparkLookupError, TransientConnectorError
+
+__all__ = ["is_transient", "translate"]
+
+# SQLSTATE classes and codes that pass: connection exceptions (08), transaction
+# rollbacks such as serialization failures and deadlocks (40), insufficient resources
+# (53, e.g. too many connections), operator intervention (57: query canceled by a
+# statement timeout, admin shutdown, cannot connect now), system errors (58).
+_TRANSIENT_SQLSTATE_CLASSES = ("08", "40", "53", "57", "58")
+# A connection refused for who is asking, or for what: retrying cannot help.
+_PERMANENT_CONNECT = re.compile(
+    r"authentication|password|role .* does not exist|database .* does not exist|"
+    r"pg_hba\.conf|permission denied|no such file|invalid (dsn|connection option)|"
+    r"unsupported|certificate",
+    re.IGNORECASE,
+)
+# SQLite result codes that pass: SQLITE_BUSY (5) and SQLITE_LOCKED (6), with their
+# extended codes (the low byte).
+_SQLITE_TRANSIENT = {5, 6}
+_SQLITE_TRANSIENT_TEXT = re.compile(r"database (table )?is locked|database is busy", re.I)
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    for attribute in ("sqlstate", "pgcode"):
+        code = getattr(exc, attribute, None)
+        if isinstance(code, str) and len(code) == 5:
+            return code
+    diag = getattr(exc, "diag", None)  # psycopg 3
+    code = getattr(diag, "sqlstate", None)
+    return code if isinstance(code, str) and len(code) == 5 else None
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by a database or Redis driver, is worth retrying."""
+    if isinstance(exc, TransientConnectorError):
+        return True
+    if isinstance(exc, SparkLookupError):
+        return False
+    if isinstance(exc, (TimeoutError, ConnectionError)):
+        return not _PERMANENT_CONNECT.search(str(exc))
+    module = type(exc).__module__.split(".")[0]
+    name = type(exc).__name__
+    if module == "redis":
+        return _redis_transient(exc)
+    code = _sqlstate(exc)
+    if code is not None:
+        return code[:2] in _TRANSIENT_SQLSTATE_CLASSES
+    if module in ("sqlite3", "_sqlite3"):
+        error_code = getattr(exc, "sqlite_errorcode", None)
+        if isinstance(error_code, int):
+            return (error_code & 0xFF) in _SQLITE_TRANSIENT
+        return bool(_SQLITE_TRANSIENT_TEXT.search(str(exc)))
+    if name in ("OperationalError", "InterfaceError"):
+        # Without a SQLSTATE (psycopg and ADBC failing to connect or losing the socket):
+        # transient, unless the server refused who is asking.
+        if module == "adbc_driver_manager" and _SQLITE_TRANSIENT_TEXT.search(str(exc)):
+            return True
+        return not _PERMANENT_CONNECT.search(str(exc))
+    return isinstance(exc, OSError)
+
+
+def _redis_transient(exc: BaseException) -> bool:
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if names & {"AuthenticationError", "AuthorizationError", "NoPermissionError"}:
+        return False
+    return bool(names & {"ConnectionError", "TimeoutError", "BusyLoadingError", "TryAgainError"})
+
+
+def translate(exc: BaseException, message: str) -> ConnectorError:
+    """``exc`` as our error: ``message`` (naming what was accessed), the driver's
+    error, and the class its classification gives. Raise it ``from exc``."""
+    if isinstance(exc, ConnectorError):
+        return exc
+    detail = str(exc).strip().split("\n")[0][:300]
+    text = f"{message}: {type(exc).__name__}: {detail}"
+    if is_transient(exc):
+        return TransientConnectorError(text)
+    return ConnectorError(text)
+
+
+def driver_errors(module_name: str) -> tuple[type[BaseException], ...]:
+    """The exception classes a driver module raises for database errors (its DB-API
+    ``Error``), with OSError for sockets; ``Exception`` if the module has none."""
+    import sys
+
+    module: Any = sys.modules.get(module_name)
+    error = getattr(module, "Error", None)
+    if isinstance(error, type) and issubclass(error, BaseException):
+        return (error, OSError)
+    return (Exception,)

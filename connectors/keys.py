@@ -1,0 +1,431 @@
+"""Lookup keys: Python key tuples checked against the key columns' Spark types and
+turned into Arrow arrays, the form every connector sends to its store.
+
+A key value is read as a value of its column's Spark type, never compared as a Python
+object: ``True`` is no key of an INT column and ``1`` none of a STRING column (each is
+a :class:`~spark_lookup.ConfigError`), ``1.0`` is the BIGINT ``1``, ``Decimal('1.50')``
+the DECIMAL(10,2) ``1.50``. A key holding None, NaN or NaT, or a value of the right kind
+that no value of the column can equal (``1.5`` for a BIGINT column, ``1.005`` for a
+DECIMAL(10,2), text with a lone surrogate) never matches and is never sent. A value
+the column's type cannot hold (an integer beyond its range, ``Decimal('1E+1000000')``,
+``10**400`` for a DOUBLE) is a :class:`~spark_lookup.ConfigError` at once, found without
+materializing it.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Sequence
+from datetime import date, datetime, timezone
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import types as T
+
+from spark_lookup.errors import ConfigError
+from spark_lookup.schema import to_arrow_type
+
+__all__ = ["NO_MATCH", "EncodedKeys", "KeyCodec", "KeyKindError"]
+
+Key = tuple[Any, ...]
+
+
+class _NoMatch:
+    def __repr__(self) -> str:
+        return "NO_MATCH"
+
+
+NO_MATCH: Any = _NoMatch()
+"""A key value no column value can equal: the key is not sent."""
+
+
+class KeyKindError(ConfigError):
+    """A key value of a kind its column's type never holds, or out of its range."""
+
+
+_INT_BITS: dict[type[T.DataType], int] = {
+    T.ByteType: 8, T.ShortType: 16, T.IntegerType: 32, T.LongType: 64,
+}
+_TEXT_TYPES = (T.StringType, T.VarcharType, T.CharType)
+_FLOAT32_MAX = 3.4028234663852886e38
+
+
+def _is_bool(value: object) -> bool:
+    return isinstance(value, bool) or type(value).__name__ == "bool_"  # numpy.bool_
+
+
+def _type_name(data_type: T.DataType) -> str:
+    return str(data_type.simpleString())
+
+
+class _Coercer:
+    """Reads one key value as a value of a Spark type: the value, NO_MATCH, or raises
+    a message (str) through :class:`_Refused`."""
+
+    def __init__(self, data_type: T.DataType) -> None:
+        self.data_type = data_type
+        self.fast_types: frozenset[type] = frozenset()
+        self.convert: Callable[[Any], Any]
+        if type(data_type) in _INT_BITS:
+            bits = _INT_BITS[type(data_type)]
+            self.low, self.high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+            self.digits = len(str(self.high))
+            self.fast_types = frozenset({int})
+            self.convert = self._integral
+        elif isinstance(data_type, (T.FloatType, T.DoubleType)):
+            self.fast_types = frozenset({float})
+            self.convert = self._floating
+        elif isinstance(data_type, T.DecimalType):
+            self.fast_types = frozenset({Decimal})
+            self.convert = self._decimal
+        elif isinstance(data_type, T.BooleanType):
+            self.fast_types = frozenset({bool})
+            self.convert = self._boolean
+        elif isinstance(data_type, _TEXT_TYPES):
+            self.fast_types = frozenset({str})
+            self.convert = self._text
+        elif isinstance(data_type, T.BinaryType):
+            self.fast_types = frozenset({bytes})
+            self.convert = self._binary
+        elif isinstance(data_type, T.DateType):
+            self.fast_types = frozenset({date})
+            self.convert = self._date
+        elif isinstance(data_type, T.TimestampType):
+            self.convert = self._instant
+        elif isinstance(data_type, T.TimestampNTZType):
+            self.fast_types = frozenset({datetime})
+            self.convert = self._wall_clock
+        else:
+            raise ConfigError(f"a {_type_name(data_type)} column cannot be a lookup key column")
+        self.arrow = to_arrow_type(data_type)
+
+    def _wrong_kind(self, value: Any) -> _Refused:
+        return _Refused(
+            f"a {type(value).__name__} value ({value!r:.60}) can never equal a value of a "
+            f"{_type_name(self.data_type)} column"
+        )
+
+    def _cannot_hold(self, value: Any) -> _Refused:
+        shown = value if isinstance(value, str) else _short_repr(value)
+        return _Refused(f"{shown} is out of the range of {_type_name(self.data_type)}")
+
+    def _integral(self, value: Any) -> Any:
+        if _is_bool(value):
+            raise self._wrong_kind(value)
+        if isinstance(value, numbers.Integral):
+            number = int(value)
+        elif isinstance(value, Decimal):
+            if value.is_nan():
+                return NO_MATCH
+            if value.is_infinite() or value.adjusted() >= self.digits:
+                raise self._cannot_hold(value)  # checked before int(): 1E+1000000
+            if value != value.to_integral_value():
+                return NO_MATCH
+            number = int(value)
+        elif isinstance(value, numbers.Real):
+            real = float(value)
+            if math.isnan(real):
+                return NO_MATCH
+            if math.isinf(real):
+                raise self._cannot_hold(value)
+            if not real.is_integer():
+                return NO_MATCH
+            number = int(real)
+        else:
+            raise self._wrong_kind(value)
+        if not self.low <= number <= self.high:
+            raise self._cannot_hold(value)
+        return number
+
+    def _floating(self, value: Any) -> Any:
+        if _is_bool(value) or not isinstance(value, (numbers.Real, Decimal)):
+            raise self._wrong_kind(value)
+        if isinstance(value, Decimal) and value.is_finite() and value.adjusted() > 308:
+            raise self._cannot_hold(value)
+        try:
+            number = float(value)
+        except OverflowError as exc:  # an int beyond the double range
+            raise self._cannot_hold(value) from exc
+        if math.isnan(number):
+            return NO_MATCH
+        if isinstance(self.data_type, T.FloatType) and math.isfinite(number) and (
+            abs(number) > _FLOAT32_MAX
+        ):
+            raise self._cannot_hold(value)
+        return number
+
+    def _decimal(self, value: Any) -> Any:
+        data_type = self.data_type
+        assert isinstance(data_type, T.DecimalType)
+        if isinstance(value, Decimal):
+            number = value
+        elif isinstance(value, numbers.Integral) and not _is_bool(value):
+            number = Decimal(int(value))
+        elif isinstance(value, numbers.Real) and not _is_bool(value):
+            real = float(value)
+            if math.isnan(real):
+                return NO_MATCH
+            if math.isinf(real):
+                raise self._cannot_hold(value)
+            number = Decimal(repr(real))
+        else:
+            raise self._wrong_kind(value)
+        if number.is_nan():
+            return NO_MATCH
+        if number.is_infinite() or (
+            number and number.adjusted() >= data_type.precision - data_type.scale
+        ):
+            raise self._cannot_hold(value)
+        exponent = number.as_tuple().exponent
+        assert isinstance(exponent, int)
+        if -exponent > data_type.scale:
+            # Checked without materializing: 1E-1000000 has more digits than any scale.
+            if -exponent - (len(number.as_tuple().digits) - 1) > 38 + data_type.scale:
+                return NO_MATCH
+            scaled = number.quantize(Decimal(1).scaleb(-data_type.scale))
+            if scaled != number:
+                return NO_MATCH  # more fractional digits than the column holds
+            number = scaled
+        return number
+
+    def _boolean(self, value: Any) -> Any:
+        if not _is_bool(value):
+            raise self._wrong_kind(value)
+        return bool(value)
+
+    def _text(self, value: Any) -> Any:
+        if not isinstance(value, str):
+            raise self._wrong_kind(value)
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: no store holds it
+            return NO_MATCH
+        return str(value)
+
+    def _binary(self, value: Any) -> Any:
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            raise self._wrong_kind(value)
+        return bytes(value)
+
+    def _date(self, value: Any) -> Any:
+        if not isinstance(value, date) or isinstance(value, datetime):
+            raise self._wrong_kind(value)
+        return date(value.year, value.month, value.day)
+
+    def _instant(self, value: Any) -> Any:
+        if not isinstance(value, datetime):
+            raise self._wrong_kind(value)
+        if value != value:  # pandas.NaT
+            return NO_MATCH
+        plain = _plain_datetime(value)
+        if plain.tzinfo is None:
+            return plain.replace(tzinfo=timezone.utc)  # naive: UTC, as Arrow reads it
+        return plain.astimezone(timezone.utc)
+
+    def _wall_clock(self, value: Any) -> Any:
+        if not isinstance(value, datetime):
+            raise self._wrong_kind(value)
+        if value != value:  # pandas.NaT
+            return NO_MATCH
+        if value.tzinfo is not None:
+            raise _Refused(
+                f"an aware datetime ({value!r:.60}) is no value of a timestamp_ntz column: "
+                "pass a naive datetime (local wall-clock time)"
+            )
+        return _plain_datetime(value)
+
+
+class _Refused(Exception):
+    """A key value refused by a coercer; the message says why."""
+
+
+def _short_repr(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"an integer of {value.bit_length()} bits"  # its repr may not even exist
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _plain_datetime(value: datetime) -> datetime:
+    if type(value) is datetime:
+        return value
+    # pandas.Timestamp and other subclasses: the plain datetime of the same instant.
+    return datetime(
+        value.year, value.month, value.day, value.hour, value.minute, value.second,
+        value.microsecond, value.tzinfo, fold=value.fold,
+    )
+
+
+class EncodedKeys:
+    """A batch of keys as the store receives it.
+
+    Attributes
+    ----------
+    arrays
+        One Arrow array per key column (the key's Arrow type), the distinct keys that
+        can match, in first-seen order.
+    positions
+        For each key given, the index of its distinct key in ``arrays``, or -1 when it
+        can never match (a null part, NaN, a value no column value equals).
+    distinct
+        The distinct keys as normalized Python tuples (what the arrays hold).
+    """
+
+    __slots__ = ("arrays", "distinct", "positions")
+
+    def __init__(
+        self, arrays: list[pa.Array], positions: list[int], distinct: list[Key]
+    ) -> None:
+        self.arrays = arrays
+        self.positions = positions
+        self.distinct = distinct
+
+    def __len__(self) -> int:
+        return len(self.distinct)
+
+
+class KeyCodec:
+    """Checks and encodes lookup keys for the key columns of one table.
+
+    Built where the connector is configured; cheap to rebuild after unpickling.
+
+    Parameters
+    ----------
+    names
+        The key column names, in key order.
+    spark_types
+        Their Spark types.
+    where
+        What the keys are for, in messages (``"table 'customers'"``).
+
+    Raises
+    ------
+    ConfigError
+        For a key column of a type no key can have (arrays, maps, structs).
+    """
+
+    def __init__(self, names: Sequence[str], spark_types: Sequence[T.DataType], where: str) -> None:
+        self.names = list(names)
+        self.where = where
+        self._coercers = []
+        for name, data_type in zip(self.names, spark_types, strict=True):
+            try:
+                self._coercers.append(_Coercer(data_type))
+            except ConfigError as exc:
+                raise ConfigError(f"key column {name!r} of {where}: {exc}") from exc
+        self.arrow_types = [c.arrow for c in self._coercers]
+
+    def check_shape(self, key: Any) -> None:
+        """Refuse a key that is not a tuple of one value per key column.
+
+        Raises
+        ------
+        TypeError
+            If ``key`` is not a tuple.
+        ConfigError
+            If it has the wrong number of values.
+        """
+        if not isinstance(key, tuple):
+            raise TypeError(f"a key must be a tuple of key values, got {type(key).__name__}")
+        if len(key) != len(self.names):
+            raise ConfigError(
+                f"key {_short_repr(key)} has {len(key)} value(s); {self.where} is looked up "
+                f"by {len(self.names)}: {self.names}"
+            )
+
+    def normalize(self, key: Key) -> Key | None:
+        """One key as normalized values of its columns' types, or None when it can
+        never match.
+
+        Raises
+        ------
+        TypeError, ConfigError
+            As :meth:`encode`.
+        """
+        self.check_shape(key)
+        values: list[Any] = []
+        matchable = True
+        for name, coercer, value in zip(self.names, self._coercers, key, strict=True):
+            if value is None:
+                matchable = False
+                values.append(None)
+                continue
+            try:
+                normalized = coercer.convert(value)
+            except _Refused as exc:
+                raise KeyKindError(
+                    f"key {_short_repr(key)} for {self.where}, column {name!r}: {exc}"
+                ) from None
+            if normalized is NO_MATCH:
+                matchable = False
+            values.append(normalized)
+        return tuple(values) if matchable else None
+
+    def encode(self, keys: Sequence[Key]) -> EncodedKeys:
+        """The distinct matchable keys of ``keys`` as Arrow arrays, and where each key
+        went. Every key is checked (a wrong kind is reported whichever other keys
+        there are).
+
+        Raises
+        ------
+        TypeError
+            If a key is not a tuple.
+        ConfigError
+            (:class:`KeyKindError`) for a key of the wrong length, a value of the wrong
+            kind, or a value its column's type cannot hold, naming the key and column.
+        """
+        for key in keys:
+            if type(key) is not tuple or len(key) != len(self.names):
+                self.check_shape(key)
+        if self._all_plain(keys):
+            # Values of their columns' plain types are their own normal form; Arrow
+            # checks ranges, scales and encodings as it builds the arrays, and anything
+            # it refuses is looked at value by value below.
+            try:
+                return self._encoded(list(keys))
+            except (OverflowError, ValueError, pa.ArrowInvalid, pa.ArrowTypeError):
+                pass
+        return self._encoded([self.normalize(key) for key in keys])
+
+    def _encoded(self, normalized: list[Key | None]) -> EncodedKeys:
+        index: dict[Key, int] = {}
+        positions = []
+        for key in normalized:
+            if key is None:
+                positions.append(-1)
+                continue
+            position = index.get(key)
+            if position is None:
+                position = index[key] = len(index)
+            positions.append(position)
+        distinct = list(index)
+        return EncodedKeys(self._arrays(distinct), positions, distinct)
+
+    def _all_plain(self, keys: Sequence[Key]) -> bool:
+        """Whether every value is of its column's plain Python type and neither null
+        nor NaN (checked column by column, in C loops)."""
+        if not keys:
+            return True
+        columns = list(zip(*keys, strict=True))
+        for coercer, column in zip(self._coercers, columns, strict=True):
+            kinds = set(map(type, column))
+            if not kinds <= coercer.fast_types:
+                return False
+            if float in kinds and any(v != v for v in column):  # NaN never matches
+                return False
+            if Decimal in kinds and not all(v.is_finite() for v in column):
+                return False
+            if datetime in kinds and any(v.tzinfo is not None for v in column):
+                return False
+        return True
+
+    def _arrays(self, distinct: list[Key]) -> list[pa.Array]:
+        if not distinct:
+            return [pa.array([], type=arrow) for arrow in self.arrow_types]
+        columns = list(zip(*distinct, strict=True))
+        return [
+            pa.array(column, type=arrow)
+            for column, arrow in zip(columns, self.arrow_types, strict=True)
+        ]

@@ -1,0 +1,161 @@
+"""Filters pushed into loads: structured predicates, never SQL text.
+
+A :class:`Predicate` names a column, an operator and a value. A source evaluates a
+list of them (all must hold) where the data lives: a database gets ``"column" = ?``
+with the value bound, a Parquet file a pyarrow dataset filter, Redis an Arrow filter
+after the read. As Iceberg's Flink lookup source applies a join's constant conditions
+to its full cache, so a full cache of ``WHERE active = true`` holds only those rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from spark_lookup.errors import ConfigError
+from spark_lookup.sql import validate_identifier
+
+__all__ = ["OPERATORS", "Predicate", "predicates_to_arrow", "predicates_to_sql"]
+
+OPERATORS = ("=", "!=", "<", "<=", ">", ">=", "in", "not in", "is null", "is not null")
+_UNARY = ("is null", "is not null")
+
+
+@dataclass(frozen=True)
+class Predicate:
+    """``column op value``: one condition a loaded row must meet.
+
+    Small, frozen and picklable; travels with its source.
+
+    Parameters
+    ----------
+    column
+        A column of the source's schema (validated as an identifier).
+    op
+        One of ``=``, ``!=``, ``<``, ``<=``, ``>``, ``>=``, ``in``, ``not in``,
+        ``is null``, ``is not null`` (any case).
+    value
+        A scalar (None for the ``is`` operators), or for ``in`` / ``not in`` a
+        non-empty list or tuple of scalars. A null value compares as SQL does (never
+        true): use ``is null``.
+
+    Examples
+    --------
+    >>> Predicate("country", "in", ["NL", "BE"])
+    Predicate(column='country', op='in', value=('NL', 'BE'))
+    """
+
+    column: str
+    op: str
+    value: Any = None
+
+    def __post_init__(self) -> None:
+        validate_identifier(self.column, "predicate column")
+        op = self.op.strip().lower() if isinstance(self.op, str) else self.op
+        if op not in OPERATORS:
+            raise ConfigError(
+                f"predicate operator must be one of {list(OPERATORS)}, got {self.op!r}"
+            )
+        object.__setattr__(self, "op", op)
+        if op in _UNARY:
+            if self.value is not None:
+                raise ConfigError(f"predicate {self.column!r} {op} takes no value")
+        elif op in ("in", "not in"):
+            if isinstance(self.value, (str, bytes)) or not isinstance(self.value, Sequence):
+                raise ConfigError(
+                    f"predicate {self.column!r} {op} needs a list of values, "
+                    f"got {self.value!r:.60}"
+                )
+            if not self.value:
+                raise ConfigError(f"predicate {self.column!r} {op} needs at least one value")
+            object.__setattr__(self, "value", tuple(self.value))
+        elif self.value is None:
+            raise ConfigError(
+                f"predicate {self.column!r} {op} None is never true in SQL: use 'is null'"
+            )
+
+
+def check_predicates(
+    predicates: object, columns: Sequence[str], what: str
+) -> tuple[Predicate, ...]:
+    """``predicates`` as a tuple, each naming a column of ``columns``.
+
+    Raises
+    ------
+    ConfigError
+        For something that is not a list of :class:`Predicate`, or an unknown column.
+    """
+    if predicates is None:
+        return ()
+    if isinstance(predicates, Predicate):
+        predicates = [predicates]
+    if not isinstance(predicates, Sequence) or not all(
+        isinstance(p, Predicate) for p in predicates
+    ):
+        raise ConfigError(f"filters of {what} must be a list of Predicate, got {predicates!r:.80}")
+    unknown = [p.column for p in predicates if p.column not in columns]
+    if unknown:
+        raise ConfigError(
+            f"filters of {what} name unknown column(s) {unknown}; it has {list(columns)}"
+        )
+    return tuple(predicates)
+
+
+def predicates_to_sql(
+    predicates: Sequence[Predicate],
+    column_sql: Callable[[str], str],
+    placeholder: Callable[[int], str],
+    first: int = 0,
+) -> tuple[list[str], list[Any]]:
+    """SQL conditions for ``predicates`` and their values, to bind in order.
+
+    ``column_sql`` quotes a column name; ``placeholder(i)`` is the driver's placeholder
+    of parameter ``i``; parameters are numbered from ``first``.
+    """
+    conditions: list[str] = []
+    values: list[Any] = []
+
+    def bind(value: Any) -> str:
+        values.append(value)
+        return placeholder(first + len(values) - 1)
+
+    for predicate in predicates:
+        column = column_sql(predicate.column)
+        op = predicate.op
+        if op in _UNARY:
+            conditions.append(f"{column} {op.upper()}")
+        elif op in ("in", "not in"):
+            listed = ", ".join(bind(v) for v in predicate.value)
+            conditions.append(f"{column} {op.upper()} ({listed})")
+        else:
+            sql_op = "<>" if op == "!=" else op
+            conditions.append(f"{column} {sql_op} {bind(predicate.value)}")
+    return conditions, values
+
+
+def predicates_to_arrow(predicates: Sequence[Predicate]) -> Any:
+    """A ``pyarrow.compute.Expression`` true exactly where every predicate holds
+    (None for no predicates)."""
+    import pyarrow.compute as pc
+
+    expression = None
+    for predicate in predicates:
+        field = pc.field(predicate.column)
+        op = predicate.op
+        if op == "is null":
+            term = field.is_null()
+        elif op == "is not null":
+            term = field.is_valid()
+        elif op == "in":
+            term = field.isin(list(predicate.value))
+        elif op == "not in":
+            term = ~field.isin(list(predicate.value))
+        else:
+            term = {
+                "=": field == predicate.value, "!=": field != predicate.value,
+                "<": field < predicate.value, "<=": field <= predicate.value,
+                ">": field > predicate.value, ">=": field >= predicate.value,
+            }[op]
+        expression = term if expression is None else expression & term
+    return expression

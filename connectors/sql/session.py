@@ -1,0 +1,310 @@
+"""One open connection to a SQL database, whatever its driver: SQL in, Arrow out.
+
+Four kinds of connection are known: ADBC (adbc-driver-postgresql, adbc-driver-sqlite:
+results arrive as Arrow record batches, parameters are bound as Arrow), psycopg 3 and
+psycopg2, and sqlite3 (DB-API 2.0: rows of Python values, turned into Arrow columns
+here). Any other DB-API driver works with a declared schema (no catalog, no casts).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from connectors.errors import driver_errors, translate
+from spark_lookup.errors import ConfigError, ConnectorError
+
+__all__ = ["OTHER", "POSTGRES", "SQLITE", "Flavor", "Session", "flavor_of"]
+
+log = logging.getLogger("connectors")
+
+POSTGRES = "postgres"
+SQLITE = "sqlite"
+OTHER = "other"
+
+_FETCH_ROWS = 8192
+"""Rows per fetch on DB-API connections: a chunk streams in a few batches."""
+_ADBC_SQLITE_BATCH_ROWS = str(2**30)
+"""ADBC SQLite infers each column's type from the first batch it reads and fails on a
+later batch that disagrees (a column NULL in the first 1024 rows and text later): one
+statement, one batch, so every value is seen by the inference."""
+_ADBC_MODULES = ("adbc_driver_manager", "adbc_driver_sqlite", "adbc_driver_postgresql")
+
+
+@dataclass(frozen=True)
+class Flavor:
+    """What a connection is: its database, whether it speaks Arrow (ADBC), and how its
+    statements take parameters."""
+
+    backend: str
+    """``"postgres"``, ``"sqlite"`` or ``"other"``."""
+    adbc: bool
+    paramstyle: str
+    """``"dollar"`` (``$1``: ADBC PostgreSQL), ``"qmark"``, ``"format"``, ``"numeric"``
+    or ``"named"``."""
+
+    def placeholder(self, index: int) -> str:
+        """The placeholder of the ``index``-th (0-based) parameter."""
+        style = self.paramstyle
+        if style == "dollar":
+            return f"${index + 1}"
+        if style == "qmark":
+            return "?"
+        if style in ("format", "pyformat"):
+            return "%s"
+        if style == "numeric":
+            return f":{index + 1}"
+        if style == "named":
+            return f":p{index}"
+        raise ConfigError(f"unsupported DB-API paramstyle {style!r}")
+
+    def params(self, values: Sequence[Any]) -> Any:
+        """``values`` in the shape the driver takes for this style."""
+        if self.paramstyle == "named":
+            return {f"p{i}": v for i, v in enumerate(values)}
+        return tuple(values)
+
+    @property
+    def escapes_percent(self) -> bool:
+        """Whether ``%`` in SQL text must be written ``%%`` (format styles)."""
+        return self.paramstyle in ("format", "pyformat")
+
+
+def flavor_of(connection: Any) -> Flavor:
+    """The :class:`Flavor` of an open connection.
+
+    Raises
+    ------
+    ConfigError
+        For a DB-API driver whose parameter style cannot be told.
+    """
+    module_name = type(connection).__module__.split(".")[0]
+    if module_name in _ADBC_MODULES:
+        vendor = str(connection.adbc_get_info().get("vendor_name", "")).lower()
+        if "postgres" in vendor:
+            return Flavor(POSTGRES, True, "dollar")
+        return Flavor(SQLITE if "sqlite" in vendor else OTHER, True, "qmark")
+    if module_name in ("sqlite3", "_sqlite3"):
+        return Flavor(SQLITE, False, "qmark")
+    if module_name in ("psycopg", "psycopg2"):
+        return Flavor(POSTGRES, False, "format")
+    module = sys.modules.get(module_name)
+    if module is None:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            module = None
+    paramstyle = getattr(module, "paramstyle", None)
+    if not isinstance(paramstyle, str):
+        raise ConfigError(
+            f"cannot tell the parameter style of {type(connection).__qualname__} connections "
+            f"(module {module_name!r} has no DB-API 'paramstyle')"
+        )
+    return Flavor(OTHER, False, paramstyle)
+
+
+def _close_quietly(resource: Any) -> None:
+    try:
+        resource.close()
+    except Exception:  # a broken or foreign-thread connection: drop it
+        log.debug("closing %r failed", resource, exc_info=True)
+
+
+def build_column(values: Sequence[Any], wire: pa.DataType) -> tuple[pa.Array, pa.Array | None]:
+    """A wire column from Python values a DB-API driver returned, and the values that
+    do not fit ``wire`` (their text at their position, else null; None if all fit)."""
+    try:
+        return pa.array(values, type=wire), None
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError, TypeError):
+        pass
+    fitted: list[Any] = []
+    flags: list[str | None] = []
+    for value in values:
+        try:
+            pa.array([value], type=wire)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError, TypeError):
+            fitted.append(None)
+            flags.append(repr(value)[:200])
+            continue
+        fitted.append(value)
+        flags.append(None)
+    return pa.array(fitted, type=wire), pa.array(flags, pa.string())
+
+
+class Session:
+    """One connection, used by one thread at a time (sqlite3 connections belong to the
+    thread that made them): small queries as rows, reads as Arrow columns.
+
+    Reads run in autocommit mode where the driver has it; otherwise each read ends with a
+    rollback, so no session idles in a transaction holding a snapshot or locks.
+    Driver errors become :class:`~spark_lookup.ConnectorError` (or its transient
+    subclass) naming ``what`` and the statement's purpose.
+
+    Parameters
+    ----------
+    raw
+        An open connection.
+    what
+        What it serves, for messages (``"table 'customers'"``).
+    """
+
+    def __init__(self, raw: Any, what: str) -> None:
+        self.raw = raw
+        self.what = what
+        self.flavor = flavor_of(raw)
+        module = type(raw).__module__.split(".")[0]
+        self._errors = driver_errors(module)
+        self._rollback = self._prefer_autocommit()
+
+    def _prefer_autocommit(self) -> str:
+        raw = self.raw
+        if self.flavor.adbc:
+            try:
+                raw.adbc_connection.set_autocommit(True)
+                raw._autocommit = True  # keep the DB-API wrapper's view in step
+                return "never"
+            except Exception:
+                log.debug("cannot set autocommit on %r", raw, exc_info=True)
+                return "always"
+        autocommit = getattr(raw, "autocommit", None)
+        if autocommit is False:
+            try:
+                raw.autocommit = True
+                autocommit = True
+            except Exception:  # some drivers refuse; rollback after reads then
+                log.debug("cannot set autocommit on %r", raw, exc_info=True)
+        if autocommit is True:
+            return "never"
+        # Legacy sqlite3 opens no transaction for a SELECT, and says so.
+        return "if-open" if self.flavor.backend == SQLITE else "always"
+
+    @property
+    def errors(self) -> tuple[type[BaseException], ...]:
+        """The driver's error classes."""
+        return self._errors
+
+    def end_read(self) -> None:
+        """End the transaction a read may have begun."""
+        if self._rollback == "always" or (
+            self._rollback == "if-open" and getattr(self.raw, "in_transaction", True)
+        ):
+            self.raw.rollback()
+
+    def rows(self, sql: str, params: Any = (), purpose: str = "query") -> list[tuple[Any, ...]]:
+        """All rows of a small query (catalog reads, split planning), as tuples.
+
+        Raises
+        ------
+        ConnectorError
+            Naming the session's table and ``purpose``.
+        """
+        try:
+            cursor = self.raw.cursor()
+            try:
+                cursor.execute(sql, params)
+                fetched = [tuple(row) for row in cursor.fetchall()]
+            finally:
+                _close_quietly(cursor)
+            self.end_read()
+        except self._errors as exc:
+            raise translate(exc, f"{purpose} of {self.what} failed") from exc
+        return fetched
+
+    def arrays(
+        self,
+        sql: str,
+        params: Any,
+        wire: Sequence[pa.DataType],
+        purpose: str = "read",
+    ) -> Iterator[tuple[list[pa.Array], list[pa.Array | None]]]:
+        """The result of ``sql`` as batches of wire columns, with per-column flags of
+        values that did not fit their wire type (DB-API only; else None).
+
+        ADBC results stream as Arrow record batches without a Python object per row;
+        DB-API rows are fetched in slices and turned into columns of the ``wire`` types.
+        The read's transaction ends when the iterator is exhausted or closed.
+
+        Raises
+        ------
+        ConnectorError
+            Naming the session's table and ``purpose``.
+        """
+        try:
+            cursor = self.raw.cursor()
+        except self._errors as exc:
+            raise translate(exc, f"{purpose} of {self.what} failed") from exc
+        try:
+            if self.flavor.adbc:
+                yield from self._adbc_arrays(cursor, sql, params, len(wire))
+            else:
+                yield from self._dbapi_arrays(cursor, sql, params, wire)
+            self.end_read()
+        except self._errors as exc:
+            raise translate(exc, f"{purpose} of {self.what} failed") from exc
+        finally:
+            _close_quietly(cursor)
+
+    def _adbc_arrays(
+        self, cursor: Any, sql: str, params: Any, width: int
+    ) -> Iterator[tuple[list[pa.Array], list[pa.Array | None]]]:
+        if self.flavor.backend == SQLITE:
+            cursor.adbc_statement.set_options(
+                **{"adbc.sqlite.query.batch_rows": _ADBC_SQLITE_BATCH_ROWS}
+            )
+        cursor.execute(sql, params if params else None)
+        reader = cursor.fetch_record_batch()
+        nothing: list[pa.Array | None] = [None] * width
+        for batch in reader:
+            if batch.num_rows:
+                yield list(batch.columns), nothing
+
+    def _dbapi_arrays(
+        self, cursor: Any, sql: str, params: Any, wire: Sequence[pa.DataType]
+    ) -> Iterator[tuple[list[pa.Array], list[pa.Array | None]]]:
+        cursor.execute(sql, params)
+        while True:
+            rows = cursor.fetchmany(_FETCH_ROWS)
+            if not rows:
+                return
+            columns = list(zip(*rows, strict=True)) if rows else []
+            arrays: list[pa.Array] = []
+            flags: list[pa.Array | None] = []
+            for values, wire_type in zip(columns, wire, strict=True):
+                array, flagged = build_column(values, wire_type)
+                arrays.append(array)
+                flags.append(flagged)
+            yield arrays, flags
+            if len(rows) < _FETCH_ROWS:
+                return
+
+    def close(self) -> None:
+        """Close the connection (errors of a broken connection are ignored)."""
+        _close_quietly(self.raw)
+
+
+def open_session(factory: Any, what: str) -> Session:
+    """Call a connection factory and wrap its connection.
+
+    Raises
+    ------
+    ConnectorError
+        (transient or not, as the driver's error says) if connecting fails, or the
+        factory returns None.
+    """
+    try:
+        raw = factory()
+    except Exception as exc:
+        raise translate(exc, f"cannot connect to the database of {what}") from exc
+    if raw is None:
+        raise ConnectorError(f"the connection factory of {what} returned None")
+    try:
+        return Session(raw, what)
+    except BaseException:
+        _close_quietly(raw)
+        raise

@@ -1,0 +1,628 @@
+"""A SQL table as every mode reads it: by key (lookups) and by range (full loads).
+
+:class:`SqlTable` is configuration (a connection factory and names), picklable; its
+:class:`SqlPlan` is resolved once from the catalog and travels with it. Both
+``lookup.SqlLookupFunction`` and ``scan.SqlTableSource`` are thin layers over it, so a
+table gives the same values and types whichever reads it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import types as T
+
+from connectors.convert import Conformer
+from connectors.keys import EncodedKeys
+from connectors.policy import BadValuePolicy, BadValueStats
+from connectors.predicates import Predicate, check_predicates, predicates_to_sql
+from connectors.sql.catalog import ColumnInfo, TableInfo, describe_table
+from connectors.sql.session import POSTGRES, SQLITE, Session, open_session
+from connectors.sql.types import ColumnRead, natural_type, read_column
+from spark_lookup.errors import ConfigError
+from spark_lookup.schema import SchemaLike, parse_schema, to_arrow_schema
+from spark_lookup.sql import qualified_name, quote_identifier, validate_identifier
+
+__all__ = ["KeyBinding", "SqlPlan", "SqlTable", "check_factory"]
+
+ConnectionFactory = Callable[[], Any]
+
+_POSTGRES_MAX_KEYS = 100_000
+"""Keys per PostgreSQL lookup statement (they travel as one array per key column)."""
+_SQLITE_DEFAULT_MAX_PARAMS = 32766  # SQLITE_MAX_VARIABLE_NUMBER since sqlite 3.32.0
+_OTHER_MAX_PARAMS = 999
+_UUID = (
+    r"^([0-9a-fA-F]{4}-?){7}[0-9a-fA-F]{4}$|^\{([0-9a-fA-F]{4}-?){7}[0-9a-fA-F]{4}\}$"
+)
+_PG_KEY_TYPES: dict[type[T.DataType], str] = {
+    T.ByteType: "int2", T.ShortType: "int2", T.IntegerType: "int4", T.LongType: "int8",
+    T.FloatType: "float4", T.DoubleType: "float8", T.DecimalType: "numeric",
+}
+_ALIAS = '"_lt"'
+
+
+def check_factory(factory: object, what: str) -> ConnectionFactory:
+    """``factory`` if it is a zero-argument callable that can travel to executors.
+
+    Lambdas and closures are accepted: they are pickled with cloudpickle (as Spark
+    pickles functions), which PySpark ships.
+
+    Raises
+    ------
+    ConfigError
+        If it is not callable or cannot be pickled.
+    """
+    if not callable(factory):
+        raise ConfigError(
+            f"the connection factory of {what} must be a zero-argument callable, got "
+            f"{type(factory).__name__}"
+        )
+    from pyspark import cloudpickle
+
+    try:
+        cloudpickle.dumps(factory)  # type: ignore[no-untyped-call]
+    except Exception as exc:
+        raise ConfigError(
+            f"the connection factory of {what} must be picklable (it travels to executors): "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    return factory
+
+
+@dataclass(frozen=True)
+class KeyBinding:
+    """How one key column's values are sent: PostgreSQL's array type of the parameter,
+    and which values can never match the column (they are not sent)."""
+
+    array_type: str = ""
+    uuid: bool = False
+    enum_labels: tuple[str, ...] = ()
+    text: bool = False
+
+
+@dataclass(frozen=True)
+class SqlPlan:
+    """How a table is read; resolved once, small and picklable."""
+
+    table: str
+    table_sql: str
+    backend: str
+    schema: T.StructType
+    reads: tuple[ColumnRead, ...]
+    primary_key: tuple[str, ...]
+    unique_columns: frozenset[str]
+    not_null: frozenset[str]
+    key_columns: tuple[str, ...]
+    key_bindings: tuple[KeyBinding, ...]
+    filters: tuple[Predicate, ...]
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        """The Arrow schema of the rows read."""
+        return to_arrow_schema(self.schema)
+
+    def column_sql(self, name: str) -> str:
+        """A column, quoted and qualified by the table's alias in every statement."""
+        return f"{_ALIAS}.{quote_identifier(name, 'column name')}"
+
+    def select_sql(self) -> str:
+        """The SELECT list: every column's read as ``"_c<i>"``, then SQLite's flags."""
+        values = [f'{read.expression} AS "_c{i}"' for i, read in enumerate(self.reads)]
+        flags = [f'{read.flag} AS "_f{i}"' for i, read in enumerate(self.reads) if read.flag]
+        return ", ".join(values + flags)
+
+    def filter_sql(
+        self, placeholder: Callable[[int], str], first: int = 0
+    ) -> tuple[list[str], list[Any]]:
+        """The table's filters as SQL conditions and their values."""
+        return predicates_to_sql(self.filters, self.column_sql, placeholder, first)
+
+
+class SqlTable:
+    """One table of a SQL database, with its schema and how each column is read.
+
+    Built on the driver and picklable (the factory, names, and once resolved the plan);
+    sessions are opened where the reads run.
+
+    Parameters
+    ----------
+    connection_factory
+        A zero-argument callable returning a new connection: ADBC (adbc-driver-postgresql,
+        adbc-driver-sqlite), psycopg 3, psycopg2, sqlite3, or another DB-API driver (then
+        ``schema`` is required). Lambdas are fine (pickled with cloudpickle).
+    table
+        ``table`` or ``schema.table``; validated and quoted (so case-sensitive).
+    columns
+        Columns to read, in order (default: the schema's, else every column).
+    schema
+        A Spark DDL string or ``StructType``; inferred from the catalog when not given.
+    key_columns
+        The columns lookups find rows by (empty for a table only scanned).
+    filters
+        :class:`~connectors.Predicate` s every row read must meet, in every mode.
+    mode
+        The :class:`~connectors.BadValuePolicy` (default PERMISSIVE).
+    """
+
+    def __init__(
+        self,
+        connection_factory: ConnectionFactory,
+        table: str,
+        *,
+        columns: Sequence[str] | None = None,
+        schema: SchemaLike | None = None,
+        key_columns: Sequence[str] = (),
+        filters: Sequence[Predicate] | None = None,
+        mode: BadValuePolicy | str = BadValuePolicy.PERMISSIVE,
+    ) -> None:
+        self.table_sql = qualified_name(table, "table name")
+        self.table = table
+        self.factory = check_factory(connection_factory, f"table {table!r}")
+        if columns is not None:
+            if isinstance(columns, str):
+                columns = [columns]
+            columns = [validate_identifier(c, "column name") for c in columns]
+            if not columns or len(set(columns)) != len(columns):
+                raise ConfigError(f"columns must be distinct and not empty, got {columns}")
+        self.columns = None if columns is None else tuple(columns)
+        self.declared = parse_schema(schema, f"schema of table {table!r}") if schema else None
+        if self.declared is not None:
+            for name in self.declared.fieldNames():
+                validate_identifier(name, "schema field name")
+            if columns is not None and self.declared.fieldNames() != list(columns):
+                raise ConfigError(
+                    f"columns {list(columns)} must be the schema's field names in order "
+                    f"{self.declared.fieldNames()}"
+                )
+        self.key_columns = tuple(validate_identifier(k, "key column") for k in key_columns)
+        self.filters = check_predicates(
+            filters, self.declared.fieldNames() if self.declared else [f.column for f in
+                                                                         (filters or [])],
+            f"table {table!r}",
+        )
+        self.mode = BadValuePolicy.parse(mode)
+        self._plan: SqlPlan | None = None
+        self._runtime: _Runtime | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_runtime"] = None  # counters and the conformer are per process
+        return state
+
+    @property
+    def what(self) -> str:
+        """``table '<name>'``, for messages."""
+        return f"table {self.table!r}"
+
+    # --- plan
+
+    def connect(self) -> Session:
+        """A new session on a new connection.
+
+        Raises
+        ------
+        ConnectorError
+            If connecting fails (transient or not, as the driver says).
+        """
+        return open_session(self.factory, self.what)
+
+    def plan(self, session: Session | None = None) -> SqlPlan:
+        """The resolved plan, reading the catalog (on ``session``, or a connection of
+        its own) the first time.
+
+        Raises
+        ------
+        ConfigError
+            For unknown columns, or types that cannot be read as declared.
+        ConnectorError
+            If the catalog cannot be read, or the table does not exist.
+        """
+        plan = self._plan
+        if plan is not None:
+            return plan
+        own = session is None
+        session = session or self.connect()
+        try:
+            info = describe_table(session, self.table, self.table_sql)
+            plan = self._resolve(info, session)
+        finally:
+            if own:
+                session.close()
+        self._plan = plan
+        return plan
+
+    def _resolve(self, info: TableInfo, session: Session) -> SqlPlan:
+        known = [c.name for c in info.columns]
+        if self.declared is not None:
+            names = self.declared.fieldNames()
+        elif self.columns is not None:
+            names = list(self.columns)
+        elif known:
+            names = known
+        else:
+            raise ConfigError(
+                f"the columns of {self.what} cannot be discovered over "
+                f"{type(session.raw).__module__} connections: pass schema"
+            )
+        if known:
+            missing = [n for n in names if n not in known]
+            if missing:
+                raise ConfigError(f"{self.what} has no column(s) {missing}; it has {known}")
+        missing_keys = [k for k in self.key_columns if k not in names]
+        if missing_keys:
+            raise ConfigError(
+                f"key column(s) {missing_keys} of {self.what} are not among the columns read "
+                f"{names}"
+            )
+        check_predicates(self.filters, known or names, self.what)
+        schema = self.declared or self._inferred(info, names)
+        reads = []
+        rowid = (
+            info.backend == SQLITE and len(info.primary_key) == 1
+            and (info.column(info.primary_key[0]) or ColumnInfo("", "", False)).type_name
+            == "INTEGER"
+        )
+        for field in schema.fields:
+            column = info.column(field.name)
+            is_rowid = rowid and field.name == info.primary_key[0]
+            reads.append(
+                read_column(
+                    info.backend, self.table, column,
+                    f"{_ALIAS}.{quote_identifier(field.name, 'column name')}",
+                    field.dataType, rowid=is_rowid,
+                )
+            )
+        return SqlPlan(
+            table=self.table,
+            table_sql=self.table_sql,
+            backend=info.backend,
+            schema=schema,
+            reads=tuple(reads),
+            primary_key=info.primary_key,
+            unique_columns=info.unique_columns,
+            not_null=frozenset(c.name for c in info.columns if c.not_null),
+            key_columns=self.key_columns,
+            key_bindings=tuple(
+                _key_binding(info, info.column(k), schema[k].dataType) for k in self.key_columns
+            ),
+            filters=self.filters,
+        )
+
+    def _inferred(self, info: TableInfo, names: list[str]) -> T.StructType:
+        fields = []
+        unmapped = []
+        for name in names:
+            column = info.column(name)
+            assert column is not None  # checked against the catalog above
+            spark = natural_type(info.backend, column)
+            if spark is None:
+                unmapped.append(f"{name} ({column.db_type or 'no declared type'})")
+                continue
+            fields.append(T.StructField(name, spark, not column.not_null))
+        if unmapped:
+            raise ConfigError(
+                f"cannot infer the Spark type of column(s) {', '.join(unmapped)} of "
+                f"{self.what}: pass schema, or columns without them"
+            )
+        return T.StructType(fields)
+
+    # --- the per-process part: counters and the conformer
+
+    def runtime(self) -> _Runtime:
+        """The per-process conversion state (built on first use after unpickling)."""
+        runtime = self._runtime
+        if runtime is None:
+            runtime = self._runtime = _Runtime(self.plan(), self.mode)
+        return runtime
+
+    @property
+    def bad_value_count(self) -> int:
+        """Bad values this process met reading the table."""
+        runtime = self._runtime
+        return 0 if runtime is None else runtime.stats.count
+
+    # --- reads
+
+    def scan(
+        self,
+        session: Session,
+        conditions: Sequence[str],
+        values: Sequence[Any],
+        order_sql: str | None = None,
+        offset: int = 0,
+        key_column: str | None = None,
+    ) -> Iterator[pa.RecordBatch]:
+        """Rows meeting ``conditions`` (SQL over :meth:`SqlPlan.column_sql`, values
+        bound in order, numbered from 0) and the table's filters, as record batches of
+        the schema.
+
+        Runs where the read runs (a reader's fetcher thread). ``key_column`` names the
+        column whose value identifies a row in bad-value messages.
+
+        Raises
+        ------
+        ConnectorError
+            If the database fails; BadValueError under FAILFAST.
+        """
+        plan = self.plan(session)
+        runtime = self.runtime()
+        flavor = session.flavor
+        filters, filter_values = plan.filter_sql(flavor.placeholder, len(values))
+        where = [*conditions, *filters]
+        bound = [*values, *filter_values]
+        sql = f"SELECT {plan.select_sql()} FROM {plan.table_sql} AS {_ALIAS}"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        if order_sql:
+            sql += f" ORDER BY {order_sql}"
+        if offset:
+            # SQLite needs a LIMIT before an OFFSET; -1 means none.
+            limit = "LIMIT -1 " if plan.backend == SQLITE else ""
+            sql += f" {limit}OFFSET {flavor.placeholder(len(bound))}"
+            bound.append(int(offset))
+        if flavor.escapes_percent:
+            sql = _escape_percent(sql)
+        key_index = plan.schema.fieldNames().index(key_column) if key_column else None
+        params = flavor.params([_bindable(v, plan.backend) for v in bound]) if bound else ()
+        for wires, built_flags in session.arrays(sql, params, runtime.wire_types, "reading"):
+            yield runtime.to_batch(wires, built_flags, key_index)
+
+    def lookup(self, session: Session, keys: EncodedKeys, max_keys: int | None = None
+               ) -> tuple[pa.Int64Array, pa.RecordBatch]:
+        """The rows of the distinct ``keys``: for each row, the index of its key in
+        ``keys.distinct``, and the rows as a record batch of the schema.
+
+        One statement per batch (split only above the driver's parameter limit or
+        ``max_keys``). Keys that can never match a column (text that is no uuid, an
+        unknown enum label, a NUL character on PostgreSQL) are not sent.
+
+        Raises
+        ------
+        ConnectorError
+            If the database fails; BadValueError under FAILFAST.
+        """
+        plan = self.plan(session)
+        if not plan.key_columns:
+            raise ConfigError(f"{self.what} has no key columns to look rows up by")
+        runtime = self.runtime()
+        sent = _sendable(plan, keys.arrays)
+        if sent is None:
+            arrays, positions = keys.arrays, None
+        else:
+            positions = sent
+            arrays = [array.take(sent) for array in keys.arrays]
+        count = len(arrays[0]) if arrays else 0
+        per_statement = self._max_keys(session, plan)
+        if max_keys is not None:
+            per_statement = min(per_statement, max_keys)
+        indices: list[pa.Array] = []
+        batches: list[pa.RecordBatch] = []
+        for start in range(0, count, per_statement):
+            chunk = [array.slice(start, per_statement) for array in arrays]
+            for index, batch in self._lookup_chunk(session, plan, runtime, chunk, keys, start,
+                                                   positions):
+                indices.append(index)
+                batches.append(batch)
+        index = pa.concat_arrays(indices) if indices else pa.array([], pa.int64())
+        return index, _one_batch(batches, runtime.schema)
+
+    def _max_keys(self, session: Session, plan: SqlPlan) -> int:
+        width = max(1, len(plan.key_columns))
+        if plan.backend == POSTGRES:
+            return _POSTGRES_MAX_KEYS
+        if plan.backend == SQLITE:
+            limit = _SQLITE_DEFAULT_MAX_PARAMS
+            getlimit = getattr(session.raw, "getlimit", None)  # sqlite3, Python 3.11+
+            if getlimit is not None:
+                limit = int(getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER))  # type: ignore[attr-defined]
+            return max(1, limit // (width + 1))
+        return max(1, _OTHER_MAX_PARAMS // (width + 1))
+
+    def _lookup_chunk(
+        self,
+        session: Session,
+        plan: SqlPlan,
+        runtime: _Runtime,
+        chunk: list[pa.Array],
+        keys: EncodedKeys,
+        start: int,
+        positions: pa.Array | None,
+    ) -> Iterator[tuple[pa.Int64Array, pa.RecordBatch]]:
+        flavor = session.flavor
+        width = len(plan.key_columns)
+        join = " AND ".join(
+            f'{plan.column_sql(name)} = "_lk"."_lk_{i}"'
+            for i, name in enumerate(plan.key_columns)
+        )
+        names = ", ".join(f'"_lk_{i}"' for i in range(width))
+        select = plan.select_sql()
+        if plan.backend == POSTGRES:
+            # The keys travel as one array per key column; ORDINALITY tags each key, so
+            # rows come back to the key that asked, whatever PostgreSQL's comparison
+            # rules (collations, char(n) padding, citext).
+            unnest = ", ".join(
+                f"{flavor.placeholder(i)}::{binding.array_type}[]"
+                for i, binding in enumerate(plan.key_bindings)
+            )
+            filters, filter_values = plan.filter_sql(flavor.placeholder, width)
+            sql = (
+                f'SELECT "_lk"."_lk_i" - 1, {select} FROM unnest({unnest}) WITH ORDINALITY '
+                f'AS "_lk"({names}, "_lk_i") JOIN {plan.table_sql} AS {_ALIAS} ON {join}'
+            )
+            if flavor.adbc:
+                arrays = [
+                    pa.ListArray.from_arrays(pa.array([0, len(a)], pa.int32()), a)
+                    for a in chunk
+                ] + [pa.array([v]) for v in filter_values]
+                params: Any = pa.record_batch(
+                    arrays, names=[f"p{i}" for i in range(len(arrays))]
+                )
+            else:
+                params = flavor.params([a.to_pylist() for a in chunk] + filter_values)
+        else:
+            # A VALUES list of (position, key...) joined with the table: exact for
+            # SQLite's affinity rules too, and answered from an index on the key.
+            values: list[Any] = []
+            rows = []
+            columns = [a.to_pylist() for a in chunk]
+            for row in range(len(chunk[0])):
+                slots = [str(row)]
+                for column in columns:
+                    slots.append(flavor.placeholder(len(values)))
+                    values.append(_bindable(column[row], plan.backend))
+                rows.append("(" + ", ".join(slots) + ")")
+            filters, filter_values = plan.filter_sql(flavor.placeholder, len(values))
+            sql = (
+                f'WITH "_lk"("_lk_i", {names}) AS (VALUES {", ".join(rows)}) '
+                f'SELECT "_lk"."_lk_i", {select} FROM "_lk" '
+                f"JOIN {plan.table_sql} AS {_ALIAS} ON {join}"
+            )
+            params = flavor.params(values + [_bindable(v, plan.backend) for v in filter_values])
+        if filters:
+            sql += " WHERE " + " AND ".join(filters)
+        if flavor.escapes_percent:
+            sql = _escape_percent(sql)
+        wire = [pa.int64(), *runtime.wire_types]
+        for wires, built_flags in session.arrays(sql, params, wire, "lookup"):
+            sent_index = pc.add(pc.cast(wires[0], pa.int64()), start)
+            if positions is not None:
+                sent_index = positions.take(sent_index)
+            distinct = sent_index.to_numpy(zero_copy_only=False)
+
+            def describe(row: int, distinct: Any = distinct) -> str:
+                return _short(keys.distinct[int(distinct[row])])
+
+            batch, keep = runtime.conform(wires[1:], built_flags[1:], describe)
+            index = sent_index if keep is None else sent_index.filter(keep)
+            yield pa.array(index, pa.int64()), batch
+
+
+class _Runtime:
+    """What a table needs in each process: its conformer (with the bad-value counter)
+    and the wire types of the reads."""
+
+    def __init__(self, plan: SqlPlan, mode: BadValuePolicy) -> None:
+        self.schema = plan.arrow_schema
+        self.stats = BadValueStats(f"table {plan.table!r}")
+        self.conformer = Conformer(
+            f"{plan.table}", self.schema,
+            [f.dataType.simpleString() for f in plan.schema.fields], mode, self.stats,
+        )
+        self.wire_types = [read.wire for read in plan.reads] + [
+            pa.string() for read in plan.reads if read.flag
+        ]
+        self._flagged = [i for i, read in enumerate(plan.reads) if read.flag]
+        self._width = len(plan.reads)
+
+    def conform(
+        self,
+        wires: Sequence[pa.Array],
+        built_flags: Sequence[pa.Array | None],
+        describe: Callable[[int], str],
+    ) -> tuple[pa.RecordBatch, pa.BooleanArray | None]:
+        values = list(wires[: self._width])
+        flags: list[pa.Array | None] = list(built_flags[: self._width])
+        for offset, column in enumerate(self._flagged):
+            sql_flag = wires[self._width + offset]
+            if sql_flag.null_count < len(sql_flag):
+                built = flags[column]
+                flags[column] = sql_flag if built is None else pc.coalesce(
+                    pc.cast(sql_flag, pa.string()), built)
+        columns, keep = self.conformer.conform(
+            values, describe, flags if any(f is not None for f in flags) else None
+        )
+        batch = pa.RecordBatch.from_arrays(columns, schema=self.schema)
+        if keep is not None:
+            batch = batch.filter(keep)
+        return batch, keep
+
+    def to_batch(
+        self,
+        wires: Sequence[pa.Array],
+        built_flags: Sequence[pa.Array | None],
+        key_index: int | None,
+    ) -> pa.RecordBatch:
+        def describe(row: int) -> str:
+            if key_index is None:
+                return f"in row {row} of a read"
+            return _short(wires[key_index][row].as_py())
+
+        return self.conform(wires, built_flags, describe)[0]
+
+
+def _key_binding(info: TableInfo, column: ColumnInfo | None, spark: T.DataType) -> KeyBinding:
+    if info.backend != POSTGRES or column is None:
+        return KeyBinding()
+    if column.category == "N":
+        # Numbers compare across types: the key's own type keeps its exact value.
+        array_type = _PG_KEY_TYPES.get(type(spark), column.cast_name)
+    else:
+        array_type = column.cast_name  # uuid, citext, enums, char(n): the column's terms
+    return KeyBinding(
+        array_type=array_type,
+        uuid=column.type_name == "uuid",
+        enum_labels=column.enum_labels if column.type_kind == "e" else (),
+        text=isinstance(spark, (T.StringType, T.VarcharType, T.CharType)),
+    )
+
+
+def _sendable(plan: SqlPlan, arrays: Sequence[pa.Array]) -> pa.Array | None:
+    """Positions of the keys worth sending (None: all)."""
+    if plan.backend != POSTGRES:
+        return None
+    mask = None
+    for binding, array in zip(plan.key_bindings, arrays, strict=True):
+        if not (binding.text or binding.uuid or binding.enum_labels):
+            continue
+        ok = pc.invert(pc.match_substring(array, "\x00"))
+        if binding.uuid:
+            ok = pc.and_(ok, pc.match_substring_regex(array, _UUID))
+        if binding.enum_labels:
+            ok = pc.and_(ok, pc.is_in(array, pa.array(binding.enum_labels)))
+        mask = ok if mask is None else pc.and_(mask, ok)
+    if mask is None or pc.all(mask).as_py():
+        return None
+    return pc.indices_nonzero(mask)
+
+
+def _bindable(value: Any, backend: str) -> Any:
+    """A value as a DB-API driver binds it for the backend (SQLite compares dates,
+    timestamps and decimals as the text it stores; PostgreSQL drivers adapt them)."""
+    if backend != SQLITE:
+        return value
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, datetime):
+        return value.isoformat(" ")
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)  # compared with NUMERIC affinity, so '1.50' equals 1.5
+    return value
+
+
+def _one_batch(batches: list[pa.RecordBatch], schema: pa.Schema) -> pa.RecordBatch:
+    if len(batches) == 1:
+        return batches[0]
+    if not batches:
+        return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in schema], schema=schema)
+    return pa.concat_batches(batches)
+
+
+def _escape_percent(sql: str) -> str:
+    """``%`` doubled for format-style drivers, placeholders kept."""
+    return sql.replace("%", "%%").replace("%%s", "%s")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
