@@ -345,13 +345,11 @@ class KeyCodec:
             As :meth:`encode`.
         """
         self.check_shape(key)
+        if any(value is None for value in key):
+            return None  # never sent, so never checked either (SQL: NULL = x is not true)
         values: list[Any] = []
         matchable = True
         for name, coercer, value in zip(self.names, self._coercers, key, strict=True):
-            if value is None:
-                matchable = False
-                values.append(None)
-                continue
             try:
                 normalized = coercer.convert(value)
             except _Refused as exc:

@@ -213,7 +213,7 @@ class Session:
                 _close_quietly(cursor)
             self.end_read()
         except self._errors as exc:
-            raise translate(exc, f"{purpose} of {self.what} failed") from exc
+            raise translate(exc, f"{self.what}: {purpose} failed") from exc
         return fetched
 
     def arrays(
@@ -238,7 +238,7 @@ class Session:
         try:
             cursor = self.raw.cursor()
         except self._errors as exc:
-            raise translate(exc, f"{purpose} of {self.what} failed") from exc
+            raise translate(exc, f"{self.what}: {purpose} failed") from exc
         try:
             if self.flavor.adbc:
                 yield from self._adbc_arrays(cursor, sql, params, len(wire))
@@ -246,7 +246,7 @@ class Session:
                 yield from self._dbapi_arrays(cursor, sql, params, wire)
             self.end_read()
         except self._errors as exc:
-            raise translate(exc, f"{purpose} of {self.what} failed") from exc
+            raise translate(exc, f"{self.what}: {purpose} failed") from exc
         finally:
             _close_quietly(cursor)
 

@@ -175,7 +175,7 @@ class SqlTable:
         self.declared = parse_schema(schema, f"schema of table {table!r}") if schema else None
         if self.declared is not None:
             for name in self.declared.fieldNames():
-                validate_identifier(name, "schema field name")
+                validate_identifier(name, "column")
             if columns is not None and self.declared.fieldNames() != list(columns):
                 raise ConfigError(
                     f"columns {list(columns)} must be the schema's field names in order "
@@ -422,8 +422,8 @@ class SqlTable:
             getlimit = getattr(session.raw, "getlimit", None)  # sqlite3, Python 3.11+
             if getlimit is not None:
                 limit = int(getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER))  # type: ignore[attr-defined]
-            return max(1, limit // (width + 1))
-        return max(1, _OTHER_MAX_PARAMS // (width + 1))
+            return max(1, limit // width)  # the position is a literal, not a parameter
+        return max(1, _OTHER_MAX_PARAMS // width)
 
     def _lookup_chunk(
         self,
@@ -490,7 +490,11 @@ class SqlTable:
         if flavor.escapes_percent:
             sql = _escape_percent(sql)
         wire = [pa.int64(), *runtime.wire_types]
-        for wires, built_flags in session.arrays(sql, params, wire, "lookup"):
+        purpose = f"lookup of {len(chunk[0])} key(s) (first key {_short(keys.distinct[start])})"
+        if positions is not None:
+            purpose = (f"lookup of {len(chunk[0])} key(s) (first key "
+                       f"{_short(keys.distinct[positions[start].as_py()])})")
+        for wires, built_flags in session.arrays(sql, params, wire, purpose):
             sent_index = pc.add(pc.cast(wires[0], pa.int64()), start)
             if positions is not None:
                 sent_index = positions.take(sent_index)

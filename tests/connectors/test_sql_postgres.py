@@ -64,11 +64,15 @@ def test_infers_the_schema_from_the_catalog(tables: PgFactory) -> None:
     assert qualified.lookup((2,)) == [("Bob", 2)]
 
 
-def test_unmapped_types_and_missing_tables_are_named(tables: PgFactory) -> None:
-    pg_exec(tables.dsn, tables.schema, "CREATE TABLE odd (id int, spot point, tags text[]);")
-    with pytest.raises(ConfigError, match=r"spot \(point\), tags \(text\[\]\)"):
-        SqlLookupFunction(tables, "odd", "id")
-    assert SqlLookupFunction(tables, "odd", "id", columns=["id"]).lookup((1,)) == []
+def test_types_without_a_spark_type_read_as_text_and_missing_tables_are_named(
+    tables: PgFactory,
+) -> None:
+    pg_exec(tables.dsn, tables.schema, "CREATE TABLE odd (id int, spot point, tags text[]);"
+            "INSERT INTO odd VALUES (1, '(1,2)', '{a,b}');")
+    odd = SqlLookupFunction(tables, "odd", "id")
+    assert odd.struct.simpleString() == "struct<id:int,spot:string,tags:array<string>>"
+    assert odd.lookup((1,)) == [(1, "(1,2)", ["a", "b"])]  # as PostgreSQL prints a point
+    assert SqlLookupFunction(tables, "odd", "id", columns=["id"]).lookup((2,)) == []
     with pytest.raises(ConnectorError, match="no table or view 'absent'"):
         SqlLookupFunction(tables, "absent", "id")
     with pytest.raises(ConfigError, match="invalid table name"):
@@ -82,7 +86,8 @@ def test_lookup_batch_is_one_statement_with_bound_values(tables: PgFactory) -> N
     keys = [(i,) for i in range(1, 1001)]
     result = fn.lookup_batch(keys)
     (statement,) = tables.lookups()
-    assert len(statement[1]) == 1000  # every key value bound, none in the text
+    (bound,) = statement[1]  # one array of every key, none in the text
+    assert bound == list(range(1, 1001))
     assert result[(1,)] == [(1, "Ada")]
     assert result[(2,)] == [(2, "Bob")]
     assert sum(1 for rows in result.values() if rows) == 2
@@ -102,9 +107,12 @@ def test_keys_that_can_never_match_are_never_sent(tables: PgFactory) -> None:
     fn = SqlLookupFunction(tables, "orders", ["shop", "sku"])
     fn.open()
     tables.statements.clear()
-    never = [("s1", None), (None, 7), ("s1", math.nan), ("s1", 2**64), ("s1", 7.5),
-             ("s\x00", 7), ("\ud800", 7)]
+    never = [("s1", None), (None, 7), ("s1", math.nan), ("s1", 7.5), ("s\x00", 7),
+             ("\ud800", 7)]
     assert fn.lookup_batch(never) == {key: [] for key in never}
+    assert tables.statements == []
+    with pytest.raises(ConfigError, match="out of the range of bigint"):
+        fn.lookup(("s1", 2**64))  # a key its column cannot hold is an error, at once
     assert tables.statements == []
     # NaN never matches, even though PostgreSQL says 'NaN'::float8 = 'NaN'::float8.
     pg_exec(tables.dsn, tables.schema, "CREATE TABLE m (x float8, v text);"

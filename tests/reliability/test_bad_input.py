@@ -55,8 +55,14 @@ def tables(pg: PgFactory) -> PgFactory:
 
 
 def sent_values(pg: PgFactory) -> list[Any]:
-    """Every key value bound to a lookup statement so far."""
-    return [v for _, params in pg.lookups() for v in (params or ())]
+    """Every key value bound to a lookup statement so far (PostgreSQL lookups bind one
+    array per key column)."""
+    return [
+        value
+        for _, params in pg.lookups()
+        for bound in (params or ())
+        for value in (bound if isinstance(bound, list) else [bound])
+    ]
 
 
 # --- null and NaN keys ------------------------------------------------------------------
@@ -139,9 +145,13 @@ def test_keys_that_can_never_match_are_empty_and_malformed_keys_are_type_errors(
     fn = SqlLookupFunction(tables, "customers", "id", schema="id BIGINT, name STRING")
     with open_lookup(PartialCachingLookupProvider.of(fn, small_cache(), max_retries=0)) as h:
         tables.statements.clear()
-        assert h.lookup_batch([(1.5,), (2**63,), (-(2**70),), (2.0,)]) == {
-            (1.5,): (), (2**63,): (), (-(2**70),): (), (2.0,): ((2, "c2"),)}
-        assert sent_values(tables) == [2]  # 2.0 normalized; the hopeless ones not sent
+        assert h.lookup_batch([(1.5,), (2.0,)]) == {(1.5,): (), (2.0,): ((2, "c2"),)}
+        assert sent_values(tables) == [2]  # 2.0 normalized; the hopeless 1.5 not sent
+        for key in [(2**63,), (-(2**70),)]:  # beyond BIGINT: an error, at once, not retried
+            with pytest.raises(ConfigError, match="out of the range of bigint"):
+                h.lookup_batch([key])
+        assert h.metrics.num_retries == 0
+        assert sent_values(tables) == [2]
         for key in (1, [1], (1, 2), (), "1"):
             with pytest.raises(TypeError, match=r"a lookup key is a tuple of 1 value\(s\) \(id\)"):
                 h.lookup(key)  # type: ignore[arg-type]
