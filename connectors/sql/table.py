@@ -102,6 +102,8 @@ class SqlPlan:
     key_columns: tuple[str, ...]
     key_bindings: tuple[KeyBinding, ...]
     filters: tuple[Predicate, ...]
+    known_columns: tuple[str, ...] = ()
+    """Every column the catalog lists (empty without a catalog)."""
 
     @property
     def arrow_schema(self) -> pa.Schema:
@@ -293,6 +295,7 @@ class SqlTable:
                 _key_binding(info, info.column(k), schema[k].dataType) for k in self.key_columns
             ),
             filters=self.filters,
+            known_columns=tuple(known),
         )
 
     def _inferred(self, info: TableInfo, names: list[str]) -> T.StructType:
@@ -369,7 +372,8 @@ class SqlTable:
             bound.append(int(offset))
         if flavor.escapes_percent:
             sql = _escape_percent(sql)
-        key_index = plan.schema.fieldNames().index(key_column) if key_column else None
+        names = plan.schema.fieldNames()
+        key_index = names.index(key_column) if key_column in names else None
         params = flavor.params([_bindable(v, plan.backend) for v in bound]) if bound else ()
         for wires, built_flags in session.arrays(sql, params, runtime.wire_types, "reading"):
             yield runtime.to_batch(wires, built_flags, key_index)

@@ -21,20 +21,12 @@ neither overlap nor leave gaps, whatever the key type or collation.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from connectors.sql import Session, SqlTable
+from connectors.sql.session import POSTGRES
 from scan.sources._enumerator import SplitPlanner
-from scan.sources._sql_catalog import (
-    POSTGRES,
-    driver_error,
-    open_connection,
-    query,
-    translate_errors,
-)
-from scan.sources._sql_plan import ReadPlan
 from scan.split import SourceSplit
 from spark_lookup.errors import SourceError
 
@@ -64,15 +56,37 @@ class SqlChunkSplit(SourceSplit):
         return "chunk-null" if self.null_chunk else f"chunk-{self.index}"
 
 
-def chunk_query(plan: ReadPlan, split: SqlChunkSplit) -> tuple[str, Any]:
-    """The SELECT of one chunk, with its bound parameters in the driver's style."""
+@dataclass(frozen=True)
+class ChunkPlan:
+    """How a table is chunked: the split column, the order rows of a chunk come in, and
+    how a checkpointed chunk resumes; resolved once with the table's plan."""
+
+    table: str
+    table_sql: str
+    backend: str
+    split_column: str
+    split_name: str
+    """The split column, quoted (planning queries)."""
+    split_sql: str
+    """The split column, quoted and qualified by the read's table alias (chunk reads)."""
+    order_sql: str
+    keyset_index: int | None
+    """Position of the split column in a row when it is unique and read as stored, so
+    a chunk resumes after the last emitted key; None: resume by skipping rows."""
+    split_nullable: bool
+
+
+def chunk_conditions(
+    plan: ChunkPlan, split: SqlChunkSplit, placeholder: Any
+) -> tuple[list[str], list[Any]]:
+    """The WHERE conditions of one chunk and their values (numbered from 0)."""
     key = plan.split_sql
     conditions: list[str] = []
     values: list[Any] = []
 
     def bind(value: Any) -> str:
         values.append(value)
-        return plan.dialect.placeholder(len(values) - 1)
+        return str(placeholder(len(values) - 1))
 
     if split.null_chunk:
         conditions.append(f"{key} IS NULL")
@@ -85,15 +99,7 @@ def chunk_query(plan: ReadPlan, split: SqlChunkSplit) -> tuple[str, Any]:
             conditions.append(f"{key} < {bind(split.hi)}")
         if not conditions:
             conditions.append(f"{key} IS NOT NULL")
-    sql = (
-        f"SELECT {plan.select_sql} FROM {plan.table_sql} WHERE {' AND '.join(conditions)} "
-        f"ORDER BY {plan.order_sql}"
-    )
-    if split.skip:
-        # SQLite needs a LIMIT before an OFFSET; -1 means none.
-        limit = "LIMIT -1 " if plan.driver == "sqlite" else ""
-        sql += f" {limit}OFFSET {bind(int(split.skip))}"
-    return sql, plan.dialect.params(values)
+    return conditions, values
 
 
 class SqlChunkPlanner(SplitPlanner[SqlChunkSplit]):
@@ -102,15 +108,15 @@ class SqlChunkPlanner(SplitPlanner[SqlChunkSplit]):
 
     def __init__(
         self,
-        connection_factory: Callable[[], Any],
-        plan: ReadPlan,
+        table: SqlTable,
+        plan: ChunkPlan,
         chunk_size: int,
         progress: Any = None,
     ) -> None:
-        self._factory = connection_factory
+        self._table = table
         self._plan = plan
         self._chunk_size = chunk_size
-        self._connection: Any = None
+        self._session: Session | None = None
         state: dict[str, Any] = dict(progress) if progress is not None else {"phase": "init"}
         if state.get("phase") not in ("init", "even", "uneven", "null", "done"):
             raise SourceError(f"malformed SQL chunk planner progress: {progress!r:.120}")
@@ -120,10 +126,9 @@ class SqlChunkPlanner(SplitPlanner[SqlChunkSplit]):
         return dict(self._state)
 
     def close(self) -> None:
-        if self._connection is not None:
-            connection, self._connection = self._connection, None
-            with contextlib.suppress(Exception):  # best effort: nothing is left to read
-                connection.close()
+        if self._session is not None:
+            session, self._session = self._session, None
+            session.close()
 
     def next_split(self) -> SqlChunkSplit | None:
         state = self._state
@@ -145,7 +150,7 @@ class SqlChunkPlanner(SplitPlanner[SqlChunkSplit]):
 
     def _initialize(self) -> None:
         plan = self._plan
-        key = plan.split_sql
+        key = plan.split_name
         # ORDER BY ... LIMIT 1 rather than MIN/MAX: every orderable type has an order
         # (PostgreSQL's uuid has no MIN), and an index on the key answers it directly.
         low = self._first(
@@ -201,9 +206,10 @@ class SqlChunkPlanner(SplitPlanner[SqlChunkSplit]):
 
     def _chunk_end(self, start: Any) -> Any:
         plan = self._plan
-        key = plan.split_sql
-        placeholder = plan.dialect.placeholder(0)
-        params = plan.dialect.params([start])
+        key = plan.split_name
+        flavor = self._connect().flavor
+        placeholder = flavor.placeholder(0)
+        params = flavor.params([start])
         end = self._first(
             f"SELECT {key} FROM (SELECT {key} FROM {plan.table_sql} "
             f"WHERE {key} >= {placeholder} ORDER BY {key} LIMIT {int(self._chunk_size)}) "
@@ -225,26 +231,25 @@ class SqlChunkPlanner(SplitPlanner[SqlChunkSplit]):
 
     def _row_count(self) -> int:
         plan = self._plan
-        if plan.driver == POSTGRES:
+        if plan.backend == POSTGRES:
+            flavor = self._connect().flavor
             estimate = self._query(
-                "SELECT reltuples::bigint FROM pg_catalog.pg_class WHERE oid = %s::regclass",
-                [plan.table_sql],
+                "SELECT reltuples::bigint FROM pg_catalog.pg_class "
+                f"WHERE oid = pg_catalog.to_regclass({flavor.placeholder(0)})",
+                flavor.params([plan.table_sql]),
             )
             if estimate and estimate[0][0] is not None and estimate[0][0] > 0:
                 return int(estimate[0][0])
         return int(self._query(f"SELECT COUNT(*) FROM {plan.table_sql}")[0][0])
 
+    def _connect(self) -> Session:
+        if self._session is None:
+            self._session = self._table.connect()
+        return self._session
+
     def _query(self, sql: str, params: Any = ()) -> list[Any]:
-        if self._connection is None:
-            self._connection = open_connection(self._factory, self._plan.table)
-        connection = self._connection
-        with translate_errors(
-            f"planning chunks of table {self._plan.table!r}", driver_error(connection)
-        ):
-            rows = query(connection, sql, params)
-            # No transaction left open between requests: no snapshot held, no locks.
-            connection.rollback()
-        return rows
+        # Each request ends its transaction (Session.rows): no snapshot held, no locks.
+        return self._connect().rows(sql, params, "planning chunks")
 
 
 def _same(value: Any, maximum: Any) -> bool:

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-import pickle
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import types as T
 
+from connectors.policy import BadValuePolicy
+from connectors.predicates import Predicate
+from connectors.rows import python_rows
+from connectors.sql import Session, SqlPlan, SqlTable
 from scan.connector.emitter import RecordEmitter
 from scan.connector.pulling import PullingSourceReader
 from scan.connector.records import RecordsBySplits
@@ -24,25 +28,14 @@ from scan.sources._enumerator import (
     PullEnumeratorStateSerializer,
     PullSplitEnumerator,
 )
-from scan.sources._sql_catalog import (
-    describe_table,
-    driver_error,
-    open_connection,
-    translate_errors,
-)
-from scan.sources._sql_chunks import SqlChunkPlanner, SqlChunkSplit, chunk_query
-from scan.sources._sql_plan import ReadPlan, resolve_plan
+from scan.sources._sql_chunks import ChunkPlan, SqlChunkPlanner, SqlChunkSplit, chunk_conditions
 from spark_lookup.errors import ConfigError
-from spark_lookup.schema import SchemaLike, parse_schema
-from spark_lookup.sql import qualified_name, validate_identifier
+from spark_lookup.schema import SchemaLike
+from spark_lookup.sql import quote_identifier, validate_identifier
 
 __all__ = ["SqlChunkSplit", "SqlTableSource"]
 
 Row = tuple[Any, ...]
-
-# Rows per fetch: a chunk arrives in a few batches, so the reader starts emitting (and
-# a checkpoint can fall) before the whole chunk is fetched.
-_FETCH_ROWS = 2048
 
 
 class _SplitSerializer(JsonVersionedSerializer[SqlChunkSplit]):
@@ -104,17 +97,17 @@ class _Emitter(RecordEmitter[Row, _ChunkState]):
 
 
 class _SplitReader(SplitReader[Row, SqlChunkSplit]):
-    """Reads chunks one after the other on one connection, opened on the first chunk
-    (on the fetcher thread, which also closes it: SQLite connections stay on one
-    thread)."""
+    """Reads chunks one after the other on one session, opened on the first chunk (on
+    the fetcher thread, which also closes it: SQLite connections stay on one thread).
+    A chunk arrives in the batches its driver streams, so the reader starts emitting
+    (and a checkpoint can fall) before the whole chunk is fetched."""
 
-    def __init__(self, factory: Callable[[], Any], plan: ReadPlan) -> None:
-        self._factory = factory
+    def __init__(self, table: SqlTable, plan: ChunkPlan) -> None:
+        self._table = table
         self._plan = plan
-        self._coerce = plan.coercer()
         self._splits: deque[SqlChunkSplit] = deque()
-        self._connection: Any = None
-        self._cursor: Any = None
+        self._session: Session | None = None
+        self._batches: Iterator[pa.RecordBatch] | None = None
         self._woken = threading.Event()
 
     def fetch(self) -> RecordsBySplits[Row]:
@@ -125,31 +118,22 @@ class _SplitReader(SplitReader[Row, SqlChunkSplit]):
         if not self._splits:
             return records
         split = self._splits[0]
-        plan = self._plan
-        if self._connection is None:
-            self._connection = open_connection(self._factory, plan.table)
-        with translate_errors(
-            f"reading {split.split_id} of table {plan.table!r}", driver_error(self._connection)
-        ):
-            if self._cursor is None:
-                sql, params = chunk_query(plan, split)
-                cursor = self._connection.cursor()
-                self._cursor = cursor
-                cursor.execute(sql, params)
-            rows = self._cursor.fetchmany(_FETCH_ROWS)
-            done = len(rows) < _FETCH_ROWS
-            if done:
-                self._cursor.close()
-                self._cursor = None
-                # End the chunk's transaction: no snapshot or locks held between chunks.
-                self._connection.rollback()
-        if rows:
-            if type(rows[0]) is not tuple:
-                rows = [tuple(row) for row in rows]
-            if self._coerce is not None:
-                rows = self._coerce(rows)
-            records.add(split.split_id, rows)
-        if done:
+        if self._session is None:
+            self._session = self._table.connect()
+        if self._batches is None:
+            plan = self._plan
+            conditions, values = chunk_conditions(
+                plan, split, self._session.flavor.placeholder
+            )
+            self._batches = self._table.scan(
+                self._session, conditions, values, plan.order_sql, offset=split.skip,
+                key_column=plan.split_column,
+            )
+        batch = next(self._batches, None)
+        if batch is not None and batch.num_rows:
+            records.add(split.split_id, python_rows(batch))
+        if batch is None:
+            self._batches = None
             self._splits.popleft()
             records.add_finished(split.split_id)
         return records
@@ -162,14 +146,32 @@ class _SplitReader(SplitReader[Row, SqlChunkSplit]):
         self._woken.set()
 
     def close(self) -> None:
-        connection, self._connection, self._cursor = self._connection, None, None
-        if connection is not None:
-            connection.close()
+        batches, self._batches = self._batches, None
+        if batches is not None:
+            batches.close()  # type: ignore[attr-defined]  # a generator: ends its read
+        session, self._session = self._session, None
+        if session is not None:
+            session.close()
+
+
+def _reads_as_stored(plan: SqlPlan, index: int) -> bool:
+    """Whether the split column's emitted values, bound back, compare as the stored ones
+    (so a chunk can resume after the last emitted key): PostgreSQL columns read without
+    a cast; SQLite integer and text columns (read through their storage class check)."""
+    read = plan.reads[index]
+    name = plan.schema.fieldNames()[index]
+    if read.expression == plan.column_sql(name):
+        return True
+    data_type = plan.schema.fields[index].dataType
+    return plan.backend == "sqlite" and isinstance(
+        data_type, (T.LongType, T.StringType)
+    ) and ("'text'" in read.expression) == isinstance(data_type, T.StringType)
 
 
 class SqlTableSource(Source[SqlChunkSplit, PullEnumeratorState[SqlChunkSplit]]):
-    """A table read over DB-API 2.0 (sqlite3, psycopg, ...), in chunks of split-column
-    ranges, as Flink CDC chunks a snapshot (see :mod:`scan.sources._sql_chunks`).
+    """A SQL table read in chunks of split-column ranges, as Flink CDC chunks a snapshot
+    (see :mod:`scan.sources._sql_chunks`): PostgreSQL or SQLite over ADBC (Arrow end to
+    end) or DB-API (psycopg, sqlite3), or another DB-API database given a schema.
 
     Built on the driver and picklable: it holds the connection factory and names, no
     connection. The enumerator (on the coordinator) plans chunks lazily on a connection
@@ -177,24 +179,35 @@ class SqlTableSource(Source[SqlChunkSplit, PullEnumeratorState[SqlChunkSplit]]):
     The table's catalog (columns, types, primary key) is read once, on first use, and
     travels with the source when it is pickled after that.
 
-    Each chunk is one ``SELECT ... WHERE lo <= key < hi ORDER BY key`` in its own
-    short transaction: rows of a chunk are emitted in split-column order, but the
-    whole read is not one snapshot (rows changed during a load may be seen in either
-    version, as with Flink's JDBC source). A checkpoint inside a chunk resumes after
-    the last emitted key when the split column is unique (primary key or unique
-    index), else by skipping the emitted rows in a total order (primary key, or all
-    read columns); both are exact for data that does not change in between.
+    Values are read through :mod:`connectors`, exactly as ``lookup.SqlLookupFunction``
+    reads them (the README's "Types"): the same table gives the same values and Spark
+    types in a full cache, a refreshed view and a partial cache. A stored value that
+    cannot be read as its column's type follows ``mode`` and is counted
+    (:attr:`bad_value_count`).
+
+    Each chunk is one ``SELECT ... WHERE lo <= key < hi [AND filters] ORDER BY key`` in
+    its own short transaction: rows of a chunk are emitted in split-column order, but
+    the whole read is not one snapshot (rows changed during a load may be seen in
+    either version, as with Flink's JDBC source). A checkpoint inside a chunk resumes
+    after the last emitted key when the split column is unique (primary key or unique
+    index) and read as stored, else by skipping the emitted rows in a total order
+    (primary key, or all read columns); both are exact for data that does not change in
+    between. A table of at most ``chunk_size`` rows is one chunk with no bound, which
+    PostgreSQL's ADBC driver streams through ``COPY`` (its fastest path; a bound value
+    takes the prepared-statement path).
 
     Parameters
     ----------
     connection_factory
-        A picklable zero-argument callable returning a new DB-API connection, such as
-        ``functools.partial(psycopg.connect, dsn)`` or
-        ``functools.partial(sqlite3.connect, path)``. Passwords stay inside it.
+        A zero-argument callable returning a new connection (ADBC, psycopg, sqlite3 or
+        another DB-API driver), such as ``functools.partial(psycopg.connect, dsn)`` or
+        ``lambda: adbc_driver_postgresql.dbapi.connect(dsn)``; any picklable callable,
+        lambdas included (pickled with cloudpickle). Passwords stay inside it.
     table
         ``table`` or ``schema.table``; validated and quoted (so case-sensitive).
     columns
-        Columns to read, in order; default: those of ``schema``, else all columns.
+        Columns to read, in order (only these are selected); default: those of
+        ``schema``, else all columns.
     split_column
         The column to chunk by; default the (first) primary-key column, discovered
         for SQLite and PostgreSQL. Rows whose split column is NULL are read as one
@@ -204,16 +217,21 @@ class SqlTableSource(Source[SqlChunkSplit, PullEnumeratorState[SqlChunkSplit]]):
     schema
         A Spark DDL string or ``StructType`` naming the columns read. Inferred from the
         catalog (SQLite, PostgreSQL) when not given; required for other drivers.
+    filters
+        :class:`~connectors.Predicate` s pushed into every chunk's WHERE (values bound):
+        only matching rows are read.
+    mode
+        The bad-value policy: ``PERMISSIVE`` (default), ``DROPMALFORMED`` or ``FAILFAST``.
 
     Raises
     ------
     ConfigError
         (a ``ValueError``) before any SQL runs, for an invalid table or column name,
-        a factory that is not callable or not picklable, or an invalid ``chunk_size``
-        or ``schema``. On first use, for unknown columns, a table without a primary
-        key and no ``split_column``, or types with no Spark type (pass ``schema``).
+        a factory that is not callable or not picklable, or an invalid ``chunk_size``,
+        ``schema`` or filter. On first use, for unknown columns, a table without a
+        primary key and no ``split_column``, or types that cannot be read as declared.
     ConnectorError
-        On use, for a failed connection or query, naming the table.
+        On use, for a failed connection or query, naming the table (transient or not).
 
     Examples
     --------
@@ -238,46 +256,22 @@ class SqlTableSource(Source[SqlChunkSplit, PullEnumeratorState[SqlChunkSplit]]):
         split_column: str | None = None,
         chunk_size: int = 8192,
         schema: SchemaLike | None = None,
+        *,
+        filters: Sequence[Predicate] | None = None,
+        mode: BadValuePolicy | str = BadValuePolicy.PERMISSIVE,
     ) -> None:
-        self._table_sql = qualified_name(table, "table name")
-        if not callable(connection_factory):
-            raise ConfigError(
-                f"connection_factory must be a zero-argument callable, got "
-                f"{type(connection_factory).__name__}"
-            )
-        try:
-            pickle.dumps(connection_factory)
-        except Exception as exc:
-            raise ConfigError(
-                "connection_factory must be picklable (it travels to executors): use a "
-                "module-level function or functools.partial(connect, ...), not a lambda "
-                f"or closure ({exc})"
-            ) from exc
-        if columns is not None:
-            if isinstance(columns, str):
-                columns = [columns]
-            columns = [validate_identifier(c, "column name") for c in columns]
-            if not columns or len(set(columns)) != len(columns):
-                raise ConfigError(f"columns must be distinct and not empty, got {columns}")
         if split_column is not None:
             validate_identifier(split_column, "split column")
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
             raise ConfigError(f"chunk_size must be a positive int, got {chunk_size!r}")
-        parsed = parse_schema(schema, "SqlTableSource schema") if schema is not None else None
-        if parsed is not None:
-            for name in parsed.fieldNames():
-                validate_identifier(name, "schema field name")
-            if columns is not None and parsed.fieldNames() != columns:
-                raise ConfigError(
-                    f"the schema's fields {parsed.fieldNames()} must be the columns {columns}"
-                )
-        self._factory = connection_factory
+        self._sql = SqlTable(
+            connection_factory, table, columns=columns, schema=schema, filters=filters,
+            mode=mode,
+        )
         self._table = table
-        self._columns = columns
         self._split_column = split_column
         self._chunk_size = chunk_size
-        self._schema = parsed
-        self._plan: ReadPlan | None = None
+        self._chunks: ChunkPlan | None = None
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -299,9 +293,14 @@ class SqlTableSource(Source[SqlChunkSplit, PullEnumeratorState[SqlChunkSplit]]):
         """Rows per chunk."""
         return self._chunk_size
 
-    def read_plan(self) -> ReadPlan:
-        """The resolved plan (columns, split column, ordering), reading the catalog on
-        the first call.
+    @property
+    def bad_value_count(self) -> int:
+        """Stored values this process could not read as their column's type."""
+        return self._sql.bad_value_count
+
+    def read_plan(self) -> ChunkPlan:
+        """The resolved chunk plan (split column, ordering, resume), reading the catalog
+        on the first call.
 
         Raises
         ------
@@ -309,23 +308,57 @@ class SqlTableSource(Source[SqlChunkSplit, PullEnumeratorState[SqlChunkSplit]]):
             As described for the class.
         """
         with self._lock:
-            if self._plan is None:
-                connection = open_connection(self._factory, self._table)
-                try:
-                    info = describe_table(connection, self._table, self._table_sql)
-                    with translate_errors(f"reading table {self._table!r}"):
-                        self._plan = resolve_plan(
-                            connection,
-                            info,
-                            self._table,
-                            self._table_sql,
-                            self._columns,
-                            self._split_column,
-                            self._schema,
-                        )
-                finally:
-                    connection.close()
-            return self._plan
+            if self._chunks is None:
+                self._chunks = self._resolve_chunks()
+            return self._chunks
+
+    def _resolve_chunks(self) -> ChunkPlan:
+        plan = self._sql.plan()
+        names = plan.schema.fieldNames()
+        split_column = self._split_column
+        if split_column is None:
+            if plan.backend not in ("sqlite", "postgres"):
+                raise ConfigError(
+                    f"cannot discover the primary key of {self._table!r} with this driver; "
+                    "pass split_column"
+                )
+            if not plan.primary_key:
+                raise ConfigError(f"table {self._table!r} has no primary key; pass split_column")
+            split_column = plan.primary_key[0]
+        elif plan.known_columns and split_column not in plan.known_columns:
+            raise ConfigError(
+                f"table {self._table!r} has no split column {split_column!r}; it has "
+                f"{list(plan.known_columns)}"
+            )
+        split_name = quote_identifier(split_column, "split column")
+        reads_as_stored = split_column in names and _reads_as_stored(
+            plan, names.index(split_column)
+        )
+        unique = split_column in plan.unique_columns
+        if unique:
+            order = [plan.column_sql(split_column)]
+        elif plan.primary_key:
+            # The primary key orders the rows totally, so skipping rows is exact.
+            order = [plan.column_sql(split_column)] + [
+                plan.column_sql(c) for c in plan.primary_key if c != split_column
+            ]
+        else:
+            # Rows equal in every selected column are interchangeable: skipping n of them
+            # emits the same multiset, whichever n the database picks.
+            order = [plan.column_sql(split_column)] + [
+                plan.column_sql(c) for c in names if c != split_column
+            ]
+        return ChunkPlan(
+            table=self._table,
+            table_sql=plan.table_sql,
+            backend=plan.backend,
+            split_column=split_column,
+            split_name=split_name,
+            split_sql=plan.column_sql(split_column),
+            order_sql=", ".join(order),
+            keyset_index=names.index(split_column) if unique and reads_as_stored else None,
+            split_nullable=split_column not in plan.not_null,
+        )
 
     @property
     def boundedness(self) -> Boundedness:
@@ -333,16 +366,18 @@ class SqlTableSource(Source[SqlChunkSplit, PullEnumeratorState[SqlChunkSplit]]):
 
     @property
     def schema(self) -> T.StructType:
-        """The declared schema, or the one inferred from the catalog (which reads it)."""
-        if self._schema is not None:
-            return self._schema
-        return self.read_plan().schema
+        """The declared schema, or the one inferred from the catalog (which reads it and
+        checks the split column)."""
+        if self._sql.declared is not None:
+            return self._sql.declared
+        self.read_plan()
+        return self._sql.plan().schema
 
     def create_enumerator(
         self, context: SplitEnumeratorContext[SqlChunkSplit]
     ) -> SplitEnumerator[SqlChunkSplit, PullEnumeratorState[SqlChunkSplit]]:
         return PullSplitEnumerator(
-            context, SqlChunkPlanner(self._factory, self.read_plan(), self._chunk_size)
+            context, SqlChunkPlanner(self._sql, self.read_plan(), self._chunk_size)
         )
 
     def restore_enumerator(
@@ -350,18 +385,18 @@ class SqlTableSource(Source[SqlChunkSplit, PullEnumeratorState[SqlChunkSplit]]):
         context: SplitEnumeratorContext[SqlChunkSplit],
         state: PullEnumeratorState[SqlChunkSplit],
     ) -> SplitEnumerator[SqlChunkSplit, PullEnumeratorState[SqlChunkSplit]]:
-        planner = SqlChunkPlanner(self._factory, self.read_plan(), self._chunk_size, state.progress)
+        planner = SqlChunkPlanner(self._sql, self.read_plan(), self._chunk_size, state.progress)
         return PullSplitEnumerator(context, planner, state.pending)
 
     def create_reader(self, context: SourceReaderContext) -> SourceReader[SqlChunkSplit]:
         plan = self.read_plan()
-        factory = self._factory
+        table = self._sql
 
         def state_of(split: SqlChunkSplit) -> _ChunkState:
             return _ChunkState(split, plan.keyset_index)
 
         return PullingSourceReader(
-            context, lambda: _SplitReader(factory, plan), _Emitter(), state_of
+            context, lambda: _SplitReader(table, plan), _Emitter(), state_of
         )
 
     @property

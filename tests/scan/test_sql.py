@@ -8,6 +8,7 @@ import datetime as dt
 import functools
 import pickle
 import sqlite3
+import threading
 import uuid
 from collections.abc import Callable
 from decimal import Decimal
@@ -26,7 +27,7 @@ from scan import (
 )
 from scan.checkpoint import decode_checkpoint
 from scan.serializers import unpack_versioned
-from spark_lookup.errors import ConfigError, ConnectorError
+from spark_lookup.errors import ConfigError, ConnectorError, TransientConnectorError
 from tests.scan.helpers import bag, checkpoints_along_the_way, run_all
 
 Row = tuple[Any, ...]
@@ -89,8 +90,8 @@ def test_invalid_table_is_a_value_error_before_any_sql(table: Any) -> None:
         ({"split_column": "x;"}, "split column"),
         ({"chunk_size": 0}, "chunk_size"),
         ({"chunk_size": 2.5}, "chunk_size"),
-        ({"schema": "a INT, `b c` STRING"}, "schema field name"),
-        ({"schema": "a INT", "columns": ["b"]}, "must be the columns"),
+        ({"schema": "a INT, `b c` STRING"}, "invalid column .b c."),
+        ({"schema": "a INT", "columns": ["b"]}, "must be the schema.s field names"),
         ({"schema": "a INTEGRAL"}, "unknown type"),
     ],
 )
@@ -102,8 +103,10 @@ def test_invalid_arguments_fail_before_any_sql(kwargs: dict[str, Any], message: 
 def test_connection_factory_must_be_callable_and_picklable() -> None:
     with pytest.raises(ConfigError, match="callable"):
         SqlTableSource("sqlite:///x", "t")  # type: ignore[arg-type]
+    SqlTableSource(lambda: sqlite3.connect(":memory:"), "t")  # cloudpickle takes lambdas
+    lock = threading.Lock()
     with pytest.raises(ConfigError, match="picklable"):
-        SqlTableSource(lambda: sqlite3.connect(":memory:"), "t")
+        SqlTableSource(lambda: (lock, sqlite3.connect(":memory:"))[1], "t")
 
 
 # --- catalog discovery (SQLite)
@@ -147,7 +150,7 @@ def test_sqlite_composite_key_chunks_by_its_first_column(sqlite_db: Any) -> None
     plan = source.read_plan()
     assert plan.split_column == "a"
     assert plan.keyset_index is None, "a is not unique: resume by skipping"
-    assert plan.order_sql == '"a", "b"'
+    assert plan.order_sql == '"_lt"."a", "_lt"."b"'
     assert bag(run_all(source, 3)) == bag(rows)
 
 
@@ -162,7 +165,7 @@ def test_unique_index_makes_a_split_column_resume_by_key(sqlite_db: Any) -> None
     factory = sqlite_db("CREATE TABLE t (id INTEGER PRIMARY KEY, code TEXT UNIQUE)", [(1, "a")])
     plan = SqlTableSource(factory, "t", split_column="code").read_plan()
     assert plan.keyset_index == 1
-    assert plan.order_sql == '"code"'
+    assert plan.order_sql == '"_lt"."code"'
 
 
 def test_unknown_columns_are_named(sqlite_db: Any) -> None:
@@ -353,7 +356,7 @@ def test_dropped_table_fails_the_read_naming_it(sqlite_db: Any) -> None:
         runner.run(1)
         with factory() as db:
             db.execute("DROP TABLE t")
-        with pytest.raises(ConnectorError, match=r"of table 't' failed: OperationalError"):
+        with pytest.raises(ConnectorError, match=r"table 't': reading failed: OperationalError"):
             runner.run()
 
 
@@ -390,7 +393,7 @@ def test_postgres_catalog_types_and_casts(pg: Any) -> None:
         "struct<id:string,n:int,small:smallint,big:bigint,r:float,d:double,"
         "price:decimal(12,3),anyn:decimal(38,18),name:string,c:string,ok:boolean,born:date,"
         "at:timestamp_ntz,utc:timestamp,doc:string,feeling:string,tags:array<string>,"
-        "nums:array<int>,blob:binary,ids:string>"
+        "nums:array<int>,blob:binary,ids:array<string>>"
     )
     plan = source.read_plan()
     assert plan.keyset_index is None, "the uuid key is read through a cast"
@@ -401,7 +404,7 @@ def test_postgres_catalog_types_and_casts(pg: Any) -> None:
     assert row[14] == '{"a": 1}'
     assert row[15] == "ok"
     assert row[16:19] == (["a", "b"], [1, 2], b"\x00\xff")
-    assert row[19] == "{00000000-0000-0000-0000-000000000002}"
+    assert row[19] == ["00000000-0000-0000-0000-000000000002"]
     from scan import read_arrow
 
     assert read_arrow(source).num_rows == 1
@@ -415,7 +418,7 @@ def test_postgres_composite_primary_key_and_schema_qualified_name(pg: Any, pg_sc
     source = SqlTableSource(factory, f"{pg_schema}.pairs", chunk_size=30)
     plan = source.read_plan()
     assert plan.split_column == "a"
-    assert plan.order_sql == '"a", "b"'
+    assert plan.order_sql == '"_lt"."a", "_lt"."b"'
     rows = run_all(source, 3)
     assert len(rows) == len(set(rows)) == 200
 
@@ -449,7 +452,8 @@ def test_postgres_uses_the_row_estimate_when_analyzed(pg: Any) -> None:
 def test_postgres_missing_table_is_named(pg_factory: Callable[[], Any]) -> None:
     with pytest.raises(ConnectorError, match="'nope'") as raised:
         SqlTableSource(pg_factory, "nope").schema  # noqa: B018
-    assert "does not exist" in str(raised.value)
+    assert "has no table or view" in str(raised.value)
+    assert not isinstance(raised.value, TransientConnectorError)  # reported at once
 
 
 def test_postgres_bad_connection_is_named() -> None:
@@ -458,7 +462,7 @@ def test_postgres_bad_connection_is_named() -> None:
     factory = functools.partial(
         psycopg.connect, "postgresql://nobody@127.0.0.1:1/x", connect_timeout=1
     )
-    with pytest.raises(ConnectorError, match="connecting to read table 'dim'"):
+    with pytest.raises(TransientConnectorError, match="connect to the database of table 'dim'"):
         SqlTableSource(factory, "dim").schema  # noqa: B018
 
 
