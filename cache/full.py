@@ -306,6 +306,7 @@ class LookupFullCache(LookupCache):
         self.clock = clock
         self._snapshot: FullSnapshot | None = None
         self._ready = threading.Event()
+        self._settled = threading.Event()
         self._metrics = CacheMetrics()
         self.last_error: BaseException | None = None
 
@@ -332,6 +333,7 @@ class LookupFullCache(LookupCache):
         self._snapshot = snapshot
         self.last_error = None
         self._ready.set()
+        self._settled.set()
 
     def current(self) -> FullSnapshot | None:
         """The current snapshot, or None before the first load (never waits)."""
@@ -348,14 +350,23 @@ class LookupFullCache(LookupCache):
         """
         snapshot = self._snapshot
         if snapshot is None:
-            if not self._ready.wait(self.initial_load_timeout.total_seconds()):
-                cause = f"; last error: {self.last_error!r}" if self.last_error else ""
+            # Settled: a snapshot arrived, or the first load failed after its retries
+            # (then there is nothing left to wait for: the lookup learns why at once).
+            settled = self._settled.wait(self.initial_load_timeout.total_seconds())
+            snapshot = self._snapshot
+            if snapshot is None:
+                error = self.last_error
+                cause = f": {error!r}" if error is not None else ""
+                if settled and error is not None:
+                    raise SnapshotUnavailableError(
+                        f"the full cache keyed by {list(self.key_columns)} has no snapshot: "
+                        f"the first load failed{cause}"
+                    ) from error
                 raise SnapshotUnavailableError(
                     f"the full cache keyed by {list(self.key_columns)} has no snapshot after "
-                    f"waiting {self.initial_load_timeout} for the first load{cause}"
-                )
-            snapshot = self._snapshot
-            assert snapshot is not None
+                    f"waiting {self.initial_load_timeout} for the first load"
+                    + (f"; last error{cause}" if error is not None else "")
+                ) from error
         if self.max_staleness is not None:
             age = self.clock() - snapshot.loaded_at
             if age > self.max_staleness.total_seconds():
@@ -368,8 +379,16 @@ class LookupFullCache(LookupCache):
         return snapshot
 
     def record_failure(self, error: BaseException) -> None:
-        """Remember the latest reload error (reported by ``snapshot()`` errors)."""
+        """Remember the latest reload error (reported by ``snapshot()`` errors). Before
+        the first snapshot, lookups waiting for it fail at once with it."""
         self.last_error = error
+        if self._snapshot is None:
+            self._settled.set()
+
+    def expect_load(self) -> None:
+        """A load starts for a cache with no snapshot: lookups wait for it again."""
+        if self._snapshot is None:
+            self._settled.clear()
 
     # --- LookupCache
 
@@ -429,6 +448,7 @@ class LookupFullCache(LookupCache):
         """Drop the snapshot."""
         self._snapshot = None
         self._ready.clear()
+        self._settled.clear()
 
 
 def _key_starts(table: pa.Table, keys: Sequence[str]) -> np.ndarray:

@@ -14,11 +14,11 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 from cache._codec import CodecError, decode_rows, encode_key, encode_rows
 from cache.base import Key, LookupCache, Rows, check_key, freeze_rows
 from cache.metrics import CacheMetrics
+from connectors.redis.client import check_redis_url, redact_url, redis_client_from_url
 from spark_lookup import options as opts
 from spark_lookup.errors import ConfigError
 
@@ -29,85 +29,7 @@ log = logging.getLogger(__name__)
 Timer = Callable[[], float]
 T = TypeVar("T")
 
-_SCHEMES = ("redis", "rediss", "unix")
 _NAMESPACE = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")
-
-
-def check_redis_url(url: object, what: str = "url") -> str:
-    """Return ``url`` if it is a Redis URL (``redis://``, ``rediss://`` for TLS,
-    ``unix://``), else raise :class:`ConfigError` naming ``what``.
-
-    Passwords and TLS options travel in the URL, as redis-py reads them:
-    ``redis://:password@host:6379/0``, ``rediss://user:password@host:6380/1``,
-    ``rediss://host?ssl_cert_reqs=required&ssl_ca_certs=/path/ca.pem``.
-    """
-    if not isinstance(url, str):
-        raise ConfigError(f"{what} must be a Redis URL string, got {type(url).__name__}")
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018  # parsing it is the check
-    except ValueError as exc:
-        raise ConfigError(f"{what} {redact_url(url)!r} is not a valid URL: {exc}") from exc
-    scheme = parts.scheme.lower()
-    if scheme not in _SCHEMES:
-        raise ConfigError(
-            f"{what} {redact_url(url)!r} is not a Redis URL: use redis://, rediss:// (TLS) "
-            "or unix://"
-        )
-    return url
-
-
-def redact_url(url: str) -> str:
-    """``url`` with its password replaced by ``***``, for messages and logs."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        host = parts.hostname or ""
-        if parts.port is not None:
-            host = f"{host}:{parts.port}"
-    except ValueError:
-        return "<unparsable URL>"
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
-
-
-def redis_client_from_url(
-    url: str,
-    *,
-    socket_timeout: float,
-    connect_timeout: float,
-    retries: int = 0,
-    client_options: Mapping[str, Any] | None = None,
-) -> Any:
-    """A ``redis.Redis`` client (bytes responses) for ``url``.
-
-    Runs where the client is used (an executor's Python worker); call it from ``open()``,
-    never in ``__init__``, since clients do not pickle. ``retries`` is the number of
-    immediate retries redis-py makes on a connection error or timeout (no backoff: the
-    lookup runtime owns backoff, and a cache must fail fast). ``client_options`` are
-    further ``redis.Redis`` keyword arguments (``ssl_ca_certs``, ``max_connections``...).
-
-    Raises
-    ------
-    ConfigError
-        If redis-py is not installed.
-    """
-    try:
-        import redis
-        from redis.backoff import NoBackoff
-        from redis.retry import Retry
-    except ImportError as exc:  # pragma: no cover - the extra is installed in tests
-        raise ConfigError(
-            "Redis support needs redis-py: pip install 'spark-lookup[redis]'"
-        ) from exc
-    kwargs: dict[str, Any] = {
-        "socket_timeout": socket_timeout,
-        "socket_connect_timeout": connect_timeout,
-        "retry": Retry(NoBackoff(), retries),
-        "decode_responses": False,
-    }
-    kwargs.update(client_options or {})
-    return redis.Redis.from_url(url, **kwargs)
 
 
 def _seconds(value: object, name: str, *, allow_zero: bool = False) -> float:

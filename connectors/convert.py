@@ -220,10 +220,10 @@ class Conformer:
                 for position, reason in reasons.items()
             }
             if flags is not None and flags.null_count < len(flags):
-                # The backend's own text of the value (SQLite's quote()).
+                # The backend's own text of the value and why it does not suit the
+                # column (SQLite's quote() and storage class, a JSON kind...).
                 for position in pc.indices_nonzero(pc.is_valid(flags)).to_pylist():
-                    found[position] = (str(flags[position].as_py())[:80],
-                                       "stored as another type")
+                    found[position] = (str(flags[position].as_py())[:120], "")
             if not found:
                 columns.append(converted)
                 continue

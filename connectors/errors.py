@@ -16,7 +16,7 @@ from typing import Any
 
 from spark_lookup.errors import ConnectorError, SparkLookupError, TransientConnectorError
 
-__all__ = ["is_transient", "translate"]
+__all__ = ["driver_errors", "is_transient", "should_retry", "translate"]
 
 # SQLSTATE classes and codes that pass: connection exceptions (08), transaction
 # rollbacks such as serialization failures and deadlocks (40), insufficient resources
@@ -104,3 +104,26 @@ def driver_errors(module_name: str) -> tuple[type[BaseException], ...]:
     if isinstance(error, type) and issubclass(error, BaseException):
         return (error, OSError)
     return (Exception,)
+
+
+_DRIVER_MODULES = frozenset(
+    {"psycopg", "psycopg2", "sqlite3", "_sqlite3", "redis", "adbc_driver_manager"}
+)
+
+
+def should_retry(exc: BaseException) -> bool:
+    """Whether a failed load is worth another attempt.
+
+    Our own errors say it themselves: a :class:`~spark_lookup.TransientConnectorError`
+    is retried; bad configuration, bad keys, bad values (``BadValueError``) and other
+    permanent connector errors are not. A driver's error that reached us untranslated
+    (from a user's lookup function) is classified like ours. Anything else a user's
+    function raises is retried, as Flink retries every failed lookup.
+    """
+    if isinstance(exc, TransientConnectorError):
+        return True
+    if isinstance(exc, (SparkLookupError, TypeError)):
+        return False
+    if type(exc).__module__.split(".")[0] in _DRIVER_MODULES:
+        return is_transient(exc)
+    return True

@@ -309,6 +309,7 @@ class KeyCodec:
     def __init__(self, names: Sequence[str], spark_types: Sequence[T.DataType], where: str) -> None:
         self.names = list(names)
         self.where = where
+        self._spark_types = list(spark_types)
         self._coercers = []
         for name, data_type in zip(self.names, spark_types, strict=True):
             try:
@@ -316,6 +317,10 @@ class KeyCodec:
             except ConfigError as exc:
                 raise ConfigError(f"key column {name!r} of {where}: {exc}") from exc
         self.arrow_types = [c.arrow for c in self._coercers]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt from its configuration where it lands (the coercers hold methods).
+        return (KeyCodec, (self.names, self._spark_types, self.where))
 
     def check_shape(self, key: Any) -> None:
         """Refuse a key that is not a tuple of one value per key column.

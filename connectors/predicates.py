@@ -159,3 +159,33 @@ def predicates_to_arrow(predicates: Sequence[Predicate]) -> Any:
             }[op]
         expression = term if expression is None else expression & term
     return expression
+
+
+def predicates_mask(batch: Any, predicates: Sequence[Predicate]) -> Any:
+    """A boolean array: which rows of ``batch`` meet every predicate (a null comparison
+    is not a match, as in SQL)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    mask = pa.array([True] * batch.num_rows, pa.bool_())
+    for predicate in predicates:
+        column = batch.column(batch.schema.get_field_index(predicate.column))
+        op = predicate.op
+        if op == "is null":
+            term = pc.is_null(column)
+        elif op == "is not null":
+            term = pc.is_valid(column)
+        elif op in ("in", "not in"):
+            values = pa.array(list(predicate.value), type=column.type)
+            term = pc.is_in(column, value_set=values)
+            term = pc.if_else(pc.is_valid(column), term, pa.scalar(None, pa.bool_()))
+            if op == "not in":
+                term = pc.invert(term)
+        else:
+            value = pa.scalar(predicate.value, type=column.type)
+            term = {
+                "=": pc.equal, "!=": pc.not_equal, "<": pc.less, "<=": pc.less_equal,
+                ">": pc.greater, ">=": pc.greater_equal,
+            }[op](column, value)
+        mask = pc.and_(mask, pc.fill_null(term, False))
+    return mask

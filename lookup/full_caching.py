@@ -33,6 +33,7 @@ from cache.base import Key, Row
 from cache.full import FullSnapshot, LookupFullCache
 from cache.shared_full import SharedFullCache
 from cache.snapshot_store import SnapshotStore, StoredSnapshot
+from connectors.errors import should_retry
 from lookup.providers import FullCachingLookupProvider
 from lookup.runtime import LookupRuntime
 from spark_lookup.errors import LookupLoadError
@@ -142,6 +143,7 @@ class FullCachingRuntime(LookupRuntime):
                 future: Future[None] = Future()
                 future.set_exception(RuntimeError("the full cache is closed"))
                 return future
+            self.cache.expect_load()
             self._running = executor.submit(self._reload, fired_at)
             return self._running
 
@@ -188,6 +190,7 @@ class FullCachingRuntime(LookupRuntime):
                 break
             loaded_at = self.cache.clock()
             started = time.perf_counter()
+            bad_before = getattr(provider.source, "bad_value_count", 0)
             try:
                 table = read_arrow(provider.source, provider.parallelism)
                 snapshot = FullSnapshot.build(
@@ -195,7 +198,13 @@ class FullCachingRuntime(LookupRuntime):
                 )
             except Exception as exc:
                 error = exc
+                if not should_retry(exc):
+                    break  # permanent (a missing table, FAILFAST): no use repeating it
                 continue
+            finally:
+                grown = getattr(provider.source, "bad_value_count", 0) - bad_before
+                if grown > 0:
+                    self.metrics.inc_bad_values(grown)
             elapsed_ms = (time.perf_counter() - started) * 1000
             self.metrics.inc_loads()
             self.metrics.record_load_time(elapsed_ms)
@@ -212,7 +221,7 @@ class FullCachingRuntime(LookupRuntime):
         current = self.cache.current()
         log.error(
             "full cache reload of %s failed after %d attempt(s): %r; %s",
-            provider.describe(), policy.max_retries + 1, error,
+            provider.describe(), attempt + 1, error,
             f"still serving version {current.version}" if current else "no snapshot yet",
         )
         raise error
@@ -332,7 +341,20 @@ class FullCachingRuntime(LookupRuntime):
 
     # --- lookups
 
+    def _retry_first_load(self) -> None:
+        """With no snapshot yet and a first load that failed for a passing reason (the
+        database was down), a lookup starts another load (or joins the one running)
+        and waits for it, bounded; a permanent failure is reported at once instead."""
+        cache = self.cache
+        error = cache.last_error
+        if cache.current() is not None or error is None or not should_retry(error):
+            return
+        running = self._running
+        if running is None or running.done():
+            self.trigger_reload()
+
     def lookup_batch(self, keys: Iterable[Key]) -> dict[Key, tuple[Row, ...]]:
+        self._retry_first_load()
         running = self._running
         if running is not None and not running.done():
             # Hand the GIL to the loader once per batch. A CPU-bound lookup thread only

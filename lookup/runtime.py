@@ -17,6 +17,7 @@ from typing import Any
 from cache.base import Key, LookupCache, Row
 from cache.default import DefaultLookupCache
 from cache.metrics import CacheMetrics
+from connectors.errors import should_retry
 from lookup._loaders import Loader, PartialLoad, loader_for
 from lookup.providers import (
     AsyncLookupFunctionProvider,
@@ -143,10 +144,8 @@ class _LoadingRuntime(LookupRuntime):
             try:
                 self._loader.open()
                 return
-            except (ConfigError, TypeError):
-                raise
             except Exception as exc:
-                if attempt == policy.max_retries:
+                if attempt == policy.max_retries or not should_retry(exc):
                     raise
                 self.metrics.inc_retries()
                 wait = policy.backoff(attempt + 1)
@@ -243,30 +242,45 @@ class _LoadingRuntime(LookupRuntime):
                 policy.sleep(wait)
             started = time.perf_counter()
             try:
-                loaded: Mapping[Key, Sequence[Row]] = self._loader.load(pending)
+                loaded: Mapping[Key, Sequence[Row]] = self._load_counting(pending)
             except (ConfigError, TypeError):
-                # Not transient (a key that cannot match the column's type): retrying
-                # would only repeat it.
+                # A key that cannot match the column's type: retrying would repeat it.
                 self.metrics.inc_load_failures()
                 raise
             except PartialLoad as partial:
                 results.update(self._freeze(partial.results, pending))
                 pending = partial.failed
                 error = partial.error
+                if not should_retry(error):
+                    break
                 continue
             except Exception as exc:
                 error = exc
+                if not should_retry(exc):
+                    break  # permanent (a missing table, a bad value): reported at once
                 continue
             self.metrics.inc_loads()
             self.metrics.record_load_time((time.perf_counter() - started) * 1000)
             results.update(self._freeze(loaded, pending))
             return results
         self.metrics.inc_load_failures()
-        attempts = policy.max_retries + 1
+        attempts = attempt + 1
         raise LookupLoadError(
             f"{self.provider.describe()}: lookup of {len(pending)} key(s) {_preview(pending)} "
-            f"failed after {attempts} attempt(s): {error!r}"
+            f"failed after {attempts} attempt(s): {type(error).__name__}: {error}"
         ) from error
+
+    def _load_counting(self, keys: list[Key]) -> Mapping[Key, Sequence[Row]]:
+        """One load, counting the bad values the function met in it (a connector's
+        ``bad_value_count`` only grows; the runtime adds what it grew by)."""
+        function = getattr(self.provider, "function", None)
+        before = getattr(function, "bad_value_count", 0)
+        try:
+            return self._loader.load(keys)
+        finally:
+            grown = getattr(function, "bad_value_count", 0) - before
+            if grown > 0:
+                self.metrics.inc_bad_values(grown)
 
     def _freeze(
         self, loaded: Mapping[Key, Sequence[Row]], asked: Sequence[Key]

@@ -184,7 +184,8 @@ def _sqlite_read(column: ColumnInfo, quoted: str, target: T.DataType, rowid: boo
     return ColumnRead(
         f"CASE WHEN typeof({quoted}) IN ({listed}) THEN {expression} END",
         wire,
-        f"CASE WHEN typeof({quoted}) NOT IN ({listed}, 'null') THEN quote({quoted}) END",
+        f"CASE WHEN typeof({quoted}) NOT IN ({listed}, 'null') "
+        f"THEN quote({quoted}) || ' (a ' || typeof({quoted}) || ' value)' END",
     )
 
 

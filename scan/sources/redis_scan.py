@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import base64
-import json
 import threading
-import urllib.parse
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from typing import Any
 
 from pyspark.sql import types as T
 
+from connectors.policy import BadValuePolicy
+from connectors.predicates import Predicate
+from connectors.redis import RedisTable
+from connectors.redis.client import redact_url, redis_client_from_url
+from connectors.rows import python_rows
 from scan.connector.emitter import RecordEmitter
 from scan.connector.pulling import PullingSourceReader
 from scan.connector.records import RecordsBySplits
@@ -27,9 +31,8 @@ from scan.sources._enumerator import (
     PullSplitEnumerator,
     SplitPlanner,
 )
-from scan.sources._types import json_converter, text_converter
 from scan.split import SourceSplit
-from spark_lookup.errors import ConfigError, ConnectorError, SourceError, SparkLookupError
+from spark_lookup.errors import ConfigError, ConnectorError, SourceError
 from spark_lookup.schema import SchemaLike, parse_schema
 
 __all__ = ["RedisKeysSplit", "RedisScanSource"]
@@ -42,27 +45,16 @@ _URL_SCHEMES = ("redis", "rediss", "unix")
 _READ_BATCH = 256
 
 
-def redact_url(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (for error messages)."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    netloc = f"{user}:***@{host}"
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
-
-
 @dataclass(frozen=True)
 class RedisKeysSplit(SourceSplit):
-    """A batch of keys from one SCAN call (number ``index``); ``position`` keys of it
-    were read before a checkpoint and are skipped."""
+    """A batch of keys from one SCAN call (number ``index``). After a checkpoint, its
+    first ``position`` keys are skipped, and then ``skip_rows`` rows of the keys after
+    them (a JSON array holds several rows)."""
 
     index: int
     keys: tuple[bytes, ...]
     position: int = 0
+    skip_rows: int = 0
 
     @property
     def split_id(self) -> str:
@@ -74,25 +66,21 @@ def _b64(key: bytes) -> str:
 
 
 class _SplitSerializer(JsonVersionedSerializer[RedisKeysSplit]):
-    VERSION = 1
+    VERSION = 2  # 2 added skip_rows; version 1 splits resume at a key
     WHAT = "a RedisScanSource split"
 
     def to_json(self, obj: RedisKeysSplit) -> Any:
-        return {"index": obj.index, "keys": [_b64(k) for k in obj.keys], "position": obj.position}
+        return {"index": obj.index, "keys": [_b64(k) for k in obj.keys],
+                "position": obj.position, "skip_rows": obj.skip_rows}
 
     def from_json(self, version: int, value: Any) -> RedisKeysSplit:
         keys = tuple(base64.b64decode(k, validate=True) for k in value["keys"])
-        return RedisKeysSplit(int(value["index"]), keys, int(value["position"]))
+        skip_rows = int(value["skip_rows"]) if version >= 2 else 0
+        return RedisKeysSplit(int(value["index"]), keys, int(value["position"]), skip_rows)
 
 
 def _connect(url: str) -> Any:
-    try:
-        import redis
-    except ImportError as exc:  # pragma: no cover - redis-py is a declared extra
-        raise ConfigError(
-            "RedisScanSource needs redis-py: pip install 'spark-lookup[redis]'"
-        ) from exc
-    return redis.Redis.from_url(url)
+    return redis_client_from_url(url, socket_timeout=30.0, connect_timeout=5.0, retries=1)
 
 
 def _redis_errors() -> tuple[type[BaseException], ...]:
@@ -157,134 +145,68 @@ class _KeyPlanner(SplitPlanner[RedisKeysSplit]):
 
 
 class _State:
-    __slots__ = ("position", "split")
+    __slots__ = ("emitted", "split")
 
     def __init__(self, split: RedisKeysSplit) -> None:
         self.split = split
-        self.position = split.position
+        self.emitted = 0
 
     def to_split(self) -> RedisKeysSplit:
-        return replace(self.split, position=self.position)
+        return replace(self.split, skip_rows=self.split.skip_rows + self.emitted)
 
 
-Element = tuple[int, Row]
-"""A row and the position (in its split) of the key it came from."""
-
-
-class _Emitter(RecordEmitter[Element, _State]):
-    def emit_record(self, element: Element, output: ReaderOutput, split_state: _State) -> None:
-        output.collect(element[1])
-        split_state.position = element[0] + 1
+class _Emitter(RecordEmitter[Row, _State]):
+    def emit_record(self, element: Row, output: ReaderOutput, split_state: _State) -> None:
+        output.collect(element)
+        split_state.emitted += 1
 
     def emit_records(
-        self, elements: Sequence[Element], output: ReaderOutput, split_state: _State
+        self, elements: Sequence[Row], output: ReaderOutput, split_state: _State
     ) -> None:
-        output.collect_batch([row for _, row in elements])
-        split_state.position = elements[-1][0] + 1
+        output.collect_batch(elements)
+        split_state.emitted += len(elements)
 
 
-class _RowMaker:
-    """Turns a key and its value into a row of the schema."""
+class _SplitReader(SplitReader[Row, RedisKeysSplit]):
+    """Reads the values of a split's keys in pipelined batches, through the table's
+    codec; a restored split re-reads its keys from ``position`` and drops the rows
+    emitted before the checkpoint (exact for data that does not change in between)."""
 
-    def __init__(self, schema: T.StructType, value_type: str, key_column: str) -> None:
-        self._value_type = value_type
-        self._names = schema.fieldNames()
-        self._key_index = self._names.index(key_column) if key_column in self._names else None
-        key_type = schema.fields[self._key_index].dataType if self._key_index is not None else None
-        self._key_binary = isinstance(key_type, T.BinaryType)
-        make: Callable[[T.DataType], Callable[[Any], Any]]
-        make = json_converter if value_type == "json" else text_converter
-        self._converters = [make(f.dataType) for f in schema.fields]
-
-    def row(self, key: bytes, value: Any) -> Row:
-        if self._value_type == "hash":
-            fields = {k.decode("utf-8", "replace"): v for k, v in value.items()}
-        elif self._value_type == "json":
-            document = json.loads(value)
-            if not isinstance(document, dict):
-                raise ValueError(f"expected a JSON object, got {type(document).__name__}")
-            fields = document
-        else:
-            fields = None
-        values: list[Any] = []
-        for index, (name, convert) in enumerate(zip(self._names, self._converters, strict=True)):
-            if index == self._key_index:
-                values.append(key if self._key_binary else key.decode("utf-8"))
-                continue
-            raw = value if fields is None else fields.get(name)
-            values.append(None if raw is None else convert(raw))
-        return tuple(values)
-
-
-class _SplitReader(SplitReader[Element, RedisKeysSplit]):
-    def __init__(self, url: str, value_type: str, rows: _RowMaker) -> None:
-        self._url = url
-        self._value_type = value_type
-        self._rows = rows
-        self._client: Any = None
+    def __init__(self, table: RedisTable) -> None:
+        self._table = table
+        self._client: Any = None  # this fetcher's own, made on its thread
         self._splits: deque[RedisKeysSplit] = deque()
-        self._position = -1
+        self._next = -1
+        self._to_skip = 0
         self._woken = threading.Event()
 
-    def fetch(self) -> RecordsBySplits[Element]:
-        records: RecordsBySplits[Element] = RecordsBySplits()
+    def fetch(self) -> RecordsBySplits[Row]:
+        records: RecordsBySplits[Row] = RecordsBySplits()
         if self._woken.is_set():
             self._woken.clear()
             return records
         if not self._splits:
             return records
         split = self._splits[0]
-        if self._position < 0:
-            self._position = split.position
-        start = self._position
+        if self._next < 0:
+            self._next, self._to_skip = split.position, split.skip_rows
+        start = self._next
         keys = split.keys[start : start + _READ_BATCH]
         if keys:
-            values = self._read(keys)
-            elements = []
-            for offset, (key, value) in enumerate(zip(keys, values, strict=True)):
-                # A key deleted since SCAN found it reads as empty: it is skipped.
-                if value is None or (self._value_type == "hash" and not value):
-                    continue
-                elements.append((start + offset, self._row(key, value)))
-            if elements:
-                records.add(split.split_id, elements)
-        self._position = start + len(keys)
-        if self._position >= len(split.keys):
+            if self._client is None:
+                self._client = self._table.new_client()
+            rows = python_rows(self._table.read_keys(keys, self._client))
+            if self._to_skip:
+                dropped = min(self._to_skip, len(rows))
+                rows, self._to_skip = rows[dropped:], self._to_skip - dropped
+            if rows:
+                records.add(split.split_id, rows)
+        self._next = start + len(keys)
+        if self._next >= len(split.keys):
             self._splits.popleft()
-            self._position = -1
+            self._next = -1
             records.add_finished(split.split_id)
         return records
-
-    def _read(self, keys: Sequence[bytes]) -> list[Any]:
-        if self._client is None:
-            self._client = _connect(self._url)
-        try:
-            pipeline = self._client.pipeline(transaction=False)
-            for key in keys:
-                if self._value_type == "hash":
-                    pipeline.hgetall(key)
-                else:
-                    pipeline.get(key)
-            values = pipeline.execute(raise_on_error=False)
-        except _redis_errors() as exc:
-            raise ConnectorError(f"reading keys at {redact_url(self._url)} failed: {exc}") from exc
-        for key, value in zip(keys, values, strict=True):
-            if isinstance(value, Exception):
-                raise ConnectorError(
-                    f"reading key {key!r} at {redact_url(self._url)} as a {self._value_type} "
-                    f"failed: {value}"
-                ) from value
-        return list(values)
-
-    def _row(self, key: bytes, value: Any) -> Row:
-        try:
-            return self._rows.row(key, value)
-        except SparkLookupError:
-            raise
-        except (ValueError, TypeError, ArithmeticError, AttributeError) as exc:
-            raise SourceError(
-                f"the value of Redis key {key!r} does not fit the schema: {exc}"
-            ) from exc
 
     def handle_splits_changes(self, change: SplitsChange[RedisKeysSplit]) -> None:
         self._splits.extend(change.splits)
@@ -293,13 +215,13 @@ class _SplitReader(SplitReader[Element, RedisKeysSplit]):
         self._woken.set()
 
     def close(self) -> None:
-        if self._client is not None:
-            client, self._client = self._client, None
+        client, self._client = self._client, None
+        if client is not None:
             client.close()
 
 
 class RedisScanSource(Source[RedisKeysSplit, PullEnumeratorState[RedisKeysSplit]]):
-    """Redis keys matching a glob pattern, each read as one row.
+    """Redis keys matching a glob pattern (or made by a key template), read as rows.
 
     Built on the driver and picklable (it holds the URL, no client). The enumerator
     runs ``SCAN cursor MATCH match COUNT keys_per_split`` on the coordinator, one call
@@ -307,13 +229,16 @@ class RedisScanSource(Source[RedisKeysSplit, PullEnumeratorState[RedisKeysSplit]
     the values of their keys in pipelined batches on their fetcher threads, so values
     are read in parallel.
 
-    Rows: for ``value_type="hash"``, each schema field is the hash field of that name
-    (missing: NULL); for ``"string"``, the schema has one value field, the string
-    value; for ``"json"``, the string value is a JSON object whose members fill the
-    fields by name. Values are converted to the field types (numbers, booleans, ISO
-    dates and timestamps, decimals; arrays, maps and structs from JSON). The Redis key
-    itself fills the field named ``key_column`` (``"_key"`` by default) if the schema
-    has one, as a STRING (UTF-8) or BINARY.
+    Rows are read through :mod:`connectors` exactly as ``lookup.RedisLookupFunction``
+    reads them (the README's "Types"): for ``value_type="hash"`` each schema field is
+    the hash field of that name (only the schema's fields are read); for ``"string"``
+    the schema has one value field, the string value; for ``"json"`` an object is a row
+    and an array of objects several. The Redis key itself fills the field named
+    ``key_column`` (``"_key"`` by default) if the schema has one, as a STRING (UTF-8) or
+    BINARY. With ``key_template`` (and ``key_columns``), the key columns a value lacks
+    are parsed from its Redis key, and ``match`` defaults to every key the template
+    makes, so a full cache and a partial cache over the same keys agree. A value that
+    cannot be read as its column's type follows ``mode`` and is counted.
 
     Consistency (what SCAN guarantees, and what this source adds): every key that
     matches for the whole load is read; a key added or removed during the load may or
@@ -330,7 +255,7 @@ class RedisScanSource(Source[RedisKeysSplit, PullEnumeratorState[RedisKeysSplit]
         ``unix://``; passwords and TLS options travel in the URL (and are masked in
         error messages).
     match
-        A SCAN glob pattern, such as ``"customer:*"``.
+        A SCAN glob pattern, such as ``"customer:*"`` (default: the template's keys).
     value_type
         ``"hash"``, ``"string"`` or ``"json"``.
     schema
@@ -339,6 +264,12 @@ class RedisScanSource(Source[RedisKeysSplit, PullEnumeratorState[RedisKeysSplit]
         The name of the field that receives the key, if present in the schema.
     keys_per_split
         The SCAN ``COUNT`` hint: about this many keys per split.
+    key_template, key_columns, escape
+        As for ``RedisLookupFunction``: how Redis keys are made from key columns.
+    filters
+        Predicates rows must meet (applied after the read).
+    mode
+        The bad-value policy (``PERMISSIVE``, ``DROPMALFORMED``, ``FAILFAST``).
 
     Raises
     ------
@@ -358,20 +289,20 @@ class RedisScanSource(Source[RedisKeysSplit, PullEnumeratorState[RedisKeysSplit]
     def __init__(
         self,
         url: str,
-        match: str,
+        match: str | None = None,
         value_type: str = "hash",
         schema: SchemaLike | None = None,
         *,
         key_column: str = "_key",
         keys_per_split: int = 1000,
+        key_template: str | None = None,
+        key_columns: str | Sequence[str] = (),
+        escape: bool = False,
+        filters: Sequence[Predicate] | None = None,
+        mode: BadValuePolicy | str = BadValuePolicy.PERMISSIVE,
+        client_options: Mapping[str, Any] | None = None,
+        socket_timeout: timedelta | float = 30.0,
     ) -> None:
-        if not isinstance(url, str) or urllib.parse.urlsplit(url).scheme not in _URL_SCHEMES:
-            shown = redact_url(url) if isinstance(url, str) else repr(url)
-            raise ConfigError(f"url must be a redis://, rediss:// or unix:// URL, got {shown}")
-        if not isinstance(match, str) or not match:
-            raise ConfigError(f"match must be a non-empty SCAN pattern, got {match!r}")
-        if value_type not in _VALUE_TYPES:
-            raise ConfigError(f"value_type must be one of {list(_VALUE_TYPES)}, got {value_type!r}")
         if schema is None:
             raise ConfigError("RedisScanSource needs a schema (Redis values carry no types)")
         if (
@@ -380,28 +311,22 @@ class RedisScanSource(Source[RedisKeysSplit, PullEnumeratorState[RedisKeysSplit]
             or keys_per_split < 1
         ):
             raise ConfigError(f"keys_per_split must be a positive int, got {keys_per_split!r}")
-        parsed = parse_schema(schema, "RedisScanSource schema")
-        names = parsed.fieldNames()
-        if key_column in names:
-            key_type = parsed.fields[names.index(key_column)].dataType
-            if not isinstance(key_type, (T.StringType, T.BinaryType)):
-                raise ConfigError(
-                    f"the key field {key_column!r} must be STRING or BINARY, "
-                    f"got {key_type.simpleString()}"
-                )
-        value_fields = [n for n in names if n != key_column]
-        if value_type == "string" and len(value_fields) != 1:
-            raise ConfigError(
-                "a string value fills one field: the schema must have exactly one field "
-                f"besides {key_column!r}, got {value_fields}"
-            )
-        self._url = url
+        columns = [key_columns] if isinstance(key_columns, str) else list(key_columns)
+        self._table = RedisTable(
+            url, parse_schema(schema, "RedisScanSource schema"), value_type,
+            key_template=key_template, key_columns=columns, escape=escape,
+            key_field=key_column, filters=filters, mode=mode, client_options=client_options,
+            socket_timeout=socket_timeout,
+        )
+        if match is None:
+            if self._table.template is None:
+                raise ConfigError("RedisScanSource needs match (a SCAN pattern) or key_template")
+            match = self._table.template.glob
+        if not isinstance(match, str) or not match:
+            raise ConfigError(f"match must be a non-empty SCAN pattern, got {match!r}")
+        self._url = self._table.url
         self._match = match
-        self._value_type = value_type
-        self._schema = parsed
-        self._key_column = key_column
         self._keys_per_split = keys_per_split
-        _RowMaker(parsed, value_type, key_column)  # fails now for unsupported field types
 
     @property
     def url(self) -> str:
@@ -416,7 +341,12 @@ class RedisScanSource(Source[RedisKeysSplit, PullEnumeratorState[RedisKeysSplit]
     @property
     def value_type(self) -> str:
         """``"hash"``, ``"string"`` or ``"json"``."""
-        return self._value_type
+        return self._table.value_type
+
+    @property
+    def bad_value_count(self) -> int:
+        """Stored values this process could not read as their column's type."""
+        return self._table.bad_value_count
 
     @property
     def boundedness(self) -> Boundedness:
@@ -424,7 +354,7 @@ class RedisScanSource(Source[RedisKeysSplit, PullEnumeratorState[RedisKeysSplit]
 
     @property
     def schema(self) -> T.StructType:
-        return self._schema
+        return self._table.schema
 
     def create_enumerator(
         self, context: SplitEnumeratorContext[RedisKeysSplit]
@@ -442,11 +372,9 @@ class RedisScanSource(Source[RedisKeysSplit, PullEnumeratorState[RedisKeysSplit]
         return PullSplitEnumerator(context, planner, state.pending)
 
     def create_reader(self, context: SourceReaderContext) -> SourceReader[RedisKeysSplit]:
-        url, value_type = self._url, self._value_type
-        rows = _RowMaker(self._schema, value_type, self._key_column)
-        return PullingSourceReader(
-            context, lambda: _SplitReader(url, value_type, rows), _Emitter(), _State
-        )
+        table = self._table
+
+        return PullingSourceReader(context, lambda: _SplitReader(table), _Emitter(), _State)
 
     @property
     def split_serializer(self) -> SimpleVersionedSerializer[RedisKeysSplit]:
@@ -461,4 +389,5 @@ class RedisScanSource(Source[RedisKeysSplit, PullEnumeratorState[RedisKeysSplit]
         )
 
     def __repr__(self) -> str:
-        return f"RedisScanSource({self.url!r}, {self._match!r}, value_type={self._value_type!r})"
+        return (f"RedisScanSource({self.url!r}, {self._match!r}, "
+                f"value_type={self.value_type!r})")

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from cache import RedisLookupCache
+from connectors.policy import BadValuePolicy
 from lookup import RedisLookupFunction
-from spark_lookup.errors import ConfigError, ConnectorError
+from spark_lookup.errors import BadValueError, ConfigError, ConnectorError
 from tests.connectors.conftest import RedisServer, free_port
 
 pytestmark = pytest.mark.redis
@@ -50,12 +51,19 @@ def test_hash_values_are_typed_by_the_schema(users: RedisLookupFunction) -> None
 def test_a_bad_value_names_the_key_and_field(
     users: RedisLookupFunction, redis_client: Any, redis_prefix: str
 ) -> None:
+    strict = pickle.loads(pickle.dumps(users))
+    strict._redis.mode = strict._redis.conformer.policy = BadValuePolicy.FAILFAST
     for field, value in [("score", "high"), ("born", "yesterday"), ("vip", "maybe"),
                          ("balance", "1.234"), ("balance", "1234567.1"), ("name", b"\xff"),
                          ("id", "1.5")]:
         redis_client.hset(f"{redis_prefix}user:1", field, value)
-        with pytest.raises(ConnectorError, match=rf"user:1'.*field '{field}'"):
-            users.lookup((1,))
+        with pytest.raises(BadValueError, match=rf"user:1'.*column '{field}'"):
+            strict.lookup((1,))
+        # PERMISSIVE (the default): the value reads as null, the row is kept, it is counted.
+        before = users.bad_value_count
+        (row,) = users.lookup((1,))
+        assert row[users.struct.fieldNames().index(field)] in (None, 1)  # the key fills id
+        assert users.bad_value_count == before + 1
         redis_client.hdel(f"{redis_prefix}user:1", field)
 
 
@@ -75,32 +83,37 @@ def test_json_objects_and_arrays(redis_url: str, redis_prefix: str, redis_client
     result = fn.lookup_batch([("s1", 7), ("s1", 8), ("s1", 9), ("s2", 7), ("s3", 7)])
     assert result[("s1", 7)] == [(
         "s1", 7, 3, Decimal("19.99"), datetime(2024, 1, 1, 10, tzinfo=timezone.utc), ["a", "b"],
-        {"x": 1.5}, (2, 3), b"\x00\x01",
+        {"x": 1.5}, {"w": 2, "h": 3}, b"\x00\x01",
     )]
     assert [row[2] for row in result[("s1", 8)]] == [1, 2]
     assert result[("s1", 9)] == result[("s3", 7)] == []
-    assert result[("s2", 7)][0][:3] == ("S2", 7, None)  # the stored key column wins
+    # A stored key column must be the looked-up key's: this row says it is shop S2's.
+    assert result[("s2", 7)] == []
 
 
 @pytest.mark.parametrize(
     ("stored", "message"),
     [
-        ("{not json", "does not hold JSON"),
-        ("42", "holds int JSON"),
-        ('[{"qty": 1}, "x"]', "holds str JSON"),
-        ('{"qty": "many"}', "field 'qty'.*JSON integer"),
-        ('{"qty": true}', "field 'qty'"),
-        ('{"qty": 1.5}', "field 'qty'"),
-        ('{"qty": 99999999999}', "field 'qty'.*out of range"),
+        ("{not json", "document.*not JSON"),
+        ("42", "document.*a JSON object"),
+        ('[{"qty": 1}, "x"]', "document.*a JSON object"),
+        ('{"qty": "many"}', "column 'qty'.*JSON number"),
+        ('{"qty": true}', "column 'qty'"),
+        ('{"qty": 1.5}', "column 'qty'"),
+        ('{"qty": 99999999999}', "column 'qty'.*as int"),
     ],
 )
 def test_bad_json_names_the_key(redis_url: str, redis_prefix: str, redis_client: Any,
                                 stored: str, message: str) -> None:
     fn = RedisLookupFunction(redis_url, redis_prefix + "j:{id}", "id STRING, qty INT", "id",
-                             value_type="json")
+                             value_type="json", mode="FAILFAST")
     redis_client.set(f"{redis_prefix}j:x", stored)
-    with pytest.raises(ConnectorError, match=rf"j:x'.*{message}"):
+    with pytest.raises(BadValueError, match=rf"j:x'.*{message}"):
         fn.lookup(("x",))
+    permissive = RedisLookupFunction(redis_url, redis_prefix + "j:{id}", "id STRING, qty INT",
+                                     "id", value_type="json")
+    assert permissive.lookup(("x",))[0][1] is None
+    assert permissive.bad_value_count == 1
 
 
 def test_string_values(redis_url: str, redis_prefix: str, redis_client: Any) -> None:
@@ -110,7 +123,7 @@ def test_string_values(redis_url: str, redis_prefix: str, redis_client: Any) -> 
     assert fn.lookup_batch([("EUR",), ("GBP",), ("XXX",)]) == {
         ("EUR",): [("EUR", 1.1)], ("GBP",): [("GBP", 1.3)], ("XXX",): [],
     }
-    with pytest.raises(ConfigError, match="exactly one non-key column"):
+    with pytest.raises(ConfigError, match="exactly one column besides the key columns"):
         RedisLookupFunction(redis_url, "r:{ccy}", "ccy STRING, a DOUBLE, b DOUBLE", "ccy",
                             value_type="string")
 
@@ -122,7 +135,7 @@ def test_a_batch_is_one_round_trip(shared_private_redis: RedisServer) -> None:
     for i in range(100):
         client.hset(f"rt:hash:{i}", "v", str(i))
     client.close()
-    for value_type, command in (("hash", "hgetall"), ("json", "mget")):
+    for value_type, command in (("hash", "hmget"), ("json", "mget")):
         fn = RedisLookupFunction(server.url, f"rt:{value_type}:{{id}}", "id INT, v INT", "id",
                                  value_type=value_type, max_keys_per_command=30)
         fn.lookup((0,))  # connected before counting
@@ -176,13 +189,13 @@ def test_keys_are_normalized_checked_and_never_sent_when_hopeless(
     assert users.redis_key((None,)) is None
     with pytest.raises(ConfigError, match=r"column 'id': a str"):
         users.lookup(("7",))
-    with pytest.raises(ConfigError, match="expected 1"):
+    with pytest.raises(ConfigError, match="has 2 value"):
         users.lookup((1, 2))
 
 
 def test_pickles_as_configuration(users: RedisLookupFunction) -> None:
     copy = pickle.loads(pickle.dumps(users))
-    assert copy._client is None
+    assert copy._redis._client is None
     assert copy.lookup((2,)) == [(2, "Bob", None, None, None, None)]
     copy.close()
 

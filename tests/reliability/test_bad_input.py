@@ -336,21 +336,33 @@ def test_tampered_values_in_a_redis_source_are_our_errors_naming_the_key(
     redis_client.set(f"{redis_prefix}u:3", b'{"name": "Ada", "tier": "gold"}')
     redis_client.set(f"{redis_prefix}u:4", b'[{"name": "Bob", "tier": 2}, "not an object"]')
     redis_client.set(f"{redis_prefix}u:5", b'{"name": "Eve", "tier": 5}')
-    fn = RedisLookupFunction(redis_url, redis_prefix + "u:{id}", "id BIGINT, name STRING, tier INT",
-                             ["id"], value_type="json")
+    schema = "id BIGINT, name STRING, tier INT"
+    fn = RedisLookupFunction(redis_url, redis_prefix + "u:{id}", schema, ["id"],
+                             value_type="json", mode="FAILFAST")
     errors = {
-        1: "does not hold JSON: maximum recursion depth exceeded",
-        2: "does not hold JSON",
-        3: r"field 'tier': .*'gold'",
-        4: "holds str JSON; expected an object",
+        1: "document.*not JSON \\(JSON nested too deep\\)",
+        2: "document.*not JSON",
+        3: r"column 'tier': cannot read \"gold\" \(expected a JSON number\) as int",
+        4: "document.*not a JSON object or array of objects",
     }
-    with open_lookup(PartialCachingLookupProvider.of(fn, small_cache(), max_retries=0)) as h:
+    # Three attempts allowed: a bad value is not retried (FAILFAST reports it at once).
+    with open_lookup(PartialCachingLookupProvider.of(fn, small_cache(), max_retries=2)) as h:
         for key, error in errors.items():
             with pytest.raises(LookupLoadError, match=(
                 rf"lookup of 1 key\(s\) \[\({key},\)\] failed after 1 attempt\(s\): "
-                rf"ConnectorError\(.*Redis key '{redis_prefix}u:{key}'.*{error}")):
+                rf"BadValueError: .*key '{redis_prefix}u:{key}'.*{error}")):
                 h.lookup((key,))
         assert h.lookup((5,)) == ((5, "Eve", 5),)
+        assert h.metrics.num_retries == 0
+        assert h.metrics.num_bad_values == 4
+    # PERMISSIVE: the row is kept with the bad value (or the whole document) as nulls.
+    lenient = RedisLookupFunction(redis_url, redis_prefix + "u:{id}", schema, ["id"],
+                                  value_type="json")
+    with open_lookup(PartialCachingLookupProvider.of(lenient, small_cache())) as h:
+        assert h.lookup((1,)) == ((1, None, None),)
+        assert h.lookup((2,)) == ((2, None, None),)
+        assert h.lookup((3,)) == ((3, "Ada", None),)
+        assert h.metrics.num_bad_values >= 3
     assert not marker.exists()
 
 
@@ -361,9 +373,9 @@ def test_hash_values_that_do_not_convert_name_the_key_and_field(
     redis_client.hset(f"{redis_prefix}h:1", mapping={"name": "Ada", "born": "yesterday"})
     redis_client.hset(f"{redis_prefix}h:2", mapping={"name": b"\xff\xfe", "born": "2000-01-02"})
     fn = RedisLookupFunction(redis_url, redis_prefix + "h:{id}",
-                             "id BIGINT, name STRING, born DATE", ["id"])
+                             "id BIGINT, name STRING, born DATE", ["id"], mode="FAILFAST")
     with open_lookup(LookupFunctionProvider.of(fn, max_retries=0)) as h:
-        with pytest.raises(LookupLoadError, match=rf"Redis key '{redis_prefix}h:1', field 'born'"):
+        with pytest.raises(LookupLoadError, match=rf"key '{redis_prefix}h:1', column 'born'"):
             h.lookup((1,))
-        with pytest.raises(LookupLoadError, match=rf"Redis key '{redis_prefix}h:2', field 'name'"):
+        with pytest.raises(LookupLoadError, match=rf"key '{redis_prefix}h:2', column 'name'"):
             h.lookup((2,))

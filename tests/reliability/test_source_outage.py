@@ -319,7 +319,7 @@ def test_exhausted_retries_fail_the_query_and_a_restart_completes_it_exactly_onc
         message)
     assert re.search(r"lookup of \d+ key\(s\) \[\(\d+,\), \(\d+,\), \(\d+,\) and \d+ more\]",
                      message)  # the keys it could not load, by value
-    assert "failed after 2 attempt(s): ConnectorError(" in message
+    assert "failed after 2 attempt(s): TransientConnectorError: Redis lookup of" in message
     assert "Redis lookup of" in message
     assert f"127.0.0.1:{redis_server.port}" in message
     assert "Connection refused" in message or "Error 111" in message

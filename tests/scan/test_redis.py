@@ -21,7 +21,7 @@ from scan import (
     read_split,
 )
 from scan.sources import redis_scan
-from spark_lookup.errors import ConfigError, ConnectorError, SourceError
+from spark_lookup.errors import BadValueError, ConfigError, ConnectorError
 from tests.scan.helpers import bag, run_all
 
 
@@ -33,7 +33,7 @@ from tests.scan.helpers import bag, run_all
         ({"match": ""}, "match"),
         ({"value_type": "list"}, "value_type"),
         ({"schema": None}, "needs a schema"),
-        ({"value_type": "string", "schema": "a STRING, b STRING"}, "exactly one field"),
+        ({"value_type": "string", "schema": "a STRING, b STRING"}, "exactly one column besides"),
         ({"schema": "_key INT, v STRING"}, "STRING or BINARY"),
         ({"keys_per_split": 0}, "keys_per_split"),
     ],
@@ -127,12 +127,20 @@ def test_a_value_that_does_not_fit_is_named(
     redis_url: str, redis_prefix: str, redis_client: Any
 ) -> None:
     redis_client.hset(f"{redis_prefix}bad", mapping={"n": "five"})
-    source = RedisScanSource(redis_url, redis_prefix + "*", "hash", "n BIGINT")
-    with pytest.raises(SourceError, match=r"bad'.*does not fit the schema"):
+    source = RedisScanSource(redis_url, redis_prefix + "*", "hash", "n BIGINT",
+                             mode="FAILFAST")
+    with pytest.raises(BadValueError, match=r"bad'.*column 'n'.*'five' as bigint"):
         run_all(source, 1)
+    lenient = RedisScanSource(redis_url, redis_prefix + "*", "hash", "n BIGINT")
+    assert run_all(lenient, 1) == [(None,)]  # PERMISSIVE: null, and counted
+    assert lenient.bad_value_count == 1
+    dropping = RedisScanSource(redis_url, redis_prefix + "*", "hash", "n BIGINT",
+                               mode="DROPMALFORMED")
+    assert run_all(dropping, 1) == []
     redis_client.set(f"{redis_prefix}bad", "[1, 2]")
-    source = RedisScanSource(redis_url, redis_prefix + "*", "json", "n BIGINT")
-    with pytest.raises(SourceError, match="expected a JSON object"):
+    source = RedisScanSource(redis_url, redis_prefix + "*", "json", "n BIGINT",
+                             mode="FAILFAST")
+    with pytest.raises(BadValueError, match="JSON object or array of objects"):
         run_all(source, 1)
 
 
@@ -141,7 +149,7 @@ def test_a_key_of_another_type_is_named(
 ) -> None:
     redis_client.set(f"{redis_prefix}str", "x")
     source = RedisScanSource(redis_url, redis_prefix + "*", "hash", "v STRING")
-    with pytest.raises(ConnectorError, match=r"str'.*as a hash.*WRONGTYPE"):
+    with pytest.raises(ConnectorError, match=r"str'.*WRONGTYPE"):
         run_all(source, 1)
 
 

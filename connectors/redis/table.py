@@ -1,0 +1,482 @@
+"""Dimension rows kept in Redis (hashes, JSON documents or plain strings), as every mode
+reads them: by key (lookups) and by SCAN (full loads, refreshed views).
+
+:class:`RedisTable` is configuration (URL, key template, schema), picklable; the client
+is created where reads run. ``lookup.RedisLookupFunction`` and ``scan.RedisScanSource``
+are thin layers over it. Nothing read from Redis is ever unpickled.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import types as T
+
+from connectors.convert import Conformer, castable
+from connectors.errors import translate
+from connectors.keys import EncodedKeys
+from connectors.policy import BadValue, BadValuePolicy, BadValueStats
+from connectors.predicates import Predicate, check_predicates, predicates_mask
+from connectors.redis.client import check_redis_url, redact_url, redis_client_from_url
+from connectors.redis.template import KeyTemplate
+from connectors.redis.values import json_wire, parse_json, text_wire
+from spark_lookup import options as opts
+from spark_lookup.errors import ConfigError
+from spark_lookup.schema import SchemaLike, parse_schema, to_arrow_schema
+
+__all__ = ["VALUE_TYPES", "RedisTable"]
+
+VALUE_TYPES = ("hash", "json", "string")
+
+# A value of each key type, to try a template's format specs on at construction.
+_SAMPLES: dict[type[T.DataType], Any] = {
+    T.ByteType: 0, T.ShortType: 0, T.IntegerType: 0, T.LongType: 0,
+    T.FloatType: 0.0, T.DoubleType: 0.0, T.DecimalType: Decimal(0),
+    T.BooleanType: False, T.StringType: "", T.VarcharType: "", T.CharType: "",
+    T.DateType: date(2000, 1, 1), T.TimestampType: datetime(2000, 1, 1),
+    T.TimestampNTZType: datetime(2000, 1, 1), T.BinaryType: b"",
+}
+
+
+class RedisTable:
+    """Rows kept one per Redis key (``json``: one or many per key).
+
+    Parameters
+    ----------
+    url
+        ``redis://[[user]:password@]host[:port][/db]``, ``rediss://`` (TLS), ``unix://``.
+    schema
+        The dimension schema (Spark DDL or ``StructType``).
+    value_type
+        ``"hash"`` (a field per column; only the schema's fields are read, ``HMGET``),
+        ``"json"`` (an object is a row, an array of objects many rows) or ``"string"``
+        (the value is the schema's one non-key, non-``key_field`` column).
+    key_template, key_columns
+        How lookup keys name Redis keys (``"user:{id}"``); optional for a table only
+        scanned by ``match``.
+    escape
+        Percent-encode separators inside key parts (see :mod:`connectors.redis.template`).
+    key_field
+        A STRING or BINARY column that receives the Redis key itself (scans).
+    filters
+        Predicates rows must meet (evaluated after the read: Redis has no query).
+    mode
+        The bad-value policy.
+    socket_timeout, connect_timeout, retries, max_keys_per_command, client_options
+        Client settings (see ``RedisLookupFunction``).
+
+    Raises
+    ------
+    ConfigError
+        For an invalid URL, template, value type or schema.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        schema: SchemaLike,
+        value_type: str = "hash",
+        *,
+        key_template: str | None = None,
+        key_columns: Sequence[str] = (),
+        escape: bool = False,
+        key_field: str | None = None,
+        filters: Sequence[Predicate] | None = None,
+        mode: BadValuePolicy | str = BadValuePolicy.PERMISSIVE,
+        socket_timeout: timedelta | float = 5.0,
+        connect_timeout: timedelta | float = 5.0,
+        retries: int = 1,
+        max_keys_per_command: int = 1000,
+        client_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.url = check_redis_url(url)
+        if value_type not in VALUE_TYPES:
+            raise ConfigError(f"value_type must be one of {list(VALUE_TYPES)}, got {value_type!r}")
+        for name, value in (("retries", retries), ("max_keys_per_command", max_keys_per_command)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"{name} must be a non-negative int, got {value!r}")
+        if max_keys_per_command < 1:
+            raise ConfigError("max_keys_per_command must be at least 1")
+        self.schema = parse_schema(schema, "Redis schema")
+        names = self.schema.fieldNames()
+        self.value_type = value_type
+        self.key_columns = tuple(key_columns)
+        missing = [k for k in self.key_columns if k not in names]
+        if missing:
+            raise ConfigError(f"key column(s) {missing}: not a column of the schema {names}")
+        self.template = (
+            KeyTemplate(key_template, self.key_columns, escape) if key_template is not None
+            else None
+        )
+        if self.template is not None:
+            samples = {}
+            for name in self.key_columns:
+                data_type = self.schema[name].dataType
+                if type(data_type) not in _SAMPLES:
+                    raise ConfigError(
+                        f"key column {name!r}: {data_type.simpleString()} values do not format "
+                        "into Redis keys"
+                    )
+                samples[name] = _SAMPLES[type(data_type)]
+            self.template.check_formats(samples)
+        if key_field is not None:
+            if key_field not in names:
+                key_field = None  # the schema does not ask for the Redis key
+            elif not isinstance(self.schema[key_field].dataType, (T.StringType, T.BinaryType)):
+                raise ConfigError(
+                    f"the key field {key_field!r} must be STRING or BINARY, "
+                    f"got {self.schema[key_field].dataType.simpleString()}"
+                )
+        self.key_field = key_field
+        self.stored = [n for n in names if n != key_field]
+        """The columns read from values (all but the Redis key's own column)."""
+        if value_type == "string":
+            others = [n for n in self.stored if n not in self.key_columns]
+            if len(others) != 1:
+                raise ConfigError(
+                    "value_type 'string' needs exactly one column besides the key columns"
+                    f"{' and ' + repr(key_field) if key_field else ''}, got {others}"
+                )
+            self.value_column: str | None = others[0]
+        else:
+            self.value_column = None
+        self.filters = check_predicates(filters, names, "the Redis table")
+        self.mode = BadValuePolicy.parse(mode)
+        self.socket_timeout = opts.as_timedelta(socket_timeout, "socket_timeout")
+        self.connect_timeout = opts.as_timedelta(connect_timeout, "connect_timeout")
+        self.retries = retries
+        self.max_keys = max_keys_per_command
+        self.client_options = dict(client_options or {})
+        self.arrow_schema = to_arrow_schema(self.schema)
+        if value_type != "json":
+            for name in self.stored:
+                field = self.arrow_schema.field(name)
+                wire = pa.binary() if pa.types.is_binary(field.type) else pa.string()
+                if not castable(wire, field.type):
+                    raise ConfigError(
+                        f"column {name!r}: {self.schema[name].dataType.simpleString()} values "
+                        f"cannot be read from text ({value_type} values); use value_type "
+                        "'json' for arrays, maps and structs"
+                    )
+        self.name = key_template or f"Redis at {redact_url(self.url)}"
+        """What messages call the table: its key template."""
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
+        self._lock = threading.Lock()
+        self._client: Any = None
+        self.stats = BadValueStats(f"Redis table {self.name!r}")
+        self.conformer = Conformer(
+            self.name, self.arrow_schema, [f.dataType.simpleString() for f in self.schema.fields],
+            self.mode, self.stats,
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        for name in ("_lock", "_client", "stats", "conformer"):
+            state.pop(name)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._init_runtime()
+
+    @property
+    def bad_value_count(self) -> int:
+        """Stored values this process could not read as their column's type."""
+        return self.stats.count
+
+    # --- client
+
+    def new_client(self) -> Any:
+        """A new client (connections are made at its first command); the caller closes
+        it."""
+        return redis_client_from_url(
+            self.url,
+            socket_timeout=self.socket_timeout.total_seconds(),
+            connect_timeout=self.connect_timeout.total_seconds(),
+            retries=self.retries,
+            client_options=self.client_options,
+        )
+
+    def client(self) -> Any:
+        """This process's shared client (thread-safe: redis-py pools connections)."""
+        client = self._client
+        if client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = self.new_client()
+                client = self._client
+        return client
+
+    def close(self) -> None:
+        """Close the client and its connections."""
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    def _fetch(
+        self, redis_keys: Sequence[str | bytes], what: str, client: Any = None
+    ) -> list[Any]:
+        """The stored values of ``redis_keys`` in one round trip (a pipeline)."""
+        client = client or self.client()
+        import redis  # installed: the client exists
+
+        try:
+            pipe = client.pipeline(transaction=False)
+            if self.value_type == "hash":
+                for name in redis_keys:
+                    pipe.hmget(name, self.stored)
+                return list(pipe.execute())
+            for start in range(0, len(redis_keys), self.max_keys):
+                pipe.mget(list(redis_keys[start : start + self.max_keys]))
+            return [value for reply in pipe.execute() for value in reply]
+        except (redis.RedisError, OSError) as exc:
+            first = redis_keys[0] if redis_keys else ""
+            raise translate(
+                exc, f"Redis {what} of {len(redis_keys)} key(s) (first {first!r:.80}) at "
+                f"{redact_url(self.url)} failed"
+            ) from exc
+
+    # --- keys
+
+    def redis_key(self, values: Mapping[str, Any]) -> tuple[str, bool]:
+        """The Redis key of normalized key values, and whether it is ambiguous."""
+        assert self.template is not None
+        return self.template.format(values)
+
+    # --- values to rows
+
+    def _rows(
+        self, names: Sequence[str | bytes], replies: Sequence[Any]
+    ) -> tuple[list[int], dict[str, pa.Array], dict[str, list[str | None] | None],
+               dict[int, str]]:
+        """Rows of the replies: the reply each row came from, the wire column of each
+        stored column, their flags, and the replies whose document was malformed (with
+        why)."""
+        owners: list[int] = []
+        malformed: dict[int, str] = {}
+        if self.value_type == "hash":
+            # HMGET answers every field; a hash holding none of them is no row.
+            columns: list[list[Any]] = [[] for _ in self.stored]
+            for i, reply in enumerate(replies):
+                if reply is None or all(v is None for v in reply):
+                    continue
+                owners.append(i)
+                for column, value in zip(columns, reply, strict=True):
+                    column.append(value)
+            wires, flags = {}, {}
+            for name, values in zip(self.stored, columns, strict=True):
+                wires[name], flags[name] = text_wire(values, self.schema[name].dataType)
+            return owners, wires, flags, malformed
+        if self.value_type == "string":
+            assert self.value_column is not None
+            values = []
+            for i, reply in enumerate(replies):
+                if reply is not None:
+                    owners.append(i)
+                    values.append(reply)
+            wire, flag = text_wire(values, self.schema[self.value_column].dataType)
+            wires = {self.value_column: wire}
+            flags = {self.value_column: flag}
+            for name in self.stored:
+                if name != self.value_column:
+                    wires[name] = pa.nulls(len(values), pa.string())
+                    flags[name] = None
+            return owners, wires, flags, malformed
+        objects: list[dict[str, Any]] = []
+        for i, reply in enumerate(replies):
+            if reply is None:
+                continue
+            try:
+                document = parse_json(reply)
+                why = "not a JSON object or array of objects"
+            except ValueError as exc:
+                document, why = None, f"not JSON ({exc})"
+            items = document if isinstance(document, list) else [document]
+            if document is None or not all(isinstance(item, dict) for item in items):
+                malformed[i] = f"{bytes(reply)[:60]!r}: {why}"
+                owners.append(i)
+                objects.append({})
+                continue
+            for item in items:
+                owners.append(i)
+                objects.append(item)
+        wires, flags = {}, {}
+        for name in self.stored:
+            wires[name], flags[name] = json_wire(
+                [o.get(name) for o in objects], self.schema[name].dataType
+            )
+        return owners, wires, flags, malformed
+
+    def _conform(
+        self,
+        names: Sequence[str | bytes],
+        owners: list[int],
+        wires: dict[str, pa.Array],
+        flags: dict[str, list[str | None] | None],
+        key_values: Mapping[str, pa.Array],
+        key_present: Sequence[bool],
+        malformed: dict[int, str],
+    ) -> tuple[pa.RecordBatch, pa.BooleanArray | None]:
+        """Conform the rows; ``key_values`` (aligned with the rows) fill or check the key
+        columns; rows whose stored key differs from theirs, or that cannot be checked
+        when the key is ambiguous (``key_present`` False), are dropped."""
+        count = len(owners)
+
+        def describe(row: int) -> str:
+            name = names[owners[row]]
+            return repr(name.decode("utf-8", "replace") if isinstance(name, bytes) else name)
+
+        if malformed:
+            bad = [
+                BadValue(self.name, describe(owners.index(i)), "(document)", text,
+                         "a JSON object or array of objects")
+                for i, text in malformed.items()
+            ]
+            if self.mode is BadValuePolicy.FAILFAST:
+                self.stats.record(bad[:1], self.mode)
+                raise bad[0].error()
+            self.stats.record(bad, self.mode)
+        ordered_wires: list[pa.Array] = []
+        ordered_flags: list[pa.Array | None] = []
+        for field in self.schema.fields:
+            name = field.name
+            if name == self.key_field:
+                text = [names[i] for i in owners]
+                if isinstance(field.dataType, T.BinaryType):
+                    ordered_wires.append(pa.array(
+                        [t if isinstance(t, bytes) else t.encode() for t in text], pa.binary()))
+                else:
+                    ordered_wires.append(pa.array(
+                        [t.decode("utf-8", "replace") if isinstance(t, bytes) else t
+                         for t in text], pa.string()))
+                ordered_flags.append(None)
+                continue
+            ordered_wires.append(wires[name])
+            flag = flags.get(name)
+            ordered_flags.append(None if flag is None else pa.array(flag, pa.string()))
+        columns, keep = self.conformer.conform(
+            ordered_wires, describe,
+            ordered_flags if any(f is not None for f in ordered_flags) else None,
+        )
+        mask = [True] * count if keep is None else keep.to_pylist()
+        names_list = self.schema.fieldNames()
+        for name, expected in key_values.items():
+            index = names_list.index(name)
+            stored = columns[index]
+            present = pc.is_valid(stored)
+            # A stored key part must be the looked-up (or parsed) one, compared as values of
+            # the column's type; where nothing is stored, the key fills it, unless the key
+            # is ambiguous (and so cannot be checked).
+            same = pc.fill_null(pc.equal(stored, expected), False)
+            verified = pc.if_else(present, same, pa.array(key_present, pa.bool_()))
+            mask = [m and v for m, v in zip(mask, verified.to_pylist(), strict=True)]
+            columns[index] = pc.if_else(present, stored, expected)
+        batch = pa.RecordBatch.from_arrays(columns, schema=self.arrow_schema)
+        keep_mask = pa.array(mask, pa.bool_())
+        if self.filters:
+            keep_mask = pc.and_(keep_mask, predicates_mask(batch, self.filters))
+        if pc.all(keep_mask).as_py():
+            return batch, None
+        return batch.filter(keep_mask), keep_mask
+
+    # --- reads
+
+    def lookup(self, keys: EncodedKeys, key_names: Sequence[str]) -> tuple[pa.Int64Array,
+                                                                            pa.RecordBatch]:
+        """The rows of the distinct ``keys`` (normalized by a ``KeyCodec`` of
+        ``key_names``): for each row the index of its key, and the rows.
+
+        Raises
+        ------
+        ConfigError
+            For a key part that is ambiguous where no stored key column can check it.
+        ConnectorError
+            If Redis fails (transient or not); BadValueError under FAILFAST.
+        """
+        assert self.template is not None
+        redis_keys: list[str] = []
+        ambiguous: list[bool] = []
+        for values in keys.distinct:
+            redis_key, unsure = self.template.format(dict(zip(key_names, values, strict=True)))
+            if unsure and (self.value_type == "string" or not set(self.key_columns) <= set(
+                self.stored
+            )):
+                raise ConfigError(
+                    f"key {values!r:.80}: a part holds the key template's separator "
+                    f"({self.template.template!r}) and the stored value cannot confirm it "
+                    "belongs to this key; use escape=True (and the same encoding when writing)"
+                )
+            redis_keys.append(redis_key)
+            ambiguous.append(unsure)
+        if not redis_keys:
+            empty = pa.RecordBatch.from_arrays(
+                [pa.array([], f.type) for f in self.arrow_schema], schema=self.arrow_schema)
+            return pa.array([], pa.int64()), empty
+        replies = self._fetch(redis_keys, "lookup")
+        owners, wires, flags, malformed = self._rows(redis_keys, replies)
+        owner_array = pa.array(owners, pa.int64())
+        key_values = {
+            name: keys.arrays[key_names.index(name)].take(owner_array)
+            for name in self.key_columns
+        }
+        batch, keep = self._conform(
+            redis_keys, owners, wires, flags, key_values,
+            [not ambiguous[i] for i in owners], malformed,
+        )
+        return (owner_array if keep is None else owner_array.filter(keep)), batch
+
+    def read_keys(self, redis_keys: Sequence[bytes], client: Any = None) -> pa.RecordBatch:
+        """The rows stored at ``redis_keys`` (found by SCAN); keys since deleted are
+        skipped. Key columns the values lack are parsed from the Redis keys.
+
+        Raises
+        ------
+        ConnectorError
+            If Redis fails; BadValueError under FAILFAST.
+        """
+        replies = self._fetch(redis_keys, "read", client)
+        owners, wires, flags, malformed = self._rows(redis_keys, replies)
+        key_values: dict[str, pa.Array] = {}
+        parsed_ok = [True] * len(owners)
+        if self.template is not None and self.key_columns:
+            parts: dict[str, list[str | None]] = {name: [] for name in self.key_columns}
+            for row, owner in enumerate(owners):
+                name = redis_keys[owner]
+                text = name.decode("utf-8", "replace") if isinstance(name, bytes) else name
+                parsed = self.template.parse(text)
+                if parsed is None:
+                    parsed_ok[row] = False
+                for column in self.key_columns:
+                    parts[column].append(None if parsed is None else parsed[column])
+            for column in self.key_columns:
+                target = self.arrow_schema.field(column).type
+                wire = pa.array(parts[column], pa.string())
+                try:
+                    key_values[column] = pc.cast(wire, target)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                    key_values[column] = _cast_each(wire, target)
+        batch, _ = self._conform(
+            redis_keys, owners, wires, flags, key_values, parsed_ok, malformed
+        )
+        return batch
+
+
+def _cast_each(wire: pa.Array, target: pa.DataType) -> pa.Array:
+    """``wire`` cast value by value, unreadable parts as null (that row's key then
+    cannot be confirmed)."""
+    out = []
+    for value in wire:
+        try:
+            out.append(pc.cast(pa.array([value.as_py()], pa.string()), target)[0].as_py())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            out.append(None)
+    return pa.array(out, target)

@@ -1,0 +1,176 @@
+"""Redis key templates: lookup keys to Redis keys, and Redis keys back to key parts.
+
+A template is a Python format string whose placeholders are key columns
+(``"tenant:{tenant}:{id}"``, ``"stock:{shop}:{sku:08d}"``); a part is its key value,
+normalized to the column's type, formatted by ``str.format``.
+
+Two different lookup keys must never read each other's Redis key. With plain parts,
+``tenant:{t}:{id}`` gives ``tenant:a:b:c`` for ``("a:b", "c")`` and for ``("a", "b:c")``.
+So a part containing the literal text that separates placeholders (``:`` here) is
+*ambiguous*: a connector reads it only where the stored value carries the key columns
+and can be checked against the key (see ``RedisTable``); elsewhere it is refused. The
+opt-in ``escape=True`` percent-encodes ``%`` and every character of the separators in
+each part (``a:b`` -> ``a%3Ab``): no part is ambiguous, and writers use
+``RedisLookupFunction.redis_key`` (or the same encoding) to name their keys.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from spark_lookup.errors import ConfigError
+
+__all__ = ["KeyTemplate"]
+
+_GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
+
+
+class KeyTemplate:
+    """A parsed key template: format, refuse or escape ambiguous parts, match, parse.
+
+    Parameters
+    ----------
+    template
+        The format string; every key column must appear, each placeholder a bare key
+        column name with an optional format spec (no conversion, no index or attribute).
+    key_columns
+        The key columns.
+    escape
+        Percent-encode the separators (and ``%``) inside parts.
+
+    Raises
+    ------
+    ConfigError
+        For a malformed template, a placeholder that is not a key column, a key column
+        without a placeholder, or two placeholders with no literal text between them.
+    """
+
+    def __init__(self, template: object, key_columns: Sequence[str], escape: bool = False) -> None:
+        if not isinstance(template, str):
+            raise ConfigError(f"key_template must be a string, got {type(template).__name__}")
+        try:
+            parsed = list(string.Formatter().parse(template))
+        except ValueError as exc:
+            raise ConfigError(f"key_template {template!r}: {exc}") from exc
+        self.template = template
+        self.escape = bool(escape)
+        self.fields: list[str] = []
+        literals: list[str] = []
+        for literal, field, spec, conversion in parsed:
+            literals.append(literal)
+            if field is None:
+                continue
+            # Only bare key-column names: '{id.__class__}' or '{0}' would reach into values.
+            if field not in key_columns:
+                raise ConfigError(
+                    f"key_template {template!r}: placeholder {{{field}}} is not a key column "
+                    f"{list(key_columns)}"
+                )
+            if conversion is not None or (spec and "{" in spec):
+                raise ConfigError(
+                    f"key_template {template!r}: placeholder {{{field}}} may have a format "
+                    "spec but no conversion (!r, !s) or nested placeholder"
+                )
+            self.fields.append(field)
+        unused = [c for c in key_columns if c not in self.fields]
+        if unused:
+            raise ConfigError(
+                f"key_template {template!r} has no placeholder for key column(s) {unused}: "
+                "different keys would read the same Redis key"
+            )
+        if len(set(self.fields)) != len(self.fields):
+            raise ConfigError(f"key_template {template!r} repeats a placeholder")
+        # literals[i] precedes placeholder i; the text after the last one is literals[-1]
+        # when the template ends with text.
+        separators = literals[1 : len(self.fields)]
+        if any(not text for text in separators):
+            raise ConfigError(
+                f"key_template {template!r}: placeholders need literal text between them, "
+                "or one key could be read as another"
+            )
+        self.separators = tuple(separators)
+        self._escaped = sorted({"%", *"".join(separators)})
+        self._specs = {
+            field: spec or "" for _, field, spec, _ in parsed if field is not None
+        }
+        pattern = ""
+        glob = ""
+        for literal, field, _, _ in parsed:
+            pattern += re.escape(literal)
+            glob += _GLOB_SPECIAL.sub(r"\\\1", literal)
+            if field is not None:
+                pattern += "(.*)" if self.escape or len(self.fields) == 1 else "(.*?)"
+                glob += "*"
+        self._regex = re.compile(f"^{pattern}$", re.DOTALL)
+        self.glob = glob
+        """The SCAN ``MATCH`` pattern of every key the template can make."""
+
+    def part(self, field: str, value: Any) -> str:
+        """The text of one key part (escaped when asked)."""
+        text = format(value, self._specs[field])
+        if self.escape:
+            for char in self._escaped:
+                text = text.replace(char, f"%{ord(char):02X}")
+        return text
+
+    def ambiguous(self, parts: Sequence[str]) -> bool:
+        """Whether unescaped parts could be read as another key's (a part holds a
+        separator); never with ``escape``."""
+        if self.escape or len(self.fields) < 2:
+            return False
+        return any(sep in part for part in parts for sep in self.separators)
+
+    def format(self, values: Mapping[str, Any]) -> tuple[str, bool]:
+        """The Redis key of normalized key values, and whether it is ambiguous."""
+        parts = {field: self.part(field, values[field]) for field in self.fields}
+        key = self.template
+        rendered = string.Formatter().vformat(
+            _plain(key), (), {field: parts[field] for field in self.fields}
+        )
+        return rendered, self.ambiguous(list(parts.values()))
+
+    def parse(self, redis_key: str) -> dict[str, str] | None:
+        """The part texts of a Redis key made by this template (unescaped), or None
+        when it does not fit the template or could be split more than one way."""
+        match = self._regex.match(redis_key)
+        if match is None:
+            return None
+        parts = list(match.groups())
+        if self.ambiguous(parts):
+            return None
+        if self.escape:
+            parts = [_unescape(p) for p in parts]
+        return dict(zip(self.fields, parts, strict=True))
+
+    def check_formats(self, samples: Mapping[str, Any]) -> None:
+        """Try the format specs on sample values of the key columns' types.
+
+        Raises
+        ------
+        ConfigError
+            If a spec does not format its column's values.
+        """
+        try:
+            for field in self.fields:
+                format(samples[field], self._specs[field])
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(
+                f"key_template {self.template!r} does not format the key columns' types: {exc}"
+            ) from exc
+
+
+def _plain(template: str) -> str:
+    """``template`` with format specs removed (parts are formatted already)."""
+    out = []
+    for literal, field, _, _ in string.Formatter().parse(template):
+        out.append(literal.replace("{", "{{").replace("}", "}}"))
+        if field is not None:
+            out.append("{" + field + "}")
+    return "".join(out)
+
+
+def _unescape(text: str) -> str:
+    return re.sub(r"%([0-9A-F]{2})", lambda m: chr(int(m.group(1), 16)), text)

@@ -1,0 +1,227 @@
+"""Redis values to wire columns: hashes and strings hold text, JSON documents hold JSON.
+
+Each schema column becomes a wire column of text (``string``; raw ``binary`` for BINARY
+columns), which :mod:`connectors.convert` casts to the column's type exactly as it casts
+SQLite's and PostgreSQL's text: the same rules for every backend. A value of the wrong
+kind (invalid UTF-8, a JSON string where a number belongs, bad base64) is flagged and
+handled by the bad-value policy.
+
+JSON: a string is its text; a number its exact digits (``1.10`` stays ``1.10``, so a
+DECIMAL reads it exactly); as in Spark's JSON reader a DECIMAL also reads a string of
+digits, and FLOAT/DOUBLE the strings ``NaN`` and ``Infinity``; ``true``/``false`` suit
+BOOLEAN only; dates and timestamps
+are ISO 8601 strings; BINARY is base64; arrays, objects (maps, with text keys) and
+nested objects (structs) suit ARRAY, MAP and STRUCT columns, leaf by leaf. A STRING
+column takes any JSON value: a non-string as its JSON text (``{"a": 1}``, numbers as
+written).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Sequence
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import types as T
+
+__all__ = ["json_text", "json_wire", "parse_json", "text_wire"]
+
+_STRING_TYPES = (T.StringType, T.VarcharType, T.CharType)
+_NUMBER_TYPES = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType,
+                 T.DoubleType, T.DecimalType)
+_TEXT_TYPES = (T.DateType, T.TimestampType, T.TimestampNTZType)
+_SPECIAL_FLOATS = frozenset({"NaN", "Infinity", "+Infinity", "-Infinity"})
+
+
+def parse_json(raw: bytes | str) -> Any:
+    """A JSON document with exact numbers (``Decimal``, ``int``).
+
+    Raises
+    ------
+    ValueError
+        For text that is not JSON (or nests too deep).
+    """
+    try:
+        return json.loads(raw, parse_float=Decimal)
+    except RecursionError as exc:
+        raise ValueError("JSON nested too deep") from exc
+
+
+def json_text(value: Any) -> str:
+    """The JSON text of a decoded value (numbers as written, ``", "`` and ``": "``
+    between items as PostgreSQL prints jsonb)."""
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, Decimal)):
+        return str(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(json_text(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(
+            f"{json.dumps(str(k), ensure_ascii=False)}: {json_text(v)}" for k, v in value.items()
+        ) + "}"
+    return json.dumps(value, ensure_ascii=False)
+
+
+def text_wire(
+    values: Sequence[bytes | None], target: T.DataType
+) -> tuple[pa.Array, list[str | None] | None]:
+    """Hash fields or string values (bytes) as a wire column for ``target``, with the
+    flags of values that are not text (invalid UTF-8)."""
+    if isinstance(target, T.BinaryType):
+        return pa.array(values, pa.binary()), None
+    try:
+        return pa.array(values, pa.binary()).cast(pa.string()), None
+    except pa.ArrowInvalid:
+        pass
+    texts: list[str | None] = []
+    flags: list[str | None] = []
+    for value in values:
+        if value is None:
+            texts.append(None)
+            flags.append(None)
+            continue
+        try:
+            texts.append(value.decode("utf-8"))
+            flags.append(None)
+        except UnicodeDecodeError:
+            texts.append(None)
+            flags.append(repr(value)[:80] + " (not UTF-8)")
+    return pa.array(texts, pa.string()), flags
+
+
+def json_wire(
+    values: Sequence[Any], target: T.DataType
+) -> tuple[pa.Array, list[str | None] | None]:
+    """Decoded JSON values (None: null or missing) as a wire column for ``target``,
+    with the flags of values of the wrong kind (their JSON text)."""
+    flags: list[str | None] = [None] * len(values)
+    array = _wire(values, target, flags)
+    return array, flags if any(f is not None for f in flags) else None
+
+
+def _flag(flags: list[str | None], row: int, value: Any, why: str) -> None:
+    if flags[row] is None:
+        flags[row] = f"{json_text(value)[:60]} ({why})"
+
+
+def _wire(values: Sequence[Any], target: T.DataType, flags: list[str | None],
+          rows: Sequence[int] | None = None) -> pa.Array:
+    """``rows[i]`` is the top-level row of ``values[i]`` (for flags of nested values)."""
+    owner = rows if rows is not None else range(len(values))
+    if isinstance(target, _STRING_TYPES):
+        return pa.array(
+            [v if isinstance(v, str) or v is None else json_text(v) for v in values], pa.string()
+        )
+    if isinstance(target, T.BinaryType):
+        out: list[bytes | None] = []
+        for row, value in zip(owner, values, strict=True):
+            if value is None:
+                out.append(None)
+                continue
+            try:
+                if not isinstance(value, str):
+                    raise ValueError
+                out.append(base64.b64decode(value.encode("ascii"), validate=True))
+            except (ValueError, binascii.Error, UnicodeEncodeError):
+                out.append(None)
+                _flag(flags, row, value, "expected a base64 string")
+        return pa.array(out, pa.binary())
+    if isinstance(target, T.ArrayType):
+        offsets = [0]
+        children: list[Any] = []
+        child_rows: list[int] = []
+        nulls: list[bool] = []
+        for row, value in zip(owner, values, strict=True):
+            if isinstance(value, list):
+                children.extend(value)
+                child_rows.extend([row] * len(value))
+                nulls.append(False)
+            else:
+                if value is not None:
+                    _flag(flags, row, value, "expected a JSON array")
+                nulls.append(True)
+            offsets.append(len(children))
+        child = _wire(children, target.elementType, flags, child_rows)
+        return pa.ListArray.from_arrays(
+            pa.array(offsets, pa.int32()), child, mask=pa.array(nulls, pa.bool_())
+        )
+    if isinstance(target, T.MapType):
+        offsets = [0]
+        keys: list[Any] = []
+        items: list[Any] = []
+        item_rows: list[int] = []
+        nulls = []
+        for row, value in zip(owner, values, strict=True):
+            if isinstance(value, dict):
+                keys.extend(value.keys())
+                items.extend(value.values())
+                item_rows.extend([row] * len(value))
+                nulls.append(False)
+            else:
+                if value is not None:
+                    _flag(flags, row, value, "expected a JSON object")
+                nulls.append(True)
+            offsets.append(len(keys))
+        key_array = pa.array([str(k) for k in keys], pa.string())
+        item_array = _wire(items, target.valueType, flags, item_rows)
+        return pa.MapArray.from_arrays(
+            pa.array(offsets, pa.int32()), key_array, item_array,
+            mask=pa.array(nulls, pa.bool_()),
+        )
+    if isinstance(target, T.StructType):
+        nulls = []
+        for row, value in zip(owner, values, strict=True):
+            if value is not None and not isinstance(value, dict):
+                _flag(flags, row, value, "expected a JSON object")
+            nulls.append(not isinstance(value, dict))
+        fields = [
+            _wire([v.get(f.name) if isinstance(v, dict) else None for v in values],
+                  f.dataType, flags, list(owner))
+            for f in target.fields
+        ]
+        return pa.StructArray.from_arrays(
+            fields, names=[f.name for f in target.fields], mask=pa.array(nulls, pa.bool_())
+        )
+    # Scalars: the JSON kind must suit the type; the text then casts like any text.
+    texts: list[str | None] = []
+    for row, value in zip(owner, values, strict=True):
+        if value is None:
+            texts.append(None)
+        elif isinstance(target, T.BooleanType):
+            if isinstance(value, bool):
+                texts.append("true" if value else "false")
+            else:
+                texts.append(None)
+                _flag(flags, row, value, "expected true or false")
+        elif isinstance(target, _NUMBER_TYPES):
+            if isinstance(value, (int, Decimal)) and not isinstance(value, bool):
+                texts.append(str(value))
+            elif isinstance(value, str) and (
+                isinstance(target, T.DecimalType)
+                or (isinstance(target, (T.FloatType, T.DoubleType)) and value in _SPECIAL_FLOATS)
+            ):
+                # As Spark's JSON reader: decimals may be strings (exact digits kept), and
+                # floats the strings NaN and Infinity, which JSON numbers cannot be.
+                texts.append(value)
+            else:
+                texts.append(None)
+                _flag(flags, row, value, "expected a JSON number")
+        elif isinstance(target, _TEXT_TYPES):
+            if isinstance(value, str):
+                texts.append(value)
+            else:
+                texts.append(None)
+                _flag(flags, row, value, "expected an ISO 8601 string")
+        else:  # pragma: no cover - every Spark type of a schema is handled above
+            texts.append(None)
+            _flag(flags, row, value, f"no JSON form of {target.simpleString()}")
+    return pa.array(texts, pa.string())
