@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 
 from cache.base import Key, LookupCache, Row, Rows, check_key
 from cache.metrics import CacheMetrics
+from connectors.rows import python_values
 from spark_lookup.errors import ConfigError, SnapshotUnavailableError
 
 __all__ = ["FullSnapshot", "LookupFullCache"]
@@ -267,7 +268,7 @@ class FullSnapshot:
         # Python values of every column, converted once per snapshot on first use by the
         # tuple-returning API (the Arrow path used by Spark joins never needs them).
         if self._columns_cache is None:
-            self._columns_cache = [column.to_pylist() for column in self.table.columns]
+            self._columns_cache = [python_values(column) for column in self.table.columns]
         return self._columns_cache
 
 

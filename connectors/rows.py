@@ -12,10 +12,11 @@ from typing import Any
 
 import pyarrow as pa
 
-__all__ = ["python_rows"]
+__all__ = ["python_rows", "python_values"]
 
 
-def _values(column: pa.Array) -> list[Any]:
+def python_values(column: pa.Array | pa.ChunkedArray) -> list[Any]:
+    """The Python values of one column (maps as ``dict``)."""
     values: list[Any] = column.to_pylist()
     if pa.types.is_map(column.type):
         return [None if v is None else dict(v) for v in values]
@@ -26,5 +27,5 @@ def python_rows(batch: pa.RecordBatch | pa.Table) -> list[tuple[Any, ...]]:
     """The rows of ``batch`` as tuples in schema order (one pass per column)."""
     if batch.num_rows == 0:
         return []
-    columns = [_values(column) for column in batch.columns]
+    columns = [python_values(column) for column in batch.columns]
     return list(zip(*columns, strict=True))

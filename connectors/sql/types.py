@@ -164,7 +164,11 @@ def _sqlite_read(column: ColumnInfo, quoted: str, target: T.DataType, rowid: boo
         classes, expression, wire = (
             ("integer", "real", "text"), f"CAST({quoted} AS TEXT)", pa.string())
     elif isinstance(target, T.BooleanType):
-        classes, expression, wire = ("integer", "text"), f"CAST({quoted} AS TEXT)", pa.string()
+        # Non-zero integers are true, as Spark casts them (and PostgreSQL's int columns).
+        classes, expression, wire = ("integer", "text"), (
+            f"CASE typeof({quoted}) WHEN 'integer' THEN CASE WHEN {quoted} <> 0 THEN 'true' "
+            f"ELSE 'false' END ELSE {quoted} END"
+        ), pa.string()
     elif isinstance(target, _STRING_TYPES):
         classes, expression, wire = (
             ("text", "integer", "real"), f"CAST({quoted} AS TEXT)", pa.string())

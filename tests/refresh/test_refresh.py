@@ -81,7 +81,7 @@ def test_a_failed_reload_keeps_the_previous_version_and_is_reported(
         status = refresh.status()
         assert (status.version, status.num_load_failures, status.num_retries) == (1, 1, 1)
         assert status.last_error
-        assert "ConnectorError: table 'countries' does not exist" in status.last_error
+        assert "ConnectorError: SQLite has no table or view 'countries'" in status.last_error
         assert status.last_failure_at is not None
         assert not status.stale
         assert any("still serving version 1" in r.getMessage() for r in caplog.records)

@@ -1,0 +1,145 @@
+"""The contract table, stored in each backend, with the lookup function and the scan
+source that read it (both through :mod:`connectors`)."""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lookup import LookupFunction, RedisLookupFunction, SqlLookupFunction
+from scan import RedisScanSource, Source, SqlTableSource
+from tests.contract.cases import Case, cases_for, json_dumps, schema_of
+
+BAD_SCHEMA = "id BIGINT, n BIGINT, s STRING"
+"""The bad-value table: row 1 good (n = 5), row 2's n is text where a number belongs."""
+
+
+@dataclass
+class Backend:
+    """One backend holding the contract table ``dim`` and the bad-value table ``bad``."""
+
+    name: str
+    cases: list[Case]
+    make_function: Callable[[str, str, str], LookupFunction]
+    """(table, schema, mode) -> a lookup function keyed by ``id``."""
+    make_source: Callable[[str, str, str], Source[Any, Any]]
+    """(table, schema, mode) -> a scan source of the table."""
+
+    @property
+    def schema(self) -> str:
+        return schema_of(self.cases)
+
+    def function(self, mode: str = "PERMISSIVE") -> LookupFunction:
+        return self.make_function("dim", self.schema, mode)
+
+    def source(self, mode: str = "PERMISSIVE") -> Source[Any, Any]:
+        return self.make_source("dim", self.schema, mode)
+
+    def bad_function(self, mode: str) -> LookupFunction:
+        return self.make_function("bad", BAD_SCHEMA, mode)
+
+    def bad_source(self, mode: str) -> Source[Any, Any]:
+        return self.make_source("bad", BAD_SCHEMA, mode)
+
+
+# --- SQLite ---------------------------------------------------------------------------
+
+
+def sqlite_backend(path: Path, driver: str) -> Backend:
+    cases = cases_for("sqlite")
+    with sqlite3.connect(path) as db:
+        columns = ", ".join(f'"{c.name}" {c.sqlite[0]}' for c in cases)  # type: ignore[index]
+        db.execute(f"CREATE TABLE dim (id INTEGER PRIMARY KEY, {columns})")
+        marks = ", ".join("?" for _ in range(len(cases) + 1))
+        for row in (1, 2):
+            db.execute(f"INSERT INTO dim VALUES ({marks})",
+                       [row, *(c.sqlite[row] for c in cases)])  # type: ignore[index]
+        db.execute("INSERT INTO dim (id) VALUES (3)")
+        db.execute("CREATE TABLE bad (id INTEGER PRIMARY KEY, n BIGINT, s TEXT)")
+        db.execute("INSERT INTO bad VALUES (1, 5, 'x1'), (2, 'abc', 'x2')")
+    if driver == "adbc":
+        import adbc_driver_sqlite.dbapi
+
+        text = str(path)
+
+        def factory() -> Any:
+            return adbc_driver_sqlite.dbapi.connect(text)
+    else:
+        factory = functools.partial(sqlite3.connect, str(path))
+    return _sql_backend(f"sqlite/{driver}", cases, factory, "")
+
+
+# --- PostgreSQL -------------------------------------------------------------------------
+
+
+def postgres_backend(dsn: str, schema: str, driver: str) -> Backend:
+    import psycopg
+
+    cases = cases_for("postgres")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        columns = ", ".join(f'"{c.name}" {c.postgres[0]}' for c in cases)  # type: ignore[index]
+        conn.execute(f'CREATE TABLE "{schema}".dim (id bigint PRIMARY KEY, {columns})')
+        for row in (1, 2):
+            values = ", ".join(c.postgres[row] for c in cases)  # type: ignore[index]
+            conn.execute(f'INSERT INTO "{schema}".dim VALUES ({row}, {values})')
+        conn.execute(f'INSERT INTO "{schema}".dim (id) VALUES (3)')
+        conn.execute(f'CREATE TABLE "{schema}".bad (id bigint PRIMARY KEY, n text, s text)')
+        conn.execute(f"INSERT INTO \"{schema}\".bad VALUES (1, '5', 'x1'), (2, 'abc', 'x2')")
+    if driver == "adbc":
+        import adbc_driver_postgresql.dbapi
+
+        def factory() -> Any:
+            return adbc_driver_postgresql.dbapi.connect(dsn)
+    else:
+        factory = functools.partial(psycopg.connect, dsn)
+    return _sql_backend(f"postgres/{driver}", cases, factory, f"{schema}.")
+
+
+def _sql_backend(name: str, cases: list[Case], factory: Any, qualifier: str) -> Backend:
+    def make_function(table: str, schema: str, mode: str) -> LookupFunction:
+        return SqlLookupFunction(factory, qualifier + table, "id", schema=schema, mode=mode)
+
+    def make_source(table: str, schema: str, mode: str) -> Source[Any, Any]:
+        return SqlTableSource(factory, qualifier + table, schema=schema, chunk_size=2,
+                              mode=mode)
+
+    return Backend(name, cases, make_function, make_source)
+
+
+# --- Redis ------------------------------------------------------------------------------
+
+
+def redis_backend(url: str, prefix: str, client: Any, value_type: str) -> Backend:
+    cases = cases_for("redis-hash" if value_type == "hash" else "redis-json")
+    for row in (1, 2):
+        if value_type == "hash":
+            client.hset(f"{prefix}dim:{row}", mapping={
+                "id": str(row), **{c.name: c.redis_text[row - 1] for c in cases},  # type: ignore[index]
+            })
+        else:
+            document = {"id": row, **{c.name: c.redis_json[row - 1] for c in cases}}  # type: ignore[index]
+            client.set(f"{prefix}dim:{row}", json_dumps(document))
+    # Row 3 holds only its key (hash) or nothing but null members (JSON).
+    if value_type == "hash":
+        client.hset(f"{prefix}dim:3", mapping={"id": "3"})
+        client.hset(f"{prefix}bad:1", mapping={"n": "5", "s": "x1"})
+        client.hset(f"{prefix}bad:2", mapping={"n": "abc", "s": "x2"})
+    else:
+        client.set(f"{prefix}dim:3", json_dumps({c.name: None for c in cases}))
+        client.set(f"{prefix}bad:1", '{"n": 5, "s": "x1"}')
+        client.set(f"{prefix}bad:2", '{"n": "abc", "s": "x2"}')
+
+    def make_function(table: str, schema: str, mode: str) -> LookupFunction:
+        return RedisLookupFunction(url, prefix + table + ":{id}", schema, ["id"],
+                                   value_type=value_type, mode=mode)
+
+    def make_source(table: str, schema: str, mode: str) -> Source[Any, Any]:
+        return RedisScanSource(url, value_type=value_type, schema=schema,
+                               key_template=prefix + table + ":{id}", key_columns=["id"],
+                               keys_per_split=2, mode=mode)
+
+    return Backend(f"redis/{value_type}", cases, make_function, make_source)

@@ -1,0 +1,217 @@
+"""The type table as data: each row is a Spark type, the values it must read as, and how
+every backend stores them. The README's "Types" table says the same in prose, and
+``test_readme_lists_every_case`` keeps them together.
+
+Rows 1 and 2 hold values (edge values included: NaN, infinities, the extremes of each
+integer width, BIGINT beyond 2**53, decimals at full precision, unicode, empty text and
+bytes); row 3 holds nulls; key 4 has no row.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import math
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+UTC = dt.timezone.utc
+
+
+@dataclass(frozen=True)
+class Case:
+    """One column of the contract table."""
+
+    name: str
+    spark: str
+    """Its Spark type (DDL)."""
+    values: tuple[Any, Any]
+    """What rows 1 and 2 read as, in every backend and mode."""
+    postgres: tuple[str, str, str] | None = None
+    """Column type and the SQL literals of rows 1 and 2 (None: not on PostgreSQL)."""
+    sqlite: tuple[str, Any, Any] | None = None
+    """Declared type and the stored values of rows 1 and 2."""
+    redis_text: tuple[bytes, bytes] | None = None
+    """The hash field's text of rows 1 and 2."""
+    redis_json: tuple[Any, Any] | None = field(default=None)
+    """The JSON member's value of rows 1 and 2 (decoded JSON)."""
+
+
+def _ts(*args: int, offset: int = 0) -> dt.datetime:
+    return dt.datetime(*args, tzinfo=dt.timezone(dt.timedelta(hours=offset))).astimezone(UTC)
+
+
+CASES: tuple[Case, ...] = (
+    Case("b", "BOOLEAN", (True, False),
+         postgres=("boolean", "true", "false"),
+         sqlite=("BOOLEAN", 1, 0),
+         redis_text=(b"true", b"0"),
+         redis_json=(True, False)),
+    Case("i16", "SMALLINT", (-32768, 32767),
+         postgres=("smallint", "-32768", "32767"),
+         sqlite=("INTEGER", -32768, 32767),
+         redis_text=(b"-32768", b"32767"),
+         redis_json=(-32768, 32767)),
+    Case("i32", "INT", (-2147483648, 2147483647),
+         postgres=("integer", "-2147483648", "2147483647"),
+         sqlite=("INTEGER", -2147483648, 2147483647),
+         redis_text=(b"-2147483648", b"2147483647"),
+         redis_json=(-2147483648, 2147483647)),
+    Case("i64", "BIGINT", (9007199254740993, -9223372036854775808),
+         postgres=("bigint", "9007199254740993", "-9223372036854775808"),
+         sqlite=("BIGINT", 9007199254740993, -9223372036854775808),
+         redis_text=(b"9007199254740993", b"-9223372036854775808"),
+         redis_json=(9007199254740993, -9223372036854775808)),
+    Case("f32", "FLOAT", (1.5, -math.inf),
+         postgres=("real", "1.5", "'-Infinity'"),
+         sqlite=("REAL", 1.5, -math.inf),
+         redis_text=(b"1.5", b"-inf"),
+         redis_json=(Decimal("1.5"), "-Infinity")),
+    Case("f64", "DOUBLE", (0.1, math.inf),
+         postgres=("double precision", "0.1", "'Infinity'"),
+         sqlite=("DOUBLE", 0.1, math.inf),
+         redis_text=(b"0.1", b"Infinity"),
+         redis_json=(Decimal("0.1"), "Infinity")),
+    # NaN: SQLite stores a NaN as NULL, so this row is for the others.
+    Case("nan", "DOUBLE", (math.nan, -0.0),
+         postgres=("double precision", "'NaN'", "'-0'"),
+         redis_text=(b"NaN", b"-0.0"),
+         redis_json=("NaN", Decimal("-0.0"))),
+    Case("dec", "DECIMAL(10,2)", (Decimal("12345678.90"), Decimal("-0.01")),
+         postgres=("numeric(10,2)", "12345678.90", "-0.01"),
+         sqlite=("DECIMAL(10,2)", "12345678.90", "-0.01"),
+         redis_text=(b"12345678.90", b"-0.01"),
+         redis_json=(Decimal("12345678.90"), "-0.01")),
+    Case("dec38", "DECIMAL(38,18)",
+         (Decimal("12345678901234567890.123456789012345678"), Decimal("0E-18")),
+         postgres=("numeric", "12345678901234567890.123456789012345678", "0"),
+         sqlite=("TEXT", "12345678901234567890.123456789012345678", "0"),
+         redis_text=(b"12345678901234567890.123456789012345678", b"0"),
+         redis_json=(Decimal("12345678901234567890.123456789012345678"), 0)),
+    Case("s", "STRING", ("h\u00e9llo \U0001f600", ""),
+         postgres=("text", "'h\u00e9llo \U0001f600'", "''"),
+         sqlite=("TEXT", "h\u00e9llo \U0001f600", ""),
+         redis_text=("h\u00e9llo \U0001f600".encode(), b""),
+         redis_json=("h\u00e9llo \U0001f600", "")),
+    Case("js", "STRING", ('{"a": 1, "bb": [true, null]}', "[]"),
+         postgres=("jsonb", """'{"bb": [true, null], "a": 1}'""", "'[]'"),
+         sqlite=("JSON", '{"a": 1, "bb": [true, null]}', "[]"),
+         redis_text=(b'{"a": 1, "bb": [true, null]}', b"[]"),
+         redis_json=({"a": 1, "bb": [True, None]}, [])),
+    Case("u", "STRING", ("0f9d1c8e-6a4b-4e52-9a8d-2c3b4a5d6e7f",
+                         "00000000-0000-0000-0000-000000000000"),
+         postgres=("uuid", "'0F9D1C8E-6A4B-4E52-9A8D-2C3B4A5D6E7F'",
+                   "'00000000-0000-0000-0000-000000000000'"),
+         sqlite=("UUID", "0f9d1c8e-6a4b-4e52-9a8d-2c3b4a5d6e7f",
+                 "00000000-0000-0000-0000-000000000000"),
+         redis_text=(b"0f9d1c8e-6a4b-4e52-9a8d-2c3b4a5d6e7f",
+                     b"00000000-0000-0000-0000-000000000000"),
+         redis_json=("0f9d1c8e-6a4b-4e52-9a8d-2c3b4a5d6e7f",
+                     "00000000-0000-0000-0000-000000000000")),
+    Case("bin", "BINARY", (b"\x00\xff\x10", b""),
+         postgres=("bytea", "'\\x00ff10'", "''"),
+         sqlite=("BLOB", b"\x00\xff\x10", b""),
+         redis_text=(b"\x00\xff\x10", b""),
+         redis_json=(base64.b64encode(b"\x00\xff\x10").decode(), "")),
+    Case("d", "DATE", (dt.date(2024, 2, 29), dt.date(1970, 1, 1)),
+         postgres=("date", "'2024-02-29'", "'1970-01-01'"),
+         sqlite=("DATE", "2024-02-29", "1970-01-01"),
+         redis_text=(b"2024-02-29", b"1970-01-01"),
+         redis_json=("2024-02-29", "1970-01-01")),
+    Case("ts", "TIMESTAMP",
+         (_ts(2024, 2, 29, 12, 0, 0, 123456, offset=2), _ts(1969, 12, 31, 23, 59, 59)),
+         postgres=("timestamptz", "'2024-02-29 12:00:00.123456+02'",
+                   "'1969-12-31 23:59:59+00'"),
+         sqlite=("TIMESTAMP WITH TIME ZONE", "2024-02-29 12:00:00.123456+02:00",
+                 "1969-12-31T23:59:59Z"),
+         redis_text=(b"2024-02-29T12:00:00.123456+02:00", b"1969-12-31 23:59:59"),
+         redis_json=("2024-02-29T12:00:00.123456+02:00", "1969-12-31T23:59:59Z")),
+    Case("ntz", "TIMESTAMP_NTZ",
+         (dt.datetime(2024, 2, 29, 12, 0, 0, 123456), dt.datetime(2000, 1, 1)),
+         postgres=("timestamp", "'2024-02-29 12:00:00.123456'", "'2000-01-01 00:00:00'"),
+         sqlite=("TIMESTAMP", "2024-02-29 12:00:00.123456", "2000-01-01 00:00:00"),
+         redis_text=(b"2024-02-29T12:00:00.123456", b"2000-01-01 00:00:00"),
+         redis_json=("2024-02-29T12:00:00.123456", "2000-01-01 00:00:00")),
+    Case("arr", "ARRAY<STRING>", (["a", "b c", None], []),
+         postgres=("text[]", "ARRAY['a', 'b c', NULL]", "'{}'"),
+         redis_json=(["a", "b c", None], [])),
+    Case("arr_i", "ARRAY<BIGINT>", ([1, -(2**63)], []),
+         postgres=("bigint[]", "ARRAY[1, -9223372036854775808]", "'{}'"),
+         redis_json=([1, -(2**63)], [])),
+    Case("m", "MAP<STRING, BIGINT>", ({"x": 1, "y": None}, {}),
+         redis_json=({"x": 1, "y": None}, {})),
+    Case("st", "STRUCT<w: INT, h: DECIMAL(5,1)>",
+         ({"w": 2, "h": Decimal("3.5")}, {"w": None, "h": None}),
+         redis_json=({"w": 2, "h": Decimal("3.5")}, {})),
+)
+
+BACKEND_FIELDS = {
+    "sqlite": "sqlite",
+    "postgres": "postgres",
+    "redis-hash": "redis_text",
+    "redis-json": "redis_json",
+}
+
+
+def cases_for(backend: str) -> list[Case]:
+    """The cases a backend stores (each backend's own types)."""
+    attribute = BACKEND_FIELDS[backend]
+    return [case for case in CASES if getattr(case, attribute) is not None]
+
+
+def schema_of(cases: list[Case]) -> str:
+    """The dimension schema: ``id BIGINT`` and one column per case."""
+    return ", ".join(["id BIGINT", *(f"`{c.name}` {c.spark}" for c in cases)])
+
+
+def expected_rows(cases: list[Case]) -> dict[int, list[tuple[Any, ...]]]:
+    """The rows of keys 1..4 in every mode."""
+    return {
+        1: [(1, *(c.values[0] for c in cases))],
+        2: [(2, *(c.values[1] for c in cases))],
+        3: [(3, *(None for _ in cases))],
+        4: [],
+    }
+
+
+def json_dumps(value: Any) -> str:
+    """JSON with exact decimals (as written) for the Redis JSON backend."""
+
+    class _Exact(json.JSONEncoder):
+        def default(self, o: Any) -> Any:  # pragma: no cover - replaced below
+            return super().default(o)
+
+    def encode(v: Any) -> str:
+        if isinstance(v, Decimal):
+            return str(v)
+        if isinstance(v, dict):
+            return "{" + ", ".join(f"{json.dumps(k)}: {encode(x)}" for k, x in v.items()) + "}"
+        if isinstance(v, list):
+            return "[" + ", ".join(encode(x) for x in v) + "]"
+        return json.dumps(v, ensure_ascii=False)
+
+    return encode(value)
+
+
+def same(a: Any, b: Any) -> bool:
+    """Values equal as Spark values: same Python type family, NaN equal to NaN, -0.0
+    distinct from 0.0, datetimes equal as instants (aware) or wall clocks (naive)."""
+    if isinstance(a, float) and isinstance(b, float):
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        return a == b and math.copysign(1, a) == math.copysign(1, b)
+    if isinstance(a, dt.datetime) and isinstance(b, dt.datetime):
+        return (a.tzinfo is None) == (b.tzinfo is None) and a == b
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, Decimal) or isinstance(b, Decimal):
+        return isinstance(a, Decimal) and isinstance(b, Decimal) and a == b and (
+            a.as_tuple().exponent == b.as_tuple().exponent
+        )
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    return type(a) is type(b) and a == b

@@ -1,0 +1,208 @@
+"""The connector contract: every backend gives the same values and Spark types in every
+mode (no cache, partial cache, full cache, refreshed view), and behaves the same under
+each bad-value policy. One mixin (as cachetools' ``CacheTestMixin``), one class per
+backend and driver, against the real SQLite, PostgreSQL and Redis."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from cache import DefaultLookupCache
+from connectors.rows import python_rows
+from lookup import (
+    FullCachingLookupProvider,
+    LookupFunctionProvider,
+    PartialCachingLookupProvider,
+    ScheduledTableRefresh,
+    open_lookup,
+)
+from spark_lookup.errors import BadValueError, LookupLoadError, SnapshotUnavailableError
+from spark_lookup.schema import parse_schema, to_arrow_schema
+from tests.contract.backends import (
+    BAD_SCHEMA,
+    Backend,
+    postgres_backend,
+    redis_backend,
+    sqlite_backend,
+)
+from tests.contract.cases import CASES, expected_rows, same
+from triggers import PeriodicCacheReloadTrigger
+
+KEYS = [(1,), (2,), (3,), (4,)]
+LOOKUP_MODES = ["none", "partial", "full"]
+POLICIES = ["PERMISSIVE", "DROPMALFORMED", "FAILFAST"]
+HOUR = PeriodicCacheReloadTrigger(timedelta(hours=1))
+
+
+def provider_of(backend: Backend, mode: str, policy: str = "PERMISSIVE", bad: bool = False
+                ) -> Any:
+    if mode == "full":
+        source = backend.bad_source(policy) if bad else backend.source(policy)
+        return FullCachingLookupProvider.of(
+            source, HOUR, ["id"], share_across_workers=False, parallelism=2,
+            initial_load_timeout=timedelta(seconds=30), max_retries=0,
+        )
+    function = backend.bad_function(policy) if bad else backend.function(policy)
+    if mode == "partial":
+        cache = DefaultLookupCache.new_builder().maximum_size(100).build()
+        return PartialCachingLookupProvider.of(function, cache, max_retries=0)
+    return LookupFunctionProvider.of(function, max_retries=0)
+
+
+def by_key(rows: list[tuple[Any, ...]]) -> dict[int, list[tuple[Any, ...]]]:
+    grouped: dict[int, list[tuple[Any, ...]]] = {key: [] for (key,) in KEYS}
+    for row in rows:
+        grouped[row[0]].append(row)
+    return grouped
+
+
+def assert_same_rows(got: dict[int, list[tuple[Any, ...]]], expected: dict[int, Any],
+                     names: list[str], where: str) -> None:
+    for key, rows in expected.items():
+        assert len(got[key]) == len(rows), f"{where}: key {key}: {got[key]!r}"
+        for row, want in zip(got[key], rows, strict=True):
+            for name, value, expected_value in zip(names, row, want, strict=True):
+                assert same(value, expected_value), (
+                    f"{where}: key {key}, column {name!r}: {value!r} != {expected_value!r}"
+                )
+
+
+def view_rows(spark: Any, source: Any, schema: str) -> list[tuple[Any, ...]]:
+    name = f"contract_{uuid.uuid4().hex[:8]}"
+    with ScheduledTableRefresh(spark, source, HOUR, name, materialization="LOCAL",
+                               initial_load_timeout=60) as refresh:
+        frame = refresh.table()
+        assert frame.schema.simpleString() == parse_schema(schema).simpleString()
+        table = frame.toArrow()
+    # Spark hands TIMESTAMP over in its session zone: the same instants, labelled UTC.
+    return python_rows(table.cast(to_arrow_schema(schema)))
+
+
+class ContractMixin:
+    """The contract, run by each backend's class (which provides ``backend``)."""
+
+    @pytest.mark.parametrize("mode", LOOKUP_MODES)
+    def test_values_and_types(self, backend: Backend, mode: str) -> None:
+        names = ["id", *(c.name for c in backend.cases)]
+        provider = provider_of(backend, mode)
+        assert provider.schema.simpleString() == parse_schema(backend.schema).simpleString()
+        with open_lookup(provider) as handle:
+            for attempt in ("first", "again"):  # a partial cache: loaded, then cached
+                found = handle.lookup_batch(KEYS)
+                got = {key: list(found[(key,)]) for (key,) in KEYS}
+                assert_same_rows(got, expected_rows(backend.cases), names,
+                                 f"{backend.name}, {mode} ({attempt})")
+            assert handle.metrics.num_bad_values == 0
+
+    @pytest.mark.spark
+    def test_values_and_types_of_a_refreshed_view(self, backend: Backend, spark: Any) -> None:
+        names = ["id", *(c.name for c in backend.cases)]
+        rows = view_rows(spark, backend.source(), backend.schema)
+        assert_same_rows(by_key(rows), expected_rows(backend.cases), names,
+                         f"{backend.name}, refreshed view")
+
+    @pytest.mark.parametrize("policy", POLICIES)
+    @pytest.mark.parametrize("mode", LOOKUP_MODES)
+    def test_bad_values_follow_the_policy(self, backend: Backend, mode: str, policy: str
+                                          ) -> None:
+        provider = provider_of(backend, mode, policy, bad=True)
+        with open_lookup(provider) as handle:
+            if policy == "FAILFAST":
+                expected_error = SnapshotUnavailableError if mode == "full" else LookupLoadError
+                with pytest.raises(expected_error) as raised:
+                    handle.lookup_batch([(1,), (2,)])
+                error = raised.value
+                while not isinstance(error, BadValueError) and error.__cause__ is not None:
+                    error = error.__cause__  # type: ignore[assignment]
+                assert isinstance(error, BadValueError), raised.value
+                message = str(error)
+                assert re.search(r"key .*2.*column 'n'.*'?abc'?.* as bigint", message), message
+                return
+            found = handle.lookup_batch([(1,), (2,)])
+            assert found[(1,)] == ((1, 5, "x1"),)
+            if policy == "PERMISSIVE":
+                assert found[(2,)] == ((2, None, "x2"),)
+            else:
+                assert found[(2,)] == ()
+            assert handle.metrics.num_bad_values == 1
+
+    @pytest.mark.spark
+    @pytest.mark.parametrize("policy", POLICIES)
+    def test_bad_values_in_a_refreshed_view(self, backend: Backend, spark: Any, policy: str
+                                            ) -> None:
+        source = backend.bad_source(policy)
+        if policy == "FAILFAST":
+            with pytest.raises(Exception, match=r"column 'n'.*as bigint"):
+                view_rows(spark, source, BAD_SCHEMA)
+            return
+        rows = sorted(view_rows(spark, source, BAD_SCHEMA))
+        if policy == "PERMISSIVE":
+            assert rows == [(1, 5, "x1"), (2, None, "x2")]
+        else:
+            assert rows == [(1, 5, "x1")]
+
+
+class TestSqlite3(ContractMixin):
+    @pytest.fixture
+    def backend(self, tmp_path: Path) -> Backend:
+        return sqlite_backend(tmp_path / "contract.db", "sqlite3")
+
+
+class TestSqliteAdbc(ContractMixin):
+    @pytest.fixture
+    def backend(self, tmp_path: Path) -> Backend:
+        return sqlite_backend(tmp_path / "contract.db", "adbc")
+
+
+@pytest.mark.postgres
+class TestPostgresPsycopg(ContractMixin):
+    @pytest.fixture
+    def backend(self, postgres_dsn: str, pg_schema: str) -> Backend:
+        return postgres_backend(postgres_dsn, pg_schema, "psycopg")
+
+
+@pytest.mark.postgres
+class TestPostgresAdbc(ContractMixin):
+    @pytest.fixture
+    def backend(self, postgres_dsn: str, pg_schema: str) -> Backend:
+        return postgres_backend(postgres_dsn, pg_schema, "adbc")
+
+
+@pytest.mark.redis
+class TestRedisHash(ContractMixin):
+    @pytest.fixture
+    def backend(self, redis_url: str, redis_prefix: str, redis_client: Any) -> Backend:
+        return redis_backend(redis_url, redis_prefix, redis_client, "hash")
+
+
+@pytest.mark.redis
+class TestRedisJson(ContractMixin):
+    @pytest.fixture
+    def backend(self, redis_url: str, redis_prefix: str, redis_client: Any) -> Backend:
+        return redis_backend(redis_url, redis_prefix, redis_client, "json")
+
+
+def test_every_case_is_a_row_of_the_readme_type_table() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = readme.split("## Types", 1)[1].split("\n## ", 1)[0]
+    for case in CASES:
+        if case.postgres is not None:
+            assert f"`{case.postgres[0].split('(')[0].split('[')[0]}" in table, case.postgres
+        if case.sqlite is not None:
+            assert case.sqlite[0].split("(")[0].split(" ")[0] in table.upper(), case.sqlite
+        assert case.spark.split("(")[0].split("<")[0] in table, case.spark
+
+
+def test_the_same_table_is_the_same_in_every_backend() -> None:
+    """Every value a backend stores for a case reads as the one value of the case: the
+    expected rows above are shared, so backends agree wherever they hold a case."""
+    assert len({c.name for c in CASES}) == len(CASES)
+    assert all(len(c.values) == 2 for c in CASES)
+    assert pa.schema([]) is not None
