@@ -114,7 +114,7 @@ def postgres(rows: int, keys: int, repeats: int) -> dict[str, Any]:
             return run
 
         def arrow_path(ids: list[int]) -> int:
-            index, batch = table.lookup(session, codec.encode([(i,) for i in ids]))
+            _index, batch = table.lookup(session, codec.encode([(i,) for i in ids]))
             return int(batch.num_rows)
 
         cases = {

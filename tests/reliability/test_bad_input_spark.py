@@ -174,13 +174,19 @@ def test_a_tampered_redis_source_fails_the_job_with_our_error(
     redis_client.set(f"{redis_prefix}u:1", b'{"name": "Ada"}')
     redis_client.set(f"{redis_prefix}u:2", json_bomb(200_000))
     fn = RedisLookupFunction(redis_url, redis_prefix + "u:{id}", "id BIGINT, name STRING",
-                             ["id"], value_type="json")
+                             ["id"], value_type="json", mode="FAILFAST")
     provider = PartialCachingLookupProvider.of(fn, small_cache(), max_retries=1,
                                                batch_size=1)
     df = spark.createDataFrame([(1,), (2,)], "id BIGINT").coalesce(1)
-    with pytest.raises(Exception, match=(  # Spark wraps the worker's error
+    with pytest.raises(Exception, match=(  # Spark wraps the worker's error; not retried
         rf"spark_lookup.errors.LookupLoadError: PartialCachingLookupProvider\(key_columns="
-        rf"\['id'\]\): lookup of 1 key\(s\) \[\(2,\)\] failed after 2 attempt\(s\): "
-        rf"ConnectorError\(\"Redis key '{redis_prefix}u:2' does not hold JSON: maximum "
-        rf"recursion depth exceeded")):
+        rf"\['id'\]\): lookup of 1 key\(s\) \[\(2,\)\] failed after 1 attempt\(s\): "
+        rf"BadValueError: table '{redis_prefix}u:{{id}}', key '{redis_prefix}u:2', column "
+        rf"'\(document\)': cannot read .* not JSON \(JSON nested too deep\)")):
         lookup_join(df, provider, on="id").collect()
+    # PERMISSIVE (the default): the document reads as nulls, and the job goes on.
+    lenient = RedisLookupFunction(redis_url, redis_prefix + "u:{id}", "id BIGINT, name STRING",
+                                  ["id"], value_type="json")
+    rows = lookup_join(df, PartialCachingLookupProvider.of(lenient, small_cache()), on="id",
+                       prefix="d_").orderBy("id").collect()
+    assert [tuple(r) for r in rows] == [(1, "Ada"), (2, None)]
