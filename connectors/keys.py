@@ -102,8 +102,10 @@ class _Coercer:
         self.arrow = to_arrow_type(data_type)
 
     def _wrong_kind(self, value: Any) -> _Refused:
+        kind = type(value).__name__
+        article = "an" if kind[:1] in "aeiou" else "a"
         return _Refused(
-            f"a {type(value).__name__} value ({value!r:.60}) can never equal a value of a "
+            f"{article} {kind} value ({_short_repr(value)}) can never equal a value of a "
             f"{_type_name(self.data_type)} column"
         )
 
