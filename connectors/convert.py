@@ -75,9 +75,56 @@ def _cast(array: pa.Array, target: pa.DataType) -> pa.Array:
     return pc.cast(array, target, safe=True)
 
 
+def _kind(data_type: pa.DataType) -> str:
+    types = pa.types
+    if _is_text(data_type):
+        return "text"
+    if types.is_binary(data_type) or types.is_large_binary(data_type):
+        return "binary"
+    if types.is_boolean(data_type):
+        return "boolean"
+    if types.is_integer(data_type):
+        return "integer"
+    if types.is_floating(data_type) or types.is_decimal(data_type):
+        return "number"
+    if types.is_date(data_type) or types.is_timestamp(data_type):
+        return "time"
+    if types.is_list(data_type) or types.is_large_list(data_type):
+        return "list"
+    if types.is_map(data_type):
+        return "map"
+    if types.is_struct(data_type):
+        return "struct"
+    return "other"
+
+
+# Which stored kinds read as which Spark kinds. Text reads as anything (it is parsed);
+# other kinds only as their own family, as Spark casts them: numbers among numbers,
+# integers also as booleans, dates and timestamps among themselves. Arrow casts more
+# (a date as an integer, bytes as a number); those are refused, not guessed.
+_READS_AS = {
+    "text": {"text", "binary", "boolean", "integer", "number", "time", "list", "map", "struct"},
+    "binary": {"binary", "text"},
+    "boolean": {"boolean"},
+    "integer": {"integer", "number", "boolean"},
+    "number": {"integer", "number"},
+    "time": {"time"},
+    "list": {"list"},
+    "map": {"map"},
+    "struct": {"struct"},
+}
+
+
 def castable(wire: pa.DataType, target: pa.DataType) -> bool:
     """Whether values of ``wire`` can be read as ``target`` at all (some values may
     still be bad); checked when a connector plans its reads."""
+    if wire == target:
+        return True
+    wire_kind, target_kind = _kind(wire), _kind(target)
+    if target_kind not in _READS_AS.get(wire_kind, set()):
+        return False
+    if wire_kind == "list" and not castable(wire.value_type, target.value_type):
+        return False
     try:
         _cast(pa.nulls(1, wire), target)
     except pa.ArrowNotImplementedError:
