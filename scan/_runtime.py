@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from scan.enumerator import ReaderInfo, SplitEnumeratorContext
 from scan.reader import ReaderOptions, SourceReader, SourceReaderContext
 from scan.source import SplitT
-from spark_lookup.errors import SourceError
+from spark_lookup.errors import ConfigError, SourceError
 
 R = TypeVar("R")
 
@@ -174,3 +174,26 @@ class ReaderContext(SourceReaderContext):
 
     def send_source_event_to_coordinator(self, event: Any) -> None:
         self._post(("event", self._index, event))
+
+
+def check_max_batch_rows(max_batch_rows: Any) -> int:
+    """``max_batch_rows`` if it is a positive int.
+
+    Raises
+    ------
+    ConfigError
+        Otherwise, naming the argument.
+    """
+    if isinstance(max_batch_rows, bool) or not isinstance(max_batch_rows, int) or (
+        max_batch_rows < 1
+    ):
+        raise ConfigError(f"max_batch_rows must be a positive int, got {max_batch_rows!r}")
+    return max_batch_rows
+
+
+def bulk_options(options: ReaderOptions | None, max_batch_rows: int) -> ReaderOptions:
+    """The reader options of a bulk read: ``options`` if given, else polls of a whole
+    batch (a bulk read takes no checkpoint, so nothing needs smaller polls)."""
+    if options is not None:
+        return options
+    return ReaderOptions(records_per_poll=check_max_batch_rows(max_batch_rows))

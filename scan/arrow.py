@@ -1,4 +1,8 @@
-"""Rows to Arrow record batches, with the source's declared schema."""
+"""Conversions between rows and Arrow record batches, and the checks at their borders.
+
+Pure functions with no state; they run wherever they are called (a reader's thread, a
+fetcher thread, the driver). pyarrow is imported when first needed.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +10,18 @@ from collections.abc import Sequence
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from scan.reader import ReaderOutput
 from spark_lookup.errors import SourceError
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["ArrowBatchOutput", "RowListOutput", "rows_to_record_batch"]
+__all__ = [
+    "check_batch_schema",
+    "check_row_widths",
+    "describe_schema",
+    "record_batch_to_rows",
+    "rows_to_record_batch",
+]
 
 Row = tuple[Any, ...]
 
@@ -52,6 +61,18 @@ def rows_to_record_batch(rows: Sequence[Row], schema: pa.Schema, what: str) -> p
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
+def record_batch_to_rows(batch: pa.RecordBatch) -> list[Row]:
+    """The rows of ``batch`` as tuples in column order (one Python object per value).
+
+    What an output that collects rows does with a batch; the Arrow paths never call it.
+    Values are those of ``pyarrow``'s ``to_pylist`` (a timestamp with a time zone
+    becomes an aware ``datetime``).
+    """
+    if batch.num_columns == 0:
+        return [()] * batch.num_rows
+    return list(zip(*(column.to_pylist() for column in batch.columns), strict=True))
+
+
 def check_row_widths(rows: Sequence[Row], width: int, what: str) -> None:
     """Check every row is a tuple of ``width`` fields.
 
@@ -71,52 +92,38 @@ def check_row_widths(rows: Sequence[Row], width: int, what: str) -> None:
         )
 
 
-class RowListOutput(ReaderOutput):
-    """Collects rows into a list, checking their width per batch."""
-
-    def __init__(self, rows: list[Row], width: int, what: str) -> None:
-        self.rows = rows
-        self._width = width
-        self._what = what
-
-    def collect(self, record: Row) -> None:
-        self.collect_batch((record,))
-
-    def collect_batch(self, records: Sequence[Row]) -> None:
-        if records:
-            check_row_widths(records, self._width, self._what)
-            self.rows.extend(records)
+def describe_schema(schema: pa.Schema) -> str:
+    """``schema`` on one line: ``name: type [not null], ...`` (for error messages)."""
+    return ", ".join(
+        f"{field.name}: {field.type}{'' if field.nullable else ' not null'}" for field in schema
+    )
 
 
-class ArrowBatchOutput(ReaderOutput):
-    """Buffers rows and cuts them into record batches of at most ``max_rows`` rows."""
+def check_batch_schema(batch: Any, schema: pa.Schema, what: str) -> None:
+    """Check that ``batch`` is a ``pyarrow.RecordBatch`` of exactly ``schema`` (names,
+    order, types and nullability; metadata aside) and that its NOT NULL columns hold no
+    nulls.
 
-    def __init__(self, schema: pa.Schema, max_rows: int, what: str) -> None:
-        self._schema = schema
-        self._max_rows = max_rows
-        self._what = what
-        self._rows: list[Row] = []
+    Called where batches of a source enter the runner's outputs, so a source that emits
+    the wrong columns fails there, naming itself, not later in a cache or in Spark.
 
-    def collect(self, record: Row) -> None:
-        self._rows.append(record)
+    Raises
+    ------
+    SourceError
+        Naming ``what``, the expected schema and the actual one (or the column).
+    """
+    import pyarrow as pa
 
-    def collect_batch(self, records: Sequence[Row]) -> None:
-        self._rows.extend(records)
-
-    def __len__(self) -> int:
-        return len(self._rows)
-
-    def full_batches(self) -> list[pa.RecordBatch]:
-        """Convert and drop the buffered rows in whole batches of ``max_rows``."""
-        batches = []
-        while len(self._rows) >= self._max_rows:
-            chunk, self._rows = self._rows[: self._max_rows], self._rows[self._max_rows :]
-            batches.append(rows_to_record_batch(chunk, self._schema, self._what))
-        return batches
-
-    def flush(self) -> pa.RecordBatch | None:
-        """Convert and drop whatever is buffered (None if nothing)."""
-        if not self._rows:
-            return None
-        rows, self._rows = self._rows, []
-        return rows_to_record_batch(rows, self._schema, self._what)
+    if not isinstance(batch, pa.RecordBatch):
+        raise SourceError(
+            f"{what} emitted a {type(batch).__name__} to collect_arrow, expected a "
+            "pyarrow.RecordBatch"
+        )
+    if not batch.schema.equals(schema):
+        raise SourceError(
+            f"{what} emitted a record batch of schema ({describe_schema(batch.schema)}), "
+            f"expected the declared schema ({describe_schema(schema)})"
+        )
+    for index, field in enumerate(schema):
+        if not field.nullable and batch.column(index).null_count:
+            raise SourceError(f"{what}: column {field.name!r} is NOT NULL but holds nulls")

@@ -7,10 +7,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Generic
+from typing import TYPE_CHECKING, Any, Generic
 
+from scan.arrow import record_batch_to_rows
 from scan.source import SplitT
 from spark_lookup.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["InputStatus", "ReaderOptions", "ReaderOutput", "SourceReader", "SourceReaderContext"]
 
@@ -38,8 +42,12 @@ class ReaderOptions:
         Batches a reader's fetchers may queue ahead of it; a fetcher with a full queue
         blocks (back-pressure). Flink's default is 2.
     records_per_poll
-        The most records one :meth:`SourceReader.poll_next` emits. Checkpoints fall
-        between polls, so this bounds how far past a requested record count a run goes.
+        The most records (rows, also when they travel as Arrow batches) one
+        :meth:`SourceReader.poll_next` emits. Checkpoints fall between polls, so this
+        bounds how far past a requested record count a run goes. The bulk paths
+        (:func:`~scan.read_arrow`, :func:`~scan.read_split_arrow`), which take no
+        checkpoints, default it to their ``max_batch_rows`` so that a poll hands over a
+        whole batch.
     """
 
     element_queue_capacity: int = 2
@@ -53,11 +61,14 @@ class ReaderOptions:
 
 
 class ReaderOutput(ABC):
-    """Where a reader emits rows; provided by whoever polls the reader.
+    """Where a reader emits records; provided by whoever polls the reader.
 
-    Called only from the reader's thread, inside :meth:`SourceReader.poll_next`; rows
-    are tuples in the order of the source's schema, and their width is checked where
-    they enter the runner.
+    Called only from the reader's thread, inside :meth:`SourceReader.poll_next`. A
+    reader emits rows (tuples in the order of the source's schema: :meth:`collect`,
+    :meth:`collect_batch`) or Arrow record batches of the source's declared schema
+    (:meth:`collect_arrow`); the runner's outputs check rows for their width and
+    batches for the schema where they enter. An output that only implements
+    :meth:`collect` receives batches as rows.
     """
 
     @abstractmethod
@@ -68,6 +79,15 @@ class ReaderOutput(ABC):
         """Emit rows in order; overridden where a bulk append is cheaper."""
         for record in records:
             self.collect(record)
+
+    def collect_arrow(self, batch: pa.RecordBatch) -> None:
+        """Emit the rows of a ``pyarrow.RecordBatch`` in order.
+
+        The default converts the batch to tuple rows and calls :meth:`collect_batch`;
+        outputs that keep Arrow (the bulk path's) override it and take the batch as it
+        is, with no Python object per row.
+        """
+        self.collect_batch(record_batch_to_rows(batch))
 
 
 class SourceReaderContext(ABC):

@@ -14,12 +14,14 @@ from scan._runtime import (
     Mailbox,
     Message,
     ReaderContext,
+    bulk_options,
+    check_max_batch_rows,
     deliver,
     run_async_handler,
 )
-from scan.arrow import ArrowBatchOutput, RowListOutput
 from scan.checkpoint import CheckpointData, decode_checkpoint, encode_checkpoint
 from scan.enumerator import SplitEnumerator
+from scan.outputs import ArrowBatchOutput, RowListOutput
 from scan.reader import InputStatus, ReaderOptions, SourceReader
 from scan.serializers import pack_versioned, unpack_versioned
 from scan.source import Boundedness, EnumStateT, Source, SplitT
@@ -186,7 +188,9 @@ class LocalSourceRunner(Generic[SplitT, EnumStateT]):
             return rows
         try:
             self._open()
-            output = RowListOutput(rows, self._width(), self._what)
+            output = RowListOutput(
+                rows, parse_schema(self._source.schema, f"{self._what}.schema"), self._what
+            )
             while not all(self._finished):
                 self._wakeup.clear()
                 self._handle_coordinator_messages()
@@ -261,10 +265,12 @@ class LocalSourceRunner(Generic[SplitT, EnumStateT]):
     def read_arrow_batches(self, max_batch_rows: int = 65_536) -> Iterator[pa.RecordBatch]:
         """Read to the end of input as Arrow record batches: the bulk-load path.
 
-        Each reader runs on a thread of its own and converts its rows column by column
-        into batches of the source's declared Arrow schema; this thread runs the
-        enumerator and yields batches as they come (batches of different readers
-        interleave; rows of one split stay in order). At most ``2 * parallelism``
+        Each reader runs on a thread of its own and hands over record batches of the
+        source's declared Arrow schema: batches a source emits (``collect_arrow``) are
+        checked against that schema and passed on, re-chunked by Arrow slicing and
+        concatenation only; rows a source emits are converted column by column. This
+        thread runs the enumerator and yields batches as they come (batches of different
+        readers interleave; rows of one split stay in order). At most ``2 * parallelism``
         batches wait for the consumer, so a slow consumer slows the readers down.
 
         Continues from wherever :meth:`run` stopped. Stopping the iteration early
@@ -274,22 +280,21 @@ class LocalSourceRunner(Generic[SplitT, EnumStateT]):
         Parameters
         ----------
         max_batch_rows
-            The most rows per batch (the last batch of each reader may be smaller).
+            The most rows per batch. Batches may be smaller (a source's batch is not
+            copied only to fill one), but small pieces are merged while they fit.
+            Pass ``options`` with ``records_per_poll=max_batch_rows`` to the runner for
+            polls that hand over whole batches (as :func:`read_arrow` does).
 
         Raises
         ------
         ConfigError
             For an unbounded source or an invalid ``max_batch_rows``.
         SparkLookupError
-            A reader's or the enumerator's error, or a value that does not convert to
-            its column's type (``SourceError`` naming the column).
+            A reader's or the enumerator's error, a value that does not convert to its
+            column's type, or a batch that is not of the declared schema
+            (``SourceError`` naming the column, or the expected and actual schemas).
         """
-        if (
-            isinstance(max_batch_rows, bool)
-            or not isinstance(max_batch_rows, int)
-            or (max_batch_rows < 1)
-        ):
-            raise ConfigError(f"max_batch_rows must be a positive int, got {max_batch_rows!r}")
+        check_max_batch_rows(max_batch_rows)
         if self._source.boundedness is not Boundedness.BOUNDED:
             raise ConfigError("read_arrow_batches() reads to the end: the source must be bounded")
         self._check_usable()
@@ -351,9 +356,6 @@ class LocalSourceRunner(Generic[SplitT, EnumStateT]):
         if self._executor is None:
             self._executor = ThreadPoolExecutor(2, thread_name_prefix="scan-enumerator-async")
         return self._executor
-
-    def _width(self) -> int:
-        return len(parse_schema(self._source.schema, f"{self._what}.schema").fields)
 
     def _open(self) -> None:
         if self._opened:
@@ -523,9 +525,9 @@ class LocalSourceRunner(Generic[SplitT, EnumStateT]):
                     if not offer(batch):
                         return
                 if status is InputStatus.END_OF_INPUT:
-                    last = output.flush()
-                    if last is not None and not offer(last):
-                        return
+                    for batch in output.flush():
+                        if not offer(batch):
+                            return
                     self._post(("done", index))
                     return
                 if status is InputStatus.NOTHING_AVAILABLE:
@@ -545,7 +547,21 @@ def read_arrow(
     """Read a bounded source whole into an Arrow table (what a full cache loads).
 
     Runs a :class:`LocalSourceRunner` with ``parallelism`` reader threads through
-    :meth:`LocalSourceRunner.read_arrow_batches` and closes it.
+    :meth:`LocalSourceRunner.read_arrow_batches` and closes it, on the calling thread
+    (readers and fetchers on threads of their own). Sources that fetch Arrow batches
+    (files, collections) reach the table with no Python object per row.
+
+    Parameters
+    ----------
+    source
+        A bounded source.
+    parallelism
+        The number of readers.
+    max_batch_rows
+        The most rows per record batch (chunk) of the table.
+    options
+        Reader tuning; by default ``ReaderOptions(records_per_poll=max_batch_rows)``
+        (no checkpoint is taken, so a poll may hand over a whole batch).
 
     Returns
     -------
@@ -567,6 +583,8 @@ def read_arrow(
     """
     import pyarrow as pa
 
-    with LocalSourceRunner(source, parallelism, options=options) as runner:
+    with LocalSourceRunner(
+        source, parallelism, options=bulk_options(options, max_batch_rows)
+    ) as runner:
         batches = list(runner.read_arrow_batches(max_batch_rows))
     return pa.Table.from_batches(batches, schema=to_arrow_schema(source.schema))

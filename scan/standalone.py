@@ -13,8 +13,15 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, wait
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from scan._runtime import EnumeratorContext, Mailbox, Message, run_async_handler
-from scan.arrow import ArrowBatchOutput, RowListOutput
+from scan._runtime import (
+    EnumeratorContext,
+    Mailbox,
+    Message,
+    bulk_options,
+    check_max_batch_rows,
+    run_async_handler,
+)
+from scan.outputs import ArrowBatchOutput, RowListOutput
 from scan.reader import InputStatus, ReaderOptions, SourceReaderContext
 from scan.source import Boundedness, Source, SplitT
 from spark_lookup.errors import ConfigError, SourceError
@@ -171,7 +178,7 @@ def read_split(
         The reader's error (a ``ConnectorError`` names the table, file or URL).
     """
     rows: list[Row] = []
-    output = RowListOutput(rows, len(parse_schema(source.schema).fields), type(source).__name__)
+    output = RowListOutput(rows, parse_schema(source.schema), type(source).__name__)
     for _ in _drive(source, [split], output, options):
         if rows:
             yield from rows
@@ -189,25 +196,33 @@ def read_split_arrow(
     """The rows of one split as Arrow record batches of the source's schema (what a
     Spark Python data source's ``read`` may yield).
 
-    Runs wherever it is called, like :func:`read_split`.
+    Runs wherever it is called, like :func:`read_split`. Batches a source fetches as
+    Arrow are checked against the declared schema and passed on (re-chunked by Arrow
+    slicing and concatenation, no Python object per row); rows are converted column by
+    column.
 
     Parameters
     ----------
     source, split
         The (unpickled) source and one of its planned splits.
     max_batch_rows
-        The most rows per batch.
+        The most rows per batch (batches may be smaller: a fetched batch is not copied
+        only to fill one).
     options
-        Reader tuning.
+        Reader tuning; by default polls of ``max_batch_rows`` records (no checkpoint is
+        taken here).
 
     Raises
     ------
     SparkLookupError
-        The reader's error, or a value that does not convert to its column's type.
+        The reader's error, a value that does not convert to its column's type, or a
+        batch not of the declared schema.
+    ConfigError
+        For an invalid ``max_batch_rows``.
     """
+    check_max_batch_rows(max_batch_rows)
+    options = bulk_options(options, max_batch_rows)
     output = ArrowBatchOutput(to_arrow_schema(source.schema), max_batch_rows, type(source).__name__)
     for _ in _drive(source, [split], output, options):
         yield from output.full_batches()
-    last = output.flush()
-    if last is not None:
-        yield last
+    yield from output.flush()

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 from scan.connector.queue import ElementQueue
-from scan.connector.records import RecordsBySplits, RecordsWithSplitIds
+from scan.connector.records import RecordsWithSplitIds
 from scan.connector.split_reader import SplitReader, SplitsAddition
 from scan.split import SourceSplit
 from spark_lookup.errors import ConfigError, SourceError, SparkLookupError
@@ -148,7 +148,7 @@ class SplitFetcher(Generic[E, SplitT]):
             finally:
                 with self._cond:
                     self._fetching = False
-            if isinstance(records, RecordsBySplits) and records.is_empty():
+            if records.is_empty():
                 return True  # woken up, or nothing yet: look at tasks, then fetch again
             self._pending = records
         pending = self._pending
@@ -173,7 +173,8 @@ class SplitFetcherManager(ABC, Generic[E, SplitT]):
     split_reader_factory
         Makes a new :class:`SplitReader`, one per fetcher; called where the reader runs.
     element_queue_capacity
-        Batches the queue holds before fetchers block.
+        Fetches (``RecordsWithSplitIds``, of rows or of Arrow batches) the queue holds
+        before fetchers block.
     """
 
     def __init__(

@@ -32,9 +32,11 @@ class SourceReaderBase(SourceReader[SplitT], Generic[E, SplitT, StateT]):
 
     Runs where its subtask runs; all methods are called from one thread. Fetchers (see
     :class:`~scan.SingleThreadFetcherManager`) do the blocking reads and fill a bounded
-    queue; :meth:`poll_next` takes batches from it without blocking and emits at most
-    ``context.options.records_per_poll`` records per call through the
-    :class:`~scan.RecordEmitter`, which advances the per-split state.
+    queue; :meth:`poll_next` takes fetches from it without blocking and emits at most
+    ``context.options.records_per_poll`` records (rows) per call through the
+    :class:`~scan.RecordEmitter`, which advances the per-split state. Fetches of Arrow
+    batches (:class:`~scan.ArrowRecordsBySplits`) are emitted as zero-copy slices of
+    that many rows, so a poll (and a checkpoint after it) may end inside a batch.
 
     End of input is reported only when no more splits will come
     (:meth:`notify_no_more_splits`), every owned split has finished, and the queue is
@@ -50,7 +52,7 @@ class SourceReaderBase(SourceReader[SplitT], Generic[E, SplitT, StateT]):
     fetcher_manager
         Owns the fetcher threads and the queue they fill.
     record_emitter
-        Emits fetched elements as rows and advances the split state.
+        Emits fetched elements (rows or Arrow batches) and advances the split state.
     context
         The reader's context (split requests, options).
     """

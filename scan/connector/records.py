@@ -34,6 +34,11 @@ class RecordsWithSplitIds(ABC, Generic[E]):
         """Ids of splits this batch completes: every record of them is in this or an
         earlier batch."""
 
+    def is_empty(self) -> bool:  # optional hook
+        """True if the batch is known to carry neither records nor finished splits (a
+        fetcher drops it instead of queueing it); the default does not know: False."""
+        return False
+
     def recycle(self) -> None:  # optional hook
         """The reader is done with this batch (a hook for pooled buffers)."""
 
