@@ -3,21 +3,25 @@
 A :class:`Source` is configuration that creates one :class:`SplitEnumerator` (which
 discovers :class:`SourceSplit` s and hands them out on request) and a
 :class:`SourceReader` per parallel subtask (which reads the splits it is given and
-emits rows). :class:`LocalSourceRunner` runs both in process, with checkpoints that
-restore exactly-once at any parallelism; :func:`read_arrow` is the bulk path a full
-cache loads through; :func:`plan_splits` and :func:`read_split` split the work the way
+emits rows, or Arrow record batches with no Python object per row).
+:class:`LocalSourceRunner` runs both in process, with checkpoints that restore
+exactly-once at any parallelism (a split's position is a row offset, also inside a
+fetched batch); :func:`read_arrow` is the bulk path a full cache loads through; :func:`plan_splits` and :func:`read_split` split the work the way
 a Spark data source does (plan on the driver, read on executors).
 
 Depends on nothing of ours but the shared base ``spark_lookup``; no JVM is needed.
 """
 
 from scan.connector import (
+    ArrowRecordEmitter,
+    ArrowRecordsBySplits,
     ElementQueue,
     MultiThreadFetcherManager,
     PullingSourceReader,
     RecordEmitter,
     RecordsBySplits,
     RecordsWithSplitIds,
+    RowOffsetState,
     SingleThreadFetcherManager,
     SourceReaderBase,
     SplitFetcherManager,
@@ -45,6 +49,8 @@ from scan.split import SourceSplit
 from scan.standalone import plan_splits, read_split, read_split_arrow
 
 __all__ = [
+    "ArrowRecordEmitter",
+    "ArrowRecordsBySplits",
     "Boundedness",
     "CollectionSource",
     "CollectionSplit",
@@ -64,6 +70,7 @@ __all__ = [
     "RecordsWithSplitIds",
     "RedisKeysSplit",
     "RedisScanSource",
+    "RowOffsetState",
     "SimpleVersionedSerializer",
     "SingleThreadFetcherManager",
     "Source",

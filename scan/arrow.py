@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 __all__ = [
     "check_batch_schema",
     "check_row_widths",
+    "conform_to_schema",
     "describe_schema",
     "record_batch_to_rows",
     "rows_to_record_batch",
@@ -127,3 +128,44 @@ def check_batch_schema(batch: Any, schema: pa.Schema, what: str) -> None:
     for index, field in enumerate(schema):
         if not field.nullable and batch.column(index).null_count:
             raise SourceError(f"{what}: column {field.name!r} is NOT NULL but holds nulls")
+
+
+def conform_to_schema(
+    data: Any, schema: pa.Schema, what: str, error: type[Exception] = SourceError
+) -> Any:
+    """``data`` (a ``RecordBatch`` or ``Table``) as exactly ``schema``: its columns
+    picked by name in schema order (others are dropped), each cast to its declared type
+    by Arrow (vectorized; a safe cast, so no silent truncation or overflow), NOT NULL
+    columns checked for nulls.
+
+    A column already of its declared type is passed through uncopied.
+
+    Raises
+    ------
+    error
+        (``SourceError`` unless given) naming ``what``, the column, its type and the
+        declared type; or the missing columns and those ``data`` has.
+    """
+    import pyarrow as pa
+
+    names = data.schema.names
+    missing = [field.name for field in schema if field.name not in names]
+    if missing:
+        raise error(f"{what} has no column(s) {missing}; it has {names}")
+    columns = []
+    for field in schema:
+        column = data.column(field.name)
+        if not column.type.equals(field.type):
+            try:
+                column = column.cast(field.type)
+            except (pa.ArrowException, ValueError, TypeError, NotImplementedError) as exc:
+                raise error(
+                    f"{what}: column {field.name!r} of type {data.schema.field(field.name).type}"
+                    f" does not convert to {field.type}: {exc}"
+                ) from exc
+        if not field.nullable and column.null_count:
+            raise error(f"{what}: column {field.name!r} is NOT NULL but holds nulls")
+        columns.append(column)
+    if isinstance(data, pa.RecordBatch):
+        return pa.RecordBatch.from_arrays(columns, schema=schema)
+    return pa.Table.from_arrays(columns, schema=schema)

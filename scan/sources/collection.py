@@ -1,21 +1,23 @@
-"""An in-memory collection of rows, in contiguous splits."""
+"""An in-memory collection of rows or an Arrow table, in contiguous splits, read as
+Arrow record batches."""
 
 from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import types as T
 
-from scan.connector.emitter import RecordEmitter
+from scan.arrow import conform_to_schema, record_batch_to_rows, rows_to_record_batch
+from scan.connector.arrow_records import ArrowRecordsBySplits
+from scan.connector.emitter import ArrowRecordEmitter
 from scan.connector.pulling import PullingSourceReader
-from scan.connector.records import RecordsBySplits
 from scan.connector.split_reader import SplitReader, SplitsChange
 from scan.enumerator import SplitEnumerator, SplitEnumeratorContext
-from scan.reader import ReaderOutput, SourceReader, SourceReaderContext
+from scan.reader import SourceReader, SourceReaderContext
 from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
 from scan.source import Boundedness, Source
 from scan.sources._enumerator import (
@@ -24,17 +26,22 @@ from scan.sources._enumerator import (
     PullEnumeratorStateSerializer,
     PullSplitEnumerator,
 )
-from scan.sources._types import infer_python_type
+from scan.sources._types import arrow_to_spark, infer_python_type
 from scan.split import SourceSplit
 from spark_lookup.errors import ConfigError
-from spark_lookup.schema import SchemaLike, parse_schema
+from spark_lookup.schema import SchemaLike, parse_schema, to_arrow_schema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["CollectionSource", "CollectionSplit"]
 
 Row = tuple[Any, ...]
 
-# Rows one fetch hands over; small enough that a queue of two stays cheap.
+# Rows one fetch converts to Arrow: small enough that a queue of two stays cheap.
 _FETCH_ROWS = 4096
+# Rows of a table one fetch slices (zero-copy, so only the hand-overs count).
+_FETCH_TABLE_ROWS = 65_536
 
 
 @dataclass(frozen=True)
@@ -70,31 +77,27 @@ class _State:
         self.split = split
         self.position = split.start
 
+    def advance(self, rows: int) -> None:
+        self.position += rows
+
     def to_split(self) -> CollectionSplit:
         return replace(self.split, start=self.position)
 
 
-class _Emitter(RecordEmitter[Row, _State]):
-    def emit_record(self, element: Row, output: ReaderOutput, split_state: _State) -> None:
-        output.collect(element)
-        split_state.position += 1
-
-    def emit_records(
-        self, elements: Sequence[Row], output: ReaderOutput, split_state: _State
-    ) -> None:
-        output.collect_batch(elements)
-        split_state.position += len(elements)
+# Rows start..end of the collection as Arrow (a conversion, or a slice of a table).
+Chunk = Callable[[int, int], "pa.RecordBatch | pa.Table"]
 
 
-class _SplitReader(SplitReader[Row, CollectionSplit]):
-    def __init__(self, rows: tuple[Row, ...]) -> None:
-        self._rows = rows
+class _SplitReader(SplitReader["pa.RecordBatch", CollectionSplit]):
+    def __init__(self, chunk: Chunk, fetch_rows: int) -> None:
+        self._chunk = chunk
+        self._fetch_rows = fetch_rows
         self._splits: deque[CollectionSplit] = deque()
         self._position = -1
         self._woken = threading.Event()
 
-    def fetch(self) -> RecordsBySplits[Row]:
-        records: RecordsBySplits[Row] = RecordsBySplits()
+    def fetch(self) -> ArrowRecordsBySplits:
+        records = ArrowRecordsBySplits()
         if self._woken.is_set():
             self._woken.clear()
             return records
@@ -103,9 +106,9 @@ class _SplitReader(SplitReader[Row, CollectionSplit]):
         split = self._splits[0]
         if self._position < 0:
             self._position = split.start
-        end = min(split.end, self._position + _FETCH_ROWS)
+        end = min(split.end, self._position + self._fetch_rows)
         if end > self._position:
-            records.add(split.split_id, self._rows[self._position : end])
+            records.add(split.split_id, self._chunk(self._position, end))
         self._position = end
         if end >= split.end:
             records.add_finished(split.split_id)
@@ -120,30 +123,45 @@ class _SplitReader(SplitReader[Row, CollectionSplit]):
         self._woken.set()
 
 
-class CollectionSource(Source[CollectionSplit, PullEnumeratorState[CollectionSplit]]):
-    """Rows held in memory, cut into ``num_splits`` contiguous splits of near-equal size.
+def _is_arrow(data: Any) -> bool:
+    import pyarrow as pa
 
-    Built anywhere; the rows are copied into tuples at construction and travel with the
-    source when it is pickled (so keep them small). Splits are read in order; the
-    rows of one split are emitted in the order given. Meant for tests, examples and
-    small reference tables.
+    return isinstance(data, (pa.Table, pa.RecordBatch))
+
+
+class CollectionSource(Source[CollectionSplit, PullEnumeratorState[CollectionSplit]]):
+    """Rows held in memory, or an Arrow table, cut into ``num_splits`` contiguous splits
+    of near-equal size.
+
+    Built anywhere; the data is copied at construction (rows into tuples; a table is
+    projected and cast) and travels with the source when it is pickled (so keep it
+    small). Splits are read in order; the rows of one split are emitted in the order
+    given. Readers fetch Arrow record batches of the declared schema on their fetcher
+    threads: rows are converted column by column, a few thousand at a time (a value that
+    does not convert is a ``SourceError`` naming the column, at read time); a table is
+    sliced without copying. A checkpoint records the position in the split as a row
+    index. Meant for tests, examples and small reference tables.
 
     Parameters
     ----------
     rows
-        Sequences of values, one per row, in schema order.
+        Sequences of values, one per row, in schema order; or a ``pyarrow.Table`` or
+        ``RecordBatch``, whose columns are picked by name.
     num_splits
         How many splits (some are empty when there are fewer rows than splits).
     schema
-        A Spark DDL string or ``StructType``. Without it, the types are inferred from
-        the first non-null value of each column and the columns are named ``_1``,
-        ``_2``, ... (as Spark names tuple fields).
+        A Spark DDL string or ``StructType``. Without it, the types are inferred: from
+        the table's Arrow types, or from the first non-null value of each column of the
+        rows, named ``_1``, ``_2``, ... (as Spark names tuple fields). With a table, only
+        the columns it names are kept (the others are dropped at construction), each
+        cast to its declared type by Arrow.
 
     Raises
     ------
     ConfigError
         (a ``ValueError``) for a row of the wrong width, an invalid ``num_splits`` or
-        ``schema``, or a column whose type cannot be inferred.
+        ``schema``, a column whose type cannot be inferred, or a table that lacks a
+        declared column or holds one that does not cast to its declared type.
 
     Examples
     --------
@@ -154,16 +172,30 @@ class CollectionSource(Source[CollectionSplit, PullEnumeratorState[CollectionSpl
     >>> with LocalSourceRunner(source, parallelism=1) as runner:
     ...     runner.run()
     [(1, 'a'), (2, 'b'), (3, 'c')]
+
+    A table keeps only the declared columns:
+
+    >>> import pyarrow as pa
+    >>> wide = pa.table({"id": [1, 2], "v": ["a", "b"], "blob": [b"x", b"y"]})
+    >>> CollectionSource(wide, schema="v STRING, id INT").rows
+    (('a', 1), ('b', 2))
     """
 
     def __init__(
         self,
-        rows: Iterable[Sequence[Any]],
+        rows: Iterable[Sequence[Any]] | pa.Table | pa.RecordBatch,
         num_splits: int = 1,
         schema: SchemaLike | None = None,
     ) -> None:
         if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 1:
             raise ConfigError(f"num_splits must be a positive int, got {num_splits!r}")
+        self._num_splits = num_splits
+        self._rows: tuple[Row, ...] | None = None
+        self._table: pa.Table | None = None
+        if _is_arrow(rows):
+            self._schema, self._table = self._from_arrow(rows, schema)
+            self._count = self._table.num_rows
+            return
         frozen: list[Row] = []
         for number, row in enumerate(rows):
             if isinstance(row, (str, bytes)) or not isinstance(row, Sequence):
@@ -172,11 +204,11 @@ class CollectionSource(Source[CollectionSplit, PullEnumeratorState[CollectionSpl
                 )
             frozen.append(tuple(row))
         self._rows = tuple(frozen)
-        self._num_splits = num_splits
+        self._count = len(self._rows)
         self._schema = (
             parse_schema(schema, "CollectionSource schema")
             if schema is not None
-            else self._infer_schema()
+            else self._infer_schema(self._rows)
         )
         width = len(self._schema.fields)
         for number, row in enumerate(self._rows):
@@ -185,16 +217,36 @@ class CollectionSource(Source[CollectionSplit, PullEnumeratorState[CollectionSpl
                     f"row {number} has {len(row)} values, but the schema has {width} fields"
                 )
 
-    def _infer_schema(self) -> T.StructType:
-        if not self._rows:
+    @staticmethod
+    def _from_arrow(data: Any, schema: SchemaLike | None) -> tuple[T.StructType, pa.Table]:
+        import pyarrow as pa
+
+        table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
+        if schema is None:
+            struct = T.StructType(
+                [
+                    T.StructField(f.name, arrow_to_spark(f.type, f"column {f.name!r}"))
+                    for f in table.schema
+                ]
+            )
+        else:
+            struct = parse_schema(schema, "CollectionSource schema")
+        conformed = conform_to_schema(
+            table, to_arrow_schema(struct), "the CollectionSource table", ConfigError
+        )
+        return struct, conformed
+
+    @staticmethod
+    def _infer_schema(rows: tuple[Row, ...]) -> T.StructType:
+        if not rows:
             raise ConfigError(
                 "cannot infer the schema of a CollectionSource without rows; pass schema"
             )
-        width = len(self._rows[0])
+        width = len(rows[0])
         fields = []
         for column in range(width):
             value = next(
-                (r[column] for r in self._rows if len(r) > column and r[column] is not None), None
+                (r[column] for r in rows if len(r) > column and r[column] is not None), None
             )
             if value is None:
                 raise ConfigError(f"column _{column + 1} holds only nulls; pass schema")
@@ -204,8 +256,14 @@ class CollectionSource(Source[CollectionSplit, PullEnumeratorState[CollectionSpl
 
     @property
     def rows(self) -> tuple[Row, ...]:
-        """The rows, as tuples."""
-        return self._rows
+        """The rows, as tuples (converted from the table on each access, if built from
+        one)."""
+        if self._rows is not None:
+            return self._rows
+        assert self._table is not None
+        return tuple(
+            row for batch in self._table.to_batches() for row in record_batch_to_rows(batch)
+        )
 
     @property
     def num_splits(self) -> int:
@@ -222,7 +280,7 @@ class CollectionSource(Source[CollectionSplit, PullEnumeratorState[CollectionSpl
 
     def splits(self) -> list[CollectionSplit]:
         """The splits, in order (contiguous ranges, sizes differ by at most one)."""
-        count, parts = len(self._rows), self._num_splits
+        count, parts = self._count, self._num_splits
         bounds = [count * i // parts for i in range(parts + 1)]
         return [CollectionSplit(i, bounds[i], bounds[i + 1]) for i in range(parts)]
 
@@ -240,8 +298,26 @@ class CollectionSource(Source[CollectionSplit, PullEnumeratorState[CollectionSpl
         return PullSplitEnumerator(context, ListPlanner(self.splits(), position), state.pending)
 
     def create_reader(self, context: SourceReaderContext) -> SourceReader[CollectionSplit]:
-        rows = self._rows
-        return PullingSourceReader(context, lambda: _SplitReader(rows), _Emitter(), _State)
+        """A reader of splits of this collection; where its subtask runs."""
+        table, rows = self._table, self._rows
+        chunk: Chunk
+        if table is not None:
+            fetch_rows = _FETCH_TABLE_ROWS
+
+            def chunk(start: int, end: int) -> pa.Table:
+                return table.slice(start, end - start)
+
+        else:
+            assert rows is not None
+            fetch_rows = _FETCH_ROWS
+            schema = to_arrow_schema(self._schema)
+
+            def chunk(start: int, end: int) -> pa.RecordBatch:
+                return rows_to_record_batch(rows[start:end], schema, "CollectionSource")
+
+        return PullingSourceReader(
+            context, lambda: _SplitReader(chunk, fetch_rows), ArrowRecordEmitter(), _State
+        )
 
     @property
     def split_serializer(self) -> SimpleVersionedSerializer[CollectionSplit]:
