@@ -6,8 +6,9 @@ discovers :class:`SourceSplit` s and hands them out on request) and a
 emits rows, or Arrow record batches with no Python object per row).
 :class:`LocalSourceRunner` runs both in process, with checkpoints that restore
 exactly-once at any parallelism (a split's position is a row offset, also inside a
-fetched batch); :func:`read_arrow` is the bulk path a full cache loads through; :func:`plan_splits` and :func:`read_split` split the work the way
-a Spark data source does (plan on the driver, read on executors).
+fetched batch); :func:`read_arrow` is the bulk path a full cache loads through;
+:func:`plan_splits` and :func:`read_split` split the work the way a Spark data source
+does (plan on the driver, read on executors).
 
 Depends on nothing of ours but the shared base ``spark_lookup``; no JVM is needed.
 """

@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyspark.sql import types as T
 
-from scan.connector.emitter import RecordEmitter
+from scan.arrow import conform_to_schema
+from scan.connector.arrow_records import ArrowRecordsBySplits
+from scan.connector.emitter import ArrowRecordEmitter
 from scan.connector.pulling import PullingSourceReader
-from scan.connector.records import RecordsBySplits
 from scan.connector.split_reader import SplitReader, SplitsChange
 from scan.enumerator import SplitEnumerator, SplitEnumeratorContext
-from scan.reader import ReaderOutput, SourceReader, SourceReaderContext
+from scan.reader import SourceReader, SourceReaderContext
 from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
 from scan.source import Boundedness, Source
 from scan.sources._enumerator import (
@@ -35,10 +37,10 @@ if TYPE_CHECKING:
 
 __all__ = ["FileSource", "FileSplit"]
 
-Row = tuple[Any, ...]
-
 _FORMATS = ("parquet", "csv")
-_FETCH_ROWS = 4096
+# Rows per fetch (one queue element): Parquet decodes this many at a time, and the
+# bulk path's default batch is as large, so batches pass through uncopied.
+_FETCH_ROWS = 65_536
 
 
 @dataclass(frozen=True)
@@ -86,12 +88,40 @@ def _io_error(what: str, exc: BaseException) -> ConnectorError:
     return ConnectorError(f"{what} failed: {type(exc).__name__}: {exc}")
 
 
+def _check_columns(path: str, names: Sequence[str], columns: Sequence[str]) -> None:
+    missing = [name for name in columns if name not in names]
+    if missing:
+        raise ConfigError(
+            f"{path!r} has no column(s) {missing} of the declared schema; it has {list(names)}"
+        )
+
+
+def _csv_header(path: str) -> list[str]:
+    """The header of a CSV file as Python's csv module reads it: only to name columns
+    in error messages (pyarrow names them by position)."""
+    import csv
+
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as file:
+            return next(csv.reader(file), [])
+    except (OSError, UnicodeError, csv.Error):
+        return []
+
+
 class _FilePlanner(SplitPlanner[FileSplit]):
     """Walks the paths (directories listed when reached) and, for Parquet, the row
-    groups of one file at a time, read from its footer."""
+    groups of one file at a time, read from its footer (where the declared columns are
+    checked, so a file that lacks one fails at planning, on the driver)."""
 
-    def __init__(self, paths: Sequence[str], file_format: str, progress: Any = None) -> None:
+    def __init__(
+        self,
+        paths: Sequence[str],
+        file_format: str,
+        columns: Sequence[str],
+        progress: Any = None,
+    ) -> None:
         self._format = file_format
+        self._columns = list(columns)
         if progress is None:
             progress = {"paths": list(paths), "file": None, "next": 0, "groups": 0}
         if not isinstance(progress, dict) or not isinstance(progress.get("paths"), list):
@@ -119,10 +149,12 @@ class _FilePlanner(SplitPlanner[FileSplit]):
             import pyarrow.parquet as pq
 
             try:
-                groups = pq.ParquetFile(path).metadata.num_row_groups
+                metadata = pq.read_metadata(path)
+                names = metadata.schema.to_arrow_schema().names
             except (OSError, ValueError) as exc:  # ArrowInvalid is a ValueError
                 raise _io_error(f"reading the Parquet footer of {path!r}", exc) from exc
-            state.update(file=path, next=0, groups=groups)
+            _check_columns(path, names, self._columns)
+            state.update(file=path, next=0, groups=metadata.num_row_groups)
 
 
 class _State:
@@ -132,36 +164,44 @@ class _State:
         self.split = split
         self.offset = split.offset
 
+    def advance(self, rows: int) -> None:
+        self.offset += rows
+
     def to_split(self) -> FileSplit:
         return replace(self.split, offset=self.offset)
 
 
-class _Emitter(RecordEmitter[Row, _State]):
-    def emit_record(self, element: Row, output: ReaderOutput, split_state: _State) -> None:
-        output.collect(element)
-        split_state.offset += 1
-
-    def emit_records(
-        self, elements: Sequence[Row], output: ReaderOutput, split_state: _State
-    ) -> None:
-        output.collect_batch(elements)
-        split_state.offset += len(elements)
+T_ = TypeVar("T_")
 
 
-def _rows(batch: pa.RecordBatch) -> list[Row]:
-    return list(zip(*(column.to_pylist() for column in batch.columns), strict=True))
+def _with_last(items: Iterator[T_]) -> Iterator[tuple[T_, bool]]:
+    """Each item with whether it is the last (one item of look-ahead), so the fetch that
+    carries a split's last batch also finishes it."""
+    previous = next(items, _END)
+    while previous is not _END:
+        current = next(items, _END)
+        yield previous, current is _END
+        previous = current
 
 
-class _SplitReader(SplitReader[Row, FileSplit]):
+_END: Any = object()
+
+
+class _SplitReader(SplitReader["pa.RecordBatch", FileSplit]):
+    """Reads one split at a time, ``_FETCH_ROWS`` rows per fetch, only the declared
+    columns; runs on its fetcher thread (the open Parquet file is kept for the next
+    row group of the same file)."""
+
     def __init__(self, file_format: str, schema: pa.Schema) -> None:
         self._format = file_format
         self._schema = schema
         self._splits: deque[FileSplit] = deque()
-        self._batches: Iterator[pa.RecordBatch] | None = None
+        self._batches: Iterator[tuple[pa.RecordBatch, bool]] | None = None
+        self._parquet_file: tuple[str, Any] | None = None
         self._woken = threading.Event()
 
-    def fetch(self) -> RecordsBySplits[Row]:
-        records: RecordsBySplits[Row] = RecordsBySplits()
+    def fetch(self) -> ArrowRecordsBySplits:
+        records = ArrowRecordsBySplits()
         if self._woken.is_set():
             self._woken.clear()
             return records
@@ -170,18 +210,19 @@ class _SplitReader(SplitReader[Row, FileSplit]):
         split = self._splits[0]
         try:
             if self._batches is None:
-                self._batches = self._open(split)
-            batch = next(self._batches, None)
+                self._batches = _with_last(self._open(split))
+            item = next(self._batches, None)
         except SparkLookupError:
             raise
-        except (OSError, ValueError, TypeError) as exc:  # pyarrow errors are ValueErrors
+        except (OSError, ValueError, TypeError, KeyError) as exc:  # pyarrow's errors
             raise _io_error(f"reading {split.split_id!r}", exc) from exc
-        if batch is None:
+        if item is not None:
+            batch, last = item
+            records.add(split.split_id, batch)
+        if item is None or last:
             self._batches = None
             self._splits.popleft()
             records.add_finished(split.split_id)
-        elif batch.num_rows:
-            records.add(split.split_id, _rows(batch))
         return records
 
     def _open(self, split: FileSplit) -> Iterator[pa.RecordBatch]:
@@ -189,40 +230,54 @@ class _SplitReader(SplitReader[Row, FileSplit]):
             return self._parquet(split)
         return self._csv(split)
 
-    def _conform(self, table: pa.Table | pa.RecordBatch, path: str) -> Any:
-        names = self._schema.names
-        missing = [n for n in names if n not in table.schema.names]
-        if missing:
-            raise SourceError(f"{path!r} has no column(s) {missing}; it has {table.schema.names}")
-        try:
-            return table.select(names).cast(self._schema)
-        except (ValueError, TypeError) as exc:
-            raise SourceError(f"{path!r} does not match the schema {self._schema}: {exc}") from exc
-
-    def _parquet(self, split: FileSplit) -> Iterator[pa.RecordBatch]:
+    def _open_parquet(self, path: str) -> Any:
         import pyarrow.parquet as pq
 
+        if self._parquet_file is None or self._parquet_file[0] != path:
+            self._close_parquet()
+            parquet = pq.ParquetFile(path)
+            self._parquet_file = (path, parquet)
+            # Checked here too: a split may be read where it was not planned (a restore,
+            # a Spark executor), and the file may have changed since.
+            _check_columns(path, parquet.schema_arrow.names, self._schema.names)
+        return self._parquet_file[1]
+
+    def _parquet(self, split: FileSplit) -> Iterator[pa.RecordBatch]:
         assert split.row_group is not None
-        table = pq.ParquetFile(split.path).read_row_group(
-            split.row_group, columns=self._schema.names
-        )
-        table = self._conform(table, split.path).slice(split.offset)
-        yield from table.to_batches(max_chunksize=_FETCH_ROWS)
+        parquet = self._open_parquet(split.path)
+        skip = split.offset
+        for batch in parquet.iter_batches(
+            batch_size=_FETCH_ROWS, row_groups=[split.row_group], columns=self._schema.names
+        ):
+            if skip >= batch.num_rows:  # emitted before the checkpoint
+                skip -= batch.num_rows
+                continue
+            yield conform_to_schema(batch.slice(skip), self._schema, repr(split.path))
+            skip = 0
 
     def _csv(self, split: FileSplit) -> Iterator[pa.RecordBatch]:
         from pyarrow import csv
 
+        # The parser converts to the declared types itself (vectorized, and with CSV's
+        # own null and timestamp rules); only the declared columns are parsed.
         options = csv.ConvertOptions(column_types=self._schema, include_columns=self._schema.names)
         skip = split.offset
-        with csv.open_csv(split.path, convert_options=options) as reader:
-            for batch in reader:
-                if skip >= batch.num_rows:
-                    skip -= batch.num_rows
-                    continue
-                batch = self._conform(batch.slice(skip), split.path)
-                skip = 0
-                for start in range(0, batch.num_rows, _FETCH_ROWS):
-                    yield batch.slice(start, _FETCH_ROWS)
+        try:
+            with csv.open_csv(split.path, convert_options=options) as reader:
+                for batch in reader:
+                    if skip >= batch.num_rows:  # emitted before the checkpoint
+                        skip -= batch.num_rows
+                        continue
+                    batch = conform_to_schema(batch.slice(skip), self._schema, repr(split.path))
+                    skip = 0
+                    for start in range(0, batch.num_rows, _FETCH_ROWS):
+                        yield batch.slice(start, _FETCH_ROWS)
+        except KeyError as exc:  # a declared column is not in the header
+            header = _csv_header(split.path)
+            _check_columns(split.path, header, self._schema.names)
+            raise ConfigError(f"{split.path!r}: {exc}") from exc
+        except ValueError as exc:
+            raise _csv_value_error(split.path, exc) from exc
 
     def handle_splits_changes(self, change: SplitsChange[FileSplit]) -> None:
         self._splits.extend(change.splits)
@@ -232,6 +287,30 @@ class _SplitReader(SplitReader[Row, FileSplit]):
 
     def close(self) -> None:
         self._batches = None
+        self._close_parquet()
+
+    def _close_parquet(self) -> None:
+        if self._parquet_file is not None:
+            _, parquet = self._parquet_file
+            self._parquet_file = None
+            parquet.close()
+
+
+_CSV_CONVERSION = re.compile(r"CSV column #(\d+): CSV conversion error to ([^:]+):")
+
+
+def _csv_value_error(path: str, exc: ValueError) -> SparkLookupError:
+    """A value the CSV parser could not convert: a SourceError naming the file and the
+    column; any other parse failure: a ConnectorError (the file cannot be read)."""
+    match = _CSV_CONVERSION.search(str(exc))
+    if match is None:
+        return _io_error(f"reading {path!r}", exc)
+    header = _csv_header(path)
+    index = int(match.group(1))
+    column = header[index] if index < len(header) else f"#{index}"
+    return SourceError(
+        f"{path!r}: column {column!r} does not convert to {match.group(2)}: {exc}"
+    )
 
 
 class FileSource(Source[FileSplit, PullEnumeratorState[FileSplit]]):
@@ -240,9 +319,15 @@ class FileSource(Source[FileSplit, PullEnumeratorState[FileSplit]]):
 
     Built on the driver and picklable (it holds paths only). The enumerator walks the
     paths lazily (listing a directory when it gets there, reading a Parquet footer per
-    file); readers read their splits on their fetcher threads. Rows of a split are
-    emitted in file order; a checkpoint records how many rows of each split were
-    emitted, and a restore skips them (files must not change in between).
+    file); readers read their splits on their fetcher threads, as Arrow record batches
+    of the declared schema, with no Python object per row: Parquet with
+    ``ParquetFile.iter_batches`` of the split's row group, CSV with pyarrow's streaming
+    reader. Only the declared columns are read (a Parquet file of 50 columns and a
+    schema naming 3 decodes 3); each is cast to its declared type by Arrow.
+
+    Rows of a split are emitted in file order; a checkpoint records how many rows of
+    each split were emitted, and a restore skips them (files must not change in
+    between).
 
     Parameters
     ----------
@@ -253,13 +338,19 @@ class FileSource(Source[FileSplit, PullEnumeratorState[FileSplit]]):
     format
         ``"parquet"`` or ``"csv"`` (with a header row naming the columns).
     schema
-        A Spark DDL string or ``StructType``; columns are picked by name and cast to
-        its types. Inferred from the first file when not given.
+        A Spark DDL string or ``StructType``; columns are picked by name (the others
+        are not read) and cast to its types. Inferred from the first file when not
+        given (then every column of that file is read).
 
     Raises
     ------
     ConfigError
-        (a ``ValueError``) for an unknown format, no paths, or an invalid schema.
+        (a ``ValueError``) for an unknown format, no paths, or an invalid schema; on
+        use, for a file that lacks a declared column, naming the file and the column
+        (Parquet: at planning, from the footer; CSV: when its split is first read).
+    SourceError
+        On use, for a value that does not convert to its declared type (or a null in
+        a NOT NULL column), naming the file and the column.
     ConnectorError
         On use, for a file that cannot be read, naming it.
 
@@ -344,20 +435,23 @@ class FileSource(Source[FileSplit, PullEnumeratorState[FileSplit]]):
     def create_enumerator(
         self, context: SplitEnumeratorContext[FileSplit]
     ) -> SplitEnumerator[FileSplit, PullEnumeratorState[FileSplit]]:
-        return PullSplitEnumerator(context, _FilePlanner(self._paths, self._format))
+        planner = _FilePlanner(self._paths, self._format, self.schema.names)
+        return PullSplitEnumerator(context, planner)
 
     def restore_enumerator(
         self,
         context: SplitEnumeratorContext[FileSplit],
         state: PullEnumeratorState[FileSplit],
     ) -> SplitEnumerator[FileSplit, PullEnumeratorState[FileSplit]]:
-        planner = _FilePlanner(self._paths, self._format, state.progress)
+        planner = _FilePlanner(self._paths, self._format, self.schema.names, state.progress)
         return PullSplitEnumerator(context, planner, state.pending)
 
     def create_reader(self, context: SourceReaderContext) -> SourceReader[FileSplit]:
+        """A reader of this source's splits; where its subtask runs (its split reader
+        opens the files on its fetcher thread)."""
         file_format, schema = self._format, to_arrow_schema(self.schema)
         return PullingSourceReader(
-            context, lambda: _SplitReader(file_format, schema), _Emitter(), _State
+            context, lambda: _SplitReader(file_format, schema), ArrowRecordEmitter(), _State
         )
 
     @property

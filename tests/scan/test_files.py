@@ -12,7 +12,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from scan import FileSource, FileSplit, LocalSourceRunner, ReaderOptions, plan_splits, read_arrow
+from scan import (
+    FileSource,
+    FileSplit,
+    LocalSourceRunner,
+    ReaderOptions,
+    plan_splits,
+    read_arrow,
+    read_split,
+)
 from scan.checkpoint import decode_checkpoint
 from scan.serializers import unpack_versioned
 from spark_lookup.errors import ConfigError, ConnectorError, SourceError
@@ -98,18 +106,71 @@ def test_csv_schema_is_inferred_from_the_first_file(tmp_path: Path) -> None:
     assert run_all(source, 1) == [(1, "x", 1.5), (2, "y", None)]
 
 
-def test_missing_column_is_named_with_the_file(tmp_path: Path) -> None:
+def test_a_missing_parquet_column_fails_planning_naming_file_and_column(
+    tmp_path: Path,
+) -> None:
     _parquet(tmp_path / "t.parquet", 3, 3)
     source = FileSource(tmp_path / "t.parquet", schema="id BIGINT, nope STRING")
-    with pytest.raises((SourceError, ConnectorError), match=r"t\.parquet"):
+    with pytest.raises(ConfigError, match=r"t\.parquet.* has no column\(s\) \['nope'\]"):
+        plan_splits(source)
+    with pytest.raises(ConfigError, match=r"t\.parquet.*\['nope'\].*it has \['id', 'v'\]"):
         run_all(source, 1)
 
 
-def test_values_that_do_not_cast_are_named_with_the_file(tmp_path: Path) -> None:
-    (tmp_path / "a.csv").write_text("id,name\n1,x\nzwei,y\n")
+def test_a_missing_column_of_a_split_read_elsewhere_fails_its_first_read(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "t.parquet"
+    _parquet(path, 3, 3)
+    source = FileSource(path, schema="id BIGINT, v STRING")
+    (split,) = plan_splits(source)
+    pq.write_table(pa.table({"id": [1]}), str(path))  # the file changed after planning
+    with pytest.raises(ConfigError, match=r"t\.parquet.*\['v'\]"):
+        list(read_split(source, split))
+
+
+def test_a_missing_csv_column_fails_its_first_read_naming_file_and_column(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "a.csv").write_text("id,name\n1,x\n")
+    source = FileSource(tmp_path / "a.csv", "csv", schema="id BIGINT, nope STRING")
+    with pytest.raises(ConfigError, match=r"a\.csv.*\['nope'\].*it has \['id', 'name'\]"):
+        run_all(source, 1)
+
+
+def test_csv_values_that_do_not_convert_name_file_and_column(tmp_path: Path) -> None:
+    (tmp_path / "a.csv").write_text("v,id,name\nq,1,x\nr,zwei,y\n")
+    source = FileSource(tmp_path / "a.csv", "csv", schema="id BIGINT, name STRING")
+    with pytest.raises(SourceError, match=r"a\.csv.*column 'id' does not convert to int64"):
+        run_all(source, 1)
+
+
+def test_a_malformed_csv_file_is_a_connector_error_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "a.csv").write_text("id,name\n1,x,surplus\n")
     source = FileSource(tmp_path / "a.csv", "csv", schema="id BIGINT, name STRING")
     with pytest.raises(ConnectorError, match=r"a\.csv"):
         run_all(source, 1)
+
+
+def test_parquet_values_that_do_not_cast_name_file_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"id": ["1", "two"], "v": ["a", "b"]}), str(path))
+    source = FileSource(path, schema="id BIGINT, v STRING")
+    with pytest.raises(
+        SourceError, match=r"t\.parquet.*column 'id' of type string does not convert to int64"
+    ):
+        read_arrow(source)
+    narrowing = FileSource(path, schema="v STRING, id TINYINT")
+    pq.write_table(pa.table({"id": [1, 300], "v": ["a", "b"]}), str(path))
+    with pytest.raises(SourceError, match=r"column 'id' of type int64 does not convert to int8"):
+        read_arrow(narrowing)  # a safe cast: 300 is not silently wrapped
+
+
+def test_nulls_in_a_not_null_column_name_file_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"id": [1, None]}), str(path))
+    with pytest.raises(SourceError, match=r"t\.parquet.*column 'id' is NOT NULL"):
+        read_arrow(FileSource(path, schema="id BIGINT NOT NULL"))
 
 
 def test_missing_file_is_a_connector_error_naming_it(tmp_path: Path) -> None:
