@@ -92,6 +92,9 @@ class BatchPacker:
             self._close_pending()
         if not self._pending:
             offset = 0
+            if rows == self._max_rows:
+                self._ready.append(batch)
+                return
             while rows - offset >= self._max_rows:
                 self._ready.append(batch.slice(offset, self._max_rows))
                 offset += self._max_rows

@@ -4,6 +4,8 @@
   a range of ints; the reader can block until woken, fail on demand, and records what it
   was asked to do.
 - :class:`MockSource`: a source on top of them, pull-based, for framework tests.
+- :class:`ArrowMockSource`: the same ints fetched as Arrow record batches (of a schema
+  that may differ from the declared one, to test the checks).
 - :class:`RecordingSource`: wraps any source and records the splits its enumerator
   assigns (to check per-split order of what the runner emitted).
 - :class:`TestReaderContext` and :func:`poll_until_end`: drive one reader by hand.
@@ -19,7 +21,11 @@ from concurrent.futures import Future, wait
 from dataclasses import dataclass, replace
 from typing import Any
 
+import pyarrow as pa
+
 from scan import (
+    ArrowRecordEmitter,
+    ArrowRecordsBySplits,
     Boundedness,
     InputStatus,
     LocalSourceRunner,
@@ -217,6 +223,59 @@ class MockSource(Source[ListSplit, PullEnumeratorState[ListSplit]]):
         self,
     ) -> SimpleVersionedSerializer[PullEnumeratorState[ListSplit]]:
         return PullEnumeratorStateSerializer(ListSplitSerializer(), 1, "mock enumerator state")
+
+
+class ArrowMockSplitReader(MockSplitReader):
+    """The ints of :class:`MockSplitReader` (same faults), as one batch of ``schema``
+    (one int column) per fetch."""
+
+    def __init__(self, faults: Faults, batch: int, schema: pa.Schema) -> None:
+        super().__init__(faults, batch)
+        self._schema = schema
+
+    def fetch(self) -> ArrowRecordsBySplits:  # type: ignore[override]
+        rows = super().fetch()
+        records = ArrowRecordsBySplits(finished=rows.finished_splits())
+        while (split_id := rows.next_split()) is not None:
+            values = [row[0] for row in rows.next_records_from_split(1 << 30)]
+            column = pa.array(values, self._schema.field(0).type)
+            records.add(split_id, pa.RecordBatch.from_arrays([column], schema=self._schema))
+        return records
+
+
+class ArrowListState(ListState):
+    def advance(self, rows: int) -> None:
+        self.position += rows
+
+
+DECLARED = pa.schema([pa.field("n", pa.int64())])
+"""The Arrow form of MockSource's schema "n BIGINT"."""
+
+
+class ArrowMockSource(MockSource):
+    """:class:`MockSource` whose readers fetch Arrow batches of ``arrow_schema`` (the
+    declared schema's Arrow form unless given) and emit them with
+    :class:`~scan.ArrowRecordEmitter`."""
+
+    def __init__(
+        self,
+        name: str,
+        num_splits: int,
+        size: int,
+        batch: int = 3,
+        arrow_schema: pa.Schema = DECLARED,
+    ) -> None:
+        super().__init__(name, num_splits, size, batch)
+        self.arrow_schema = arrow_schema
+
+    def create_reader(self, context: SourceReaderContext) -> SourceReader[ListSplit]:
+        faults, batch, schema = self.faults, self.batch, self.arrow_schema
+        return PullingSourceReader(
+            context,
+            lambda: ArrowMockSplitReader(faults, batch, schema),
+            ArrowRecordEmitter(),
+            ArrowListState,
+        )
 
 
 # --- recording wrapper --------------------------------------------------------------------

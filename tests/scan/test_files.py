@@ -218,3 +218,69 @@ def test_source_pickles_as_its_paths(tmp_path: Path) -> None:
     copy = pickle.loads(pickle.dumps(source))
     assert copy.paths == [str(tmp_path / "t.parquet")]
     assert bag(run_all(copy, 2)) == bag(rows)
+
+
+# --- column projection: only the declared columns are read
+
+
+def _wide(path: Path, rows: int, columns: int = 50) -> pa.Table:
+    table = pa.table({f"c{j}": pa.array([i * 100 + j for i in range(rows)], pa.int64())
+                      for j in range(columns)})
+    pq.write_table(table, str(path), row_group_size=max(1, rows // 3),
+                   use_dictionary=False, compression="NONE")
+    return table
+
+
+def _corrupt_columns_except(path: Path, keep: set[str]) -> None:
+    """Overwrite the data of every other column chunk with garbage: reading any of them
+    fails, so a read that succeeds decoded only ``keep``."""
+    metadata = pq.read_metadata(str(path))
+    data = bytearray(path.read_bytes())
+    for group in range(metadata.num_row_groups):
+        for index in range(metadata.num_columns):
+            chunk = metadata.row_group(group).column(index)
+            if chunk.path_in_schema in keep:
+                continue
+            start = chunk.data_page_offset
+            size = chunk.total_compressed_size
+            data[start : start + size] = b"\xff" * size
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("parallelism", [1, 2])
+def test_a_wide_parquet_file_reads_only_the_declared_columns(
+    tmp_path: Path, parallelism: int
+) -> None:
+    path = tmp_path / "wide.parquet"
+    table = _wide(path, 30)
+    _corrupt_columns_except(path, {"c3", "c17", "c42"})
+    with pytest.raises((OSError, ValueError)):
+        pq.read_table(str(path))  # the other columns are unreadable now
+    source = FileSource(path, schema="c42 BIGINT, c3 INT, c17 STRING")
+    loaded = read_arrow(source, parallelism).sort_by("c3")
+    assert loaded.schema.names == ["c42", "c3", "c17"]
+    assert loaded.column("c42").to_pylist() == table.column("c42").to_pylist()
+    assert loaded.column("c3").type == pa.int32()
+    assert loaded.column("c17").to_pylist() == [str(v) for v in table.column("c17").to_pylist()]
+    assert sorted(run_all(source, parallelism)) == sorted(
+        zip(*(table.column(c).to_pylist() for c in ("c42", "c3")),
+            map(str, table.column("c17").to_pylist()), strict=True)
+    )
+
+
+def test_a_declared_schema_needs_no_conversion_of_the_other_columns(tmp_path: Path) -> None:
+    """Columns whose type has no Spark counterpart (so a schema inferred from the file
+    would fail) are no obstacle when the declared schema leaves them out."""
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"id": [1, 2], "odd": pa.array([1, 2], pa.uint64()),
+                             "span": pa.array([1, 2], pa.duration("s"))}), str(path))
+    with pytest.raises(ConfigError):
+        FileSource(path).schema  # noqa: B018
+    assert run_all(FileSource(path, schema="id BIGINT"), 1) == [(1,), (2,)]
+
+
+def test_a_csv_file_parses_only_the_declared_columns(tmp_path: Path) -> None:
+    (tmp_path / "a.csv").write_text("id,when,v\n1,not a date,x\n2,2024-13-45,y\n")
+    source = FileSource(tmp_path / "a.csv", "csv", schema="v STRING, id BIGINT")
+    assert run_all(source, 1) == [("x", 1), ("y", 2)]
+    assert read_arrow(source).schema.names == ["v", "id"]

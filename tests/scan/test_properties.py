@@ -9,11 +9,13 @@ import sqlite3
 import tempfile
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scan import CollectionSource, LocalSourceRunner, ReaderOptions, SqlTableSource
+from scan import CollectionSource, FileSource, LocalSourceRunner, ReaderOptions, SqlTableSource
 from spark_lookup.errors import SourceError
 from tests.scan.helpers import MockSource, bag
 
@@ -59,6 +61,53 @@ def test_collection_restore_chains_are_exactly_once(
     rows = [(i,) for i in range(count)]
     source = CollectionSource(rows, num_splits, schema="n BIGINT")
     _restore_chain(lambda: source, rows, steps, records_per_poll)
+
+
+@FAST
+@given(
+    count=st.integers(0, 150),
+    num_splits=st.integers(1, 8),
+    steps=steps,
+    records_per_poll=st.integers(1, 17),
+)
+def test_collection_of_a_table_restore_chains_are_exactly_once(
+    count: int, num_splits: int, steps: list[tuple[int, int]], records_per_poll: int
+) -> None:
+    rows = [(i, f"v{i}") for i in range(count)]
+    table = pa.table({"junk": [0.5] * count, "v": [r[1] for r in rows], "n": list(range(count))})
+    source = CollectionSource(table, num_splits, schema="n BIGINT, v STRING")
+    _restore_chain(lambda: source, rows, steps, records_per_poll)
+
+
+@FAST
+@given(
+    sizes=st.lists(st.integers(0, 90), min_size=1, max_size=3),
+    row_group=st.integers(1, 40),
+    csv=st.booleans(),
+    steps=steps,
+    records_per_poll=st.integers(1, 17),
+)
+def test_file_restore_chains_are_exactly_once(
+    sizes: list[int], row_group: int, csv: bool, steps: list[tuple[int, int]],
+    records_per_poll: int,
+) -> None:
+    """Parquet row groups and CSV files are fetched as batches larger than a poll, so
+    checkpoints fall inside fetched batches."""
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory() as directory:
+        for number, size in enumerate(sizes):
+            part = [(len(rows) + i, f"v{len(rows) + i}") for i in range(size)]
+            rows += part
+            path = os.path.join(directory, f"part-{number}.{'csv' if csv else 'parquet'}")
+            if csv:
+                with open(path, "w") as file:
+                    file.write("v,n\n" + "".join(f"{v},{n}\n" for n, v in part))
+            else:
+                table = pa.table({"n": pa.array([r[0] for r in part], pa.int64()),
+                                  "v": pa.array([r[1] for r in part], pa.string())})
+                pq.write_table(table, path, row_group_size=row_group)
+        source = FileSource(directory, "csv" if csv else "parquet", schema="n BIGINT, v STRING")
+        _restore_chain(lambda: source, rows, steps, records_per_poll)
 
 
 keys = st.sampled_from(["dense", "sparse", "duplicates", "nulls", "text"])
