@@ -3,8 +3,11 @@
 ``spark.read.format(name).load()`` plans the splits with the source's enumerator on the
 driver (:func:`scan.plan_splits`), makes one Spark partition per split, and reads each
 split on an executor with a fresh reader (:func:`scan.read_split_arrow`), yielding Arrow
-record batches of the source's declared schema. This is the only module of ``scan``
-that imports Spark's data source API.
+record batches of the source's declared schema. Sources that fetch Arrow (files,
+collections) hand their batches through unconverted (checked against the declared
+schema, re-chunked to ``maxBatchRows`` by slicing and concatenation); row sources are
+converted column by column. This is the only module of ``scan`` that imports Spark's
+data source API.
 """
 
 from __future__ import annotations
@@ -46,7 +49,8 @@ class _SourceReader(DataSourceReader):
         return [SplitPartition(i, split) for i, split in enumerate(plan_splits(self.source))]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        # Executor, per partition: a fresh reader for this split only.
+        # Executor, per partition: a fresh reader for this split only; polls of a whole
+        # batch (no checkpoint is taken here).
         assert isinstance(partition, SplitPartition)
         yield from read_split_arrow(
             self.source, partition.split, max_batch_rows=self.max_batch_rows
