@@ -2,7 +2,8 @@
 
 The scripts run in sequence (never two at once: they would measure each other):
 cache_ops, scan_full_load, lookup_batch_pg, join_throughput, naive_vs_lookup,
-cache_memory, and refresh_vs_lookup / worker_churn when they are in the tree. Each
+cache_memory, and scan_file_load / refresh_vs_lookup / worker_churn when they are in the
+tree. Each
 writes its JSON to ``benchmarks/out/``; this script collects them into
 ``benchmarks/out/summary.json`` (status, duration and command of every script, its
 result, the headline ratios, the machine and the load average) and plots the main
@@ -44,8 +45,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
 # In run order: the cheap in-process ones first, Spark last.
-SCRIPTS = ("cache_ops", "scan_full_load", "lookup_batch_pg", "cache_memory", "join_throughput",
-           "naive_vs_lookup", "refresh_vs_lookup", "worker_churn")
+SCRIPTS = ("cache_ops", "scan_full_load", "scan_file_load", "lookup_batch_pg", "cache_memory",
+           "join_throughput", "naive_vs_lookup", "refresh_vs_lookup", "worker_churn")
 REQUIRED = ("cache_ops", "scan_full_load", "lookup_batch_pg", "cache_memory", "join_throughput",
             "naive_vs_lookup")
 # Reduced sizes for the scripts that have no --quick option of their own.
@@ -212,6 +213,14 @@ def headline(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
         if name:
             out[f"scan_{key}_vs_select_star_per_round"] = scan[name].get(
                 "median_same_round_ratio_to_select_star")
+
+    files = results.get("scan_file_load", {}).get("results", {})
+    for case, key in (("read_arrow p=1", "p1"), ("read_arrow p=4", "p4")):
+        if case in files:
+            out[f"scan_file_read_arrow_{key}_vs_read_table"] = files[case][
+                "relative_to_read_table"]
+            out[f"scan_file_read_arrow_{key}_vs_read_table_per_round"] = files[case][
+                "median_same_round_ratio_to_read_table"]
 
     batch = results.get("lookup_batch_pg", {}).get("results", {})
     batch_rates = {name: case["keys_per_second"] for name, case in batch.items()}
