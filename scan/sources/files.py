@@ -353,6 +353,13 @@ class FileSource(Source[FileSplit, PullEnumeratorState[FileSplit]]):
     ConnectorError
         On use, for a file that cannot be read, naming it.
 
+    Notes
+    -----
+    A fetch is one decoded unit of up to 524,288 rows of a row group (a CSV parser
+    block for CSV); a reader holds at most ``element_queue_capacity + 1`` of them, so
+    memory stays bounded for large row groups. Readers emit zero-copy slices of them,
+    ``records_per_poll`` rows at a time.
+
     Examples
     --------
     >>> import os, tempfile
