@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
+from connectors.rows import python_rows
 from spark_lookup.errors import SourceError
 
 if TYPE_CHECKING:
@@ -66,12 +67,12 @@ def record_batch_to_rows(batch: pa.RecordBatch) -> list[Row]:
     """The rows of ``batch`` as tuples in column order (one Python object per value).
 
     What an output that collects rows does with a batch; the Arrow paths never call it.
-    Values are those of ``pyarrow``'s ``to_pylist`` (a timestamp with a time zone
-    becomes an aware ``datetime``).
+    Values are those of the per-key APIs (:func:`connectors.rows.python_rows`: a
+    TIMESTAMP an aware UTC ``datetime``, a map a ``dict``).
     """
     if batch.num_columns == 0:
         return [()] * batch.num_rows
-    return list(zip(*(column.to_pylist() for column in batch.columns), strict=True))
+    return python_rows(batch)
 
 
 def check_row_widths(rows: Sequence[Row], width: int, what: str) -> None:

@@ -10,19 +10,19 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import types as T
 
 from connectors.policy import BadValuePolicy
 from connectors.predicates import Predicate
 from connectors.redis import RedisTable
 from connectors.redis.client import redact_url, redis_client_from_url
-from connectors.rows import python_rows
-from scan.connector.emitter import RecordEmitter
+from scan.connector.arrow_records import ArrowRecordsBySplits
+from scan.connector.emitter import ArrowRecordEmitter
 from scan.connector.pulling import PullingSourceReader
-from scan.connector.records import RecordsBySplits
 from scan.connector.split_reader import SplitReader, SplitsChange
 from scan.enumerator import SplitEnumerator, SplitEnumeratorContext
-from scan.reader import ReaderOutput, SourceReader, SourceReaderContext
+from scan.reader import SourceReader, SourceReaderContext
 from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
 from scan.source import Boundedness, Source
 from scan.sources._enumerator import (
@@ -154,20 +154,11 @@ class _State:
     def to_split(self) -> RedisKeysSplit:
         return replace(self.split, skip_rows=self.split.skip_rows + self.emitted)
 
-
-class _Emitter(RecordEmitter[Row, _State]):
-    def emit_record(self, element: Row, output: ReaderOutput, split_state: _State) -> None:
-        output.collect(element)
-        split_state.emitted += 1
-
-    def emit_records(
-        self, elements: Sequence[Row], output: ReaderOutput, split_state: _State
-    ) -> None:
-        output.collect_batch(elements)
-        split_state.emitted += len(elements)
+    def advance(self, rows: int) -> None:
+        self.emitted += rows
 
 
-class _SplitReader(SplitReader[Row, RedisKeysSplit]):
+class _SplitReader(SplitReader[pa.RecordBatch, RedisKeysSplit]):
     """Reads the values of a split's keys in pipelined batches, through the table's
     codec; a restored split re-reads its keys from ``position`` and drops the rows
     emitted before the checkpoint (exact for data that does not change in between)."""
@@ -180,8 +171,8 @@ class _SplitReader(SplitReader[Row, RedisKeysSplit]):
         self._to_skip = 0
         self._woken = threading.Event()
 
-    def fetch(self) -> RecordsBySplits[Row]:
-        records: RecordsBySplits[Row] = RecordsBySplits()
+    def fetch(self) -> ArrowRecordsBySplits:
+        records = ArrowRecordsBySplits()
         if self._woken.is_set():
             self._woken.clear()
             return records
@@ -195,12 +186,12 @@ class _SplitReader(SplitReader[Row, RedisKeysSplit]):
         if keys:
             if self._client is None:
                 self._client = self._table.new_client()
-            rows = python_rows(self._table.read_keys(keys, self._client))
+            batch = self._table.read_keys(keys, self._client)
             if self._to_skip:
-                dropped = min(self._to_skip, len(rows))
-                rows, self._to_skip = rows[dropped:], self._to_skip - dropped
-            if rows:
-                records.add(split.split_id, rows)
+                dropped = min(self._to_skip, batch.num_rows)
+                batch, self._to_skip = batch.slice(dropped), self._to_skip - dropped
+            if batch.num_rows:
+                records.add(split.split_id, batch)
         self._next = start + len(keys)
         if self._next >= len(split.keys):
             self._splits.popleft()
@@ -374,7 +365,9 @@ class RedisScanSource(Source[RedisKeysSplit, PullEnumeratorState[RedisKeysSplit]
     def create_reader(self, context: SourceReaderContext) -> SourceReader[RedisKeysSplit]:
         table = self._table
 
-        return PullingSourceReader(context, lambda: _SplitReader(table), _Emitter(), _State)
+        return PullingSourceReader(
+            context, lambda: _SplitReader(table), ArrowRecordEmitter(), _State
+        )
 
     @property
     def split_serializer(self) -> SimpleVersionedSerializer[RedisKeysSplit]:

@@ -13,11 +13,10 @@ from pyspark.sql import types as T
 
 from connectors.policy import BadValuePolicy
 from connectors.predicates import Predicate
-from connectors.rows import python_rows
 from connectors.sql import Session, SqlPlan, SqlTable
+from scan.connector.arrow_records import ArrowRecordsBySplits
 from scan.connector.emitter import RecordEmitter
 from scan.connector.pulling import PullingSourceReader
-from scan.connector.records import RecordsBySplits
 from scan.connector.split_reader import SplitReader, SplitsChange
 from scan.enumerator import SplitEnumerator, SplitEnumeratorContext
 from scan.reader import ReaderOutput, SourceReader, SourceReaderContext
@@ -83,20 +82,21 @@ class _ChunkState:
         return replace(self.split, skip=self.split.skip + self.emitted)
 
 
-class _Emitter(RecordEmitter[Row, _ChunkState]):
-    def emit_record(self, element: Row, output: ReaderOutput, split_state: _ChunkState) -> None:
-        self.emit_records((element,), output, split_state)
+class _Emitter(RecordEmitter[pa.RecordBatch, _ChunkState]):
+    """Emits a batch (a slice of at most ``records_per_poll`` rows) and advances the
+    chunk's position: rows emitted, and the last key (one value per batch) when the
+    chunk resumes by key."""
 
-    def emit_records(
-        self, elements: Sequence[Row], output: ReaderOutput, split_state: _ChunkState
+    def emit_record(
+        self, element: pa.RecordBatch, output: ReaderOutput, split_state: _ChunkState
     ) -> None:
-        output.collect_batch(elements)
-        split_state.emitted += len(elements)
-        if split_state.keyset_index is not None:
-            split_state.last_key = [elements[-1][split_state.keyset_index]]
+        output.collect_arrow(element)
+        split_state.emitted += element.num_rows
+        if split_state.keyset_index is not None and element.num_rows:
+            split_state.last_key = [element.column(split_state.keyset_index)[-1].as_py()]
 
 
-class _SplitReader(SplitReader[Row, SqlChunkSplit]):
+class _SplitReader(SplitReader[pa.RecordBatch, SqlChunkSplit]):
     """Reads chunks one after the other on one session, opened on the first chunk (on
     the fetcher thread, which also closes it: SQLite connections stay on one thread).
     A chunk arrives in the batches its driver streams, so the reader starts emitting
@@ -110,8 +110,8 @@ class _SplitReader(SplitReader[Row, SqlChunkSplit]):
         self._batches: Iterator[pa.RecordBatch] | None = None
         self._woken = threading.Event()
 
-    def fetch(self) -> RecordsBySplits[Row]:
-        records: RecordsBySplits[Row] = RecordsBySplits()
+    def fetch(self) -> ArrowRecordsBySplits:
+        records = ArrowRecordsBySplits()
         if self._woken.is_set():
             self._woken.clear()
             return records
@@ -131,7 +131,7 @@ class _SplitReader(SplitReader[Row, SqlChunkSplit]):
             )
         batch = next(self._batches, None)
         if batch is not None and batch.num_rows:
-            records.add(split.split_id, python_rows(batch))
+            records.add(split.split_id, batch)
         if batch is None:
             self._batches = None
             self._splits.popleft()
