@@ -158,6 +158,8 @@ class Session:
         self.raw = raw
         self.what = what
         self.flavor = flavor_of(raw)
+        self.broken = False
+        """Set when a statement failed or a read was abandoned: not to be reused."""
         module = type(raw).__module__.split(".")[0]
         self._errors = driver_errors(module)
         self._rollback = self._prefer_autocommit()
@@ -213,6 +215,7 @@ class Session:
                 _close_quietly(cursor)
             self.end_read()
         except self._errors as exc:
+            self.broken = True
             raise translate(exc, f"{self.what}: {purpose} failed") from exc
         return fetched
 
@@ -238,16 +241,20 @@ class Session:
         try:
             cursor = self.raw.cursor()
         except self._errors as exc:
+            self.broken = True
             raise translate(exc, f"{self.what}: {purpose} failed") from exc
+        finished = False
         try:
             if self.flavor.adbc:
                 yield from self._adbc_arrays(cursor, sql, params, len(wire))
             else:
                 yield from self._dbapi_arrays(cursor, sql, params, wire)
             self.end_read()
+            finished = True
         except self._errors as exc:
             raise translate(exc, f"{self.what}: {purpose} failed") from exc
         finally:
+            self.broken = self.broken or not finished
             _close_quietly(cursor)
 
     def _adbc_arrays(

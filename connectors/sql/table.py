@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -194,10 +196,12 @@ class SqlTable:
         self.mode = BadValuePolicy.parse(mode)
         self._plan: SqlPlan | None = None
         self._runtime: _Runtime | None = None
+        self._pool: SessionPool | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_runtime"] = None  # counters and the conformer are per process
+        state["_pool"] = None
         return state
 
     @property
@@ -216,6 +220,40 @@ class SqlTable:
             If connecting fails (transient or not, as the driver says).
         """
         return open_session(self.factory, self.what)
+
+    def acquire(self) -> Session:
+        """A session for a read: an idle one of this process's pool, else a new one.
+
+        The pool saves a connection per full load (planning, then each reader) and per
+        reload. It keeps at most a few sessions, none idle longer than a minute (a
+        database or proxy may drop idle connections), and never sqlite3's, which belong
+        to the thread that opened them.
+
+        Raises
+        ------
+        ConnectorError
+            If connecting fails.
+        """
+        session = self.runtime_pool().take()
+        return session if session is not None else self.connect()
+
+    def release(self, session: Session) -> None:
+        """Give back a session from :meth:`acquire` after a read that ended cleanly
+        (a broken one is closed, not pooled)."""
+        if not session.broken and (session.flavor.adbc or session.flavor.backend != SQLITE):
+            self.runtime_pool().give(session)
+        else:
+            session.close()
+
+    def runtime_pool(self) -> SessionPool:
+        """This process's idle sessions of the table."""
+        pool = self._pool
+        if pool is None:
+            with _POOL_LOCK:
+                pool = self._pool
+                if pool is None:
+                    pool = self._pool = SessionPool()
+        return pool
 
     def plan(self, session: Session | None = None) -> SqlPlan:
         """The resolved plan, reading the catalog (on ``session``, or a connection of
@@ -536,6 +574,50 @@ class SqlTable:
             batch, keep = runtime.conform(wires[1:], built_flags[1:], describe)
             index = sent_index if keep is None else sent_index.filter(keep)
             yield pa.array(index, pa.int64()), batch
+
+
+_POOL_LOCK = threading.Lock()
+_POOL_SIZE = 4
+_POOL_IDLE_SECONDS = 60.0
+
+
+class SessionPool:
+    """Idle sessions of one table in one process; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[tuple[float, Session]] = []
+
+    def take(self) -> Session | None:
+        """The most recently returned session still fresh enough, or None."""
+        now = time.monotonic()
+        stale: list[Session] = []
+        found = None
+        with self._lock:
+            while self._idle:
+                since, session = self._idle.pop()
+                if now - since <= _POOL_IDLE_SECONDS:
+                    found = session
+                    break
+                stale.append(session)
+        for session in stale:
+            session.close()
+        return found
+
+    def give(self, session: Session) -> None:
+        """Keep ``session`` for the next read (or close it when the pool is full)."""
+        with self._lock:
+            if len(self._idle) < _POOL_SIZE:
+                self._idle.append((time.monotonic(), session))
+                return
+        session.close()
+
+    def close(self) -> None:
+        """Close every idle session."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for _, session in idle:
+            session.close()
 
 
 class _Runtime:

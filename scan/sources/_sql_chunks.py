@@ -128,7 +128,7 @@ class SqlChunkPlanner(SplitPlanner[SqlChunkSplit]):
     def close(self) -> None:
         if self._session is not None:
             session, self._session = self._session, None
-            session.close()
+            self._table.release(session)
 
     def next_split(self) -> SqlChunkSplit | None:
         state = self._state
@@ -151,6 +151,11 @@ class SqlChunkPlanner(SplitPlanner[SqlChunkSplit]):
     def _initialize(self) -> None:
         plan = self._plan
         key = plan.split_name
+        if self._row_count() <= self._chunk_size:
+            # The whole table is one chunk: no bounds to find, and an unbounded read is
+            # the driver's fastest (ADBC streams it through COPY).
+            self._state.update(index=0, max=None, cursor=None, phase="uneven", last=True)
+            return
         # ORDER BY ... LIMIT 1 rather than MIN/MAX: every orderable type has an order
         # (PostgreSQL's uuid has no MIN), and an index on the key answers it directly.
         low = self._first(
@@ -244,7 +249,7 @@ class SqlChunkPlanner(SplitPlanner[SqlChunkSplit]):
 
     def _connect(self) -> Session:
         if self._session is None:
-            self._session = self._table.connect()
+            self._session = self._table.acquire()
         return self._session
 
     def _query(self, sql: str, params: Any = ()) -> list[Any]:

@@ -119,7 +119,7 @@ class _SplitReader(SplitReader[pa.RecordBatch, SqlChunkSplit]):
             return records
         split = self._splits[0]
         if self._session is None:
-            self._session = self._table.connect()
+            self._session = self._table.acquire()
         if self._batches is None:
             plan = self._plan
             conditions, values = chunk_conditions(
@@ -151,7 +151,7 @@ class _SplitReader(SplitReader[pa.RecordBatch, SqlChunkSplit]):
             batches.close()  # type: ignore[attr-defined]  # a generator: ends its read
         session, self._session = self._session, None
         if session is not None:
-            session.close()
+            self._table.release(session)
 
 
 def _reads_as_stored(plan: SqlPlan, index: int) -> bool:
