@@ -144,7 +144,10 @@ class FullSnapshot:
         unique: bool | None = None
         if table.num_rows > 1:
             order = [(name, "ascending") for name in keys]
-            table = table.sort_by(order)
+            if not _is_sorted(table, keys):
+                # A source read in key order (a SQL table by its primary key, in one
+                # split) is not copied again: sorting is a take of every column.
+                table = table.sort_by(order)
             unique = len(_key_starts(table, keys)) == table.num_rows
             if not unique:
                 # Parallel splits arrive in any order: order a key's rows by their values
@@ -450,6 +453,20 @@ class LookupFullCache(LookupCache):
         self._snapshot = None
         self._ready.clear()
         self._settled.clear()
+
+
+def _is_sorted(table: pa.Table, keys: Sequence[str]) -> bool:
+    """Whether the rows are in ascending order of a single key column (checked in one
+    vectorized pass; composite keys are always sorted)."""
+    if len(keys) != 1:
+        return False
+    column = table.column(keys[0])
+    if not (pa.types.is_integer(column.type) or pa.types.is_string(column.type)
+            or pa.types.is_date(column.type) or pa.types.is_timestamp(column.type)):
+        return False
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    n = len(column)
+    return bool(pc.all(pc.less_equal(column.slice(0, n - 1), column.slice(1))).as_py())
 
 
 def _key_starts(table: pa.Table, keys: Sequence[str]) -> np.ndarray:

@@ -192,9 +192,11 @@ class FullCachingRuntime(LookupRuntime):
             started = time.perf_counter()
             bad_before = getattr(provider.source, "bad_value_count", 0)
             try:
-                table = read_arrow(provider.source, provider.parallelism)
+                # The loaded table is handed over, not kept here: the snapshot's own copy
+                # (its columns combined) is then the only one left.
                 snapshot = FullSnapshot.build(
-                    table, provider.key_columns, loaded_at=loaded_at, version=version
+                    read_arrow(provider.source, provider.parallelism), provider.key_columns,
+                    loaded_at=loaded_at, version=version,
                 )
             except Exception as exc:
                 error = exc
