@@ -99,16 +99,17 @@ def _kind(data_type: pa.DataType) -> str:
 
 
 # Which stored kinds read as which Spark kinds. Text reads as anything (it is parsed);
-# other kinds only as their own family, as Spark casts them: numbers among numbers,
-# integers also as booleans, dates and timestamps among themselves. Arrow casts more
-# (a date as an integer, bytes as a number); those are refused, not guessed.
+# other kinds as their own family, as Spark casts them (numbers among numbers, integers
+# also as booleans, dates and timestamps among themselves) and as text (Arrow prints
+# them; the SQL connectors read STRING columns as the database's own text instead).
+# Arrow casts more (a date as an integer, bytes as a number); those are refused.
 _READS_AS = {
     "text": {"text", "binary", "boolean", "integer", "number", "time", "list", "map", "struct"},
     "binary": {"binary", "text"},
-    "boolean": {"boolean"},
-    "integer": {"integer", "number", "boolean"},
-    "number": {"integer", "number"},
-    "time": {"time"},
+    "boolean": {"boolean", "text"},
+    "integer": {"integer", "number", "boolean", "text"},
+    "number": {"integer", "number", "text"},
+    "time": {"time", "text"},
     "list": {"list"},
     "map": {"map"},
     "struct": {"struct"},
@@ -118,7 +119,7 @@ _READS_AS = {
 def castable(wire: pa.DataType, target: pa.DataType) -> bool:
     """Whether values of ``wire`` can be read as ``target`` at all (some values may
     still be bad); checked when a connector plans its reads."""
-    if wire == target:
+    if wire == target or pa.types.is_null(wire):
         return True
     wire_kind, target_kind = _kind(wire), _kind(target)
     if target_kind not in _READS_AS.get(wire_kind, set()):
@@ -237,6 +238,7 @@ class Conformer:
         wires: Sequence[pa.Array],
         describe_key: Callable[[int], str],
         flagged: Sequence[pa.Array | None] | None = None,
+        where: str | None = None,
     ) -> tuple[list[pa.Array], pa.BooleanArray | None]:
         """The target columns, and which rows to keep (None: all).
 
@@ -250,6 +252,9 @@ class Conformer:
             Per field, an optional array that is non-null exactly where the backend
             already knows the value is bad (its text, for messages): SQLite's storage
             class did not suit the column.
+        where
+            What to call the table in messages, when not the conformer's own name (a
+            file's path).
 
         Raises
         ------
@@ -277,7 +282,8 @@ class Conformer:
             for position in sorted(found):
                 raw, reason = found[position]
                 value = BadValue(
-                    self.table, describe_key(position), column.name, raw, column.spark, reason
+                    where or self.table, describe_key(position), column.name, raw,
+                    column.spark, reason,
                 )
                 if self.policy is BadValuePolicy.FAILFAST:
                     self.stats.record([value], self.policy)

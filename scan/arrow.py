@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
+from connectors.convert import cast_column, castable
 from connectors.rows import python_rows
 from spark_lookup.errors import SourceError
 
@@ -136,8 +137,8 @@ def conform_to_schema(
 ) -> Any:
     """``data`` (a ``RecordBatch`` or ``Table``) as exactly ``schema``: its columns
     picked by name in schema order (others are dropped), each cast to its declared type
-    by Arrow (vectorized; a safe cast, so no silent truncation or overflow), NOT NULL
-    columns checked for nulls.
+    by the connector layer's casts (:mod:`connectors.convert`: vectorized, strict, no
+    silent truncation or overflow), NOT NULL columns checked for nulls.
 
     A column already of its declared type is passed through uncopied.
 
@@ -156,14 +157,23 @@ def conform_to_schema(
     columns = []
     for field in schema:
         column = data.column(field.name)
+        if isinstance(column, pa.ChunkedArray):
+            column = column.combine_chunks()
         if not column.type.equals(field.type):
-            try:
-                column = column.cast(field.type)
-            except (pa.ArrowException, ValueError, TypeError, NotImplementedError) as exc:
+            # The connector layer's casts: the same rules as every source's values.
+            if not castable(column.type, field.type):
                 raise error(
-                    f"{what}: column {field.name!r} of type {data.schema.field(field.name).type}"
-                    f" does not convert to {field.type}: {exc}"
-                ) from exc
+                    f"{what}: column {field.name!r} of type {column.type} cannot be read as "
+                    f"{field.type}"
+                )
+            converted, bad = cast_column(column, field.type)
+            if bad:
+                position, reason = next(iter(bad.items()))
+                raise error(
+                    f"{what}: column {field.name!r} of type {column.type} does not convert "
+                    f"to {field.type}: {column[position].as_py()!r:.60} ({reason})"
+                )
+            column = converted
         if not field.nullable and column.null_count:
             raise error(f"{what}: column {field.name!r} is NOT NULL but holds nulls")
         columns.append(column)

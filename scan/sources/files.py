@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyspark.sql import types as T
 
-from scan.arrow import conform_to_schema
+from connectors.convert import Conformer, castable
+from connectors.policy import BadValuePolicy, BadValueStats
+from connectors.predicates import Predicate, check_predicates, predicates_mask
 from scan.connector.arrow_records import ArrowRecordsBySplits
 from scan.connector.emitter import ArrowRecordEmitter
 from scan.connector.pulling import PullingSourceReader
@@ -188,14 +190,59 @@ def _with_last(items: Iterator[T_]) -> Iterator[tuple[T_, bool]]:
 _END: Any = object()
 
 
+class _Reading:
+    """How a file's batches become the schema's: the shared conversion of the connector
+    layer (the same casts and bad-value policy as every other source), then the
+    filters. Per process (its counter); shared by the source's readers."""
+
+    def __init__(
+        self, schema: T.StructType, mode: BadValuePolicy, filters: Sequence[Predicate]
+    ) -> None:
+        self.schema = to_arrow_schema(schema)
+        self.stats = BadValueStats("FileSource")
+        self._conformer = Conformer(
+            "file", self.schema, [f.dataType.simpleString() for f in schema.fields], mode,
+            self.stats,
+        )
+        self._filters = tuple(filters)
+
+    def conform(self, batch: pa.RecordBatch, path: str, start: int) -> pa.RecordBatch:
+        import pyarrow as pa
+
+        names = batch.schema.names
+        missing = [f.name for f in self.schema if f.name not in names]
+        if missing:
+            raise ConfigError(f"{path!r} has no column(s) {missing}; it has {names}")
+        wires = [batch.column(names.index(f.name)) for f in self.schema]
+        for field, wire in zip(self.schema, wires, strict=True):
+            if not castable(wire.type, field.type):
+                raise ConfigError(
+                    f"{path!r}: column {field.name!r} holds {wire.type} values, which cannot be "
+                    f"read as {field.type}"
+                )
+        columns, keep = self._conformer.conform(
+            wires, lambda row: f"row {start + row}", where=path
+        )
+        out = pa.RecordBatch.from_arrays(columns, schema=self.schema)
+        if keep is not None:
+            out = out.filter(keep)
+        for field, column in zip(self.schema, out.columns, strict=True):
+            if not field.nullable and column.null_count:
+                raise SourceError(f"{path!r}: column {field.name!r} is NOT NULL but holds nulls")
+        if self._filters:
+            out = out.filter(predicates_mask(out, self._filters))
+        return out
+
+
 class _SplitReader(SplitReader["pa.RecordBatch", FileSplit]):
     """Reads one split at a time, one decoded batch per fetch, only the declared
     columns; runs on its fetcher thread (the open Parquet file is kept for the next
     row group of the same file)."""
 
-    def __init__(self, file_format: str, schema: pa.Schema) -> None:
+    def __init__(self, file_format: str, schema: pa.Schema, reading: _Reading) -> None:
         self._format = file_format
         self._schema = schema
+        self._reading = reading
         self._splits: deque[FileSplit] = deque()
         self._batches: Iterator[tuple[pa.RecordBatch, bool]] | None = None
         self._parquet_file: tuple[str, Any] | None = None
@@ -247,13 +294,17 @@ class _SplitReader(SplitReader["pa.RecordBatch", FileSplit]):
         assert split.row_group is not None
         parquet = self._open_parquet(split.path)
         skip = split.offset
+        start = 0
         for batch in parquet.iter_batches(
             batch_size=_DECODE_ROWS, row_groups=[split.row_group], columns=self._schema.names
         ):
-            if skip >= batch.num_rows:  # emitted before the checkpoint
-                skip -= batch.num_rows
+            # Converted and filtered first: the offset counts rows emitted, after both.
+            kept = self._reading.conform(batch, split.path, start)
+            start += batch.num_rows
+            if skip >= kept.num_rows:  # emitted before the checkpoint
+                skip -= kept.num_rows
                 continue
-            yield conform_to_schema(batch.slice(skip), self._schema, repr(split.path))
+            yield kept.slice(skip)
             skip = 0
 
     def _csv(self, split: FileSplit) -> Iterator[pa.RecordBatch]:
@@ -265,11 +316,14 @@ class _SplitReader(SplitReader["pa.RecordBatch", FileSplit]):
         skip = split.offset
         try:
             with csv.open_csv(split.path, convert_options=options) as reader:
+                start = 0
                 for batch in reader:
-                    if skip >= batch.num_rows:  # emitted before the checkpoint
-                        skip -= batch.num_rows
+                    kept = self._reading.conform(batch, split.path, start)
+                    start += batch.num_rows
+                    if skip >= kept.num_rows:  # emitted before the checkpoint
+                        skip -= kept.num_rows
                         continue
-                    yield conform_to_schema(batch.slice(skip), self._schema, repr(split.path))
+                    yield kept.slice(skip)
                     skip = 0
         except KeyError as exc:  # a declared column is not in the header
             header = _csv_header(split.path)
@@ -379,6 +433,9 @@ class FileSource(Source[FileSplit, PullEnumeratorState[FileSplit]]):
         paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
         format: str = "parquet",  # the name the issue and Spark use
         schema: SchemaLike | None = None,
+        *,
+        filters: Sequence[Predicate] | None = None,
+        mode: BadValuePolicy | str = BadValuePolicy.PERMISSIVE,
     ) -> None:
         if format not in _FORMATS:
             raise ConfigError(f"format must be one of {list(_FORMATS)}, got {format!r}")
@@ -393,6 +450,12 @@ class FileSource(Source[FileSplit, PullEnumeratorState[FileSplit]]):
         self._paths = normalized
         self._format = format
         self._schema = parse_schema(schema, "FileSource schema") if schema is not None else None
+        self._mode = BadValuePolicy.parse(mode)
+        self._filters = check_predicates(
+            filters, self._schema.fieldNames() if self._schema is not None else
+            [f.column for f in filters or []], "FileSource",
+        )
+        self._reading: _Reading | None = None
 
     @property
     def paths(self) -> list[str]:
@@ -432,10 +495,8 @@ class FileSource(Source[FileSplit, PullEnumeratorState[FileSplit]]):
         except (OSError, ValueError) as exc:
             raise _io_error(f"reading the schema of {first!r}", exc) from exc
         return T.StructType(
-            [
-                T.StructField(f.name, arrow_to_spark(f.type, f"column {f.name!r} of {first!r}"))
-                for f in arrow_schema
-            ]
+            [T.StructField(f.name, arrow_to_spark(f.type, f"column {f.name!r} of {first!r}"))
+             for f in arrow_schema]
         )
 
     def create_enumerator(
@@ -456,9 +517,26 @@ class FileSource(Source[FileSplit, PullEnumeratorState[FileSplit]]):
         """A reader of this source's splits; where its subtask runs (its split reader
         opens the files on its fetcher thread)."""
         file_format, schema = self._format, to_arrow_schema(self.schema)
+        reading = self._reading_state()
         return PullingSourceReader(
-            context, lambda: _SplitReader(file_format, schema), ArrowRecordEmitter(), _State
+            context, lambda: _SplitReader(file_format, schema, reading), ArrowRecordEmitter(),
+            _State,
         )
+
+    def _reading_state(self) -> _Reading:
+        if self._reading is None:
+            self._reading = _Reading(self.schema, self._mode, self._filters)
+        return self._reading
+
+    @property
+    def bad_value_count(self) -> int:
+        """Values this process could not read as their column's type."""
+        return 0 if self._reading is None else self._reading.stats.count
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_reading"] = None  # per process: the counter of bad values
+        return state
 
     @property
     def split_serializer(self) -> SimpleVersionedSerializer[FileSplit]:

@@ -23,7 +23,7 @@ from scan import (
 )
 from scan.checkpoint import decode_checkpoint
 from scan.serializers import unpack_versioned
-from spark_lookup.errors import ConfigError, ConnectorError, SourceError
+from spark_lookup.errors import BadValueError, ConfigError, ConnectorError, SourceError
 from tests.scan.helpers import bag, run_all
 
 
@@ -155,15 +155,22 @@ def test_a_malformed_csv_file_is_a_connector_error_naming_it(tmp_path: Path) -> 
 def test_parquet_values_that_do_not_cast_name_file_and_column(tmp_path: Path) -> None:
     path = tmp_path / "t.parquet"
     pq.write_table(pa.table({"id": ["1", "two"], "v": ["a", "b"]}), str(path))
-    source = FileSource(path, schema="id BIGINT, v STRING")
+    source = FileSource(path, schema="id BIGINT, v STRING", mode="FAILFAST")
     with pytest.raises(
-        SourceError, match=r"t\.parquet.*column 'id' of type string does not convert to int64"
+        BadValueError, match=r"t\.parquet', key row 1, column 'id': cannot read 'two' as bigint"
     ):
         read_arrow(source)
-    narrowing = FileSource(path, schema="v STRING, id TINYINT")
+    lenient = FileSource(path, schema="id BIGINT, v STRING")  # PERMISSIVE: null, counted
+    assert read_arrow(lenient).to_pylist() == [{"id": 1, "v": "a"}, {"id": None, "v": "b"}]
+    assert lenient.bad_value_count == 1
+    dropping = FileSource(path, schema="id BIGINT, v STRING", mode="DROPMALFORMED")
+    assert read_arrow(dropping).num_rows == 1
+    narrowing = FileSource(path, schema="v STRING, id TINYINT", mode="FAILFAST")
     pq.write_table(pa.table({"id": [1, 300], "v": ["a", "b"]}), str(path))
-    with pytest.raises(SourceError, match=r"column 'id' of type int64 does not convert to int8"):
-        read_arrow(narrowing)  # a safe cast: 300 is not silently wrapped
+    with pytest.raises(BadValueError, match=r"column 'id': cannot read 300 as tinyint"):
+        read_arrow(narrowing)  # never silently wrapped
+    with pytest.raises(ConfigError, match="cannot be read as"):
+        read_arrow(FileSource(path, schema="v STRING, id DATE"))  # no such cast at all
 
 
 def test_nulls_in_a_not_null_column_name_file_and_column(tmp_path: Path) -> None:
@@ -284,3 +291,24 @@ def test_a_csv_file_parses_only_the_declared_columns(tmp_path: Path) -> None:
     source = FileSource(tmp_path / "a.csv", "csv", schema="v STRING, id BIGINT")
     assert run_all(source, 1) == [("x", 1), ("y", 2)]
     assert read_arrow(source).schema.names == ["v", "id"]
+
+
+def test_filters_are_applied_to_files_and_restores_count_the_rows_kept(tmp_path: Path) -> None:
+    from connectors import Predicate
+    from scan import LocalSourceRunner, ReaderOptions
+
+    path = tmp_path / "f.parquet"
+    pq.write_table(pa.table({"id": list(range(100)), "region": ["eu", "us"] * 50}), str(path),
+                   row_group_size=30)
+    source = FileSource(path, schema="id BIGINT, region STRING",
+                        filters=[Predicate("region", "=", "eu"), Predicate("id", ">=", 10)])
+    expected = [(i, "eu") for i in range(10, 100, 2)]
+    assert sorted(tuple(r.values()) for r in read_arrow(source, 2).to_pylist()) == expected
+    with LocalSourceRunner(source, 1, options=ReaderOptions(records_per_poll=7)) as runner:
+        first = runner.run(12)
+        saved = runner.checkpoint()
+    with LocalSourceRunner(source, 3, restore_from=saved) as runner:
+        rest = runner.run()
+    assert sorted(first + rest) == expected  # nothing lost or repeated
+    with pytest.raises(ConfigError, match="unknown column"):
+        FileSource(path, schema="id BIGINT", filters=[Predicate("region", "=", "eu")])
