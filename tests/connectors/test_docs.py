@@ -23,8 +23,22 @@ def test_public_names_are_exported() -> None:
 @pytest.mark.parametrize(
     "module",
     ["lookup.connectors.sql", "lookup.connectors.redis", "cache.redis", "cache.tiered",
-     "cache._codec"],
+     "cache._codec", "connectors.predicates", "connectors.keys", "connectors.convert",
+     "connectors.sql.table", "connectors.redis.template"],
 )
 def test_docstring_examples_run(module: str) -> None:
     failures, _ = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
     assert failures == 0
+
+
+def test_the_connector_layer_exports_a_small_surface() -> None:
+    import connectors
+    import connectors.redis
+    import connectors.sql
+
+    assert connectors.__all__ == ["BadValuePolicy", "KeyCodec", "Predicate"]
+    assert connectors.sql.__all__ == ["Session", "SqlPlan", "SqlTable"]
+    assert connectors.redis.__all__ == ["VALUE_TYPES", "KeyTemplate", "RedisTable"]
+    for module in (connectors, connectors.sql, connectors.redis):
+        for name in module.__all__:
+            assert getattr(module, name).__doc__ or name == "VALUE_TYPES", name
