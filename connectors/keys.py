@@ -22,6 +22,7 @@ from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import types as T
 
 from spark_lookup.errors import ConfigError
@@ -271,21 +272,27 @@ class EncodedKeys:
     positions
         For each key given, the index of its distinct key in ``arrays``, or -1 when it
         can never match (a null part, NaN, a value no column value equals).
-    distinct
-        The distinct keys as normalized Python tuples (what the arrays hold).
     """
 
-    __slots__ = ("arrays", "distinct", "positions")
+    __slots__ = ("_distinct", "arrays", "positions")
 
     def __init__(
-        self, arrays: list[pa.Array], positions: list[int], distinct: list[Key]
+        self, arrays: list[pa.Array], positions: list[int], distinct: list[Key] | None = None
     ) -> None:
         self.arrays = arrays
         self.positions = positions
-        self.distinct = distinct
+        self._distinct = distinct
+
+    @property
+    def distinct(self) -> list[Key]:
+        """The distinct keys as normalized Python tuples (what the arrays hold)."""
+        if self._distinct is None:
+            columns = [array.to_pylist() for array in self.arrays]
+            self._distinct = list(zip(*columns, strict=True)) if columns else []
+        return self._distinct
 
     def __len__(self) -> int:
-        return len(self.distinct)
+        return len(self.arrays[0]) if self.arrays else 0
 
 
 class KeyCodec:
@@ -385,14 +392,24 @@ class KeyCodec:
             if type(key) is not tuple or len(key) != len(self.names):
                 self.check_shape(key)
         if self._all_plain(keys):
-            # Values of their columns' plain types are their own normal form; Arrow
+            # Values of their columns' plain Python types are their own normal form; Arrow
             # checks ranges, scales and encodings as it builds the arrays, and anything
             # it refuses is looked at value by value below.
             try:
+                if len(self.names) == 1:
+                    return self._encoded_column(keys)
                 return self._encoded(list(keys))
             except (OverflowError, ValueError, pa.ArrowInvalid, pa.ArrowTypeError):
                 pass
         return self._encoded([self.normalize(key) for key in keys])
+
+    def _encoded_column(self, keys: Sequence[Key]) -> EncodedKeys:
+        """One key column of plain values, deduplicated by Arrow's hash kernels (no
+        Python object per key beyond the ones given)."""
+        column = pa.array([key[0] for key in keys], type=self.arrow_types[0])
+        unique = pc.unique(column)
+        positions = pc.index_in(column, value_set=unique)
+        return EncodedKeys([unique], positions.to_pylist())
 
     def _encoded(self, normalized: list[Key | None]) -> EncodedKeys:
         index: dict[Key, int] = {}

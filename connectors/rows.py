@@ -10,12 +10,13 @@ Turned back into Arrow with the same schema they give the same values.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["python_rows", "python_values"]
+__all__ = ["group_rows", "python_rows", "python_values"]
 
 
 def python_values(column: pa.Array | pa.ChunkedArray) -> list[Any]:
@@ -76,3 +77,20 @@ def python_rows(batch: pa.RecordBatch | pa.Table) -> list[tuple[Any, ...]]:
         return []
     columns = [python_values(column) for column in batch.columns]
     return list(zip(*columns, strict=True))
+
+
+def group_rows(
+    keys: Sequence[Any], positions: Sequence[int], index: Sequence[int],
+    rows: Sequence[tuple[Any, ...]],
+) -> dict[Any, list[tuple[Any, ...]]]:
+    """The per-key answer of a batched lookup: for each key given, the rows whose index
+    is its distinct key's position (``-1``: never matches, no rows)."""
+    by_position: dict[int, list[tuple[Any, ...]]]
+    if len(set(index)) == len(index):  # a row per key, the usual case
+        by_position = {p: [row] for p, row in zip(index, rows, strict=True)}
+    else:
+        by_position = {}
+        for p, row in zip(index, rows, strict=True):
+            by_position.setdefault(p, []).append(row)
+    get = by_position.get
+    return {key: get(p) or [] for key, p in zip(keys, positions, strict=True)}

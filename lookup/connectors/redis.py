@@ -14,7 +14,7 @@ from connectors.policy import BadValuePolicy
 from connectors.predicates import Predicate
 from connectors.redis import RedisTable
 from connectors.redis.client import redact_url
-from connectors.rows import python_rows
+from connectors.rows import group_rows, python_rows
 from lookup.function import LookupFunction
 from spark_lookup.schema import SchemaLike
 
@@ -201,12 +201,7 @@ class RedisLookupFunction(LookupFunction):
             Under ``mode="FAILFAST"``, for a stored value that cannot be read.
         """
         encoded = self._codec.encode(keys)
-        grouped: list[list[Row]] = [[] for _ in range(len(encoded))]
-        if len(encoded):
-            index, batch = self._redis.lookup(encoded, self.key_columns)
-            for position, row in zip(index.to_pylist(), python_rows(batch), strict=True):
-                grouped[position].append(row)
-        return {
-            key: (grouped[position] if position >= 0 else [])
-            for key, position in zip(keys, encoded.positions, strict=True)
-        }
+        if not len(encoded):
+            return {key: [] for key in keys}
+        index, batch = self._redis.lookup(encoded, self.key_columns)
+        return group_rows(keys, encoded.positions, index.to_pylist(), python_rows(batch))

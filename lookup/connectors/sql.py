@@ -14,7 +14,7 @@ from cache.base import Key, Row
 from connectors.keys import KeyCodec
 from connectors.policy import BadValuePolicy
 from connectors.predicates import Predicate
-from connectors.rows import python_rows
+from connectors.rows import group_rows, python_rows
 from connectors.sql import Session, SqlTable
 from lookup.function import LookupFunction
 from spark_lookup.errors import ConfigError, TransientConnectorError
@@ -269,15 +269,10 @@ class SqlLookupFunction(LookupFunction):
             If a key is not a tuple.
         """
         encoded = self._codec.encode(keys)
-        grouped: list[list[Row]] = [[] for _ in range(len(encoded))]
-        if len(encoded):
-            index, batch = self._query(encoded)
-            for position, row in zip(index.to_pylist(), python_rows(batch), strict=True):
-                grouped[position].append(row)
-        return {
-            key: (grouped[position] if position >= 0 else [])
-            for key, position in zip(keys, encoded.positions, strict=True)
-        }
+        if not len(encoded):
+            return {key: [] for key in keys}
+        index, batch = self._query(encoded)
+        return group_rows(keys, encoded.positions, index.to_pylist(), python_rows(batch))
 
     def _query(self, encoded: Any) -> tuple[pa.Int64Array, pa.RecordBatch]:
         for attempt in (1, 2):
