@@ -3,8 +3,10 @@ function (every matching row, for ``LATERAL`` joins).
 
 Both run in executors' Python workers on the same per-worker runtime as
 :func:`lookup.lookup_join` (one open runtime and cache per provider per worker, see
-``lookup._worker``), and both report into the provider's metrics accumulator, so
-:func:`lookup.lookup_metrics` sums joins and SQL alike.
+``lookup._worker``), on classic and Spark Connect sessions alike. Neither reports
+metrics to the driver: a function call inside a query the user writes has no plan node
+of ours to observe (see :mod:`lookup.metrics`). Their lookups count in the shared
+runtime, so a later ``lookup_join`` task in the same worker reports them with its own.
 
 Kinds chosen (PySpark 4.1+):
 
@@ -35,10 +37,9 @@ from pyspark.sql import types as T
 
 from cache.base import Key, Row
 from lookup._assemble import JoinShape, _probe_full, _probe_loaded, factorize
-from lookup._worker import metrics_report, worker_handle
+from lookup._worker import worker_handle
 from lookup.full_caching import FullCachingRuntime
 from lookup.join import keys_compatible
-from lookup.metrics import metrics_accumulator
 from lookup.providers import LookupProvider
 from lookup.runtime import LookupRuntime
 from spark_lookup.errors import ConfigError
@@ -132,10 +133,9 @@ class _StructLookup:
     """What the Arrow UDF runs in executors' Python workers (picklable): each batch of
     key arrays in, a struct array of the first matching rows out."""
 
-    def __init__(self, name: str, provider: LookupProvider, accumulator: Any) -> None:
+    def __init__(self, name: str, provider: LookupProvider) -> None:
         self.name = name
         self.provider = provider
-        self.accumulator = accumulator
         schema = provider.schema
         names = tuple(f.name for f in schema.fields)
         self.shape = JoinShape(
@@ -153,18 +153,14 @@ class _StructLookup:
     def __call__(self, batches: Iterator[Any]) -> Iterator[pa.Array]:
         runtime: LookupRuntime | None = None
         checked = False
-        try:
-            for item in batches:
-                arrays: list[pa.Array] = list(item) if isinstance(item, tuple) else [item]
-                if not checked:
-                    self._check_arguments(arrays)
-                    checked = True
-                if runtime is None:
-                    runtime = worker_handle(self.provider).runtime
-                yield self.lookup_batch(arrays, runtime)
-        finally:
-            if runtime is not None:
-                self.accumulator.add(metrics_report(self.provider))
+        for item in batches:
+            arrays: list[pa.Array] = list(item) if isinstance(item, tuple) else [item]
+            if not checked:
+                self._check_arguments(arrays)
+                checked = True
+            if runtime is None:
+                runtime = worker_handle(self.provider).runtime
+            yield self.lookup_batch(arrays, runtime)
 
     def _check_arguments(self, arrays: Sequence[pa.Array]) -> None:
         from pyspark.sql.pandas.types import from_arrow_type
@@ -264,8 +260,7 @@ def register_lookup_function(spark: Any, name: str, provider: LookupProvider) ->
 
     provider = _check_provider(provider)
     name = _check_name(spark, name)
-    accumulator = metrics_accumulator(spark, provider)
-    function = _StructLookup(name, provider, accumulator)
+    function = _StructLookup(name, provider)
     with warnings.catch_warnings():
         # The iterator kind is given explicitly (one argument or several, the same
         # callable); PySpark would rather read it from type hints.
@@ -286,12 +281,11 @@ class _LookupTableFunction:
     subclass per registration, holding the provider as class attributes).
 
     Spark creates one instance per task in each executor Python worker and calls
-    :meth:`eval` once per input row; :meth:`cleanup` at the end of the task.
+    :meth:`eval` once per input row.
     """
 
     _name: str = ""
     _provider: LookupProvider
-    _accumulator: Any
 
     def __init__(self) -> None:
         self._runtime: LookupRuntime | None = None
@@ -317,11 +311,6 @@ class _LookupTableFunction:
         if runtime is None:
             runtime = self._runtime = worker_handle(self._provider).runtime
         return runtime.lookup(key)
-
-    def cleanup(self) -> None:
-        """Report this worker's metrics of the provider (end of the task)."""
-        if self._runtime is not None:
-            self._accumulator.add(metrics_report(self._provider))
 
 
 def _make_analyze(
@@ -404,14 +393,12 @@ def register_lookup_table_function(spark: Any, name: str, provider: LookupProvid
 
     provider = _check_provider(provider)
     name = _check_name(spark, name)
-    accumulator = metrics_accumulator(spark, provider)
     handler = type(
         f"LookupTableFunction_{name}",
         (_LookupTableFunction,),
         {
             "_name": name,
             "_provider": provider,
-            "_accumulator": accumulator,
             "analyze": staticmethod(_make_analyze(name, provider, provider.schema)),
         },
     )
