@@ -62,7 +62,14 @@ from lookup._session import is_connect
 from lookup.providers import FullCachingLookupProvider, LookupProvider
 from spark_lookup.errors import ConfigError, MetricsUnavailableError
 
-__all__ = ["REPORT_COLUMN", "WorkerReport", "lookup_metrics", "observe_metrics", "parse_report"]
+__all__ = [
+    "REPORT_COLUMN",
+    "WorkerReport",
+    "lookup_metrics",
+    "observe_metrics",
+    "parse_report",
+    "worker_reports",
+]
 
 log = logging.getLogger("lookup")
 
@@ -317,6 +324,15 @@ class _Registry:
     # --- reading (driver, lookup_metrics)
 
     def metrics(self, provider: LookupProvider) -> CacheMetrics | None:
+        reports = self.collect(provider)
+        if reports is None:
+            return None
+        with self._lock:
+            return reports.total(isinstance(provider, FullCachingLookupProvider))
+
+    def collect(self, provider: LookupProvider) -> _ProviderReports | None:
+        """Read every pending observation of ``provider``; its reports, or None when
+        nothing of it has been observed."""
         provider_id = provider.provider_id
         with self._lock:
             classic = list(self._classic.get(provider_id, ()))
@@ -335,7 +351,7 @@ class _Registry:
             reports = self._providers.get(provider_id)
             if reports is None or not reports.observed:
                 return None
-            return reports.total(isinstance(provider, FullCachingLookupProvider))
+            return reports
 
 
 _REGISTRY = _Registry()
@@ -393,6 +409,43 @@ def observe_metrics(mapped: Any, provider: LookupProvider) -> Any:
     return observed.where(F.col(REPORT_COLUMN).isNull()).drop(REPORT_COLUMN)
 
 
+def _check_provider(provider: object) -> LookupProvider:
+    if not isinstance(provider, LookupProvider):
+        raise ConfigError(
+            "lookup_metrics takes the lookup provider given to lookup_join "
+            f"(PartialCachingLookupProvider, FullCachingLookupProvider, ...), got "
+            f"{type(provider).__name__}: {provider!r:.80}"
+        )
+    return provider
+
+
+def _unavailable(provider: LookupProvider) -> MetricsUnavailableError:
+    return MetricsUnavailableError(
+        f"no metrics of {provider.describe()} have reached the driver yet: they arrive "
+        "when an action on a lookup_join DataFrame using it finishes (batch) or with a "
+        "micro-batch's progress (streaming); SQL functions report none, and a failed "
+        "batch action reports nothing"
+    )
+
+
+def worker_reports(provider: LookupProvider) -> list[WorkerReport]:
+    """The latest report of each Python worker that ran ``lookup_join`` tasks with
+    ``provider``, as :func:`lookup_metrics` adds them up (oldest first). Runs on the
+    driver.
+
+    Raises
+    ------
+    MetricsUnavailableError, ConfigError
+        As :func:`lookup_metrics`.
+    """
+    provider = _check_provider(provider)
+    reports = _REGISTRY.collect(provider)
+    if reports is None:
+        raise _unavailable(provider)
+    with _REGISTRY._lock:
+        return sorted(reports.latest.values(), key=lambda r: (r.at, r.sequence))
+
+
 def lookup_metrics(provider: LookupProvider, spark: Any = None) -> CacheMetrics:
     """The cache metrics of ``provider``, summed over the executors' Python workers
     that ran ``lookup_join`` tasks with it, as Spark has reported them to the driver.
@@ -444,17 +497,7 @@ def lookup_metrics(provider: LookupProvider, spark: Any = None) -> CacheMetrics:
     >>> lookup_metrics(customers).hit_count  # doctest: +SKIP
     1234
     """
-    if not isinstance(provider, LookupProvider):
-        raise ConfigError(
-            "lookup_metrics takes the lookup provider given to lookup_join "
-            f"(PartialCachingLookupProvider, FullCachingLookupProvider, ...), got "
-            f"{type(provider).__name__}: {provider!r:.80}"
-        )
-    metrics = _REGISTRY.metrics(provider)
+    metrics = _REGISTRY.metrics(_check_provider(provider))
     if metrics is None:
-        raise MetricsUnavailableError(
-            f"no metrics of {provider.describe()} have reached the driver yet: they "
-            "arrive when an action on a lookup_join DataFrame using it finishes (batch) "
-            "or with a micro-batch's progress (streaming); SQL functions report none"
-        )
+        raise _unavailable(provider)
     return metrics
