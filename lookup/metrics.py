@@ -50,7 +50,6 @@ import time
 import uuid
 import warnings
 import weakref
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -94,9 +93,6 @@ threads whose observation is not filled (a DataFrame never run)."""
 _MAX_PENDING = 256
 """Classic observations kept per provider until read (the oldest unread are dropped
 beyond this: their workers' later reports make good what they held)."""
-
-_MAX_NAMES = 10_000
-"""Observation names remembered (to tell which provider an empty result is for)."""
 
 
 @dataclass(frozen=True)
@@ -151,7 +147,6 @@ class _ProviderReports:
 
     def __init__(self) -> None:
         self.latest: dict[str, WorkerReport] = {}
-        self.observed = False  # an observation of it came back (possibly with no report)
 
     def add(self, report: WorkerReport) -> None:
         current = self.latest.get(report.worker)
@@ -192,7 +187,7 @@ class _ClassicObservation:
     def _read(self) -> None:
         try:
             result = self.observation.get
-            self.registry.receive(self.name, _reports_in(result))
+            self.registry.receive(_reports_in(result))
         except Exception as exc:  # a failed action, or the session stopped
             log.debug("observation %s gave no metrics: %r", self.name, exc)
         finally:
@@ -205,8 +200,11 @@ class _ConnectObservation:
     it after every action that runs it; it is read without waiting, and a last time
     when the DataFrames holding it are gone."""
 
-    def __init__(self, registry: _Registry, name: str, observation: Any) -> None:
+    def __init__(
+        self, registry: _Registry, provider_id: str, name: str, observation: Any
+    ) -> None:
         self.registry = registry
+        self.provider_id = provider_id
         self.name = name
         self._ref = weakref.ref(observation)
         # The client updates this very dict after each action (PySpark 4.3): read once
@@ -219,7 +217,7 @@ class _ConnectObservation:
         if observation is not None:
             result = _get(observation)
             if result:
-                self.registry.receive(self.name, _reports_in(result))
+                self.registry.receive(_reports_in(result))
 
 
 def _get(observation: Any) -> Mapping[str, Any] | None:
@@ -231,14 +229,14 @@ def _get(observation: Any) -> Mapping[str, Any] | None:
     return result if isinstance(result, Mapping) else None
 
 
-def _reports_in(result: Any) -> list[Any] | None:
-    """The report texts of an observed-metrics row (a ``Row`` or a mapping); None when
+def _reports_in(result: Any) -> list[Any]:
+    """The report texts of an observed-metrics row (a ``Row`` or a mapping); none when
     it holds no result of ours (a classic observation of a failed action is empty)."""
     try:
         reports = result["reports"]
     except (KeyError, TypeError, IndexError, ValueError):
-        return None
-    return list(reports) if isinstance(reports, (list, tuple)) else None
+        return []
+    return list(reports) if isinstance(reports, (list, tuple)) else []
 
 
 class _Registry:
@@ -248,7 +246,6 @@ class _Registry:
         # Reentrant: a weakref finalizer may run (garbage collection) under the lock.
         self._lock = threading.RLock()
         self._providers: dict[str, _ProviderReports] = {}
-        self._names: OrderedDict[str, str] = OrderedDict()  # observation -> provider id
         self._classic: dict[str, list[_ClassicObservation]] = {}
         self._connect: dict[str, _ConnectObservation] = {}
         self._sessions: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -261,41 +258,25 @@ class _Registry:
 
     # --- receiving (any thread)
 
-    def receive(self, name: str | None, texts: Iterable[Any] | None) -> None:
-        """Merge the reports of one observed result (of observation ``name``); None:
-        the observation holds no result."""
-        if texts is None:
-            return
+    def receive(self, texts: Iterable[Any]) -> None:
+        """Merge reports (texts; anything else is ignored)."""
         parsed = [r for r in map(parse_report, texts) if r is not None]
         with self._lock:
-            provider_id = self._names.get(name) if name is not None else None
-            if provider_id is not None:
-                self._reports(provider_id).observed = True
             for report in parsed:
-                reports = self._reports(report.provider_id)
-                reports.observed = True
-                reports.add(report)
+                self._reports(report.provider_id).add(report)
 
     def forget(self, name: str, last: Mapping[str, Any] | None) -> None:
         """A Connect observation was collected: read its last result and drop it."""
         if last:
-            self.receive(name, _reports_in(last))
+            self.receive(_reports_in(last))
         with self._lock:
             self._connect.pop(name, None)
 
     # --- registering (driver, at lookup_join)
 
-    def name(self, provider_id: str) -> str:
-        name = f"{_NAME_PREFIX}{uuid.uuid4().hex}"
-        with self._lock:
-            self._names[name] = provider_id
-            while len(self._names) > _MAX_NAMES:
-                self._names.popitem(last=False)
-        return name
-
     def watch_batch(self, spark: Any, provider_id: str, name: str, observation: Any) -> None:
         if is_connect(spark):
-            watched = _ConnectObservation(self, name, observation)
+            watched = _ConnectObservation(self, provider_id, name, observation)
             with self._lock:
                 self._connect[name] = watched
             return
@@ -336,7 +317,7 @@ class _Registry:
         provider_id = provider.provider_id
         with self._lock:
             classic = list(self._classic.get(provider_id, ()))
-            connect = [w for n, w in self._connect.items() if self._names.get(n) == provider_id]
+            connect = [w for w in self._connect.values() if w.provider_id == provider_id]
         for watched in classic:
             watched.start()
         deadline = time.monotonic() + _CLASSIC_WAIT_SECONDS
@@ -349,9 +330,7 @@ class _Registry:
             if pending is not None:
                 pending[:] = [p for p in pending if not p.done.is_set()]
             reports = self._providers.get(provider_id)
-            if reports is None or not reports.observed:
-                return None
-            return reports
+            return reports if reports is not None and reports.latest else None
 
 
 _REGISTRY = _Registry()
@@ -373,7 +352,7 @@ class _ProgressListener(StreamingQueryListener):
         try:
             for name, row in dict(event.progress.observedMetrics).items():
                 if name.startswith(_NAME_PREFIX):
-                    self._registry.receive(name, _reports_in(row))
+                    self._registry.receive(_reports_in(row))
         except Exception:  # a listener must never fail the query's events
             log.exception("reading lookup metrics from a streaming progress failed")
 
@@ -383,7 +362,7 @@ class _ProgressListener(StreamingQueryListener):
     def onQueryTerminated(self, event: Any) -> None:
         exception = getattr(event, "exception", None)
         if exception:
-            self._registry.receive(None, _NOTE.findall(str(exception)))
+            self._registry.receive(_NOTE.findall(str(exception)))
 
 
 # --- driver-side API -------------------------------------------------------------------
@@ -397,7 +376,7 @@ def observe_metrics(mapped: Any, provider: LookupProvider) -> Any:
     from pyspark.sql import functions as F
 
     spark = mapped.sparkSession
-    name = _REGISTRY.name(provider.provider_id)
+    name = f"{_NAME_PREFIX}{uuid.uuid4().hex}"
     reports = F.collect_list(F.col(REPORT_COLUMN)).alias("reports")
     if mapped.isStreaming:
         _REGISTRY.listen(spark)
@@ -468,16 +447,16 @@ def lookup_metrics(provider: LookupProvider, spark: Any = None) -> CacheMetrics:
     Returns
     -------
     cache.CacheMetrics
-        A copy: later reports do not change it. Zeros when actions with ``provider``
-        finished without a lookup (no input rows).
+        A copy: later reports do not change it.
 
     Raises
     ------
     MetricsUnavailableError
-        When nothing has been reported for ``provider`` yet: no action on a
-        ``lookup_join`` DataFrame with it has finished, no micro-batch's progress has
-        reached the driver, or it was only used by SQL functions (which do not report).
-        Raised rather than returning zeros, which would read as "no lookups".
+        When no worker's report of ``provider`` has reached the driver yet: no action
+        on a ``lookup_join`` DataFrame with it has finished (or those that did read no
+        rows), no micro-batch's progress has arrived, its only actions failed, or it was
+        only used by SQL functions (which do not report). Raised rather than returning
+        zeros, which would read as "no lookups were needed".
     ConfigError
         When ``provider`` is not a lookup provider.
 
