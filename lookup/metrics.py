@@ -67,6 +67,7 @@ __all__ = [
     "lookup_metrics",
     "observe_metrics",
     "parse_report",
+    "stop_metrics_listener",
     "worker_reports",
 ]
 
@@ -248,7 +249,8 @@ class _Registry:
         self._providers: dict[str, _ProviderReports] = {}
         self._classic: dict[str, list[_ClassicObservation]] = {}
         self._connect: dict[str, _ConnectObservation] = {}
-        self._sessions: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._listeners: weakref.WeakKeyDictionary[Any, _ProgressListener] = (
+            weakref.WeakKeyDictionary())
 
     def _reports(self, provider_id: str) -> _ProviderReports:
         reports = self._providers.get(provider_id)
@@ -290,9 +292,9 @@ class _Registry:
     def listen(self, spark: Any) -> None:
         """Register the progress listener on ``spark`` (once per session)."""
         with self._lock:
-            if spark in self._sessions:
+            if spark in self._listeners:
                 return
-            self._sessions.add(spark)
+            listener = self._listeners[spark] = _ProgressListener(self)
         if is_connect(spark):
             # Stopping a Connect session removes its listeners after the session is
             # released, which PySpark 4.3 reports with this warning, for nothing: the
@@ -300,7 +302,15 @@ class _Registry:
             warnings.filterwarnings(
                 "ignore", r"Failed to remove the listener because of exception: "
                 r"\[NO_ACTIVE_SESSION\]", UserWarning)
-        spark.streams.addListener(_ProgressListener(self))
+        spark.streams.addListener(listener)
+
+    def unlisten(self, spark: Any) -> bool:
+        with self._lock:
+            listener = self._listeners.pop(spark, None)
+        if listener is None:
+            return False
+        spark.streams.removeListener(listener)
+        return True
 
     # --- reading (driver, lookup_metrics)
 
@@ -423,6 +433,18 @@ def worker_reports(provider: LookupProvider) -> list[WorkerReport]:
         raise _unavailable(provider)
     with _REGISTRY._lock:
         return sorted(reports.latest.values(), key=lambda r: (r.at, r.sequence))
+
+
+def stop_metrics_listener(spark: Any) -> bool:
+    """Remove the progress listener that a streaming ``lookup_join`` registered on
+    ``spark``; False if there is none. Runs on the driver.
+
+    Later micro-batches of running queries are no longer counted (a new streaming
+    ``lookup_join`` registers it again). Worth calling before ``spark.stop()`` on Spark
+    Connect only: PySpark 4.3 releases a Connect session before removing its listeners,
+    and the server then logs an error about the listener's stream (harmless).
+    """
+    return _REGISTRY.unlisten(spark)
 
 
 def lookup_metrics(provider: LookupProvider, spark: Any = None) -> CacheMetrics:

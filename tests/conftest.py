@@ -112,6 +112,9 @@ def spark(request: pytest.FixtureRequest) -> Iterator[Any]:
     try:
         yield session
     finally:
+        from lookup.metrics import stop_metrics_listener
+
+        stop_metrics_listener(session)  # spares the Connect server's log an error
         session.stop()
 
 
