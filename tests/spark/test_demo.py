@@ -6,7 +6,6 @@ stream; the command line and the per-batch marking are checked without Spark."""
 from __future__ import annotations
 
 import io
-import os
 import re
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import pytest
 
 from lookup.__main__ import main
 from lookup.demo import BATCH_TIME, CHANGES, BatchPrinter, split_batches
+from tests.env import child_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,7 +32,7 @@ def test_demo_shows_the_updated_values_and_ends_by_itself(session: list[str]) ->
         [sys.executable, "-m", "lookup", "demo", "--seconds", "20", "--time-limit", "240",
          *session],
         cwd=ROOT,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        env=child_env(PYSPARK_PYTHON=sys.executable),
         capture_output=True,
         text=True,
         timeout=300,
