@@ -69,6 +69,31 @@ def _connect_missing() -> str | None:
     return None
 
 
+def _local_connect_session(builder: Any) -> Any:
+    """``builder.remote("local[2]")``: a local Connect server in this process, and a
+    session of it, on an ephemeral port.
+
+    A local server listens on 15002 unless ``SPARK_TESTING`` is set, which PySpark reads
+    (in this process, while the session is created) to bind an ephemeral port and find
+    it, so that test runs side by side do not collide. The JVM must not see it (it would
+    run Spark in its own test mode): it is started first, without it, by a classic
+    context, which the Connect server's start then replaces.
+    """
+    from pyspark.sql import SparkSession
+
+    SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false") \
+        .getOrCreate().stop()
+    os.environ["SPARK_TESTING"] = "1"
+    try:
+        with warnings.catch_warnings():
+            # The static settings reach the local server's start; setting them again on
+            # the Connect session afterwards is refused with a warning.
+            warnings.filterwarnings("ignore", "Failed to set spark", UserWarning)
+            return builder.remote("local[2]").getOrCreate()
+    finally:
+        del os.environ["SPARK_TESTING"]
+
+
 @pytest.fixture(scope="session")
 def spark(request: pytest.FixtureRequest) -> Iterator[Any]:
     """The local[2] SparkSession of the test session, classic or Spark Connect (a local
@@ -104,11 +129,7 @@ def spark(request: pytest.FixtureRequest) -> Iterator[Any]:
         if missing is not None:
             # A dev extra: CI must not pass by skipping the Connect half of the suite.
             unavailable(missing)
-        with warnings.catch_warnings():
-            # The static settings reach the local server's start; setting them again on
-            # the Connect session afterwards is refused with a warning.
-            warnings.filterwarnings("ignore", "Failed to set spark", UserWarning)
-            session = builder.remote("local[2]").getOrCreate()
+        session = _local_connect_session(builder)
     try:
         yield session
     finally:

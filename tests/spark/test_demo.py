@@ -32,7 +32,10 @@ def test_demo_shows_the_updated_values_and_ends_by_itself(session: list[str]) ->
         [sys.executable, "-m", "lookup", "demo", "--seconds", "20", "--time-limit", "240",
          *session],
         cwd=ROOT,
-        env=child_env(PYSPARK_PYTHON=sys.executable),
+        # SPARK_TESTING: a local Connect server binds an ephemeral port instead of 15002
+        # (test runs side by side must not collide); it changes nothing else here.
+        env=child_env(PYSPARK_PYTHON=sys.executable, **({"SPARK_TESTING": "1"} if session
+                                                        else {})),
         capture_output=True,
         text=True,
         timeout=300,
