@@ -8,7 +8,6 @@ that accepts either asks here. Runs on the driver.
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 __all__ = ["is_connect", "is_session"]
 
@@ -31,8 +30,3 @@ def is_session(spark: object) -> bool:
     from pyspark.sql import SparkSession
 
     return isinstance(spark, SparkSession) or is_connect(spark)
-
-
-def describe_session(spark: Any) -> str:
-    """``"classic"`` or ``"connect"``, for messages."""
-    return "connect" if is_connect(spark) else "classic"

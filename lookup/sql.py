@@ -251,6 +251,9 @@ def register_lookup_function(spark: Any, name: str, provider: LookupProvider) ->
     Spark SQL does not parse ``name(key).*``; expand the struct in an outer query:
     ``SELECT d.* FROM (SELECT name(key) AS d FROM t)``. ``name(key).column`` works.
 
+    Works on classic and Spark Connect sessions. Its lookups are not reported to
+    :func:`lookup.lookup_metrics` (see :mod:`lookup.sql`).
+
     Examples
     --------
     >>> register_lookup_function(spark, "customer", customers)  # doctest: +SKIP
@@ -378,6 +381,9 @@ def register_lookup_table_function(spark: Any, name: str, provider: LookupProvid
     Without ``ON true`` (``FROM t, LATERAL name(t.id) d``, ``JOIN LATERAL`` and even
     ``LEFT JOIN LATERAL ... d`` with no ``ON``) Spark gives inner-join results: input
     rows without a match (or with a null key) are dropped.
+
+    Works on classic and Spark Connect sessions. Its lookups are not reported to
+    :func:`lookup.lookup_metrics` (see :mod:`lookup.sql`).
 
     ``eval`` is called once per row, so each row costs a Python call and pickling
     (roughly 10-20 microseconds per row where the scalar function costs a few); for

@@ -139,12 +139,10 @@ def spark(request: pytest.FixtureRequest) -> Iterator[Any]:
         session.stop()
 
 
-@pytest.fixture(scope="session")
-def spark_kind(spark: Any) -> str:
+@pytest.fixture
+def spark_kind(request: pytest.FixtureRequest, spark: Any) -> str:
     """``"classic"`` or ``"connect"``: the kind of the ``spark`` session."""
-    from lookup._session import is_connect
-
-    return "connect" if is_connect(spark) else "classic"
+    return str(request.node.callspec.params["spark"])
 
 
 # --- Redis ---------------------------------------------------------------------------
