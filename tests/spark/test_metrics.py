@@ -257,3 +257,39 @@ def test_a_failed_streaming_query_counts_its_load_failures(spark: Any, tmp_path:
     # The failed task's report reaches the driver on the query's termination event.
     metrics = wait_for(lambda: lookup_metrics(provider), "the termination event")
     assert (metrics.num_load_failures, metrics.num_retries, metrics.load_count) == (1, 1, 0)
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["batch", "streaming"])
+def test_a_failed_first_load_of_a_full_cache(spark: Any, tmp_path: Path,
+                                             streaming: bool) -> None:
+    import functools
+    import sqlite3
+
+    from scan import SqlTableSource
+
+    db = tmp_path / "empty.db"
+    sqlite3.connect(db).close()  # no table: every load fails
+    source = SqlTableSource(functools.partial(sqlite3.connect, str(db)), "customers",
+                            schema="id BIGINT, name STRING")
+    # The lookups wait for the first load up to initial_load_timeout, then fail.
+    provider = FullCachingLookupProvider.of(source, PeriodicCacheReloadTrigger(HOUR), ["id"],
+                                            max_retries=0, initial_load_timeout=timedelta(
+                                                seconds=2))
+    if not streaming:
+        with pytest.raises(Exception, match="customers") as failure:
+            lookup_join(spark.range(1, 3, numPartitions=1), provider, on="id").collect()
+        assert "spark-lookup metrics report: " in str(failure.value)
+        with pytest.raises(MetricsUnavailableError):  # what a failed batch action leaves
+            lookup_metrics(provider)
+        return
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    write_orders(inbox, 0, [1, 2])
+    stream = spark.readStream.schema("order_id BIGINT, id BIGINT").json(str(inbox))
+    query = (lookup_join(stream, provider, on="id").writeStream.format("noop")
+             .option("checkpointLocation", str(tmp_path / "chk"))
+             .trigger(availableNow=True).start())
+    with pytest.raises(Exception, match="customers"):
+        query.awaitTermination(120)
+    metrics = wait_for(lambda: lookup_metrics(provider), "the termination event")
+    assert (metrics.num_load_failures, metrics.load_count) == (1, 0)
