@@ -32,9 +32,9 @@ What is not reported, and why:
   later ``lookup_join`` task in the same worker reports them with its own.
 - A task that fails sends no rows and no observed metrics (Spark drops them), and its
   Python worker exits. When the failure ends a streaming query, the worker's report
-  rides on the error (a note on the exception, shown in Spark's error message) and the
-  listener reads it from the query's termination event; a failed *batch* action's
-  report reaches no one but the caller, in the error message.
+  rides on the error (a note on the exception, which Spark's error message shows; Python
+  3.11 and later) and the listener reads it from the query's termination event; a
+  failed *batch* action's report reaches no one but the caller, in the error message.
 - On a classic session an ``Observation`` takes the metrics of the first action on its
   DataFrame only; on Connect, of each action. A worker's later report covers what an
   action missed, when the worker reports again.

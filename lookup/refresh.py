@@ -10,17 +10,21 @@ before it keep theirs. A reload that fails keeps the view on the last good versi
 Spark facts this design rests on (PySpark 4.3, classic and Spark Connect sessions alike;
 pinned by ``tests/refresh``, which runs on both):
 
-- A DataFrame (``spark.table(view)``, ``spark.sql(...)``) resolves the view when it is
-  built and keeps that plan: replacing the view never changes a DataFrame built before.
+- A classic DataFrame (``spark.table(view)``, ``spark.sql(...)``) resolves the view when
+  it is built and keeps that plan: replacing the view never changes a DataFrame built
+  before. A Connect DataFrame is a plan the server resolves at each action: it reads
+  the version served when it runs.
 - A streaming query resolves its static side once, when the streaming DataFrame is
-  defined. A stream-static join on ``spark.table(view)`` therefore never follows the
-  view: a local version stays frozen for the life of the query; a cached version is
-  read from the cache while it stays persisted and, once unpersisted, each micro-batch
-  re-runs the version's original plan, a full scan of the *live* source per
-  micro-batch. To follow reloads, resolve the view per micro-batch in ``foreachBatch``
-  with the session that owns the view (:meth:`ScheduledTableRefresh.table`):
+  defined (on Connect, when the query starts). A stream-static join on
+  ``spark.table(view)`` therefore never follows the view: a local version stays frozen
+  for the life of the query; a cached version is read from the cache while it stays
+  persisted and, once unpersisted, each micro-batch re-runs the version's original
+  plan, a full scan of the *live* source per micro-batch. To follow reloads, resolve
+  the view per micro-batch in ``foreachBatch`` with the session that owns the view
+  (:meth:`ScheduledTableRefresh.table`):
   ``batch_df.sparkSession`` is the query's clone of the session, whose temp views are
-  copies taken when the query started.
+  copies taken when the query started. On Connect the ``foreachBatch`` function runs on
+  the server, where the refresh is out of reach: a stream does not follow the view.
 - Unpersisting a cached DataFrame while a query scans it makes Spark recompute the
   missing partitions from its plan, i.e. from the live source: such a query mixes
   versions. Hence replaced cached versions are unpersisted ``unpersist_delay`` after
@@ -453,11 +457,13 @@ class ScheduledTableRefresh:
             return self._status
 
     def table(self) -> Any:
-        """The view as a DataFrame, resolved now in the refresh's session.
+        """The view as a DataFrame of the refresh's session (resolved now on a classic
+        session, at each action on Spark Connect).
 
-        Use it inside ``foreachBatch`` to join each micro-batch with the version served
-        when that micro-batch runs (``batch_df.sparkSession`` would resolve the view in
-        the query's cloned session, as of the query's start).
+        On a classic session, use it inside ``foreachBatch`` to join each micro-batch
+        with the version served when that micro-batch runs (``batch_df.sparkSession``
+        would resolve the view in the query's cloned session, as of the query's start).
+        On Connect a ``foreachBatch`` function runs on the server and cannot reach it.
 
         Raises
         ------
