@@ -32,8 +32,9 @@ def test_demo_shows_the_updated_values_and_ends_by_itself(session: list[str]) ->
         [sys.executable, "-m", "lookup", "demo", "--seconds", "20", "--time-limit", "240",
          *session],
         cwd=ROOT,
-        # SPARK_TESTING: a local Connect server binds an ephemeral port instead of 15002
-        # (test runs side by side must not collide); it changes nothing else here.
+        # SPARK_TESTING: a local Connect server binds an ephemeral port instead of 15002,
+        # so that test runs side by side do not collide (it also puts the child's Spark in
+        # its test mode, stricter checks; the demo runs the same).
         env=child_env(PYSPARK_PYTHON=sys.executable, **({"SPARK_TESTING": "1"} if session
                                                         else {})),
         capture_output=True,
