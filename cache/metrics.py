@@ -19,6 +19,9 @@ _COUNTERS = (
 )
 _GAUGES = ("num_cached_records", "num_cached_bytes")
 FIELDS: tuple[str, ...] = (*_COUNTERS, "latest_load_time", *_GAUGES)
+"""Every metric, in :meth:`CacheMetrics.snapshot` order."""
+GAUGES: tuple[str, ...] = _GAUGES
+"""The metrics that are a size now (not a count that only grows)."""
 
 
 class CacheMetrics:

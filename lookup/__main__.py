@@ -1,9 +1,11 @@
-"""Command line: ``python -m lookup demo`` (also installed as ``spark-lookup demo``)."""
+"""Command line: ``python -m lookup demo [--connect | --remote URL]`` (also installed as
+``spark-lookup demo``)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 
@@ -52,7 +54,25 @@ def _parser() -> argparse.ArgumentParser:
         help="end within this many seconds in any case, Spark's start and stop included "
              "(default 120); must exceed --seconds by 20",
     )
+    session = demo.add_mutually_exclusive_group()
+    session.add_argument(
+        "--remote", type=_remote, metavar="URL",
+        help="run on Spark Connect: sc://host:port of a running server on this machine "
+             "(its executors read the demo's temporary files, and its Python needs "
+             "spark-lookup installed), or local[N] to start a local Connect server",
+    )
+    session.add_argument(
+        "--connect", action="store_const", const="local[2]", dest="remote",
+        help="run on Spark Connect, with a local server started in this process "
+             "(= --remote local[2])",
+    )
     return parser
+
+
+def _remote(text: str) -> str:
+    if text.startswith("sc://") or re.fullmatch(r"local(\[(\d+|\*)\])?", text):
+        return text
+    raise argparse.ArgumentTypeError(f"expected sc://host:port or local[N], got {text!r}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -72,7 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"--time-limit {args.time_limit:g} leaves no time to start and "
                          f"stop Spark around --seconds {args.seconds:g}")
         try:
-            return run_demo(DemoSettings(seconds=args.seconds, time_limit=args.time_limit))
+            return run_demo(DemoSettings(seconds=args.seconds, time_limit=args.time_limit,
+                                         remote=args.remote))
         except KeyboardInterrupt:
             print("\ninterrupted; Spark stopped", file=sys.stderr)
             return 130

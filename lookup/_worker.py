@@ -11,9 +11,11 @@ from __future__ import annotations
 import atexit
 import contextlib
 import itertools
+import json
 import os
 import socket
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -43,13 +45,30 @@ def worker_handle(provider: LookupProvider) -> LookupHandle:
         return handle
 
 
-def metrics_report(provider: LookupProvider) -> dict[str, tuple[int, dict[str, int]]]:
-    """This worker's cumulative metrics of ``provider``, stamped with a sequence number
-    so the driver keeps the latest report of each worker."""
+def metrics_report(provider: LookupProvider) -> str | None:
+    """This worker's cumulative metrics of ``provider`` as one JSON text, or None when
+    the worker has not opened it.
+
+    The report holds the provider id (``p``), this worker's id (``w``), a sequence
+    number (``s``, increasing within the worker, so the driver keeps each worker's
+    latest report whatever order reports arrive in), the wall-clock time in epoch
+    milliseconds (``t``, which orders the reports of different workers) and every
+    metric of :meth:`cache.CacheMetrics.snapshot` by name (``m``). Runs in executors'
+    Python workers; :mod:`lookup.metrics` reads it on the driver.
+    """
     handle = _handles.get(provider.provider_id)
     if handle is None:
-        return {}
-    return {WORKER_ID: (next(_sequence), handle.metrics.snapshot())}
+        return None
+    return json.dumps(
+        {
+            "p": provider.provider_id,
+            "w": WORKER_ID,
+            "s": next(_sequence),
+            "t": int(time.time() * 1000),
+            "m": handle.metrics.snapshot(),
+        },
+        separators=(",", ":"),
+    )
 
 
 @atexit.register

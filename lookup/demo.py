@@ -7,6 +7,11 @@ entry expiring a few seconds after it was loaded) and ``products`` through a ful
 row of each table, prints the micro-batches in which the new values replace the cached
 ones, then the cache metrics. Everything lives in a temporary directory: the SQLite
 database, the JSON inbox the events are written to, the checkpoint. No server is needed.
+
+The same demo runs on a Spark Connect session (``--connect`` starts a local Connect
+server in the process, ``--remote sc://host:port`` uses a running one): the query
+writes to a memory table that the driver reads after each micro-batch, so nothing of
+the demo has to run on the server but the query itself.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -117,6 +123,10 @@ class DemoSettings:
         Time to live of a partial-cache entry (customers).
     reload_seconds
         Interval of the full-cache reloads (products), measured from the end of a load.
+    remote
+        ``None``: a classic ``local[2]`` session. Otherwise a Spark Connect session:
+        ``local[N]`` starts a local Connect server in this process, ``sc://host:port``
+        uses a running server on this machine (its executors read the demo's files).
     """
 
     seconds: float = 60.0
@@ -126,6 +136,7 @@ class DemoSettings:
     expire_after_write_seconds: float = 4.0
     reload_seconds: float = 5.0
     time_limit: float = 120.0
+    remote: str | None = None
 
 
 # --- the dimension database and the event writer --------------------------------------
@@ -210,10 +221,11 @@ _COLUMNS = _BATCH.format(batch="batch", time="time", rows="rows") + _ROW.format(
 
 
 class BatchPrinter:
-    """The ``foreachBatch`` function: prints each micro-batch and tracks the changes.
+    """Prints each micro-batch of enriched rows and tracks the changes.
 
-    Runs on the driver (Spark calls it from its callback thread), so it may keep state;
-    the clock and the output stream are injected for the summary and for tests.
+    Runs on the driver (:class:`SinkReader` hands it the rows of each micro-batch), so it
+    may keep state; the clock and the output stream are injected for the summary and
+    for tests.
 
     Values of a changed column are marked in the output: ``*`` for the new value, and
     ``(cached)`` for the old value still served from a cache after the UPDATE ran.
@@ -232,8 +244,6 @@ class BatchPrinter:
         self.applied_at: dict[Change, float] = {}
         self.first_new: dict[Change, tuple[int, float]] = {}
         self.last_old: dict[Change, int] = {}
-        self.stopping = threading.Event()
-        """Set before the query is stopped: a batch interrupted then is not shown."""
 
     def elapsed(self) -> float:
         """Seconds since the printer was created (the query's start)."""
@@ -290,17 +300,9 @@ class BatchPrinter:
             if change.old in values:
                 self.last_old[change] = batch_id
 
-    def __call__(self, batch: Any, batch_id: int) -> None:
-        """Print micro-batch ``batch_id`` of enriched rows (a DataFrame) on the driver."""
-        try:
-            collected = batch.collect()
-        except Exception:
-            # Stopping the query interrupts the batch's job. Raising that would make
-            # Spark log pages of errors about a batch the demo no longer wants.
-            if self.stopping.is_set():
-                return
-            raise
-        rows = sorted((r.asDict() for r in collected), key=lambda r: r["order_id"])
+    def __call__(self, batch: Sequence[dict[str, Any]], batch_id: int) -> None:
+        """Print micro-batch ``batch_id`` of enriched rows (dicts by column name)."""
+        rows = sorted(batch, key=lambda r: r["order_id"])
         if not rows:
             return
         now = self.clock()
@@ -325,6 +327,51 @@ class BatchPrinter:
             print("\n".join(lines), file=self.out, flush=True)
 
 
+class SinkReader:
+    """Reads the query's memory table on the driver and hands each new micro-batch's
+    rows to ``printer``.
+
+    Every row carries its micro-batch's timestamp (``current_timestamp()`` is fixed per
+    micro-batch in Structured Streaming), so the rows of one micro-batch are those of
+    one timestamp; they are numbered in order, as Spark numbers the micro-batches that
+    have rows. Works alike on classic and Spark Connect sessions (a ``foreachBatch``
+    function would run on the Connect server, away from the printer).
+    """
+
+    def __init__(self, spark: Any, table: str, printer: BatchPrinter) -> None:
+        self.spark = spark
+        self.table = table
+        self.printer = printer
+        self.last: Any = None
+        self.batches = 0
+
+    def poll(self) -> int:
+        """Print the micro-batches added since the last poll; returns how many."""
+        from pyspark.sql import functions as F
+
+        frame = self.spark.table(self.table)
+        if self.last is not None:
+            frame = frame.where(F.col(BATCH_TIME) > F.lit(self.last))
+        groups = split_batches([row.asDict() for row in frame.collect()])
+        for batch_time, rows in groups:
+            self.printer(rows, self.batches)
+            self.batches += 1
+            self.last = batch_time
+        return len(groups)
+
+
+BATCH_TIME = "batch_time"
+
+
+def split_batches(rows: Sequence[dict[str, Any]]) -> list[tuple[Any, list[dict[str, Any]]]]:
+    """Rows grouped by :data:`BATCH_TIME`, in time order (the column removed)."""
+    groups: dict[Any, list[dict[str, Any]]] = {}
+    for row in rows:
+        values = dict(row)
+        groups.setdefault(values.pop(BATCH_TIME), []).append(values)
+    return sorted(groups.items(), key=lambda item: item[0])
+
+
 # --- Spark ---------------------------------------------------------------------------
 
 _LOG4J2 = """\
@@ -343,18 +390,22 @@ logger.spark.level = error
 """
 
 
-def start_spark(workdir: Path) -> Any:
-    """Start a ``local[2]`` SparkSession for the demo (UI off, Spark logs errors only)."""
+def start_spark(workdir: Path, remote: str | None = None) -> Any:
+    """Start the demo's SparkSession: classic ``local[2]`` (UI off, Spark logs errors
+    only), or Spark Connect (``remote``: ``local[N]`` starts a local Connect server in
+    this process with the same settings; ``sc://...`` connects to a running server,
+    whose settings are its own)."""
     # Python workers must run this interpreter, which has this package installed.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     log_config = workdir / "log4j2.properties"
     log_config.write_text(_LOG4J2)
     from pyspark.sql import SparkSession
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("spark-lookup-demo")
-        .config("spark.ui.enabled", "false")
+    builder = SparkSession.builder.appName("spark-lookup-demo")
+    if remote is not None and remote.startswith("sc://"):
+        return builder.remote(remote).getOrCreate()
+    builder = (
+        builder.config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.showConsoleProgress", "false")
         # Read by the driver JVM at its start: Spark's default config prints WARN lines.
@@ -363,10 +414,14 @@ def start_spark(workdir: Path) -> Any:
         .config("spark.driver.extraJavaOptions",
                 "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC "
                 f"-Dlog4j2.configurationFile={log_config.as_uri()}")
-        .getOrCreate()
     )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    if remote is None:
+        return builder.master("local[2]").getOrCreate()
+    with warnings.catch_warnings():
+        # The static settings went to the local server's start; the Connect session
+        # then refuses to set them again, with a warning each.
+        warnings.filterwarnings("ignore", "Failed to set spark", UserWarning)
+        return builder.remote(remote).getOrCreate()
 
 
 def build_providers(database: Path, settings: DemoSettings) -> tuple[Any, Any]:
@@ -403,10 +458,19 @@ def enrich(events: Any, customers: Any, products: Any) -> Any:
         events.transform(lambda df: lookup_join(df, customers, on="customer_id"))
         .transform(lambda df: lookup_join(df, products, on="product_id", prefix="product_"))
         .withColumn("amount", F.round(F.col("quantity") * F.col("product_price"), 2))
+        .withColumn(BATCH_TIME, F.current_timestamp())
     )
 
 
 # --- the run -------------------------------------------------------------------------
+
+
+def _where(remote: str | None) -> str:
+    if remote is None:
+        return "local Spark"
+    if remote.startswith("sc://"):
+        return f"the Spark Connect server at {remote}"
+    return f"Spark Connect (a local server, {remote})"
 
 
 def _header(settings: DemoSettings, workdir: Path) -> str:
@@ -414,8 +478,8 @@ def _header(settings: DemoSettings, workdir: Path) -> str:
     ttl, reload = settings.expire_after_write_seconds, settings.reload_seconds
     rate = f"{settings.files_per_second:g} JSON files a second, {settings.events_per_file} orders"
     return f"""\
-spark-lookup demo: streaming lookup joins on local Spark, dimension tables in SQLite
-(everything in {workdir}; no servers)
+spark-lookup demo: streaming lookup joins on {_where(settings.remote)}, dimension tables
+in SQLite (everything in {workdir})
 
   orders     {rate} each, dropped into inbox/;
              Structured Streaming reads them in micro-batches every {settings.trigger_seconds:g} s
@@ -434,13 +498,18 @@ Starting Spark...
 """
 
 
-def _metrics_table(providers: Sequence[tuple[str, Any]], spark: Any) -> str:
+def _metrics_table(providers: Sequence[tuple[str, Any]]) -> str:
     from lookup import lookup_metrics
+    from spark_lookup.errors import MetricsUnavailableError
 
     lines = [f"  {'':10} {'cache':8} {'hits':>6} {'misses':>6} {'loads':>6} {'failures':>8} "
              f"{'cached rows':>11} {'cached bytes':>12} {'last load':>9}"]
     for name, provider in providers:
-        m = lookup_metrics(provider, spark)
+        try:
+            m = lookup_metrics(provider)
+        except MetricsUnavailableError:
+            lines.append(f"  {name:10} {provider.kind:8} no report reached the driver")
+            continue
         last = f"{m.latest_load_time} ms" if m.latest_load_time >= 0 else "-"
         lines.append(f"  {name:10} {provider.kind:8} {m.hit_count:6d} {m.miss_count:6d} "
                      f"{m.load_count:6d} {m.num_load_failures:8d} {m.num_cached_records:11d} "
@@ -477,8 +546,9 @@ def _summary(printer: BatchPrinter, settings: DemoSettings) -> list[str]:
 def run_demo(settings: DemoSettings | None = None, out: TextIO | None = None) -> int:
     """Run the demo: start Spark, stream, update the tables, print, stop.
 
-    Runs on the driver and starts (and stops) its own ``local[2]`` SparkSession, so call
-    it in a process without one (``python -m lookup demo`` does).
+    Runs on the driver and starts (and stops) its own SparkSession (classic ``local[2]``,
+    or Spark Connect: ``settings.remote``), so call it in a process without one
+    (``python -m lookup demo`` does).
 
     Parameters
     ----------
@@ -509,28 +579,31 @@ def run_demo(settings: DemoSettings | None = None, out: TextIO | None = None) ->
     create_database(database)
     print(_header(settings, workdir), file=out, flush=True)
     writer = EventWriter(inbox, staging, settings)
-    spark = query = printer = None
+    spark = query = None
     try:
-        spark = start_spark(workdir)
+        spark = start_spark(workdir, settings.remote)
         customers, products = build_providers(database, settings)
         events = spark.readStream.schema(EVENT_SCHEMA).json(str(inbox))
         writer.write_file()  # the first batch has data at once
         writer.start()
         printer = BatchPrinter(CHANGES, out, time.monotonic)
+        table = f"spark_lookup_demo_{os.getpid()}"
         query = (
             enrich(events, customers, products)
-            .writeStream.foreachBatch(printer)
+            .writeStream.format("memory").queryName(table)
             .option("checkpointLocation", str(workdir / "checkpoint"))
             .trigger(processingTime=f"{settings.trigger_seconds:g} seconds")
             .start()
         )
+        reader = SinkReader(spark, table, printer)
         printer.say("Streaming. The first batch also starts Spark's Python workers and loads "
                     "the full cache.")
-        _drive(query, printer, settings, database, give_up_at)
-        _stop_between_batches(query, writer, printer)
+        _drive(query, reader, settings, database, give_up_at)
+        _stop_between_batches(query, writer)
+        reader.poll()
         printer.say("\n" + "\n".join(_summary(printer, settings)))
         printer.say("\nCache metrics, summed over the Python workers that ran the joins:")
-        printer.say(_metrics_table([("customers", customers), ("products", products)], spark))
+        printer.say(_metrics_table([("customers", customers), ("products", products)]))
         if printer.all_seen():
             return 0
         printer.say(f"\nThe new values did not show within the time limit of "
@@ -538,26 +611,29 @@ def run_demo(settings: DemoSettings | None = None, out: TextIO | None = None) ->
         return 1
     finally:
         writer.stop()
-        if printer is not None:
-            printer.stopping.set()
         if query is not None:
             query.stop()
         if spark is not None:
+            from lookup.metrics import stop_metrics_listener
+
+            stop_metrics_listener(spark)
             spark.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _drive(query: Any, printer: BatchPrinter, settings: DemoSettings, database: Path,
+def _drive(query: Any, reader: SinkReader, settings: DemoSettings, database: Path,
            give_up_at: float) -> None:
     """Wait while the query runs: apply the UPDATEs once a third of the time has passed
     and two batches have shown the old values; return after ``settings.seconds`` once
     the new values have shown, or at the latest at ``give_up_at`` (the printer's clock;
     a loaded machine may take half a minute for the first batch)."""
+    printer = reader.printer
     applied = False
     while True:
         # Returns early, raising StreamingQueryException, if the query failed.
         if query.awaitTermination(0.25):
             raise RuntimeError("the streaming query stopped unexpectedly")
+        reader.poll()
         elapsed = printer.elapsed()
         if not applied and elapsed >= settings.seconds / 3 and printer.batches >= 2:
             with sqlite3.connect(database) as connection:
@@ -572,7 +648,7 @@ def _drive(query: Any, printer: BatchPrinter, settings: DemoSettings, database: 
 _STOP_SECONDS = 15.0
 
 
-def _stop_between_batches(query: Any, writer: EventWriter, printer: BatchPrinter,
+def _stop_between_batches(query: Any, writer: EventWriter,
                           timeout: float = _STOP_SECONDS / 2) -> None:
     """Stop the writer, let the query finish the data it has (for up to ``timeout``
     seconds), then stop it: a query with no data left stops while it waits for its next
@@ -585,5 +661,4 @@ def _stop_between_batches(query: Any, writer: EventWriter, printer: BatchPrinter
             break
         if query.awaitTermination(0.2):
             break
-    printer.stopping.set()
     query.stop()

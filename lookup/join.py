@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
@@ -11,7 +12,7 @@ from pyspark.sql import types as T
 
 from lookup._assemble import JoinShape, join_batch
 from lookup._worker import metrics_report, worker_handle
-from lookup.metrics import metrics_accumulator
+from lookup.metrics import NOTE_PREFIX, REPORT_COLUMN, observe_metrics
 from lookup.providers import LookupProvider
 from spark_lookup.errors import ConfigError
 from spark_lookup.schema import to_arrow_type
@@ -164,29 +165,107 @@ def plan_join(
 
 
 class _JoinFunction:
-    """The function ``mapInArrow`` runs in executors' Python workers (picklable)."""
+    """The function ``mapInArrow`` runs in executors' Python workers (picklable).
 
-    def __init__(self, provider: LookupProvider, shape: JoinShape, accumulator: Any) -> None:
+    With ``report_nullable`` (the nullability of each added dimension column), the
+    output has one more column, :data:`lookup.metrics.REPORT_COLUMN`: null in every
+    joined row, and after the last batch one *report row* carrying the worker's
+    cumulative metrics (see :mod:`lookup.metrics`). The report row holds valid values
+    in every column (a stream row and placeholder dimension values) because Spark reads
+    it as a row of the declared schema before the plan's filter drops it.
+    """
+
+    def __init__(
+        self, provider: LookupProvider, shape: JoinShape,
+        report_nullable: tuple[bool, ...] | None = None,
+    ) -> None:
         self.provider = provider
         self.shape = shape
-        self.accumulator = accumulator
+        self.report_nullable = report_nullable
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         runtime = None
+        sample: pa.RecordBatch | None = None  # one stream row, for the report row
         describe = self.provider.describe()
+        reporting = self.report_nullable is not None
         try:
             for batch in batches:
                 if runtime is None:
                     runtime = worker_handle(self.provider).runtime
-                yield join_batch(batch, self.shape, runtime, describe)
-        finally:
+                out = join_batch(batch, self.shape, runtime, describe)
+                if reporting:
+                    if batch.num_rows:
+                        sample = batch.slice(batch.num_rows - 1, 1)
+                    out = _with_report(out, pa.nulls(out.num_rows, pa.string()))
+                yield out
+        except Exception as exc:
             if runtime is not None:
-                self.accumulator.add(metrics_report(self.provider))
+                _attach_report(exc, self.provider)
+            raise
+        if reporting and runtime is not None:
+            report = metrics_report(self.provider)
+            # Without a stream row to copy (only empty batches) the report waits for
+            # this worker's next task: reports are cumulative.
+            if report is not None and sample is not None:
+                yield self._report_row(sample, report)
+
+    def _report_row(self, sample: pa.RecordBatch, report: str) -> pa.RecordBatch:
+        assert self.report_nullable is not None
+        dims = [
+            pa.nulls(1, arrow_type) if nullable else placeholder(arrow_type)
+            for arrow_type, nullable in zip(
+                self.shape.dim_types, self.report_nullable, strict=True)
+        ]
+        row = pa.RecordBatch.from_arrays(
+            [*sample.columns, *dims],
+            names=[*sample.schema.names, *self.shape.out_names],
+        )
+        return _with_report(row, pa.array([report], pa.string()))
 
     def pandas(self, frames: Iterator[Any]) -> Iterator[Any]:
         """The same join for ``mapInPandas`` (exact integers kept as Python ints)."""
         for batch in self(pa.RecordBatch.from_pandas(f, preserve_index=False) for f in frames):
             yield batch.to_pandas(integer_object_nulls=True, date_as_object=True)
+
+
+def _with_report(batch: pa.RecordBatch, column: pa.Array) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [*batch.columns, column], names=[*batch.schema.names, REPORT_COLUMN]
+    )
+
+
+def _attach_report(exc: BaseException, provider: LookupProvider) -> None:
+    """Put the worker's report on the error of a failing task: Spark drops the task's
+    rows (and its report row), and the worker exits; the error's text is what reaches
+    the driver (a streaming query's termination event carries it)."""
+    add_note = getattr(exc, "add_note", None)  # Python 3.11+
+    report = metrics_report(provider)
+    if add_note is not None and report is not None:
+        add_note(NOTE_PREFIX + report)
+
+
+def placeholder(arrow_type: pa.DataType) -> pa.Array:
+    """One non-null value of ``arrow_type`` (zero, empty, false, the epoch): what a
+    report row holds in a non-nullable dimension column. Never seen by users."""
+    if pa.types.is_struct(arrow_type):
+        return pa.StructArray.from_arrays(
+            [placeholder(f.type) for f in arrow_type], fields=list(arrow_type)
+        )
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type) or (
+        pa.types.is_map(arrow_type)
+    ):
+        return pa.array([[]], type=arrow_type)
+    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
+        return pa.array([""], type=arrow_type)
+    if pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type):
+        return pa.array([b""], type=arrow_type)
+    if pa.types.is_boolean(arrow_type):
+        return pa.array([False], type=arrow_type)
+    if pa.types.is_decimal(arrow_type):
+        return pa.array([Decimal(0)], type=arrow_type)
+    if pa.types.is_date32(arrow_type):
+        return pa.array([0], type=pa.int32()).cast(arrow_type)
+    return pa.array([0], type=pa.int64()).cast(arrow_type)
 
 
 def lookup_join(
@@ -198,13 +277,14 @@ def lookup_join(
     prefix: str | None = None,
     *,
     engine: str = "arrow",
+    metrics: bool = True,
 ) -> Any:
     """Enrich ``df`` with the dimension rows ``provider`` looks up by key.
 
     Works on batch and Structured Streaming DataFrames (append mode: it is a narrow,
-    per-row transformation). Validation runs on the driver, now; the lookups run in
-    executors' Python workers, where each worker keeps one runtime (and cache) per
-    provider across tasks and micro-batches.
+    per-row transformation), of classic and Spark Connect sessions alike. Validation
+    runs on the driver, now; the lookups run in executors' Python workers, where each
+    worker keeps one runtime (and cache) per provider across tasks and micro-batches.
 
     Parameters
     ----------
@@ -229,6 +309,11 @@ def lookup_join(
         ``"arrow"`` (default): ``DataFrame.mapInArrow``, exact types and no pandas
         conversion; ``"pandas"``: ``DataFrame.mapInPandas`` (the same rows, except that
         PySpark's pandas conversion turns a NaN of a stream DOUBLE column into null).
+    metrics
+        Report the workers' cache metrics to the driver for :func:`lookup.lookup_metrics`
+        (default). They travel in one extra row per task that the plan observes and
+        drops right away (see :mod:`lookup.metrics`); ``False`` leaves the plan a bare
+        map.
 
     Returns
     -------
@@ -241,6 +326,12 @@ def lookup_join(
         (a ``ValueError``) on the driver for unknown columns, key types that cannot
         match, bad options or a name clash.
 
+    Notes
+    -----
+    With ``metrics``, a batch DataFrame is observed with a ``pyspark.sql.Observation``
+    (read back by :func:`lookup.lookup_metrics`) and a streaming one under a name of
+    its own, in each micro-batch's ``StreamingQueryProgress.observedMetrics``.
+
     Examples
     --------
     >>> enriched = lookup_join(orders, customers, on="customer_id")  # doctest: +SKIP
@@ -249,9 +340,25 @@ def lookup_join(
     """
     if engine not in ("arrow", "pandas"):
         raise ConfigError(f"engine must be 'arrow' or 'pandas', got {engine!r}")
-    plan = plan_join(df.schema, provider, on, how, columns, prefix)
-    accumulator = metrics_accumulator(df.sparkSession, provider)
-    function = _JoinFunction(provider, plan.shape, accumulator)
+    if not isinstance(metrics, bool):
+        raise ConfigError(f"metrics must be True or False, got {metrics!r}")
+    stream_schema = df.schema
+    if REPORT_COLUMN in stream_schema.fieldNames():
+        raise ConfigError(
+            f"the stream DataFrame has a column {REPORT_COLUMN!r}, the name lookup_join "
+            "uses for its metrics: rename it, or pass metrics=False"
+        )
+    plan = plan_join(stream_schema, provider, on, how, columns, prefix)
+    if not metrics:
+        function = _JoinFunction(provider, plan.shape)
+        if engine == "pandas":
+            return df.mapInPandas(function.pandas, plan.schema)
+        return df.mapInArrow(function, plan.schema)
+    added = plan.schema.fields[len(stream_schema.fields):]
+    function = _JoinFunction(provider, plan.shape, tuple(f.nullable for f in added))
+    schema = T.StructType([*plan.schema.fields, T.StructField(REPORT_COLUMN, T.StringType())])
     if engine == "pandas":
-        return df.mapInPandas(function.pandas, plan.schema)
-    return df.mapInArrow(function, plan.schema)
+        mapped = df.mapInPandas(function.pandas, schema)
+    else:
+        mapped = df.mapInArrow(function, schema)
+    return observe_metrics(mapped, provider)

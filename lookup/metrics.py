@@ -1,80 +1,504 @@
-"""Cache metrics of Spark lookup joins, summed over executors, readable on the driver.
+"""Cache metrics of lookup joins, carried to the driver through Spark's own channels.
 
-Mechanism: one Spark accumulator per provider. At the end of each task, the Python
-worker adds its *cumulative* metrics for the provider, stamped with its worker id and
-a sequence number; merging keeps the latest report per worker. The driver sums the
-workers' latest reports. Because reports are cumulative and keyed by worker, a task
-retried or an accumulator update applied twice cannot double-count.
+The same mechanism serves classic and Spark Connect sessions; it needs no
+``SparkContext``.
 
-Counters are exact for every task that finished. Gauges (cached records and bytes) are
-each worker's values at its latest report; a worker that Spark has since stopped still
-contributes its last values.
+**Worker side.** At the end of each task (the end of its input), the function that
+``mapInArrow`` / ``mapInPandas`` runs for :func:`lookup.lookup_join` emits one more row,
+a *report row*: its metrics column (:data:`REPORT_COLUMN`, null in every joined row)
+holds the worker's cumulative metrics of the provider as JSON
+(:func:`lookup._worker.metrics_report`: worker id, sequence number, time, and every
+field of :meth:`cache.CacheMetrics.snapshot` by name).
+
+**In the plan.** Right after the map, ``observe`` collects the column's non-null values
+(``collect_list``), a filter drops the report rows (metrics column not null) and a
+``drop`` removes the column, so the DataFrame the user gets is the join alone.
+
+**Driver side.** A batch DataFrame is observed with a ``pyspark.sql.Observation``: Spark
+fills it when an action on the DataFrame (or on one built from it) finishes. A
+streaming DataFrame is observed under a name of ours: every micro-batch's values arrive
+in ``StreamingQueryProgress.observedMetrics``, which a ``StreamingQueryListener``
+registered on the session (client side on Connect) reads. Reports are cumulative and
+keyed by worker, so the driver keeps each worker's latest (highest sequence number):
+a report read twice, or late, never counts twice, and a lost one is made good by the
+worker's next. :func:`lookup_metrics` adds up the workers' latest reports.
+
+What is not reported, and why:
+
+- SQL functions (:func:`lookup.register_lookup_function` and the table function) are
+  expressions and generators inside a query the user writes: there is no plan node of
+  ours to observe, and an executor has no channel to the driver of its own. Their
+  lookups still count in the worker's runtime they share with ``lookup_join``, so a
+  later ``lookup_join`` task in the same worker reports them with its own.
+- A task that fails sends no rows and no observed metrics (Spark drops them), and its
+  Python worker exits. When the failure ends a streaming query, the worker's report
+  rides on the error (a note on the exception, which Spark's error message shows; Python
+  3.11 and later) and the listener reads it from the query's termination event; a
+  failed *batch* action's report reaches no one but the caller, in the error message.
+- On a classic session an ``Observation`` takes the metrics of the first action on its
+  DataFrame only; on Connect, of each action. A worker's later report covers what an
+  action missed, when the worker reports again.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import re
 import threading
+import time
+import uuid
+import warnings
+import weakref
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from pyspark.accumulators import AccumulatorParam
+from pyspark.sql.streaming.listener import StreamingQueryListener
 
-from cache.metrics import CacheMetrics
-from lookup.providers import LookupProvider
+from cache.metrics import FIELDS, GAUGES, CacheMetrics
+from lookup._session import is_connect
+from lookup.providers import FullCachingLookupProvider, LookupProvider
+from spark_lookup.errors import ConfigError, MetricsUnavailableError
 
-__all__ = ["WorkerReportsParam", "lookup_metrics", "metrics_accumulator"]
+__all__ = [
+    "REPORT_COLUMN",
+    "WorkerReport",
+    "lookup_metrics",
+    "observe_metrics",
+    "parse_report",
+    "stop_metrics_listener",
+    "worker_reports",
+]
 
-Reports = dict[str, tuple[int, dict[str, int]]]
+log = logging.getLogger("lookup")
+
+REPORT_COLUMN = "__spark_lookup_metrics"
+"""The column of the report rows between the map and the filter; a stream DataFrame
+must not have a column of this name."""
+
+NOTE_PREFIX = "spark-lookup metrics report: "
+"""Starts the line of a failed task's error that carries the worker's report."""
+
+_NAME_PREFIX = "spark_lookup_metrics_"
+_NOTE = re.compile(re.escape(NOTE_PREFIX) + r"(\{.*?\})\s*$", re.MULTILINE)
+
+_CLASSIC_WAIT_SECONDS = 1.0
+"""How long :func:`lookup_metrics` waits for classic observations to be read back.
+
+A classic ``Observation`` is filled before its action returns, but its only reader,
+``Observation.get``, blocks until then: on one that no action has run yet it would
+block for ever. So each is read on a thread of its own, and this bounds the wait for
+threads whose observation is not filled (a DataFrame never run)."""
+
+_MAX_PENDING = 256
+"""Classic observations kept per provider until read (the oldest unread are dropped
+beyond this: their workers' later reports make good what they held)."""
 
 
-class WorkerReportsParam(AccumulatorParam[Reports]):
-    """Merges worker reports, keeping the highest sequence number per worker."""
+@dataclass(frozen=True)
+class WorkerReport:
+    """One Python worker's cumulative metrics of one provider, as read on the driver.
 
-    def zero(self, value: Reports) -> Reports:
-        return {}
+    Attributes
+    ----------
+    provider_id : str
+        The provider's ``provider_id``.
+    worker : str
+        The worker process (``host:pid:random``).
+    sequence : int
+        Increases with every report of the worker.
+    at : int
+        When the worker made the report (epoch milliseconds, the worker's clock).
+    values : dict
+        The metrics by name (the fields of :meth:`cache.CacheMetrics.snapshot` that this
+        version knows; others are ignored).
+    """
 
-    def addInPlace(self, value1: Reports, value2: Reports) -> Reports:
-        for worker, (sequence, snapshot) in value2.items():
-            current = value1.get(worker)
-            if current is None or current[0] < sequence:
-                value1[worker] = (sequence, snapshot)
-        return value1
+    provider_id: str
+    worker: str
+    sequence: int
+    at: int
+    values: Mapping[str, int]
 
 
-_lock = threading.Lock()
-_accumulators: dict[tuple[int, str], Any] = {}
+def parse_report(text: object) -> WorkerReport | None:
+    """Read one report written by :func:`lookup._worker.metrics_report`; None (and a
+    debug log) for anything else, so a damaged report never fails the reader."""
+    if not isinstance(text, str):
+        return None
+    try:
+        data = json.loads(text)
+        values = data["m"]
+        report = WorkerReport(
+            provider_id=str(data["p"]),
+            worker=str(data["w"]),
+            sequence=int(data["s"]),
+            at=int(data["t"]),
+            values={name: int(values[name]) for name in FIELDS if name in values},
+        )
+    except (ValueError, TypeError, KeyError) as exc:
+        log.debug("ignoring a malformed metrics report %.200r: %s", text, exc)
+        return None
+    return report
 
 
-def metrics_accumulator(spark: Any, provider: LookupProvider) -> Any:
-    """The accumulator collecting ``provider``'s worker reports in this SparkContext."""
-    context = spark.sparkContext
-    key = (id(context), provider.provider_id)
-    with _lock:
-        accumulator = _accumulators.get(key)
-        if accumulator is None:
-            accumulator = context.accumulator({}, WorkerReportsParam())
-            _accumulators[key] = accumulator
-        return accumulator
+class _ProviderReports:
+    """The latest report of each worker of one provider (under the registry's lock)."""
+
+    def __init__(self) -> None:
+        self.latest: dict[str, WorkerReport] = {}
+
+    def add(self, report: WorkerReport) -> None:
+        current = self.latest.get(report.worker)
+        if current is None or current.sequence < report.sequence:
+            self.latest[report.worker] = report
+
+    def total(self, snapshot_gauges: bool) -> CacheMetrics:
+        reports = list(self.latest.values())
+        total = CacheMetrics.sum(r.values for r in reports).snapshot()
+        if snapshot_gauges and reports:
+            # One table held by every worker: its size is that of the newest report,
+            # not the sum over the workers that hold it.
+            newest = max(reports, key=lambda r: (r.at, r.sequence))
+            for name in GAUGES:
+                total[name] = newest.values.get(name, 0)
+        return CacheMetrics.from_snapshot(total)
+
+
+class _ClassicObservation:
+    """A classic session's ``Observation`` of one batch lookup join, read on a thread
+    of its own once :func:`lookup_metrics` asks (see ``_CLASSIC_WAIT_SECONDS``)."""
+
+    def __init__(self, registry: _Registry, name: str, observation: Any) -> None:
+        self.registry = registry
+        self.name = name
+        self.observation = observation
+        self.done = threading.Event()
+        self._started = False
+
+    def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        thread = threading.Thread(target=self._read, name=f"lookup-metrics-{self.name[-8:]}",
+                                  daemon=True)
+        thread.start()
+
+    def _read(self) -> None:
+        try:
+            result = self.observation.get
+            self.registry.receive(_reports_in(result))
+        except Exception as exc:  # a failed action, or the session stopped
+            log.debug("observation %s gave no metrics: %r", self.name, exc)
+        finally:
+            # Only now: lookup_metrics reads the totals once this is set.
+            self.done.set()
+
+
+class _ConnectObservation:
+    """A Connect session's ``Observation`` of one batch lookup join. The client fills
+    it after every action that runs it; it is read without waiting, and a last time
+    when the DataFrames holding it are gone."""
+
+    def __init__(
+        self, registry: _Registry, provider_id: str, name: str, observation: Any
+    ) -> None:
+        self.registry = registry
+        self.provider_id = provider_id
+        self.name = name
+        self._ref = weakref.ref(observation)
+        # The client updates this very dict after each action (PySpark 4.3): read once
+        # more when the observation is collected, for an action run since the last read.
+        live = _get(observation)
+        weakref.finalize(observation, registry.forget, name, live)
+
+    def read(self) -> None:
+        observation = self._ref()
+        if observation is not None:
+            result = _get(observation)
+            if result:
+                self.registry.receive(_reports_in(result))
+
+
+def _get(observation: Any) -> Mapping[str, Any] | None:
+    try:
+        result = observation.get
+    except Exception as exc:  # the observation of a failed action holds its error
+        log.debug("observation gave no metrics: %r", exc)
+        return None
+    return result if isinstance(result, Mapping) else None
+
+
+def _reports_in(result: Any) -> list[Any]:
+    """The report texts of an observed-metrics row (a ``Row`` or a mapping); none when
+    it holds no result of ours (a classic observation of a failed action is empty)."""
+    try:
+        reports = result["reports"]
+    except (KeyError, TypeError, IndexError, ValueError):
+        return []
+    return list(reports) if isinstance(reports, (list, tuple)) else []
+
+
+class _Registry:
+    """Everything the driver process knows about lookup-join metrics (thread-safe)."""
+
+    def __init__(self) -> None:
+        # Reentrant: a weakref finalizer may run (garbage collection) under the lock.
+        self._lock = threading.RLock()
+        self._providers: dict[str, _ProviderReports] = {}
+        self._classic: dict[str, list[_ClassicObservation]] = {}
+        self._connect: dict[str, _ConnectObservation] = {}
+        self._listeners: weakref.WeakKeyDictionary[Any, _ProgressListener] = (
+            weakref.WeakKeyDictionary())
+
+    def _reports(self, provider_id: str) -> _ProviderReports:
+        reports = self._providers.get(provider_id)
+        if reports is None:
+            reports = self._providers[provider_id] = _ProviderReports()
+        return reports
+
+    # --- receiving (any thread)
+
+    def receive(self, texts: Iterable[Any]) -> None:
+        """Merge reports (texts; anything else is ignored)."""
+        parsed = [r for r in map(parse_report, texts) if r is not None]
+        with self._lock:
+            for report in parsed:
+                self._reports(report.provider_id).add(report)
+
+    def forget(self, name: str, last: Mapping[str, Any] | None) -> None:
+        """A Connect observation was collected: read its last result and drop it."""
+        if last:
+            self.receive(_reports_in(last))
+        with self._lock:
+            self._connect.pop(name, None)
+
+    # --- registering (driver, at lookup_join)
+
+    def watch_batch(self, spark: Any, provider_id: str, name: str, observation: Any) -> None:
+        if is_connect(spark):
+            watched = _ConnectObservation(self, provider_id, name, observation)
+            with self._lock:
+                self._connect[name] = watched
+            return
+        with self._lock:
+            pending = self._classic.setdefault(provider_id, [])
+            pending.append(_ClassicObservation(self, name, observation))
+            unread = [p for p in pending if not p.done.is_set()]
+            if len(unread) > _MAX_PENDING:
+                pending.remove(unread[0])
+
+    def listen(self, spark: Any) -> None:
+        """Register the progress listener on ``spark`` (once per session)."""
+        with self._lock:
+            if spark in self._listeners:
+                return
+            listener = self._listeners[spark] = _ProgressListener(self)
+        if is_connect(spark):
+            # Stopping a Connect session removes its listeners after the session is
+            # released, which PySpark 4.3 reports with this warning, for nothing: the
+            # listener goes with the session.
+            warnings.filterwarnings(
+                "ignore", r"Failed to remove the listener because of exception: "
+                r"\[NO_ACTIVE_SESSION\]", UserWarning)
+        spark.streams.addListener(listener)
+
+    def unlisten(self, spark: Any) -> bool:
+        with self._lock:
+            listener = self._listeners.pop(spark, None)
+        if listener is None:
+            return False
+        spark.streams.removeListener(listener)
+        return True
+
+    # --- reading (driver, lookup_metrics)
+
+    def metrics(self, provider: LookupProvider) -> CacheMetrics | None:
+        reports = self.collect(provider)
+        if reports is None:
+            return None
+        with self._lock:
+            return reports.total(isinstance(provider, FullCachingLookupProvider))
+
+    def collect(self, provider: LookupProvider) -> _ProviderReports | None:
+        """Read every pending observation of ``provider``; its reports, or None when
+        nothing of it has been observed."""
+        provider_id = provider.provider_id
+        with self._lock:
+            classic = list(self._classic.get(provider_id, ()))
+            connect = [w for w in self._connect.values() if w.provider_id == provider_id]
+        for watched in classic:
+            watched.start()
+        deadline = time.monotonic() + _CLASSIC_WAIT_SECONDS
+        for watched in classic:
+            watched.done.wait(max(0.0, deadline - time.monotonic()))
+        for each in connect:
+            each.read()
+        with self._lock:
+            pending = self._classic.get(provider_id)
+            if pending is not None:
+                pending[:] = [p for p in pending if not p.done.is_set()]
+            reports = self._providers.get(provider_id)
+            return reports if reports is not None and reports.latest else None
+
+
+_REGISTRY = _Registry()
+
+
+class _ProgressListener(StreamingQueryListener):
+    """Reads our observed metrics from every micro-batch's progress and failed
+    queries' errors. Runs on the driver (classic: a callback thread; Connect: the
+    client's listener thread)."""
+
+    def __init__(self, registry: _Registry) -> None:
+        super().__init__()
+        self._registry = registry
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        try:
+            for name, row in dict(event.progress.observedMetrics).items():
+                if name.startswith(_NAME_PREFIX):
+                    self._registry.receive(_reports_in(row))
+        except Exception:  # a listener must never fail the query's events
+            log.exception("reading lookup metrics from a streaming progress failed")
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        exception = getattr(event, "exception", None)
+        if exception:
+            self._registry.receive(_NOTE.findall(str(exception)))
+
+
+# --- driver-side API -------------------------------------------------------------------
+
+
+def observe_metrics(mapped: Any, provider: LookupProvider) -> Any:
+    """Observe the report rows of ``mapped`` (the output of a lookup join's map, with
+    :data:`REPORT_COLUMN`), then drop them and the column. Runs on the driver, when
+    the join is built; returns the DataFrame the user gets."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    spark = mapped.sparkSession
+    name = f"{_NAME_PREFIX}{uuid.uuid4().hex}"
+    reports = F.collect_list(F.col(REPORT_COLUMN)).alias("reports")
+    if mapped.isStreaming:
+        _REGISTRY.listen(spark)
+        observed = mapped.observe(name, reports)
+    else:
+        observation = Observation(name)
+        observed = mapped.observe(observation, reports)
+        _REGISTRY.watch_batch(spark, provider.provider_id, name, observation)
+    return observed.where(F.col(REPORT_COLUMN).isNull()).drop(REPORT_COLUMN)
+
+
+def _check_provider(provider: object) -> LookupProvider:
+    if not isinstance(provider, LookupProvider):
+        raise ConfigError(
+            "lookup_metrics takes the lookup provider given to lookup_join "
+            f"(PartialCachingLookupProvider, FullCachingLookupProvider, ...), got "
+            f"{type(provider).__name__}: {provider!r:.80}"
+        )
+    return provider
+
+
+def _unavailable(provider: LookupProvider) -> MetricsUnavailableError:
+    return MetricsUnavailableError(
+        f"no metrics of {provider.describe()} have reached the driver yet: they arrive "
+        "when an action on a lookup_join DataFrame using it finishes (batch) or with a "
+        "micro-batch's progress (streaming); SQL functions report none, and a failed "
+        "batch action reports nothing"
+    )
+
+
+def worker_reports(provider: LookupProvider) -> list[WorkerReport]:
+    """The latest report of each Python worker that ran ``lookup_join`` tasks with
+    ``provider``, as :func:`lookup_metrics` adds them up (oldest first). Runs on the
+    driver.
+
+    Raises
+    ------
+    MetricsUnavailableError, ConfigError
+        As :func:`lookup_metrics`.
+    """
+    provider = _check_provider(provider)
+    reports = _REGISTRY.collect(provider)
+    if reports is None:
+        raise _unavailable(provider)
+    with _REGISTRY._lock:
+        return sorted(reports.latest.values(), key=lambda r: (r.at, r.sequence))
+
+
+def stop_metrics_listener(spark: Any) -> bool:
+    """Remove the progress listener that a streaming ``lookup_join`` registered on
+    ``spark``; False if there is none. Runs on the driver.
+
+    Later micro-batches of running queries are no longer counted (a new streaming
+    ``lookup_join`` registers it again). Worth calling before ``spark.stop()`` on Spark
+    Connect only: PySpark 4.3 releases a Connect session before removing its listeners,
+    and the server then logs an error about the listener's stream (harmless).
+    """
+    return _REGISTRY.unlisten(spark)
 
 
 def lookup_metrics(provider: LookupProvider, spark: Any = None) -> CacheMetrics:
-    """The cache metrics of ``provider`` summed over every executor Python worker that
-    ran a task of a lookup join or SQL lookup with it, as of the last finished task.
+    """The cache metrics of ``provider``, summed over the executors' Python workers
+    that ran ``lookup_join`` tasks with it, as Spark has reported them to the driver.
 
-    Runs on the driver, after an action (or during a streaming query).
+    Runs on the driver, on a classic or a Spark Connect session alike, after an action
+    (batch) or while and after a streaming query runs. Each worker's latest report
+    counts: counters (hits, misses, loads, load failures, retries, cache errors, bad
+    values) add up over the workers; the gauges (cached records and bytes) add up for
+    partial caches (each worker holds its own) and, for a full cache, are those of the
+    newest report (the workers serve one table, not one each).
+
+    Parameters
+    ----------
+    provider
+        The provider given to :func:`lookup.lookup_join`.
+    spark
+        Accepted for compatibility and ignored: metrics are kept per provider for the
+        whole driver process, whichever session ran the joins.
+
+    Returns
+    -------
+    cache.CacheMetrics
+        A copy: later reports do not change it.
+
+    Raises
+    ------
+    MetricsUnavailableError
+        When no worker's report of ``provider`` has reached the driver yet: no action
+        on a ``lookup_join`` DataFrame with it has finished (or those that did read no
+        rows), no micro-batch's progress has arrived, its only actions failed, or it was
+        only used by SQL functions (which do not report). Raised rather than returning
+        zeros, which would read as "no lookups were needed".
+    ConfigError
+        When ``provider`` is not a lookup provider.
+
+    Notes
+    -----
+    A streaming query's progress reaches the driver shortly after each micro-batch
+    (asynchronously): right after ``processAllAvailable`` the latest micro-batch may not
+    be counted yet. A task that failed reports nothing (see the module notes); on a
+    classic session, only the first action on a ``lookup_join`` DataFrame is observed.
+    ``lookup_metrics`` may wait up to a second for classic observations of DataFrames
+    that were never run.
 
     Examples
     --------
-    ``lookup_metrics(customers).hit_count`` after ``enriched.count()``.
+    >>> enriched = lookup_join(orders, customers, on="customer_id")  # doctest: +SKIP
+    >>> enriched.write.parquet(out)  # doctest: +SKIP
+    >>> lookup_metrics(customers).hit_count  # doctest: +SKIP
+    1234
     """
-    from pyspark.sql import SparkSession
-
-    session = spark or SparkSession.getActiveSession()
-    if session is None:
-        return CacheMetrics()
-    key = (id(session.sparkContext), provider.provider_id)
-    with _lock:
-        accumulator = _accumulators.get(key)
-    if accumulator is None:
-        return CacheMetrics()
-    reports: Reports = accumulator.value
-    return CacheMetrics.sum(snapshot for _, snapshot in reports.values())
+    metrics = _REGISTRY.metrics(_check_provider(provider))
+    if metrics is None:
+        raise _unavailable(provider)
+    return metrics

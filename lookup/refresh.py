@@ -7,19 +7,24 @@ new *version*, and points a temp view at that version with one catalog call. SQL
 DataFrames that name the view after the swap read the new version; plans resolved
 before it keep theirs. A reload that fails keeps the view on the last good version.
 
-Spark facts this design rests on (PySpark 4.3, classic; pinned by ``tests/refresh``):
+Spark facts this design rests on (PySpark 4.3, classic and Spark Connect sessions alike;
+pinned by ``tests/refresh``, which runs on both):
 
-- A DataFrame (``spark.table(view)``, ``spark.sql(...)``) resolves the view when it is
-  built and keeps that plan: replacing the view never changes a DataFrame built before.
+- A classic DataFrame (``spark.table(view)``, ``spark.sql(...)``) resolves the view when
+  it is built and keeps that plan: replacing the view never changes a DataFrame built
+  before. A Connect DataFrame is a plan the server resolves at each action: it reads
+  the version served when it runs.
 - A streaming query resolves its static side once, when the streaming DataFrame is
-  defined. A stream-static join on ``spark.table(view)`` therefore never follows the
-  view: a local version stays frozen for the life of the query; a cached version is
-  read from the cache while it stays persisted and, once unpersisted, each micro-batch
-  re-runs the version's original plan, a full scan of the *live* source per
-  micro-batch. To follow reloads, resolve the view per micro-batch in ``foreachBatch``
-  with the session that owns the view (:meth:`ScheduledTableRefresh.table`):
+  defined (on Connect, when the query starts). A stream-static join on
+  ``spark.table(view)`` therefore never follows the view: a local version stays frozen
+  for the life of the query; a cached version is read from the cache while it stays
+  persisted and, once unpersisted, each micro-batch re-runs the version's original
+  plan, a full scan of the *live* source per micro-batch. To follow reloads, resolve
+  the view per micro-batch in ``foreachBatch`` with the session that owns the view
+  (:meth:`ScheduledTableRefresh.table`):
   ``batch_df.sparkSession`` is the query's clone of the session, whose temp views are
-  copies taken when the query started.
+  copies taken when the query started. On Connect the ``foreachBatch`` function runs on
+  the server, where the refresh is out of reach: a stream does not follow the view.
 - Unpersisting a cached DataFrame while a query scans it makes Spark recompute the
   missing partitions from its plan, i.e. from the live source: such a query mixes
   versions. Hence replaced cached versions are unpersisted ``unpersist_delay`` after
@@ -49,6 +54,7 @@ from datetime import datetime, timedelta, timezone
 from types import TracebackType
 from typing import Any
 
+from lookup._session import is_session
 from lookup.retry import RetryPolicy
 from spark_lookup.errors import ConfigError, LookupLoadError, SnapshotUnavailableError
 from spark_lookup.options import as_timedelta
@@ -174,7 +180,7 @@ class ScheduledTableRefresh:
     Parameters
     ----------
     spark : pyspark.sql.SparkSession
-        The (classic) session whose catalog holds the view.
+        The session whose catalog holds the view: classic or Spark Connect.
     source : scan.Source
         A bounded source declaring its schema; picklable (read on the executors).
     trigger : triggers.CacheReloadTrigger
@@ -210,8 +216,9 @@ class ScheduledTableRefresh:
 
     Notes
     -----
-    :meth:`close` stops the trigger, interrupts a load in progress (its Spark jobs run
-    in a job group of their own), drops the view and unpersists every version, unless
+    :meth:`close` stops the trigger, interrupts a load in progress (its Spark operations
+    carry a session tag of their own, ``SparkSession.addTag``), drops the view and
+    unpersists every version, unless
     ``keep_view=True``: then the last version stays as a plain temp view (release it
     with ``spark.catalog.dropTempView``, which also uncaches it).
 
@@ -250,13 +257,15 @@ class ScheduledTableRefresh:
         clock: Callable[[], float] = time.time,
     ) -> None:
         from pyspark import StorageLevel
-        from pyspark.sql import SparkSession
 
         from scan import Boundedness, Source
         from triggers import CacheReloadTrigger
 
-        if not isinstance(spark, SparkSession):
-            raise ConfigError(f"spark must be a SparkSession, got {type(spark).__name__}")
+        if not is_session(spark):
+            raise ConfigError(
+                f"spark must be a SparkSession (classic or Spark Connect), got "
+                f"{type(spark).__name__}"
+            )
         if not isinstance(source, Source):
             raise ConfigError(f"source must be a scan.Source, got {type(source).__name__}")
         if source.boundedness is not Boundedness.BOUNDED:
@@ -310,7 +319,8 @@ class ScheduledTableRefresh:
         self._clock = clock
         tag = uuid.uuid4().hex[:12]
         self._format = f"spark_lookup_refresh_{view_name}_{tag}"
-        self._job_group = f"spark-lookup-refresh-{view_name}-{tag}"
+        # Marks the Spark operations of this refresh's loads, so close() interrupts them.
+        self._tag = f"spark-lookup-refresh-{view_name}-{tag}"
 
         # Guards everything below; Spark calls made under it are catalog calls only.
         self._lock = threading.Lock()
@@ -387,8 +397,8 @@ class ScheduledTableRefresh:
     def close(self, *, keep_view: bool = False) -> None:
         """Stop reloading; on the driver. Idempotent.
 
-        Stops the trigger, cancels the Spark jobs of a load in progress and waits a
-        bounded time for it to unwind (a load never swaps after ``close``). Then drops
+        Stops the trigger, interrupts the Spark operations of a load in progress and waits
+        a bounded time for it to unwind (a load never swaps after ``close``). Then drops
         the view and unpersists every version, including replaced ones still within
         ``unpersist_delay`` (queries still running on those may recompute partitions
         from the source). With ``keep_view=True`` the current version stays as a plain
@@ -407,9 +417,9 @@ class ScheduledTableRefresh:
             executor, self._executor = self._executor, None
         if was_open:
             try:
-                # First the Spark jobs of a load in progress, so the trigger's close (which
-                # waits for that load) returns promptly.
-                self._spark.sparkContext.cancelJobGroup(self._job_group)
+                # First the Spark operations of a load in progress, so the trigger's close
+                # (which waits for that load) returns promptly.
+                self._spark.interruptTag(self._tag)
                 if self._trigger_opened:
                     self._trigger.close()
             finally:
@@ -447,11 +457,13 @@ class ScheduledTableRefresh:
             return self._status
 
     def table(self) -> Any:
-        """The view as a DataFrame, resolved now in the refresh's session.
+        """The view as a DataFrame of the refresh's session (resolved now on a classic
+        session, at each action on Spark Connect).
 
-        Use it inside ``foreachBatch`` to join each micro-batch with the version served
-        when that micro-batch runs (``batch_df.sparkSession`` would resolve the view in
-        the query's cloned session, as of the query's start).
+        On a classic session, use it inside ``foreachBatch`` to join each micro-batch
+        with the version served when that micro-batch runs (``batch_df.sparkSession``
+        would resolve the view in the query's cloned session, as of the query's start).
+        On Connect a ``foreachBatch`` function runs on the server and cannot reach it.
 
         Raises
         ------
@@ -500,10 +512,14 @@ class ScheduledTableRefresh:
         return status
 
     def _load_with_retries(self) -> RefreshStatus:
-        self._spark.sparkContext.setJobGroup(
-            self._job_group, f"spark-lookup: reload of temp view {self._view}",
-            interruptOnCancel=True,
-        )
+        # Tags are per thread: this one marks what this loader thread starts, until removed.
+        self._spark.addTag(self._tag)
+        try:
+            return self._load_tagged()
+        finally:
+            self._spark.removeTag(self._tag)
+
+    def _load_tagged(self) -> RefreshStatus:
         policy = self._retry
         error: BaseException | None = None
         for attempt in range(policy.max_retries + 1):
@@ -550,7 +566,7 @@ class ScheduledTableRefresh:
         df = df.persist(self._storage_level)
         try:
             rows = df.count()  # builds every cached partition before the swap
-            size = _cached_size(df)
+            size = _cached_size(self._spark, df)
             if self._mode is Materialization.AUTO and size is not None and (
                 size <= self._local_max_bytes
             ):
@@ -689,16 +705,38 @@ def _materialization(value: object) -> Materialization:
     raise ConfigError(f"materialization must be AUTO, LOCAL or CACHE, got {value!r}")
 
 
-def _cached_size(df: Any) -> int | None:
+def _cached_size(spark: Any, df: Any) -> int | None:
     """Spark's size of a materialized cached DataFrame (what its broadcast decision
-    reads), or None if Spark does not say. A fresh plan over ``df`` is used because
-    the statistics of a plan are computed once, possibly before the cache was built."""
+    reads), or None if Spark does not say.
+
+    Read from ``EXPLAIN COST`` (what both kinds of session offer; the exact figure is on
+    the JVM side): the size of the cached relation, which Spark prints to three
+    significant digits (``15.5 KiB``). The query is a fresh one (a plan's statistics are
+    computed once, maybe before the cache was built) over a projection of ``df``, not
+    ``df`` itself: a classic session passes a DataFrame to ``spark.sql`` as a temp view
+    that it drops afterwards, and dropping a view of ``df``'s own plan would uncache it.
+    """
+    probe = df.selectExpr("*", f"1 AS `{_PROBE_COLUMN}`")
     try:
-        size = df.alias("_size")._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()
-    except Exception:  # a private API: the size is informative, never required
+        plan = spark.sql("EXPLAIN COST SELECT * FROM {df}", df=probe).first()[0]
+    except Exception:  # the size is informative, never required
         log.debug("no cached size for %r", df, exc_info=True)
         return None
-    return int(size)
+    return _parse_size(plan)
+
+
+_PROBE_COLUMN = "__spark_lookup_size_probe"
+_SIZE = re.compile(r"InMemoryRelation [^\n]*?sizeInBytes=([0-9.]+(?:E[0-9]+)?)\s*([KMGTPE]i)?B")
+_UNITS: dict[str | None, int] = {None: 0, "Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
+
+
+def _parse_size(plan: str) -> int | None:
+    """The size of the cached relation in an ``EXPLAIN COST`` text, in bytes."""
+    match = _SIZE.search(plan)
+    if match is None:
+        return None
+    number, unit = match.groups()
+    return round(float(number) * float(1024 ** _UNITS[unit]))
 
 
 def _stale_frame(spark: Any, struct: Any, message: str) -> Any:

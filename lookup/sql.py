@@ -3,8 +3,10 @@ function (every matching row, for ``LATERAL`` joins).
 
 Both run in executors' Python workers on the same per-worker runtime as
 :func:`lookup.lookup_join` (one open runtime and cache per provider per worker, see
-``lookup._worker``), and both report into the provider's metrics accumulator, so
-:func:`lookup.lookup_metrics` sums joins and SQL alike.
+``lookup._worker``), on classic and Spark Connect sessions alike. Neither reports
+metrics to the driver: a function call inside a query the user writes has no plan node
+of ours to observe (see :mod:`lookup.metrics`). Their lookups count in the shared
+runtime, so a later ``lookup_join`` task in the same worker reports them with its own.
 
 Kinds chosen (PySpark 4.1+):
 
@@ -35,10 +37,9 @@ from pyspark.sql import types as T
 
 from cache.base import Key, Row
 from lookup._assemble import JoinShape, _probe_full, _probe_loaded, factorize
-from lookup._worker import metrics_report, worker_handle
+from lookup._worker import worker_handle
 from lookup.full_caching import FullCachingRuntime
 from lookup.join import keys_compatible
-from lookup.metrics import metrics_accumulator
 from lookup.providers import LookupProvider
 from lookup.runtime import LookupRuntime
 from spark_lookup.errors import ConfigError
@@ -132,10 +133,9 @@ class _StructLookup:
     """What the Arrow UDF runs in executors' Python workers (picklable): each batch of
     key arrays in, a struct array of the first matching rows out."""
 
-    def __init__(self, name: str, provider: LookupProvider, accumulator: Any) -> None:
+    def __init__(self, name: str, provider: LookupProvider) -> None:
         self.name = name
         self.provider = provider
-        self.accumulator = accumulator
         schema = provider.schema
         names = tuple(f.name for f in schema.fields)
         self.shape = JoinShape(
@@ -153,18 +153,14 @@ class _StructLookup:
     def __call__(self, batches: Iterator[Any]) -> Iterator[pa.Array]:
         runtime: LookupRuntime | None = None
         checked = False
-        try:
-            for item in batches:
-                arrays: list[pa.Array] = list(item) if isinstance(item, tuple) else [item]
-                if not checked:
-                    self._check_arguments(arrays)
-                    checked = True
-                if runtime is None:
-                    runtime = worker_handle(self.provider).runtime
-                yield self.lookup_batch(arrays, runtime)
-        finally:
-            if runtime is not None:
-                self.accumulator.add(metrics_report(self.provider))
+        for item in batches:
+            arrays: list[pa.Array] = list(item) if isinstance(item, tuple) else [item]
+            if not checked:
+                self._check_arguments(arrays)
+                checked = True
+            if runtime is None:
+                runtime = worker_handle(self.provider).runtime
+            yield self.lookup_batch(arrays, runtime)
 
     def _check_arguments(self, arrays: Sequence[pa.Array]) -> None:
         from pyspark.sql.pandas.types import from_arrow_type
@@ -255,6 +251,9 @@ def register_lookup_function(spark: Any, name: str, provider: LookupProvider) ->
     Spark SQL does not parse ``name(key).*``; expand the struct in an outer query:
     ``SELECT d.* FROM (SELECT name(key) AS d FROM t)``. ``name(key).column`` works.
 
+    Works on classic and Spark Connect sessions. Its lookups are not reported to
+    :func:`lookup.lookup_metrics` (see :mod:`lookup.sql`).
+
     Examples
     --------
     >>> register_lookup_function(spark, "customer", customers)  # doctest: +SKIP
@@ -264,8 +263,7 @@ def register_lookup_function(spark: Any, name: str, provider: LookupProvider) ->
 
     provider = _check_provider(provider)
     name = _check_name(spark, name)
-    accumulator = metrics_accumulator(spark, provider)
-    function = _StructLookup(name, provider, accumulator)
+    function = _StructLookup(name, provider)
     with warnings.catch_warnings():
         # The iterator kind is given explicitly (one argument or several, the same
         # callable); PySpark would rather read it from type hints.
@@ -286,12 +284,11 @@ class _LookupTableFunction:
     subclass per registration, holding the provider as class attributes).
 
     Spark creates one instance per task in each executor Python worker and calls
-    :meth:`eval` once per input row; :meth:`cleanup` at the end of the task.
+    :meth:`eval` once per input row.
     """
 
     _name: str = ""
     _provider: LookupProvider
-    _accumulator: Any
 
     def __init__(self) -> None:
         self._runtime: LookupRuntime | None = None
@@ -317,11 +314,6 @@ class _LookupTableFunction:
         if runtime is None:
             runtime = self._runtime = worker_handle(self._provider).runtime
         return runtime.lookup(key)
-
-    def cleanup(self) -> None:
-        """Report this worker's metrics of the provider (end of the task)."""
-        if self._runtime is not None:
-            self._accumulator.add(metrics_report(self._provider))
 
 
 def _make_analyze(
@@ -390,6 +382,9 @@ def register_lookup_table_function(spark: Any, name: str, provider: LookupProvid
     ``LEFT JOIN LATERAL ... d`` with no ``ON``) Spark gives inner-join results: input
     rows without a match (or with a null key) are dropped.
 
+    Works on classic and Spark Connect sessions. Its lookups are not reported to
+    :func:`lookup.lookup_metrics` (see :mod:`lookup.sql`).
+
     ``eval`` is called once per row, so each row costs a Python call and pickling
     (roughly 10-20 microseconds per row where the scalar function costs a few); for
     one-to-many enrichment of large data, ``lookup_join`` is vectorized and loads the
@@ -404,14 +399,12 @@ def register_lookup_table_function(spark: Any, name: str, provider: LookupProvid
 
     provider = _check_provider(provider)
     name = _check_name(spark, name)
-    accumulator = metrics_accumulator(spark, provider)
     handler = type(
         f"LookupTableFunction_{name}",
         (_LookupTableFunction,),
         {
             "_name": name,
             "_provider": provider,
-            "_accumulator": accumulator,
             "analyze": staticmethod(_make_analyze(name, provider, provider.schema)),
         },
     )

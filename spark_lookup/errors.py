@@ -47,3 +47,8 @@ class SourceError(SparkLookupError):
 class SnapshotUnavailableError(SparkLookupError):
     """A full cache has no usable snapshot: the first load has not finished in time,
     or the last good snapshot is older than the configured maximum staleness."""
+
+
+class MetricsUnavailableError(SparkLookupError):
+    """No metrics of a provider have reached the driver yet (``lookup.lookup_metrics``):
+    nothing that reports them has run with it, or its reports are still on their way."""

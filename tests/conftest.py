@@ -1,5 +1,5 @@
-"""Shared fixtures: one local SparkSession per test session, and isolated Redis and
-PostgreSQL access.
+"""Shared fixtures: one local SparkSession of each kind (classic, Spark Connect) per test
+session, and isolated Redis and PostgreSQL access.
 
 Service fixtures read ``REDIS_URL`` / ``POSTGRES_DSN`` (defaults: the loopback servers of
 the development machine). An unreachable server skips the test with the reason, except
@@ -11,11 +11,14 @@ from __future__ import annotations
 import os
 import sys
 import uuid
+import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+ROOT = Path(__file__).resolve().parents[1]
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 POSTGRES_DSN = os.environ.get("POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -30,31 +33,116 @@ def unavailable(reason: str) -> None:
 
 # --- Spark ---------------------------------------------------------------------------
 
+SPARK_KINDS = ("classic", "connect")
+"""Every test that takes the ``spark`` fixture runs once per kind of session, unless
+marked ``classic_only`` (it inspects what only a classic session has: the JVM, RDDs)."""
+
+# Runtime settings of both kinds of session. The static ones (UI, memory) go to the
+# classic builder; a Connect session gets them through the local server's start.
+_CONFIG = {
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+}
+_STATIC_CONFIG = {
+    "spark.ui.enabled": "false",
+    "spark.driver.memory": "1g",
+}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "spark" in metafunc.fixturenames:
+        kinds = ["classic"] if metafunc.definition.get_closest_marker("classic_only") else list(
+            SPARK_KINDS)
+        # Session scope: pytest runs every test of one kind before any of the other, so
+        # one session of each kind serves the whole run, one after the other.
+        metafunc.parametrize("spark", kinds, indirect=True, scope="session")
+
+
+def _connect_missing() -> str | None:
+    try:
+        import grpc  # noqa: F401
+        import pyspark.sql.connect.session  # noqa: F401
+    except ImportError as exc:
+        return f"the Spark Connect client is not installed ({exc}): pip install -e '.[dev]'"
+    return None
+
+
+def _local_connect_session(builder: Any) -> Any:
+    """``builder.remote("local[2]")``: a local Connect server in this process, and a
+    session of it, on an ephemeral port.
+
+    A local server listens on 15002 unless ``SPARK_TESTING`` is set, which PySpark reads
+    (in this process, while the session is created) to bind an ephemeral port and find
+    it, so that test runs side by side do not collide. The JVM must not see it (it would
+    run Spark in its own test mode): it is started first, without it, by a classic
+    context, which the Connect server's start then replaces.
+    """
+    from pyspark.sql import SparkSession
+
+    SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false") \
+        .getOrCreate().stop()
+    os.environ["SPARK_TESTING"] = "1"
+    try:
+        with warnings.catch_warnings():
+            # The static settings reach the local server's start; setting them again on
+            # the Connect session afterwards is refused with a warning.
+            warnings.filterwarnings("ignore", "Failed to set spark", UserWarning)
+            return builder.remote("local[2]").getOrCreate()
+    finally:
+        del os.environ["SPARK_TESTING"]
+
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    """The one local[2] SparkSession of the test session (UI off, 2 shuffle partitions)."""
+def spark(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The local[2] SparkSession of the test session, classic or Spark Connect (a local
+    Connect server in this process, started by ``builder.remote("local[2]")``).
+
+    The two kinds cannot be open at once in one process: once a Connect session exists,
+    PySpark builds Connect columns and functions everywhere in the process
+    (``SPARK_CONNECT_MODE_ENABLED``), and a local Connect server needs the process's
+    SparkContext for itself. So the classic session is stopped before the Connect one
+    starts (pytest orders the tests so); stopping the Connect session stops its server
+    and restores classic mode.
+    """
+    kind = request.param
     # Python workers must run the driver's interpreter (and see this checkout).
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # Tests pass classes of the `tests` package (pickled by reference) to the workers.
+    # A classic worker finds it from its working directory, the JVM's; a Connect worker
+    # runs in a directory of its session. The JVM, started by the first session of the
+    # run, hands its PYTHONPATH on to every worker.
+    paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     from pyspark.sql import SparkSession
 
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("spark-lookup-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.driver.memory", "1g")
-        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
+    builder = SparkSession.builder.appName(f"spark-lookup-tests-{kind}")
+    for key, value in {**_CONFIG, **_STATIC_CONFIG}.items():
+        builder = builder.config(key, value)
+    if kind == "classic":
+        session = builder.master("local[2]").getOrCreate()
+        session.sparkContext.setLogLevel("ERROR")
+    else:
+        missing = _connect_missing()
+        if missing is not None:
+            # A dev extra: CI must not pass by skipping the Connect half of the suite.
+            unavailable(missing)
+        session = _local_connect_session(builder)
     try:
         yield session
     finally:
+        from lookup.metrics import stop_metrics_listener
+
+        stop_metrics_listener(session)  # spares the Connect server's log an error
         session.stop()
+
+
+@pytest.fixture
+def spark_kind(request: pytest.FixtureRequest, spark: Any) -> str:
+    """``"classic"`` or ``"connect"``: the kind of the ``spark`` session."""
+    return str(request.node.callspec.params["spark"])
 
 
 # --- Redis ---------------------------------------------------------------------------

@@ -4,12 +4,13 @@ every script running and its summary readable; the figures themselves are not ch
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.env import child_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 
@@ -38,7 +39,7 @@ HEADLINE = (
 @pytest.mark.timeout(900)
 def test_quick_benchmarks_run_and_summarize(postgres_dsn: str, redis_url: str,
                                             tmp_path: Path) -> None:
-    env = {**os.environ, "POSTGRES_DSN": postgres_dsn, "REDIS_URL": redis_url}
+    env = child_env(POSTGRES_DSN=postgres_dsn, REDIS_URL=redis_url)
     done = subprocess.run(
         [sys.executable, "benchmarks/run_all.py", "--quick", "--out", str(tmp_path)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=840, check=False,

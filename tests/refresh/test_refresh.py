@@ -31,16 +31,28 @@ def refresh_of(spark: Any, db: Path, view: str, **options: Any) -> ScheduledTabl
                                  **options)
 
 
-def persistent_rdds(spark: Any) -> int:
-    return int(spark.sparkContext._jsc.getPersistentRDDs().size())
-
-
 def is_cached(df: Any) -> bool:
     level = df.storageLevel
     return bool(level.useMemory or level.useDisk)
 
 
-def test_sql_on_the_view_sees_the_rows_of_each_reload(spark: Any, db: Path) -> None:
+def physical_plan(spark: Any, df: Any) -> str:
+    """The physical plan of ``df``, as ``EXPLAIN`` prints it (on either kind of session)."""
+    return str(spark.sql("EXPLAIN SELECT * FROM {df}", df=df).first()[0])
+
+
+def served(refresh: ScheduledTableRefresh) -> Any:
+    """The DataFrame of the version ``refresh`` serves now. (``spark.table(view)`` pins
+    the version only on a classic session: a Connect DataFrame is resolved anew by
+    every action.)"""
+    current = refresh._current
+    assert current is not None
+    return current.df
+
+
+def test_sql_on_the_view_sees_the_rows_of_each_reload(
+    spark: Any, spark_kind: str, db: Path
+) -> None:
     with refresh_of(spark, db, "rv_countries") as refresh:
         status = refresh.status()
         assert (status.version, status.rows, status.materialization) == (1, 3, "LOCAL")
@@ -52,7 +64,9 @@ def test_sql_on_the_view_sees_the_rows_of_each_reload(spark: Any, db: Path) -> N
         assert status.num_loads == 1
         sql = "SELECT name FROM rv_countries"
         assert names(spark.sql(sql)) == ["France", "Germany", "Netherlands"]
-        before = spark.table("rv_countries")  # resolved now: keeps version 1
+        # Classic: resolved now, keeps version 1. Connect: a plan sent to the server and
+        # resolved by each action, so it reads the version served then.
+        before = spark.table("rv_countries")
 
         execute(db, "INSERT INTO countries VALUES (4, 'be', 'Belgium')")
         execute(db, "UPDATE countries SET name = 'Nederland' WHERE id = 1")
@@ -61,10 +75,11 @@ def test_sql_on_the_view_sees_the_rows_of_each_reload(spark: Any, db: Path) -> N
         assert (status.version, status.rows, status.num_loads) == (2, 4, 2)
         assert status == refresh.status()
         assert names(spark.sql(sql)) == ["Belgium", "France", "Germany", "Nederland"]
-        assert names(before) == ["France", "Germany", "Netherlands"]
+        assert names(before) == (["France", "Germany", "Netherlands"] if spark_kind == "classic"
+                                 else ["Belgium", "France", "Germany", "Nederland"])
         # A small local version is broadcast in joins, as any small relation.
-        plan = spark.range(5).join(spark.table("rv_countries"), "id")._jdf.queryExecution()
-        assert "BroadcastHashJoin" in plan.executedPlan().toString()
+        joined = spark.range(5).join(spark.table("rv_countries"), "id")
+        assert "BroadcastHashJoin" in physical_plan(spark, joined)
     assert not spark.catalog.tableExists("rv_countries")  # close() dropped it
 
 
@@ -95,22 +110,23 @@ def test_a_failed_reload_keeps_the_previous_version_and_is_reported(
 
 
 def test_cached_versions_are_unpersisted_after_the_swap(spark: Any, db: Path) -> None:
-    baseline = persistent_rdds(spark)
     with refresh_of(spark, db, "rv_cached", materialization="CACHE",
                     unpersist_delay=0) as refresh:
         assert refresh.status().materialization == "CACHE"
-        first = spark.table("rv_cached")
-        assert is_cached(first)
-        assert persistent_rdds(spark) == baseline + 1
+        versions = [served(refresh)]
+        assert is_cached(versions[0])
+        assert is_cached(spark.table("rv_cached"))
         for _ in range(2):
             execute(db, "INSERT INTO countries (code, name) VALUES ('xx', 'Somewhere')")
             refresh.trigger_reload().result(LOAD_TIMEOUT)
+            versions.append(served(refresh))
         assert refresh.status().rows == 5
-        assert not is_cached(first)
-        assert is_cached(spark.table("rv_cached"))
-        wait_until(lambda: persistent_rdds(spark) == baseline + 1, 30, "old versions unpersisted")
+        assert not is_cached(versions[0])
+        assert is_cached(versions[2])
+        wait_until(lambda: [is_cached(v) for v in versions] == [False, False, True], 30,
+                   "old versions unpersisted")
         assert spark.table("rv_cached").count() == 5
-    wait_until(lambda: persistent_rdds(spark) == baseline, 30, "close() to unpersist")
+    wait_until(lambda: not any(is_cached(v) for v in versions), 30, "close() to unpersist")
 
 
 def test_a_replaced_cached_version_stays_persisted_for_unpersist_delay(
@@ -118,9 +134,11 @@ def test_a_replaced_cached_version_stays_persisted_for_unpersist_delay(
 ) -> None:
     with refresh_of(spark, db, "rv_delayed", materialization="CACHE",
                     unpersist_delay=1.5) as refresh:
-        first = spark.table("rv_delayed")
+        first = served(refresh)
+        execute(db, "INSERT INTO countries VALUES (4, 'be', 'Belgium')")
         refresh.trigger_reload().result(LOAD_TIMEOUT)
-        # Queries that resolved version 1 before the swap still read it from the cache.
+        # Queries that resolved version 1 before the swap still read it from the cache
+        # (not from the source, which has a row more now).
         assert is_cached(first)
         assert first.count() == 3
         wait_until(lambda: not is_cached(first), 30, "the delayed unpersist")

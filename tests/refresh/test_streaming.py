@@ -4,6 +4,10 @@ without restarting the query, and what does not (PySpark 4.3).
 Each test runs a processing-time query over a directory of JSON files it writes, and
 drives reloads explicitly (``trigger_reload``) between micro-batches, so every
 micro-batch knows which version it must see.
+
+On Spark Connect, ``foreachBatch`` functions run on the server, in a Python process of
+their own, with the query's clone of the session: the refresh (a driver object) cannot
+be reached from there, and the clone's temp views are those of the query's start.
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ def by_order(rows: list[tuple[int, Any]]) -> dict[int, Any]:
     return dict(rows)
 
 
+@pytest.mark.classic_only  # the function runs in the driver process: classic only
 def test_foreach_batch_joins_each_micro_batch_with_the_version_served_then(
     spark: Any, db: Path, tmp_path: Path, inbox: Inbox, orders: Any, queries: list[Any]
 ) -> None:
@@ -101,6 +106,36 @@ def test_foreach_batch_joins_each_micro_batch_with_the_version_served_then(
         query.stop()
     assert by_order(current) == {1: "Netherlands", 2: None, 3: "Netherlands", 4: "Belgium"}
     assert by_order(in_clone) == {1: "Netherlands", 2: None, 3: "Netherlands", 4: None}
+
+
+def test_in_foreach_batch_the_query_session_sees_the_version_of_the_query_start(
+    spark: Any, db: Path, tmp_path: Path, inbox: Inbox, orders: Any, queries: list[Any]
+) -> None:
+    out = str(tmp_path / "out")
+    with ScheduledTableRefresh(spark, countries(db), PeriodicCacheReloadTrigger(HOUR),
+                               "rv_clone") as refresh:
+        def enrich(batch: Any, batch_id: int) -> None:
+            # Runs in the driver (classic) or on the server (Connect): only the batch and
+            # its session are at hand, and that session is the query's clone.
+            ref = batch.sparkSession.table("rv_clone")
+            (batch.join(ref, batch.country_id == ref.id, "left").select("order_id", "name")
+             .write.mode("append").parquet(out))
+
+        query = (orders.writeStream.foreachBatch(enrich)
+                 .option("checkpointLocation", str(tmp_path / "chk"))
+                 .trigger(processingTime="200 milliseconds").start())
+        queries.append(query)
+        inbox.write({1: 1, 2: 4})
+        query.processAllAvailable()
+        execute(db, "INSERT INTO countries VALUES (4, 'be', 'Belgium')")
+        assert refresh.trigger_reload().result(LOAD_TIMEOUT).version == 2
+        inbox.write({3: 1, 4: 4})
+        query.processAllAvailable()
+        assert "Belgium" in names(spark.table("rv_clone"))
+        query.stop()
+    got = spark.read.parquet(out).collect()
+    assert by_order([tuple(r) for r in got]) == {1: "Netherlands", 2: None, 3: "Netherlands",
+                                                  4: None}
 
 
 def test_a_stream_static_join_keeps_the_local_version_it_was_defined_with(

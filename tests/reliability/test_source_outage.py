@@ -249,7 +249,10 @@ def test_redis_source_killed_and_restarted_during_a_streaming_join(
     inbox.add_text("")
     inbox.add_text("\n  \n\n")
     query.processAllAvailable()
-    assert any(p["numInputRows"] == 0 and p["sources"][0]["startOffset"] is not None
+    # (The rows of the source: on Connect, PySpark 4.3 leaves the progress's own
+    # numInputRows None.)
+    assert any(p["sources"][0]["numInputRows"] == 0
+               and p["sources"][0]["startOffset"] is not None
                and p["sources"][0]["startOffset"] != p["sources"][0]["endOffset"]
                for p in query.recentProgress), "no micro-batch of the empty files"
 

@@ -7,10 +7,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from lookup import FullCachingLookupProvider, lookup_join
-from lookup.metrics import metrics_accumulator
+from lookup.metrics import worker_reports
 from scan import CollectionSource
 from tests.snapshots.helpers import count_lines, make_db, provider
 from triggers import PeriodicCacheReloadTrigger
@@ -31,12 +32,17 @@ def test_two_python_workers_share_one_snapshot(spark: Any, tmp_path: Path) -> No
     assert {r.tier for r in rows if r.id < 500} == {"v1"}
     assert {r.tier for r in rows if r.id >= 500} == {None}
     assert count_lines(tmp_path / "scans") == 1
-    assert len(metrics_accumulator(spark, p).value) == 2  # two worker processes took part
+    assert len(worker_reports(p)) == 2  # two worker processes took part
 
 
 def test_sharing_is_on_by_default_in_spark_tasks(spark: Any) -> None:
     p = FullCachingLookupProvider.of(CollectionSource([(1, "a")], schema="id BIGINT, n STRING"),
                                      PeriodicCacheReloadTrigger(timedelta(hours=1)), ["id"])
     assert not p.shares_snapshots()  # the driver
-    assert spark.sparkContext.parallelize([0], 1).map(
-        lambda _: p.shares_snapshots()).collect() == [True]
+
+    def in_a_task(batches: Any) -> Any:
+        for batch in batches:
+            yield pa.record_batch({"shares": pa.array([p.shares_snapshots()] * batch.num_rows)})
+
+    rows = spark.range(1, numPartitions=1).mapInArrow(in_a_task, "shares BOOLEAN").collect()
+    assert [row.shares for row in rows] == [True]

@@ -1,11 +1,11 @@
 """The demo: ``python -m lookup demo`` runs end to end in a subprocess (it starts its own
-SparkSession, and a process holds one) and shows the updated dimension values reaching
-the stream; the command line and the per-batch marking are checked without Spark."""
+SparkSession, and a process holds one), on a classic session and with ``--connect`` on
+a local Spark Connect server, and shows the updated dimension values reaching the
+stream; the command line and the per-batch marking are checked without Spark."""
 
 from __future__ import annotations
 
 import io
-import os
 import re
 import subprocess
 import sys
@@ -16,20 +16,27 @@ from typing import Any
 import pytest
 
 from lookup.__main__ import main
-from lookup.demo import CHANGES, BatchPrinter
+from lookup.demo import BATCH_TIME, CHANGES, BatchPrinter, split_batches
+from tests.env import child_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.spark
 @pytest.mark.slow
-def test_demo_shows_the_updated_values_and_ends_by_itself() -> None:
+@pytest.mark.parametrize("session", [[], ["--connect"]], ids=["classic", "connect"])
+def test_demo_shows_the_updated_values_and_ends_by_itself(session: list[str]) -> None:
     started = time.monotonic()
     result = subprocess.run(
         # A generous limit: on a loaded 2-CPU machine the first batch can take a minute.
-        [sys.executable, "-m", "lookup", "demo", "--seconds", "20", "--time-limit", "240"],
+        [sys.executable, "-m", "lookup", "demo", "--seconds", "20", "--time-limit", "240",
+         *session],
         cwd=ROOT,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        # SPARK_TESTING: a local Connect server binds an ephemeral port instead of 15002,
+        # so that test runs side by side do not collide (it also puts the child's Spark in
+        # its test mode, stricter checks; the demo runs the same).
+        env=child_env(PYSPARK_PYTHON=sys.executable, **({"SPARK_TESTING": "1"} if session
+                                                        else {})),
         capture_output=True,
         text=True,
         timeout=300,
@@ -74,26 +81,11 @@ def test_command_line_help_and_bad_arguments(capsys: pytest.CaptureFixture[str])
     assert exit_info.value.code == 0
     assert "demo" in capsys.readouterr().out
     for bad in (["demo", "--seconds", "5"], ["demo", "--seconds", "soon"], [],
-                ["demo", "--seconds", "60", "--time-limit", "70"]):
+                ["demo", "--seconds", "60", "--time-limit", "70"],
+                ["demo", "--remote", "http://x"], ["demo", "--connect", "--remote", "local"]):
         with pytest.raises(SystemExit) as exit_info:
             main(bad)
         assert exit_info.value.code == 2
-
-
-class _Row:
-    def __init__(self, **values: Any) -> None:
-        self.values = values
-
-    def asDict(self) -> dict[str, Any]:  # pyspark.sql.Row's name
-        return dict(self.values)
-
-
-class _Batch:
-    def __init__(self, rows: list[dict[str, Any]]) -> None:
-        self.rows = rows
-
-    def collect(self) -> list[_Row]:
-        return [_Row(**row) for row in self.rows]
 
 
 def _order(order_id: int, customer_id: int, tier: str, product_id: int,
@@ -115,14 +107,14 @@ def test_batch_printer_marks_new_and_cached_values() -> None:
         def commit(self) -> None:
             pass
 
-    printer(_Batch([_order(1, 3, "bronze", 2, 19.5)]), 0)
+    printer([_order(1, 3, "bronze", 2, 19.5)], 0)
     now[0] = 5.0
     printer.apply(CHANGES, _Connection())  # type: ignore[arg-type]
     now[0] = 6.0
-    printer(_Batch([_order(2, 3, "bronze", 2, 19.5), _order(3, 3, "platinum", 2, 19.5)]), 1)
+    printer([_order(2, 3, "bronze", 2, 19.5), _order(3, 3, "platinum", 2, 19.5)], 1)
     now[0] = 9.0
-    printer(_Batch([_order(4, 3, "platinum", 2, 17.0)]), 2)
-    printer(_Batch([]), 3)  # empty batches are not printed
+    printer([_order(4, 3, "platinum", 2, 17.0)], 2)
+    printer([], 3)  # empty batches are not printed
     lines = out.getvalue().splitlines()
     assert "bronze " in lines[1]
     assert "*" not in lines[1]
@@ -138,16 +130,10 @@ def test_batch_printer_marks_new_and_cached_values() -> None:
     assert printer.all_seen()
 
 
-def test_batch_printer_drops_a_batch_interrupted_by_stop_only() -> None:
-    class _Interrupted:
-        def collect(self) -> list[Any]:
-            raise RuntimeError("java.lang.InterruptedException")
-
-    out = io.StringIO()
-    printer = BatchPrinter(CHANGES, out, lambda: 0.0)
-    with pytest.raises(RuntimeError, match="Interrupted"):
-        printer(_Interrupted(), 0)
-    printer.stopping.set()
-    printer(_Interrupted(), 1)  # the query is being stopped: nothing to show
-    assert out.getvalue() == ""
-    assert printer.batches == 0
+def test_rows_of_the_memory_table_split_into_micro_batches_by_their_time() -> None:
+    rows = [{**_order(i, 3, "bronze", 2, 19.5), BATCH_TIME: t}
+            for i, t in ((3, 20), (1, 10), (2, 10), (4, 30))]
+    batches = split_batches(rows)
+    assert [t for t, _ in batches] == [10, 20, 30]
+    assert [[r["order_id"] for r in group] for _, group in batches] == [[1, 2], [3], [4]]
+    assert all(BATCH_TIME not in r for _, group in batches for r in group)

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.env import child_env
+
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_lookup_join_on_two_executor_jvms() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "tests.spark.cluster_job"], cwd=ROOT, capture_output=True,
-        text=True, timeout=600, check=False,
+        text=True, timeout=600, check=False, env=child_env(),
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert done.returncode == 0, done.stderr[-3000:]

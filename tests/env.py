@@ -1,0 +1,17 @@
+"""The environment of the subprocesses tests start."""
+
+from __future__ import annotations
+
+import os
+
+# PySpark marks its process as being in Spark Connect mode with these while a Connect
+# session is open (the test session's, for the Connect half of the run). A child that
+# inherits them would start in Connect mode, or refuse a classic SparkContext.
+_SESSION_MODE = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_LOCAL_REMOTE", "SPARK_REMOTE")
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """This process's environment without PySpark's session-mode variables, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k not in _SESSION_MODE}
+    env.update(extra)
+    return env
