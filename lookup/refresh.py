@@ -54,6 +54,7 @@ from datetime import datetime, timedelta, timezone
 from types import TracebackType
 from typing import Any
 
+from connectors.errors import should_retry
 from lookup._session import is_session
 from lookup.retry import RetryPolicy
 from spark_lookup.errors import ConfigError, LookupLoadError, SnapshotUnavailableError
@@ -538,6 +539,8 @@ class ScheduledTableRefresh:
                 version = self._materialize()
             except Exception as exc:
                 error = exc
+                if not _retryable(exc):
+                    break  # a missing table, a bad value under FAILFAST: reported at once
                 continue
             return self._swap(version, (time.perf_counter() - started) * 1000)
         if error is None or self._stop.is_set():
@@ -550,10 +553,10 @@ class ScheduledTableRefresh:
             )
             served = self._status.version
         log.error("reload of temp view %r failed after %d attempt(s): %s; %s", self._view,
-                  policy.max_retries + 1, _summary(error),
+                  attempt + 1, _summary(error),
                   f"still serving version {served}" if served else "no version yet")
         raise LookupLoadError(
-            f"reload of temp view {self._view!r} failed after {policy.max_retries + 1} "
+            f"reload of temp view {self._view!r} failed after {attempt + 1} "
             f"attempt(s): {_summary(error)}"
         ) from error
 
@@ -766,6 +769,21 @@ def _settle(
             future.set_result(result)
     except InvalidStateError:
         pass
+
+
+_PERMANENT_IN_SPARK = ("BadValueError", "ConfigError", "ConnectorError", "SourceError")
+
+
+def _retryable(exc: BaseException) -> bool:
+    """Whether a failed load is worth another attempt. The source's own error reaches
+    the driver inside Spark's (the data source ran on an executor, or planned there):
+    its class name in the message says whether it passes."""
+    text = str(exc)
+    if "spark_lookup.errors.TransientConnectorError" in text:
+        return True
+    if any(f"spark_lookup.errors.{name}" in text for name in _PERMANENT_IN_SPARK):
+        return False
+    return should_retry(exc)
 
 
 def _summary(error: BaseException | None) -> str:

@@ -94,7 +94,7 @@ def test_a_failed_reload_keeps_the_previous_version_and_is_reported(
             refresh.trigger_reload().result(LOAD_TIMEOUT)
 
         status = refresh.status()
-        assert (status.version, status.num_load_failures, status.num_retries) == (1, 1, 1)
+        assert (status.version, status.num_load_failures, status.num_retries) == (1, 1, 0)  # permanent: not retried
         assert status.last_error
         assert "ConnectorError: SQLite has no table or view 'countries'" in status.last_error
         assert status.last_failure_at is not None
