@@ -89,12 +89,13 @@ def test_a_failed_reload_keeps_the_previous_version_and_is_reported(
     with refresh_of(spark, db, "rv_failing") as refresh:
         execute(db, "ALTER TABLE countries RENAME TO countries_gone")
         with caplog.at_level(logging.ERROR, logger="lookup"), pytest.raises(
-            LookupLoadError, match="'rv_failing' failed after 2 attempt"
+            LookupLoadError, match="'rv_failing' failed after 1 attempt"  # permanent
         ):
             refresh.trigger_reload().result(LOAD_TIMEOUT)
 
         status = refresh.status()
-        assert (status.version, status.num_load_failures, status.num_retries) == (1, 1, 0)  # permanent: not retried
+        # A missing table is permanent: reported at once, not retried.
+        assert (status.version, status.num_load_failures, status.num_retries) == (1, 1, 0)
         assert status.last_error
         assert "ConnectorError: SQLite has no table or view 'countries'" in status.last_error
         assert status.last_failure_at is not None
