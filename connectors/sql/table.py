@@ -13,6 +13,7 @@ import math
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -224,10 +225,10 @@ class SqlTable:
     def acquire(self) -> Session:
         """A session for a read: an idle one of this process's pool, else a new one.
 
-        The pool saves a connection per full load (planning, then each reader) and per
-        reload. It keeps at most a few sessions, none idle longer than a minute (a
-        database or proxy may drop idle connections), and never sqlite3's, which belong
-        to the thread that opened them.
+        The pool saves a connection per read of a load (planning, then each reader). It
+        keeps at most a few sessions, none idle longer than two seconds (no connection
+        is held between loads), and never sqlite3's, which belong to the thread that
+        opened them.
 
         Raises
         ------
@@ -578,31 +579,33 @@ class SqlTable:
 
 _POOL_LOCK = threading.Lock()
 _POOL_SIZE = 4
-_POOL_IDLE_SECONDS = 60.0
+_POOL_IDLE_SECONDS = 2.0
+"""A pooled session is for the next read of the same load (the enumerator's planning,
+then its readers; several readers, one after another): a few seconds. Reloads minutes
+or hours apart connect anew, so nothing holds a database connection between loads."""
 
 
 class SessionPool:
-    """Idle sessions of one table in one process; thread-safe."""
+    """Idle sessions of one table in one process; thread-safe. Sessions idle longer
+    than :data:`_POOL_IDLE_SECONDS` are closed by a daemon reaper, and every idle
+    session when the pool is collected."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._idle: list[tuple[float, Session]] = []
+        weakref.finalize(self, _close_all, self._idle)
+        _REAPER.watch(self)
 
     def take(self) -> Session | None:
         """The most recently returned session still fresh enough, or None."""
         now = time.monotonic()
-        stale: list[Session] = []
-        found = None
         with self._lock:
             while self._idle:
                 since, session = self._idle.pop()
                 if now - since <= _POOL_IDLE_SECONDS:
-                    found = session
-                    break
-                stale.append(session)
-        for session in stale:
-            session.close()
-        return found
+                    return session
+                session.close()
+        return None
 
     def give(self, session: Session) -> None:
         """Keep ``session`` for the next read (or close it when the pool is full)."""
@@ -612,12 +615,55 @@ class SessionPool:
                 return
         session.close()
 
+    def reap(self) -> None:
+        """Close the sessions idle too long."""
+        limit = time.monotonic() - _POOL_IDLE_SECONDS
+        with self._lock:
+            stale = [s for since, s in self._idle if since < limit]
+            self._idle[:] = [(since, s) for since, s in self._idle if since >= limit]
+        for session in stale:
+            session.close()
+
     def close(self) -> None:
         """Close every idle session."""
         with self._lock:
-            idle, self._idle = self._idle, []
-        for _, session in idle:
-            session.close()
+            _close_all(self._idle)
+
+
+def _close_all(idle: list[tuple[float, Session]]) -> None:
+    sessions = [session for _, session in idle]
+    idle.clear()
+    for session in sessions:
+        session.close()
+
+
+class _Reaper:
+    """One daemon thread per process closing pooled sessions that idle too long."""
+
+    def __init__(self) -> None:
+        self._pools: weakref.WeakSet[SessionPool] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, pool: SessionPool) -> None:
+        with self._lock:
+            self._pools.add(pool)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="connectors-session-reaper", daemon=True
+                )
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(_POOL_IDLE_SECONDS / 2)
+            with self._lock:
+                pools = list(self._pools)
+            for pool in pools:
+                pool.reap()
+
+
+_REAPER = _Reaper()
 
 
 class _Runtime:
