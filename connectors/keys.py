@@ -388,8 +388,8 @@ class KeyCodec:
             (:class:`KeyKindError`) for a key of the wrong length, a value of the wrong
             kind, or a value its column's type cannot hold, naming the key and column.
         """
-        for key in keys:
-            if type(key) is not tuple or len(key) != len(self.names):
+        if keys and (set(map(type, keys)) != {tuple} or set(map(len, keys)) != {len(self.names)}):
+            for key in keys:  # found in C above; named here
                 self.check_shape(key)
         if self._all_plain(keys):
             # Values of their columns' plain Python types are their own normal form; Arrow

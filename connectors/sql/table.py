@@ -90,6 +90,9 @@ class KeyBinding:
     uuid: bool = False
     enum_labels: tuple[str, ...] = ()
     text: bool = False
+    exact: bool = False
+    """PostgreSQL equality of the column is equality of the key's Arrow values (integers,
+    dates, timestamps, booleans): rows can be matched back to keys by value."""
 
 
 @dataclass(frozen=True)
@@ -488,19 +491,30 @@ class SqlTable:
         )
         names = ", ".join(f'"_lk_{i}"' for i in range(width))
         select = plan.select_sql()
+        by_value = plan.backend == POSTGRES and width == 1 and plan.key_bindings[0].exact
         if plan.backend == POSTGRES:
-            # The keys travel as one array per key column; ORDINALITY tags each key, so
-            # rows come back to the key that asked, whatever PostgreSQL's comparison
-            # rules (collations, char(n) padding, citext).
-            unnest = ", ".join(
-                f"{flavor.placeholder(i)}::{binding.array_type}[]"
-                for i, binding in enumerate(plan.key_bindings)
-            )
             filters, filter_values = plan.filter_sql(flavor.placeholder, width)
-            sql = (
-                f'SELECT "_lk"."_lk_i" - 1, {select} FROM unnest({unnest}) WITH ORDINALITY '
-                f'AS "_lk"({names}, "_lk_i") JOIN {plan.table_sql} AS {_ALIAS} ON {join}'
-            )
+            if by_value:
+                # One key column whose equality is its values' (integers, dates...):
+                # "= ANY" over the index, each row matched back to its key by value.
+                binding = plan.key_bindings[0]
+                sql = (
+                    f"SELECT {select} FROM {plan.table_sql} AS {_ALIAS} WHERE "
+                    f"{plan.column_sql(plan.key_columns[0])} = "
+                    f"ANY({flavor.placeholder(0)}::{binding.array_type}[])"
+                )
+            else:
+                # The keys travel as one array per key column; ORDINALITY tags each key,
+                # so rows come back to the key that asked, whatever PostgreSQL's
+                # comparison rules (collations, char(n) padding, citext).
+                unnest = ", ".join(
+                    f"{flavor.placeholder(i)}::{binding.array_type}[]"
+                    for i, binding in enumerate(plan.key_bindings)
+                )
+                sql = (
+                    f'SELECT "_lk"."_lk_i" - 1, {select} FROM unnest({unnest}) WITH ORDINALITY '
+                    f'AS "_lk"({names}, "_lk_i") JOIN {plan.table_sql} AS {_ALIAS} ON {join}'
+                )
             if flavor.adbc:
                 arrays = [
                     pa.ListArray.from_arrays(pa.array([0, len(a)], pa.int32()), a)
@@ -555,24 +569,41 @@ class SqlTable:
                     values + [_bindable(v, plan.backend) for v in filter_values]
                 )
         if filters:
-            sql += " WHERE " + " AND ".join(filters)
+            sql += (" AND " if by_value else " WHERE ") + " AND ".join(filters)
         if flavor.escapes_percent:
             sql = _escape_percent(sql)
-        wire = [pa.int64(), *runtime.wire_types]
+        wire = ([] if by_value else [pa.int64()]) + runtime.wire_types
         purpose = f"lookup of {len(chunk[0])} key(s) (first key {_short(keys.distinct[start])})"
         if positions is not None:
             purpose = (f"lookup of {len(chunk[0])} key(s) (first key "
                        f"{_short(keys.distinct[positions[start].as_py()])})")
+        key_position = plan.schema.fieldNames().index(plan.key_columns[0])
         for wires, built_flags in session.arrays(sql, params, wire, purpose):
+            if by_value:
+                # The rows' own keys say which key asked (exact for these types).
+                key_wire = wires[key_position]
+
+                def describe(row: int, key_wire: Any = key_wire) -> str:
+                    return _short((key_wire[row].as_py(),))
+
+                batch, _ = runtime.conform(wires, built_flags, describe)
+                found = pc.index_in(batch.column(key_position), value_set=chunk[0])
+                matched = pc.is_valid(found)
+                if not pc.all(matched).as_py():  # a key value read as null: unmatchable
+                    batch, found = batch.filter(matched), found.filter(matched)
+                sent_index = pc.add(pc.cast(found, pa.int64()), start)
+                if positions is not None:
+                    sent_index = positions.take(sent_index)
+                yield pa.array(sent_index, pa.int64()), batch
+                continue
             sent_index = pc.add(pc.cast(wires[0], pa.int64()), start)
             if positions is not None:
                 sent_index = positions.take(sent_index)
-            distinct = sent_index.to_numpy(zero_copy_only=False)
 
-            def describe(row: int, distinct: Any = distinct) -> str:
-                return _short(keys.distinct[int(distinct[row])])
+            def describe_sent(row: int, sent_index: Any = sent_index) -> str:
+                return _short(keys.distinct[sent_index[row].as_py()])
 
-            batch, keep = runtime.conform(wires[1:], built_flags[1:], describe)
+            batch, keep = runtime.conform(wires[1:], built_flags[1:], describe_sent)
             index = sent_index if keep is None else sent_index.filter(keep)
             yield pa.array(index, pa.int64()), batch
 
@@ -727,12 +758,23 @@ def _key_binding(info: TableInfo, column: ColumnInfo | None, spark: T.DataType) 
         array_type = _PG_KEY_TYPES.get(type(spark), column.cast_name)
     else:
         array_type = column.cast_name  # uuid, citext, enums, char(n): the column's terms
+    exact = (column.type_name in ("int2", "int4", "int8") and isinstance(spark, _INTEGERS)) or (
+        (column.type_name, type(spark)) in _EXACT_PAIRS
+    )
     return KeyBinding(
         array_type=array_type,
         uuid=column.type_name == "uuid",
         enum_labels=column.enum_labels if column.type_kind == "e" else (),
         text=isinstance(spark, (T.StringType, T.VarcharType, T.CharType)),
+        exact=exact,
     )
+
+
+_INTEGERS = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
+_EXACT_PAIRS = {
+    ("date", T.DateType), ("timestamp", T.TimestampNTZType), ("timestamptz", T.TimestampType),
+    ("bool", T.BooleanType),
+}
 
 
 def _sendable(plan: SqlPlan, arrays: Sequence[pa.Array]) -> pa.Array | None:

@@ -229,7 +229,8 @@ class PgFactory:
         )
 
     def lookups(self) -> list[tuple[str, Any]]:
-        return [s for s in self.statements if '"_lk"' in s[0]]
+        """The lookup statements: an ORDINALITY join, or "= ANY" for one exact key."""
+        return [s for s in self.statements if '"_lk"' in s[0] or "= ANY(%s::" in s[0]]
 
     def __getstate__(self) -> dict[str, Any]:
         return {"dsn": self.dsn, "schema": self.schema}
