@@ -11,8 +11,9 @@ process on warm connections:
 2. ``SqlLookupFunction.lookup_batch (adbc)``: Python key tuples in, a dict of key to
    Python row tuples out (what the per-key API returns): key checks, one
    ``unnest ... WITH ORDINALITY`` statement, conversion, rows grouped by key.
-3. ``SqlTable.lookup (adbc)``: the Arrow path under it: encoded keys in, the key index
-   and an Arrow record batch out (what a columnar cache takes).
+3. ``SqlLookupFunction.lookup_arrow (adbc)``: the batched lookup in Arrow: the keys as
+   one Arrow array in, the position of each row's key and an Arrow record batch out (no
+   Python object per key or row; what a columnar cache takes).
 4. ``SqlLookupFunction.lookup_batch (psycopg)``: the generic DB-API path.
 
 SQLite (``--sqlite-rows`` rows, the same columns), the batch statement chosen by
@@ -49,7 +50,6 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._util import write_result
-from connectors.keys import KeyCodec
 from lookup import SqlLookupFunction
 
 DSN = os.environ.get("POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
@@ -103,9 +103,6 @@ def postgres(rows: int, keys: int, repeats: int) -> dict[str, Any]:
                                        f"{schema}.dim", "id")
         adbc_fn.open()
         generic_fn.open()
-        table = adbc_fn._sql
-        session, _ = adbc_fn._acquire()
-        codec = KeyCodec(["id"], [adbc_fn.struct["id"].dataType], "dim")
 
         def lookup_batch(fn: SqlLookupFunction) -> Callable[[list[int]], int]:
             def run(ids: list[int]) -> int:
@@ -114,13 +111,13 @@ def postgres(rows: int, keys: int, repeats: int) -> dict[str, Any]:
             return run
 
         def arrow_path(ids: list[int]) -> int:
-            _index, batch = table.lookup(session, codec.encode([(i,) for i in ids]))
+            _index, batch = adbc_fn.lookup_arrow([pa.array(ids, pa.int64())])
             return int(batch.num_rows)
 
         cases = {
             "adbc = ANY($1) alone": alone,
             "SqlLookupFunction.lookup_batch (adbc)": lookup_batch(adbc_fn),
-            "SqlTable.lookup, Arrow out (adbc)": arrow_path,
+            "SqlLookupFunction.lookup_arrow (adbc)": arrow_path,
             "SqlLookupFunction.lookup_batch (psycopg)": lookup_batch(generic_fn),
         }
         rng = random.Random(7)

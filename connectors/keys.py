@@ -274,14 +274,22 @@ class EncodedKeys:
         can never match (a null part, NaN, a value no column value equals).
     """
 
-    __slots__ = ("_distinct", "arrays", "positions")
+    __slots__ = ("_distinct", "arrays", "kept", "positions")
 
     def __init__(
-        self, arrays: list[pa.Array], positions: list[int], distinct: list[Key] | None = None
+        self, arrays: list[pa.Array], positions: list[int], distinct: list[Key] | None = None,
+        kept: pa.Array | None = None,
     ) -> None:
         self.arrays = arrays
         self.positions = positions
         self._distinct = distinct
+        self.kept = kept
+        """For keys given as arrays: the position in them of each key in ``arrays``
+        (None: all, in order)."""
+
+    def original_positions(self, index: pa.Array) -> pa.Array:
+        """``index`` (positions in ``arrays``) as positions in the arrays given."""
+        return index if self.kept is None else self.kept.take(index)
 
     @property
     def distinct(self) -> list[Key]:
@@ -402,6 +410,45 @@ class KeyCodec:
             except (OverflowError, ValueError, pa.ArrowInvalid, pa.ArrowTypeError):
                 pass
         return self._encoded([self.normalize(key) for key in keys])
+
+    def encode_arrays(self, arrays: Sequence[pa.Array]) -> EncodedKeys:
+        """Distinct keys given as Arrow arrays (one per key column, no nulls), cast to
+        the key columns' types; a key that cannot be cast exactly, or holds a null or
+        NaN, never matches and is left out (``kept`` says which were kept).
+
+        Raises
+        ------
+        ConfigError
+            For the wrong number of arrays, or arrays of a type that can never equal
+            the column's (text for a BIGINT column).
+        """
+        if len(arrays) != len(self.names):
+            raise ConfigError(
+                f"{len(arrays)} key array(s) for {self.where}, looked up by {self.names}"
+            )
+        from connectors.convert import cast_column, castable
+
+        cast: list[pa.Array] = []
+        usable = None
+        for name, array, target in zip(self.names, arrays, self.arrow_types, strict=True):
+            if isinstance(array, pa.ChunkedArray):
+                array = array.combine_chunks()
+            if array.type != target:
+                if not castable(array.type, target):
+                    raise ConfigError(
+                        f"keys of type {array.type} for {self.where}, column {name!r}, can "
+                        f"never equal its {target} values"
+                    )
+                array, _ = cast_column(array, target)  # what does not fit never matches
+            ok = pc.is_valid(array)
+            if pa.types.is_floating(array.type):
+                ok = pc.and_(ok, pc.invert(pc.is_nan(array)))
+            usable = ok if usable is None else pc.and_(usable, ok)
+            cast.append(array)
+        if usable is None or pc.all(usable).as_py():
+            return EncodedKeys(cast, list(range(len(cast[0]) if cast else 0)))
+        kept = pc.indices_nonzero(usable)
+        return EncodedKeys([a.take(kept) for a in cast], [], kept=kept)
 
     def _encoded_column(self, keys: Sequence[Key]) -> EncodedKeys:
         """One key column of plain values, deduplicated by Arrow's hash kernels (no

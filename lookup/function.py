@@ -65,6 +65,12 @@ class LookupFunctionBase:
         return columns
 
 
+def arrow_keys_to_tuples(keys: Sequence[Any]) -> list[Key]:
+    """Key arrays (one per key column) as key tuples."""
+    columns = [array.to_pylist() for array in keys]
+    return list(zip(*columns, strict=True)) if columns else []
+
+
 class LookupFunction(LookupFunctionBase, ABC):
     """Fetches the dimension rows of a key, synchronously.
 
@@ -90,6 +96,34 @@ class LookupFunction(LookupFunctionBase, ABC):
 
         Runs on executors, in the Python worker, possibly from several threads.
         """
+
+    def lookup_arrow(self, keys: Sequence[Any]) -> tuple[Any, Any]:
+        """A batched lookup in Arrow: ``keys`` are one ``pyarrow.Array`` per key column
+        (distinct keys, no nulls), the result is, for each row found, the position of
+        its key (an int64 array) and the rows (a ``pyarrow.RecordBatch`` of the schema).
+
+        Runs on executors. The default goes through :meth:`lookup_batch` (a Python
+        tuple per key and row); connectors answer in Arrow end to end.
+        """
+        import pyarrow as pa
+
+        from spark_lookup.schema import to_arrow_schema
+
+        tuples = arrow_keys_to_tuples(keys)
+        found = self.lookup_batch(tuples)
+        positions: list[int] = []
+        rows: list[Row] = []
+        for position, key in enumerate(tuples):
+            for row in found.get(key, ()):
+                positions.append(position)
+                rows.append(row)
+        schema = to_arrow_schema(self.schema)
+        columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
+        batch = pa.RecordBatch.from_arrays(
+            [pa.array(list(values), type=field.type) for values, field in zip(
+                columns, schema, strict=True)], schema=schema,
+        )
+        return pa.array(positions, pa.int64()), batch
 
     def lookup_batch(self, keys: Sequence[Key]) -> Mapping[Key, Sequence[Row]]:
         """The rows of each of ``keys`` (distinct, none containing None), as a mapping

@@ -701,6 +701,12 @@ class _Runtime:
     """What a table needs in each process: its conformer (with the bad-value counter)
     and the wire types of the reads."""
 
+    def empty(self) -> pa.RecordBatch:
+        """No rows, in the schema."""
+        return pa.RecordBatch.from_arrays(
+            [pa.array([], f.type) for f in self.schema], schema=self.schema
+        )
+
     def __init__(self, plan: SqlPlan, mode: BadValuePolicy) -> None:
         self.schema = plan.arrow_schema
         self.stats = BadValueStats(f"table {plan.table!r}")

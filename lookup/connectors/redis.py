@@ -184,6 +184,19 @@ class RedisLookupFunction(LookupFunction):
         """The rows of ``key``; one round trip. Raises as :meth:`lookup_batch` does."""
         return self.lookup_batch([key])[key]
 
+    def lookup_arrow(self, keys: Sequence[Any]) -> tuple[Any, Any]:
+        """A batched lookup with Arrow keys and rows (see ``SqlLookupFunction``); one
+        round trip. Raises as :meth:`lookup_batch` does."""
+        import pyarrow as pa
+
+        encoded = self._codec.encode_arrays(keys)
+        if not len(encoded):
+            schema = self._redis.arrow_schema
+            return pa.array([], pa.int64()), pa.RecordBatch.from_arrays(
+                [pa.array([], f.type) for f in schema], schema=schema)
+        index, batch = self._redis.lookup(encoded, self.key_columns)
+        return encoded.original_positions(index), batch
+
     def lookup_batch(self, keys: Sequence[Key]) -> Mapping[Key, Sequence[Row]]:
         """The rows of every key of ``keys`` (an entry for each, empty for no match), in
         one round trip.

@@ -274,6 +274,19 @@ class SqlLookupFunction(LookupFunction):
         index, batch = self._query(encoded)
         return group_rows(keys, encoded.positions, index.to_pylist(), python_rows(batch))
 
+    def lookup_arrow(self, keys: Sequence[pa.Array]) -> tuple[pa.Int64Array, pa.RecordBatch]:
+        """A batched lookup in Arrow end to end: ``keys`` are one array per key column
+        (distinct keys, no nulls, cast here to the key columns' types), the result the
+        position of each row's key and the rows, with no Python object per key or row.
+
+        Runs on executors. Raises as :meth:`lookup_batch` does.
+        """
+        encoded = self._codec.encode_arrays(keys)
+        if not len(encoded):
+            return pa.array([], pa.int64()), self._sql.runtime().empty()
+        index, batch = self._query(encoded)
+        return encoded.original_positions(index), batch
+
     def _query(self, encoded: Any) -> tuple[pa.Int64Array, pa.RecordBatch]:
         for attempt in (1, 2):
             session, fresh = self._acquire()

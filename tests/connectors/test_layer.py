@@ -33,6 +33,7 @@ from spark_lookup.errors import (
     SnapshotUnavailableError,
     TransientConnectorError,
 )
+from spark_lookup.schema import to_arrow_schema
 from triggers import PeriodicCacheReloadTrigger
 
 # --- conversion -------------------------------------------------------------------------
@@ -274,3 +275,42 @@ def test_bad_values_of_a_full_load_are_counted_not_fatal(tmp_path: Path) -> None
     with pytest.raises(BadValueError, match=r"table 't', key 2, column 'n': cannot read "
                                             r"'five' \(a text value\) as bigint"):
         read_arrow(strict)
+
+
+@pytest.mark.postgres
+def test_lookup_arrow_answers_in_arrow_as_lookup_batch_does_in_python(
+    postgres_dsn: str, pg_schema: str, redis_url: str, redis_prefix: str, redis_client: Any
+) -> None:
+    import adbc_driver_postgresql.dbapi
+    import psycopg
+
+    from lookup import LookupFunction, RedisLookupFunction
+
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE TABLE "{pg_schema}".d (id int PRIMARY KEY, v text)')
+        conn.execute(f"INSERT INTO \"{pg_schema}\".d VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+    redis_client.hset(f"{redis_prefix}d:2", mapping={"v": "b"})
+
+    class Plain(LookupFunction):
+        schema, key_columns = "id INT, v STRING", ["id"]
+
+        def lookup(self, key: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+            return [(key[0], "b")] if key == (2,) else []
+
+    functions = [
+        SqlLookupFunction(lambda: adbc_driver_postgresql.dbapi.connect(postgres_dsn),
+                          f"{pg_schema}.d", "id"),
+        SqlLookupFunction(functools.partial(psycopg.connect, postgres_dsn), f"{pg_schema}.d",
+                          "id"),
+        RedisLookupFunction(redis_url, redis_prefix + "d:{id}", "id INT, v STRING", ["id"]),
+        Plain(),
+    ]
+    keys = pa.array([2, 7, None, 1], pa.int64())  # cast to INT; the null never matches
+    for fn in functions:
+        index, batch = fn.lookup_arrow([keys])
+        got = sorted(zip(index.to_pylist(), batch.to_pylist(), strict=True), key=lambda x: x[0])
+        assert [position for position, _ in got if _["id"] == 2] == [0], fn
+        assert batch.schema.types == to_arrow_schema("id INT, v STRING").types, fn
+        fn.close()
+    with pytest.raises(ConfigError, match="can never equal"):
+        functions[0].lookup_arrow([pa.array(["2"])])
