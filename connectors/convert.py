@@ -76,6 +76,7 @@ def _cast(array: pa.Array, target: pa.DataType) -> pa.Array:
 
 
 def _kind(data_type: pa.DataType) -> str:
+    """The family of an Arrow type: text, binary, boolean, integer, number, time..."""
     types = pa.types
     if _is_text(data_type):
         return "text"

@@ -413,8 +413,10 @@ class KeyCodec:
 
     def encode_arrays(self, arrays: Sequence[pa.Array]) -> EncodedKeys:
         """Distinct keys given as Arrow arrays (one per key column, no nulls), cast to
-        the key columns' types; a key that cannot be cast exactly, or holds a null or
-        NaN, never matches and is left out (``kept`` says which were kept).
+        the key columns' types (numbers among numbers, as Spark compares them; other
+        kinds only as themselves: text is no key of an INT column); a key that cannot
+        be cast exactly, or holds a null or NaN, never matches and is left out (``kept``
+        says which were kept).
 
         Raises
         ------
@@ -426,7 +428,7 @@ class KeyCodec:
             raise ConfigError(
                 f"{len(arrays)} key array(s) for {self.where}, looked up by {self.names}"
             )
-        from connectors.convert import cast_column, castable
+        from connectors.convert import _kind, cast_column, castable
 
         cast: list[pa.Array] = []
         usable = None
@@ -434,7 +436,10 @@ class KeyCodec:
             if isinstance(array, pa.ChunkedArray):
                 array = array.combine_chunks()
             if array.type != target:
-                if not castable(array.type, target):
+                if not castable(array.type, target) or (
+                    _kind(array.type) != _kind(target)
+                    and {_kind(array.type), _kind(target)} != {"integer", "number"}
+                ):
                     raise ConfigError(
                         f"keys of type {array.type} for {self.where}, column {name!r}, can "
                         f"never equal its {target} values"
