@@ -1,10 +1,10 @@
 """Executor side of a lookup join: one Arrow record batch in, the joined batch out.
 
 Per batch: the distinct keys of the stream rows are found with one vectorized
-factorization; only the distinct keys go to the runtime (a full cache's hashed index,
-or a partial cache plus one batched load of the misses); the output is assembled with
-Arrow ``take`` on both sides. No Python loop runs per stream row; the partial-cache
-path loops once per distinct key to turn cached tuples into columns.
+factorization; only the distinct keys go to the runtime's :meth:`~LookupRuntime.probe`
+(the one path for every provider: a full cache's hashed index, or a partial cache plus
+one batched load of the misses); the output is assembled with Arrow ``take`` on both
+sides. No Python loop runs per stream row.
 
 Pure pyarrow/numpy/pandas: it is unit-tested without a JVM.
 """
@@ -13,17 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain
-from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from cache.base import Key, Row
-from lookup.full_caching import FullCachingRuntime
 from lookup.runtime import LookupRuntime
-from spark_lookup.errors import LookupLoadError
 
 __all__ = ["JoinShape", "expand", "factorize", "join_batch"]
 
@@ -105,65 +100,13 @@ def expand(groups: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndar
     return positions.astype(np.int64), rows
 
 
-def _key_tuples(uniques: list[pa.Array]) -> list[Key]:
-    columns = [u.to_pylist() for u in uniques]
-    return list(zip(*columns, strict=True)) if len(columns) > 1 else [(v,) for v in columns[0]]
-
-
-def _probe_full(
-    runtime: FullCachingRuntime, uniques: list[pa.Array], shape: JoinShape
-) -> tuple[np.ndarray, np.ndarray, pa.Table]:
-    """Groups of the distinct keys in the snapshot, its offsets and output columns."""
-    snapshot = runtime.cache.snapshot()
-    if len(uniques) == 1:
-        values: Any = uniques[0].to_pandas()
-    else:
-        values = pd.MultiIndex.from_arrays([u.to_pandas() for u in uniques])
-    groups = np.asarray(snapshot.index.get_indexer(values), dtype=np.int64)
-    hits = int((groups >= 0).sum())
-    runtime.metrics.inc_hits(hits)
-    runtime.metrics.inc_misses(len(groups) - hits)
-    return groups, snapshot.offsets, snapshot.table.select(list(shape.dim_columns))
-
-
-def _probe_loaded(
-    runtime: LookupRuntime, uniques: list[pa.Array], shape: JoinShape, describe: str
-) -> tuple[np.ndarray, np.ndarray, pa.Table]:
-    """Rows of the distinct keys from a partial-cache or uncached runtime, as columns."""
-    keys = _key_tuples(uniques)
-    found = runtime.lookup_batch(keys)
-    per_key = [found[key] for key in keys]
-    counts = np.fromiter(map(len, per_key), dtype=np.int64, count=len(keys))
-    flat: list[Row] = list(chain.from_iterable(per_key))
-    offsets = np.zeros(len(keys) + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    groups = np.where(counts > 0, np.arange(len(keys), dtype=np.int64), -1)
-    # One transposition of all rows, then one Arrow conversion per output column.
-    transposed = list(zip(*flat, strict=True)) if flat else None
-    columns = []
-    for position, name, arrow_type in zip(
-        shape.dim_positions, shape.dim_columns, shape.dim_types, strict=True
-    ):
-        values = transposed[position] if transposed is not None else ()
-        try:
-            columns.append(pa.array(values, type=arrow_type))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
-            sample = next((v for v in values if v is not None), None)
-            raise LookupLoadError(
-                f"{describe}: column {name!r} holds {type(sample).__name__} values "
-                f"(e.g. {sample!r:.60}) that do not convert to {arrow_type}: {exc}"
-            ) from exc
-    return groups, offsets, pa.Table.from_arrays(columns, names=list(shape.dim_columns))
-
-
 def join_batch(batch: pa.RecordBatch, shape: JoinShape, runtime: LookupRuntime,
                describe: str = "lookup") -> pa.RecordBatch:
     """Join one stream batch with the dimension through ``runtime``."""
     codes, uniques = factorize([batch.column(name) for name in shape.stream_keys])
-    if isinstance(runtime, FullCachingRuntime):
-        unique_groups, offsets, dim = _probe_full(runtime, uniques, shape)
-    else:
-        unique_groups, offsets, dim = _probe_loaded(runtime, uniques, shape, describe)
+    probe = runtime.probe(uniques, describe)
+    unique_groups, offsets = probe.groups, probe.offsets
+    dim = probe.rows.select(list(shape.dim_columns))
     groups = np.where(codes >= 0, unique_groups[np.maximum(codes, 0)], -1) if len(
         unique_groups
     ) else np.full(len(codes), -1, dtype=np.int64)

@@ -25,9 +25,14 @@ import copy
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
 
 from cache.base import Key, Row
 from cache.full import FullSnapshot, LookupFullCache
@@ -35,7 +40,7 @@ from cache.shared_full import SharedFullCache
 from cache.snapshot_store import SnapshotStore, StoredSnapshot
 from connectors.errors import should_retry
 from lookup.providers import FullCachingLookupProvider
-from lookup.runtime import LookupRuntime
+from lookup.runtime import LookupRuntime, Probe
 from spark_lookup.errors import LookupLoadError
 
 __all__ = ["FullCachingRuntime"]
@@ -355,8 +360,23 @@ class FullCachingRuntime(LookupRuntime):
         if running is None or running.done():
             self.trigger_reload()
 
-    def lookup_batch(self, keys: Iterable[Key]) -> dict[Key, tuple[Row, ...]]:
+    def probe(self, keys: Sequence[pa.Array], describe: str = "lookup") -> Probe:
+        """The distinct keys' groups in the snapshot's index (one vectorized probe), its
+        offsets and rows; hits and misses counted."""
         self._retry_first_load()
+        self._yield_to_a_reload()
+        snapshot = self.cache.snapshot()
+        if len(keys) == 1:
+            values: Any = keys[0].to_pandas()
+        else:
+            values = pd.MultiIndex.from_arrays([k.to_pandas() for k in keys])
+        groups = np.asarray(snapshot.index.get_indexer(values), dtype=np.int64)
+        hits = int((groups >= 0).sum())
+        self.metrics.inc_hits(hits)
+        self.metrics.inc_misses(len(groups) - hits)
+        return Probe(groups, snapshot.offsets, snapshot.table)
+
+    def _yield_to_a_reload(self) -> None:
         running = self._running
         if running is not None and not running.done():
             # Hand the GIL to the loader once per batch. A CPU-bound lookup thread only
@@ -364,6 +384,10 @@ class FullCachingRuntime(LookupRuntime):
             # its many I/O waits (CPython's convoy effect): a 17k-row reload from
             # PostgreSQL took 25-40 s next to one busy lookup thread, 0.05 s with this.
             time.sleep(0)
+
+    def lookup_batch(self, keys: Iterable[Key]) -> dict[Key, tuple[Row, ...]]:
+        self._retry_first_load()
+        self._yield_to_a_reload()
         valid, nulls = self._distinct(keys)
         found = self.cache.get_all(valid) if valid else {}
         result: dict[Key, tuple[Row, ...]] = {key: tuple(found[key]) for key in valid}

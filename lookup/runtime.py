@@ -12,7 +12,12 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import chain
 from typing import Any
+
+import numpy as np
+import pyarrow as pa
 
 from cache.base import Key, LookupCache, Row
 from cache.default import DefaultLookupCache
@@ -26,8 +31,9 @@ from lookup.providers import (
     LookupProvider,
 )
 from spark_lookup.errors import ConfigError, LookupLoadError
+from spark_lookup.schema import to_arrow_schema
 
-__all__ = ["LookupHandle", "LookupRuntime", "has_null", "open_lookup"]
+__all__ = ["LookupHandle", "LookupRuntime", "Probe", "has_null", "open_lookup"]
 
 log = logging.getLogger("lookup")
 
@@ -54,6 +60,18 @@ def _preview(keys: Sequence[Key], limit: int = 3) -> str:
     return f"[{shown}{more}]"
 
 
+@dataclass(frozen=True)
+class Probe:
+    """The answer to a batch of distinct keys, as Arrow: key ``i``'s rows are
+    ``rows[offsets[groups[i]] : offsets[groups[i] + 1]]``; ``groups[i]`` is -1 when it
+    has none."""
+
+    groups: np.ndarray
+    offsets: np.ndarray
+    rows: pa.Table
+    """The dimension rows, every column of the schema."""
+
+
 class LookupRuntime:
     """The per-worker runtime of one provider. Use :func:`open_lookup` to get one.
 
@@ -75,6 +93,48 @@ class LookupRuntime:
     def lookup_batch(self, keys: Iterable[Key]) -> dict[Key, tuple[Row, ...]]:
         """Rows of each distinct key in ``keys`` (null keys and unmatched keys: empty)."""
         raise NotImplementedError
+
+    def probe(self, keys: Sequence[pa.Array], describe: str = "lookup") -> Probe:
+        """The rows of a batch of distinct keys, one Arrow array per key column (a key
+        holding a null never matches): the one path of joins and SQL functions, for
+        every kind of provider.
+
+        This default answers through :meth:`lookup_batch` (a Python tuple per key and
+        row); a full cache answers from its snapshot's index.
+
+        Raises
+        ------
+        LookupLoadError
+            If rows do not convert to the schema's types (naming ``describe`` and the
+            column), or a load failed.
+        """
+        columns = [array.to_pylist() for array in keys]
+        tuples: list[Key] = list(zip(*columns, strict=True)) if columns else []
+        found = self.lookup_batch(tuples)
+        per_key = [found[key] for key in tuples]
+        counts = np.fromiter(map(len, per_key), dtype=np.int64, count=len(tuples))
+        flat: list[Row] = list(chain.from_iterable(per_key))
+        offsets = np.zeros(len(tuples) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        groups = np.where(counts > 0, np.arange(len(tuples), dtype=np.int64), -1)
+        return Probe(groups, offsets, self._rows_table(flat, describe))
+
+    def _rows_table(self, rows: list[Row], describe: str) -> pa.Table:
+        """Rows as a table of the schema: one transposition, one conversion a column."""
+        schema = to_arrow_schema(self.provider.schema)
+        transposed = list(zip(*rows, strict=True)) if rows else None
+        arrays = []
+        for index, field in enumerate(schema):
+            values = transposed[index] if transposed is not None else ()
+            try:
+                arrays.append(pa.array(values, type=field.type))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
+                sample = next((v for v in values if v is not None), None)
+                raise LookupLoadError(
+                    f"{describe}: column {field.name!r} holds {type(sample).__name__} values "
+                    f"(e.g. {sample!r:.60}) that do not convert to {field.type}: {exc}"
+                ) from exc
+        return pa.Table.from_arrays(arrays, schema=schema.remove_metadata())
 
     def lookup(self, key: Key) -> tuple[Row, ...]:
         """Rows of one key."""

@@ -36,9 +36,8 @@ import pyarrow as pa
 from pyspark.sql import types as T
 
 from cache.base import Key, Row
-from lookup._assemble import JoinShape, _probe_full, _probe_loaded, factorize
+from lookup._assemble import JoinShape, factorize
 from lookup._worker import worker_handle
-from lookup.full_caching import FullCachingRuntime
 from lookup.join import keys_compatible
 from lookup.providers import LookupProvider
 from lookup.runtime import LookupRuntime
@@ -182,10 +181,9 @@ class _StructLookup:
             return pa.nulls(n, type=self.struct_type)
         codes, uniques = factorize(arrays)
         describe = self.provider.describe()
-        if isinstance(runtime, FullCachingRuntime):
-            unique_groups, offsets, dim = _probe_full(runtime, uniques, self.shape)
-        else:
-            unique_groups, offsets, dim = _probe_loaded(runtime, uniques, self.shape, describe)
+        probe = runtime.probe(uniques, describe)
+        unique_groups, offsets = probe.groups, probe.offsets
+        dim = probe.rows.select(list(self.shape.dim_columns))
         if len(unique_groups):
             groups = np.where(codes >= 0, unique_groups[np.maximum(codes, 0)], -1)
         else:
