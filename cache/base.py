@@ -6,9 +6,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+
 from cache.metrics import CacheMetrics
 
-__all__ = ["Key", "LookupCache", "Row", "Rows"]
+__all__ = ["Key", "LookupCache", "Row", "Rows", "rows_to_table"]
 
 Key = tuple[Any, ...]
 """A lookup key: a tuple of scalars in the order of the key columns."""
@@ -69,12 +72,87 @@ class LookupCache(ABC):
         for key, rows in entries.items():
             self.put(key, rows)
 
+    # --- the batch path of joins, in Arrow
+
+    def bind(self, schema: pa.Schema, key_columns: Sequence[str]) -> None:
+        """Learn the Arrow types of rows (the dimension schema) and which columns are
+        the key; the lookup runtime calls it before :meth:`open`. Rows of the Arrow
+        methods below have ``schema``."""
+        self._bound = (schema, list(key_columns))
+
+    def _bound_schema(self) -> tuple[pa.Schema, list[str]]:
+        bound = getattr(self, "_bound", None)
+        if bound is None:
+            raise RuntimeError(f"{type(self).__name__}.bind() must come before its Arrow methods")
+        return bound  # type: ignore[no-any-return]
+
+    def get_arrow(self, keys: Sequence[pa.Array]) -> tuple[np.ndarray, np.ndarray, pa.Table]:
+        """The cached answers of ``n`` distinct keys (one array per key column, no
+        nulls): ``hit`` (``bool[n]``: answered from the cache, an empty answer
+        included), ``offsets`` (``int64[n + 1]``: key ``i``'s rows are
+        ``rows[offsets[i]:offsets[i + 1]]``, none for a miss) and ``rows`` (a table of
+        the bound schema).
+
+        This default goes through :meth:`get_all` (a Python tuple per key and row);
+        :class:`~cache.DefaultLookupCache` answers in Arrow, without them.
+        """
+        schema, _ = self._bound_schema()
+        columns = [array.to_pylist() for array in keys]
+        tuples = list(zip(*columns, strict=True)) if columns else []
+        found = self.get_all(tuples)
+        hit = np.fromiter((key in found for key in tuples), dtype=bool, count=len(tuples))
+        counts = np.fromiter((len(found.get(key, ())) for key in tuples), dtype=np.int64,
+                             count=len(tuples))
+        offsets = np.zeros(len(tuples) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        rows = [row for key in tuples for row in found.get(key, ())]
+        return hit, offsets, rows_to_table(rows, schema)
+
+    def put_arrow(self, keys: Sequence[pa.Array], index: pa.Array, rows: Any) -> None:
+        """Cache the answers of ``n`` distinct keys: row ``j`` of ``rows`` (a table or
+        record batch of the bound schema) belongs to key ``index[j]``; a key without
+        rows is cached as a missing key, if the cache keeps those.
+
+        This default goes through :meth:`put_all`.
+        """
+        columns = [array.to_pylist() for array in keys]
+        tuples = list(zip(*columns, strict=True)) if columns else []
+        grouped: dict[Key, list[Row]] = {key: [] for key in tuples}
+        table_columns = [column.to_pylist() for column in rows.columns]
+        for position, row in zip(index.to_pylist(), zip(*table_columns, strict=True),
+                                 strict=True):
+            grouped[tuples[position]].append(row)
+        self.put_all(grouped)
+
     def __enter__(self) -> LookupCache:
         self.open()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def rows_to_table(rows: Sequence[Row], schema: pa.Schema) -> pa.Table:
+    """Python rows as a table of ``schema`` (one conversion per column).
+
+    Raises
+    ------
+    TypeError
+        If a value does not convert to its column's type (naming the column).
+    """
+    transposed = list(zip(*rows, strict=True)) if rows else None
+    arrays = []
+    for position, field in enumerate(schema):
+        values = transposed[position] if transposed is not None else ()
+        try:
+            arrays.append(pa.array(values, type=field.type))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
+            sample = next((v for v in values if v is not None), None)
+            raise TypeError(
+                f"column {field.name!r} holds {type(sample).__name__} values "
+                f"(e.g. {sample!r:.60}) that do not convert to {field.type}: {exc}"
+            ) from exc
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def check_key(key: object) -> Key:
