@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from cache.metrics import CacheMetrics
 
-__all__ = ["Key", "LookupCache", "Row", "Rows", "rows_to_table"]
+__all__ = ["Key", "LookupCache", "Row", "Rows", "answers_to_arrow", "key_tuples", "rows_to_table"]
 
 Key = tuple[Any, ...]
 """A lookup key: a tuple of scalars in the order of the key columns."""
@@ -97,16 +97,8 @@ class LookupCache(ABC):
         :class:`~cache.DefaultLookupCache` answers in Arrow, without them.
         """
         schema, _ = self._bound_schema()
-        columns = [array.to_pylist() for array in keys]
-        tuples = list(zip(*columns, strict=True)) if columns else []
-        found = self.get_all(tuples)
-        hit = np.fromiter((key in found for key in tuples), dtype=bool, count=len(tuples))
-        counts = np.fromiter((len(found.get(key, ())) for key in tuples), dtype=np.int64,
-                             count=len(tuples))
-        offsets = np.zeros(len(tuples) + 1, dtype=np.int64)
-        np.cumsum(counts, out=offsets[1:])
-        rows = [row for key in tuples for row in found.get(key, ())]
-        return hit, offsets, rows_to_table(rows, schema)
+        tuples = key_tuples(keys)
+        return answers_to_arrow(tuples, self.get_all(tuples), schema)
 
     def put_arrow(self, keys: Sequence[pa.Array], index: pa.Array, rows: Any) -> None:
         """Cache the answers of ``n`` distinct keys: row ``j`` of ``rows`` (a table or
@@ -115,8 +107,7 @@ class LookupCache(ABC):
 
         This default goes through :meth:`put_all`.
         """
-        columns = [array.to_pylist() for array in keys]
-        tuples = list(zip(*columns, strict=True)) if columns else []
+        tuples = key_tuples(keys)
         grouped: dict[Key, list[Row]] = {key: [] for key in tuples}
         table_columns = [column.to_pylist() for column in rows.columns]
         for position, row in zip(index.to_pylist(), zip(*table_columns, strict=True),
@@ -130,6 +121,31 @@ class LookupCache(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def key_tuples(keys: Sequence[pa.Array]) -> list[Key]:
+    """Keys given as one array per key column, as Python tuples."""
+    columns = [array.to_pylist() for array in keys]
+    return list(zip(*columns, strict=True)) if columns else []
+
+
+def answers_to_arrow(
+    keys: Sequence[Key], found: Mapping[Key, Rows], schema: pa.Schema
+) -> tuple[np.ndarray, np.ndarray, pa.Table]:
+    """The answers of :meth:`LookupCache.get_all` in the form of ``get_arrow``.
+
+    Raises
+    ------
+    TypeError
+        If a row does not convert to ``schema`` (naming the column).
+    """
+    hit = np.fromiter((key in found for key in keys), dtype=bool, count=len(keys))
+    counts = np.fromiter((len(found.get(key, ())) for key in keys), dtype=np.int64,
+                         count=len(keys))
+    offsets = np.zeros(len(keys) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    rows = [row for key in keys for row in found.get(key, ())]
+    return hit, offsets, rows_to_table(rows, schema)
 
 
 def rows_to_table(rows: Sequence[Row], schema: pa.Schema) -> pa.Table:

@@ -18,12 +18,15 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from cache.base import Key, LookupCache, Row
+from cache.base import Key, LookupCache, Row, answers_to_arrow, key_tuples, rows_to_table
 from cache.default import DefaultLookupCache
 from cache.metrics import CacheMetrics
 from connectors.errors import should_retry
+from connectors.keys import KeyCodec
 from lookup._loaders import Loader, PartialLoad, loader_for
+from lookup.function import LookupFunction
 from lookup.providers import (
     AsyncLookupFunctionProvider,
     FullCachingLookupProvider,
@@ -184,11 +187,24 @@ class _LoadingRuntime(LookupRuntime):
         self._policy = provider.retry_policy
         self._miss_retry = provider.retry_on_miss
         self._batch_size = provider.batch_size
+        self._schema = to_arrow_schema(provider.schema)
+        struct = provider.schema
+        table = getattr(provider.function, "table", None)
+        self._codec = KeyCodec(
+            list(provider.key_columns), [struct[name].dataType for name in provider.key_columns],
+            f"table {table!r}" if isinstance(table, str) else provider.describe(),
+        )
+        # Synchronous functions answer a batch in Arrow (lookup_arrow); asynchronous
+        # ones key by key, through the per-key path.
+        self._arrow_function = (
+            provider.function if isinstance(provider, LookupFunctionProvider) else None
+        )
 
     def open(self) -> None:
         self._open_loader()
         if self._cache is not None:
             try:
+                self._cache.bind(self._schema, list(self.provider.key_columns))
                 self._cache.open(self.metrics)
             except BaseException:
                 self._loader.close()
@@ -222,8 +238,191 @@ class _LoadingRuntime(LookupRuntime):
         finally:
             self._loader.close()
 
+    # --- the batch path of joins and SQL functions, in Arrow
+
+    def probe(self, keys: Sequence[pa.Array], describe: str = "lookup") -> Probe:
+        """Distinct keys: cast to the key columns' types (a key that cannot be, or holds
+        a null, never matches), answered by the cache in Arrow, the misses loaded in one
+        ``lookup_arrow`` call per ``batch_size`` keys and put back in bulk. No Python
+        object per key or row on this path for a :class:`~cache.DefaultLookupCache` and
+        a connector's function."""
+        function = self._arrow_function
+        if function is None:
+            return super().probe(keys, describe)
+        total = len(keys[0]) if keys else 0
+        encoded = self._codec.encode_arrays(keys)
+        arrays = encoded.arrays
+        count = len(arrays[0]) if arrays else 0
+        cache = self._cache
+        if cache is not None and count:
+            hit, hit_offsets, hit_rows = self._cached(cache, arrays)
+        else:
+            hit = np.zeros(count, dtype=bool)
+            hit_offsets = np.zeros(count + 1, dtype=np.int64)
+            hit_rows = self._schema.empty_table()
+            if cache is None:
+                self.metrics.inc_misses(count)
+        miss = np.flatnonzero(~hit)
+        if len(miss):
+            take = pa.array(miss, type=pa.int64())
+            miss_keys = [array.take(take) for array in arrays]
+            index, loaded = self._load_arrow(function, miss_keys)
+            if cache is not None:
+                cache.put_arrow(miss_keys, index, loaded)
+            order = np.argsort(index.to_numpy(zero_copy_only=False), kind="stable")
+            loaded = loaded.take(pa.array(order, type=pa.int64()))
+            miss_counts = np.bincount(index.to_numpy(zero_copy_only=False),
+                                      minlength=len(miss)).astype(np.int64)
+        else:
+            loaded = self._schema.empty_table()
+            miss_counts = np.zeros(0, dtype=np.int64)
+        # Hit keys keep their own numbers (their rows lie as the cache gave them); the
+        # loaded rows follow, numbered after them, one group per missed key.
+        rows = pa.concat_tables([_as_table(hit_rows, self._schema),
+                                 _as_table(loaded, self._schema)])
+        offsets = np.concatenate(
+            (hit_offsets, hit_offsets[-1] + np.cumsum(miss_counts, dtype=np.int64))
+        )
+        groups_kept = np.where(hit & (np.diff(hit_offsets) > 0),
+                               np.arange(count, dtype=np.int64), -1)
+        if len(miss):
+            groups_kept[miss] = np.where(miss_counts > 0,
+                                         count + np.arange(len(miss), dtype=np.int64), -1)
+        if encoded.kept is None:
+            groups = groups_kept
+        else:
+            groups = np.full(total, -1, dtype=np.int64)
+            groups[encoded.kept.to_numpy(zero_copy_only=False)] = groups_kept
+        return Probe(groups, offsets, rows)
+
+    def _cached(
+        self, cache: LookupCache, arrays: list[pa.Array]
+    ) -> tuple[np.ndarray, np.ndarray, pa.Table]:
+        """The cache's answers in Arrow. A cache other than the in-process one may hold
+        what another process (or anyone with write access) stored: its entries are
+        checked, and one that is not rows of the schema is a miss (reloaded and
+        overwritten) counted as a cache error."""
+        if not self._check_cached:
+            return cache.get_arrow(arrays)
+        keys = key_tuples(arrays)
+        found: dict[Key, Any] = cache.get_all(keys)
+        self._drop_malformed(found)
+        try:
+            return answers_to_arrow(keys, found, self._schema)
+        except TypeError:
+            pass
+        bad = []
+        for key, rows in found.items():
+            try:
+                rows_to_table(rows, self._schema)
+            except TypeError:
+                bad.append(key)
+        for key in bad:
+            del found[key]
+        self.metrics.inc_cache_errors(len(bad))
+        log.warning(
+            "%s: %d cached entries hold values not of the schema's types (e.g. key %.80r); "
+            "reloading them", self.provider.describe(), len(bad), bad[0] if bad else None,
+        )
+        return answers_to_arrow(keys, found, self._schema)
+
+    def _load_arrow(
+        self, function: LookupFunction, keys: list[pa.Array]
+    ) -> tuple[pa.Array, pa.Table]:
+        """The rows of distinct keys (one array per key column): ``batch_size`` keys per
+        call, failures retried as the policy says, keys without rows looked up again as
+        ``retry_on_miss`` says."""
+        index, rows = self._load_arrow_chunked(function, keys)
+        retry = self._miss_retry
+        if retry is not None:
+            for _ in range(retry.max_attempts - 1):
+                answered = np.zeros(len(keys[0]), dtype=bool)
+                answered[index.to_numpy(zero_copy_only=False)] = True
+                missing = np.flatnonzero(~answered)
+                if not len(missing):
+                    break
+                self._policy.sleep(retry.delay.total_seconds())
+                take = pa.array(missing, type=pa.int64())
+                more_index, more = self._load_arrow_chunked(
+                    function, [array.take(take) for array in keys]
+                )
+                index = pa.concat_arrays([index, take.take(more_index)])
+                rows = pa.concat_tables([rows, more])
+        return index, rows
+
+    def _load_arrow_chunked(
+        self, function: LookupFunction, keys: list[pa.Array]
+    ) -> tuple[pa.Array, pa.Table]:
+        size = self._batch_size
+        count = len(keys[0])
+        indices: list[pa.Array] = []
+        tables: list[pa.Table] = []
+        for start in range(0, count, size):
+            chunk = [array.slice(start, size) for array in keys]
+            index, rows = self._load_arrow_with_retries(function, chunk)
+            indices.append(pc.add(index, start) if start else index)
+            tables.append(_as_table(rows, self._schema))
+        if not tables:
+            return pa.array([], pa.int64()), self._schema.empty_table()
+        return pa.concat_arrays(indices), pa.concat_tables(tables)
+
+    def _load_arrow_with_retries(
+        self, function: LookupFunction, keys: list[pa.Array]
+    ) -> tuple[pa.Array, Any]:
+        policy = self._policy
+        error: BaseException | None = None
+        attempt = 0
+        for attempt in range(policy.max_retries + 1):
+            if attempt:
+                self.metrics.inc_retries()
+                wait = policy.backoff(attempt)
+                log.warning(
+                    "lookup of %d key(s) failed (%r); retry %d of %d in %.3f s",
+                    len(keys[0]), error, attempt, policy.max_retries, wait,
+                )
+                policy.sleep(wait)
+            started = time.perf_counter()
+            before = getattr(function, "bad_value_count", 0)
+            try:
+                index, rows = function.lookup_arrow(keys)
+            except (ConfigError, TypeError):
+                self.metrics.inc_load_failures()
+                raise
+            except Exception as exc:
+                error = exc
+                if not should_retry(exc):
+                    break  # permanent (a missing table, a bad value): reported at once
+                continue
+            finally:
+                grown = getattr(function, "bad_value_count", 0) - before
+                if grown > 0:
+                    self.metrics.inc_bad_values(grown)
+            self.metrics.inc_loads()
+            self.metrics.record_load_time((time.perf_counter() - started) * 1000)
+            return pa.array(index, pa.int64()), rows
+        self.metrics.inc_load_failures()
+        shown = _preview(_arrow_key_tuples(keys, 4))
+        raise LookupLoadError(
+            f"{self.provider.describe()}: lookup of {len(keys[0])} key(s) {shown} "
+            f"failed after {attempt + 1} attempt(s): {type(error).__name__}: {error}"
+        ) from error
+
     def lookup_batch(self, keys: Iterable[Key]) -> dict[Key, tuple[Row, ...]]:
-        valid, nulls = self._distinct(keys)
+        asked, nulls = self._distinct(keys)
+        # Keys are values of their columns' types: True is no key of a STRING column,
+        # 1.0 is the BIGINT 1, np.uint64(7) the BIGINT 7; the cache and the function see
+        # the normalized key, never the Python object as given.
+        normal: dict[Key, Key | None] = {key: self._codec.normalize(key) for key in asked}
+        valid = list(dict.fromkeys(k for k in normal.values() if k is not None))
+        found_normal = self._lookup_normalized(valid)
+        result = {
+            key: (found_normal[n] if n is not None else _EMPTY) for key, n in normal.items()
+        }
+        for key in nulls:
+            result[key] = _EMPTY
+        return result
+
+    def _lookup_normalized(self, valid: list[Key]) -> dict[Key, tuple[Row, ...]]:
         cache = self._cache
         if cache is not None:
             found: dict[Key, Any] = cache.get_all(valid) if valid else {}
@@ -239,10 +438,7 @@ class _LoadingRuntime(LookupRuntime):
             if cache is not None:
                 cache.put_all(loaded)
             found.update(loaded)
-        result = {key: tuple(found[key]) for key in valid}
-        for key in nulls:
-            result[key] = _EMPTY
-        return result
+        return {key: tuple(found[key]) for key in valid}
 
     def _drop_malformed(self, found: dict[Key, Any]) -> None:
         """Make misses (reloaded, and overwritten in the cache) of cached entries whose
@@ -364,6 +560,20 @@ class _LoadingRuntime(LookupRuntime):
                     )
             frozen[key] = out
         return frozen
+
+
+def _as_table(data: Any, schema: pa.Schema) -> pa.Table:
+    """Rows (a table or record batch) as a table of exactly ``schema`` (a function's
+    own schema may differ from the provider's only in nullability or metadata)."""
+    table = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
+    if table.schema.equals(schema):
+        return table
+    return table.cast(schema)
+
+
+def _arrow_key_tuples(keys: Sequence[pa.Array], limit: int) -> list[Key]:
+    columns = [array.slice(0, limit).to_pylist() for array in keys]
+    return list(zip(*columns, strict=True))
 
 
 def _new_runtime(provider: LookupProvider) -> LookupRuntime:

@@ -1,0 +1,91 @@
+"""Keys are values of their column's Spark type, never Python objects compared by
+Python equality (issue 14, item 3): through the per-key API and the batch (Arrow) path
+of joins, with a partial cache and without."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from pyspark.sql import types as T
+
+from cache import DefaultLookupCache
+from lookup import LookupFunctionProvider, PartialCachingLookupProvider, open_lookup
+from lookup._assemble import join_batch
+from lookup.join import plan_join
+from spark_lookup.errors import ConfigError
+from tests.lookup.functions import DictLookup
+
+BIG = 2**53 + 1
+
+
+def cached(fn: Any) -> PartialCachingLookupProvider:
+    cache = DefaultLookupCache.new_builder().maximum_size(1000) \
+        .expire_after_write(timedelta(hours=1)).build()
+    return PartialCachingLookupProvider.of(fn, cache, max_retries=0)
+
+
+@pytest.mark.parametrize("kind", ["partial", "none"])
+def test_true_is_no_key_of_a_string_column_and_1_none_either(kind: str) -> None:
+    fn = DictLookup([("1", 10), ("true", 20)], schema="code STRING, n BIGINT",
+                    key_columns=["code"])
+    provider = cached(fn) if kind == "partial" else LookupFunctionProvider.of(fn)
+    with open_lookup(provider) as handle:
+        assert handle.lookup(("1",)) == (("1", 10),)
+        for key in [(1,), (True,), (1.0,)]:
+            with pytest.raises(ConfigError, match="can never equal a value of a string column"):
+                handle.lookup(key)  # never the cached row of ("1",)
+        assert all(k != ("1",) for calls in fn.batch_calls for k in calls if k != ("1",))
+
+
+def test_a_str_never_reaches_the_function_of_a_bigint_column() -> None:
+    fn = DictLookup([(1, "a")])
+    with open_lookup(cached(fn)) as handle:
+        with pytest.raises(ConfigError, match="a str value"):
+            handle.lookup_batch([(1,), ("1",)])
+        assert fn.batch_calls == []
+
+
+def test_numpy_and_decimal_keys_are_the_same_bigint() -> None:
+    fn = DictLookup([(5, "five"), (BIG, "big")])
+    with open_lookup(cached(fn)) as handle:
+        assert handle.lookup((Decimal("5"),)) == ((5, "five"),)
+        assert handle.lookup((np.uint64(5),)) == ((5, "five"),)  # no TypeError after it
+        assert handle.lookup((np.int64(BIG),)) == ((BIG, "big"),)
+        assert handle.lookup((float(BIG),)) == ()  # 2**53 + 1 has no double: no match
+        assert handle.lookup((5.0,)) == ((5, "five"),)
+        assert len(fn.batch_calls) == 3  # 5 (cached after), BIG, and 2**53 as a double
+
+
+def test_decimal_keys_compare_as_decimals() -> None:
+    fn = DictLookup([(Decimal("1.50"), "x")], schema="d DECIMAL(10,2), v STRING",
+                    key_columns=["d"])
+    with open_lookup(cached(fn)) as handle:
+        assert handle.lookup((Decimal("1.5"),)) == ((Decimal("1.50"), "x"),)
+        assert handle.lookup((1.5,)) == ((Decimal("1.50"), "x"),)
+        assert handle.lookup((Decimal("1.505"),)) == ()  # no DECIMAL(10,2) equals it
+        with pytest.raises(ConfigError, match="out of the range"):
+            handle.lookup((Decimal("1E+1000000"),))
+
+
+STREAM = T.StructType([T.StructField("id", T.LongType()), T.StructField("x", T.StringType())])
+
+
+@pytest.mark.parametrize("kind", ["partial", "none"])
+def test_a_join_keeps_bigint_keys_exact_beyond_2_53(kind: str) -> None:
+    fn = DictLookup([(BIG, "odd"), (BIG - 1, "even")])
+    provider = cached(fn) if kind == "partial" else LookupFunctionProvider.of(fn)
+    plan = plan_join(STREAM, provider, "id", prefix="d_")
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array([BIG, None, BIG - 1, BIG], pa.int64()), pa.array(["a", "b", "c", "d"])],
+        names=["id", "x"],
+    )
+    with open_lookup(provider) as handle:
+        for _ in range(2):  # loaded, then (partial) cached
+            out = join_batch(batch, plan.shape, handle.runtime, provider.describe())
+            assert out.column("id").to_pylist() == [BIG, None, BIG - 1, BIG]
+            assert out.column("d_name").to_pylist() == ["odd", None, "even", "odd"]
