@@ -237,16 +237,12 @@ def headline(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
     if memory:
         largest = memory[-1]
         n = largest["rows"]
-        lru = largest["cache_lru"]
         out["memory_rows"] = n
-        out["cache_bytes_per_row_estimate"] = lru["estimate_bytes"] / n
-        out["cache_bytes_per_row_tracemalloc"] = lru["tracemalloc_bytes"] / n
-        out["cache_ttl_bytes_per_row_tracemalloc"] = largest["cache_ttl"]["tracemalloc_bytes"] / n
-        out["cache_estimate_over_tracemalloc"] = lru["estimate_over_tracemalloc"]
-        out["arrow_bytes_per_row"] = largest["arrow"]["nbytes"] / n
-        out["full_snapshot_bytes_per_row"] = largest["full_snapshot"]["nbytes"] / n
-        out["cache_tracemalloc_vs_arrow_bytes"] = lru["tracemalloc_bytes"] / largest["arrow"][
-            "nbytes"]
+        for kind in ("arrow", "cache_arrow", "cache_put_all", "snapshot"):
+            out[f"{kind}_bytes_per_row"] = largest[kind]["bytes"] / n
+            out[f"{kind}_measured_bytes_per_row"] = largest[kind]["measured_bytes"] / n
+        out["cache_bytes_vs_arrow"] = largest["cache_arrow"]["over_arrow"]
+        out["cache_measured_bytes_vs_arrow"] = largest["cache_arrow"]["measured_over_arrow"]
 
     churn = results.get("worker_churn", {}).get("results", [])
     for mode in churn:

@@ -11,7 +11,8 @@ import pyarrow as pa
 
 from cache.metrics import CacheMetrics
 
-__all__ = ["Key", "LookupCache", "Row", "Rows", "answers_to_arrow", "key_tuples", "rows_to_table"]
+__all__ = ["Key", "LookupCache", "Row", "Rows", "answers_to_arrow", "key_tuples",
+           "row_ranges", "rows_to_table"]
 
 Key = tuple[Any, ...]
 """A lookup key: a tuple of scalars in the order of the key columns."""
@@ -86,12 +87,15 @@ class LookupCache(ABC):
             raise RuntimeError(f"{type(self).__name__}.bind() must come before its Arrow methods")
         return bound  # type: ignore[no-any-return]
 
-    def get_arrow(self, keys: Sequence[pa.Array]) -> tuple[np.ndarray, np.ndarray, pa.Table]:
+    def get_arrow(
+        self, keys: Sequence[pa.Array]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, pa.Table]:
         """The cached answers of ``n`` distinct keys (one array per key column, no
         nulls): ``hit`` (``bool[n]``: answered from the cache, an empty answer
-        included), ``offsets`` (``int64[n + 1]``: key ``i``'s rows are
-        ``rows[offsets[i]:offsets[i + 1]]``, none for a miss) and ``rows`` (a table of
-        the bound schema).
+        included), and the rows in the form of a lookup probe: key ``i``'s rows are
+        ``rows[offsets[groups[i]] : offsets[groups[i] + 1]]``, none where ``groups[i]``
+        is -1 (a miss, or a cached empty answer); ``rows`` has the bound schema and may
+        hold rows of other keys too.
 
         This default goes through :meth:`get_all` (a Python tuple per key and row);
         :class:`~cache.DefaultLookupCache` answers in Arrow, without them.
@@ -131,7 +135,7 @@ def key_tuples(keys: Sequence[pa.Array]) -> list[Key]:
 
 def answers_to_arrow(
     keys: Sequence[Key], found: Mapping[Key, Rows], schema: pa.Schema
-) -> tuple[np.ndarray, np.ndarray, pa.Table]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, pa.Table]:
     """The answers of :meth:`LookupCache.get_all` in the form of ``get_arrow``.
 
     Raises
@@ -144,8 +148,20 @@ def answers_to_arrow(
                          count=len(keys))
     offsets = np.zeros(len(keys) + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
+    groups = np.where(counts > 0, np.arange(len(keys), dtype=np.int64), -1)
     rows = [row for key in keys for row in found.get(key, ())]
-    return hit, offsets, rows_to_table(rows, schema)
+    return hit, groups, offsets, rows_to_table(rows, schema)
+
+
+def row_ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Row numbers of the ranges ``[starts[i], starts[i] + counts[i])``, end to end."""
+    if not len(counts) or (int(counts.min()) == 1 and int(counts.max()) == 1):
+        return np.asarray(starts, dtype=np.int64)
+    starts = starts.astype(np.int64)
+    counts = counts.astype(np.int64)
+    shifts = np.repeat(starts - np.cumsum(counts) + counts, counts)
+    rows: np.ndarray = np.arange(int(counts.sum()), dtype=np.int64) + shifts
+    return rows
 
 
 def rows_to_table(rows: Sequence[Row], schema: pa.Schema) -> pa.Table:

@@ -58,6 +58,11 @@ def factorize(arrays: Sequence[pa.Array | pa.ChunkedArray]) -> tuple[np.ndarray,
         column = arrays[0]
         if isinstance(column, pa.ChunkedArray):
             column = column.combine_chunks()
+        if pa.types.is_integer(column.type) and not column.null_count:
+            # pandas' hash factorization of a numpy view: about 3x Arrow's dictionary
+            # encoding for the integer keys of most dimensions.
+            codes, uniques = pd.factorize(column.to_numpy(), sort=False)
+            return codes.astype(np.int64, copy=False), [pa.array(uniques, type=column.type)]
         encoded = column.dictionary_encode()
         codes = encoded.indices.to_numpy(zero_copy_only=False)
         if encoded.indices.null_count:

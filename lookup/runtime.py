@@ -20,7 +20,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cache.base import Key, LookupCache, Row, answers_to_arrow, key_tuples, rows_to_table
+from cache.base import (
+    Key,
+    LookupCache,
+    Row,
+    answers_to_arrow,
+    key_tuples,
+    row_ranges,
+    rows_to_table,
+)
 from cache.default import DefaultLookupCache
 from cache.metrics import CacheMetrics
 from connectors.errors import should_retry
@@ -255,11 +263,12 @@ class _LoadingRuntime(LookupRuntime):
         count = len(arrays[0]) if arrays else 0
         cache = self._cache
         if cache is not None and count:
-            hit, hit_offsets, hit_rows = self._cached(cache, arrays)
+            hit, groups_kept, offsets, rows = self._cached(cache, arrays)
         else:
             hit = np.zeros(count, dtype=bool)
-            hit_offsets = np.zeros(count + 1, dtype=np.int64)
-            hit_rows = self._schema.empty_table()
+            groups_kept = np.full(count, -1, dtype=np.int64)
+            offsets = np.zeros(1, dtype=np.int64)
+            rows = self._schema.empty_table()
             if cache is None:
                 self.metrics.inc_misses(count)
         miss = np.flatnonzero(~hit)
@@ -269,25 +278,23 @@ class _LoadingRuntime(LookupRuntime):
             index, loaded = self._load_arrow(function, miss_keys)
             if cache is not None:
                 cache.put_arrow(miss_keys, index, loaded)
-            order = np.argsort(index.to_numpy(zero_copy_only=False), kind="stable")
+            positions = index.to_numpy(zero_copy_only=False)
+            order = np.argsort(positions, kind="stable")
             loaded = loaded.take(pa.array(order, type=pa.int64()))
-            miss_counts = np.bincount(index.to_numpy(zero_copy_only=False),
-                                      minlength=len(miss)).astype(np.int64)
-        else:
-            loaded = self._schema.empty_table()
-            miss_counts = np.zeros(0, dtype=np.int64)
-        # Hit keys keep their own numbers (their rows lie as the cache gave them); the
-        # loaded rows follow, numbered after them, one group per missed key.
-        rows = pa.concat_tables([_as_table(hit_rows, self._schema),
-                                 _as_table(loaded, self._schema)])
-        offsets = np.concatenate(
-            (hit_offsets, hit_offsets[-1] + np.cumsum(miss_counts, dtype=np.int64))
-        )
-        groups_kept = np.where(hit & (np.diff(hit_offsets) > 0),
-                               np.arange(count, dtype=np.int64), -1)
-        if len(miss):
-            groups_kept[miss] = np.where(miss_counts > 0,
-                                         count + np.arange(len(miss), dtype=np.int64), -1)
+            miss_counts = np.bincount(positions, minlength=len(miss)).astype(np.int64)
+            # The hits' rows, copied out of the cache's answer, then the loaded rows,
+            # one group per key, in one chunk (a join takes from it).
+            holders = np.flatnonzero(groups_kept >= 0)
+            found = groups_kept[holders]
+            counts = offsets[found + 1] - offsets[found]
+            hit_rows = _as_table(rows, self._schema).take(
+                pa.array(row_ranges(offsets[found], counts), type=pa.int64()))
+            rows = pa.concat_tables([hit_rows, _as_table(loaded, self._schema)]).combine_chunks()
+            offsets = np.zeros(len(holders) + len(miss) + 1, dtype=np.int64)
+            np.cumsum(np.concatenate((counts, miss_counts)), out=offsets[1:])
+            groups_kept[holders] = np.arange(len(holders), dtype=np.int64)
+            groups_kept[miss] = np.where(
+                miss_counts > 0, len(holders) + np.arange(len(miss), dtype=np.int64), -1)
         if encoded.kept is None:
             groups = groups_kept
         else:
@@ -297,7 +304,7 @@ class _LoadingRuntime(LookupRuntime):
 
     def _cached(
         self, cache: LookupCache, arrays: list[pa.Array]
-    ) -> tuple[np.ndarray, np.ndarray, pa.Table]:
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, pa.Table]:
         """The cache's answers in Arrow. A cache other than the in-process one may hold
         what another process (or anyone with write access) stored: its entries are
         checked, and one that is not rows of the schema is a miss (reloaded and

@@ -35,6 +35,7 @@ __all__ = [
     "PARTIAL_CACHE_CACHE_MISSING_KEY",
     "PARTIAL_CACHE_EXPIRE_AFTER_ACCESS",
     "PARTIAL_CACHE_EXPIRE_AFTER_WRITE",
+    "PARTIAL_CACHE_MAX_BYTES",
     "PARTIAL_CACHE_MAX_ROWS",
     "PERIODIC_RELOAD_INTERVAL",
     "PERIODIC_RELOAD_SCHEDULE_MODE",
@@ -48,6 +49,7 @@ __all__ = [
     "parse_enum",
     "parse_int",
     "parse_iso_time",
+    "parse_memory_size",
 ]
 
 # Flink's TimeUtils unit labels (org.apache.flink.util.TimeUtils.TimeUnit).
@@ -160,6 +162,42 @@ def as_timedelta(value: object, name: str, *, allow_zero: bool = False) -> timed
         bound = "non-negative" if allow_zero else "positive"
         raise ConfigError(f"{name} must be {bound}, got {delta!r}")
     return delta
+
+
+# Flink's MemorySize unit labels (powers of 1024).
+_MEMORY_UNITS: dict[str, int] = {}
+for _names, _factor in (
+    (("b", "bytes"), 1),
+    (("k", "kb", "kibibytes"), 1 << 10),
+    (("m", "mb", "mebibytes"), 1 << 20),
+    (("g", "gb", "gibibytes"), 1 << 30),
+    (("t", "tb", "tebibytes"), 1 << 40),
+):
+    for _name in _names:
+        _MEMORY_UNITS[_name] = _factor
+_MEMORY = re.compile(r"\s*(\d+)\s*([a-zA-Z]*)\s*")
+
+
+def parse_memory_size(value: object, key: str) -> int:
+    """Parse a byte count the way Flink's ``MemorySize`` does (``64 mb``, ``1g``,
+    ``512 kb``; a bare number is bytes; units are powers of 1024) or a Python ``int``."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        count = value
+    elif isinstance(value, str) and (match := _MEMORY.fullmatch(value)):
+        unit = match.group(2).lower() or "b"
+        if unit not in _MEMORY_UNITS:
+            raise ConfigError(
+                f"option {key!r}: unknown memory unit {match.group(2)!r} in {value!r} "
+                f"(use b, kb, mb, gb or tb)"
+            )
+        count = int(match.group(1)) * _MEMORY_UNITS[unit]
+    else:
+        raise ConfigError(
+            f"option {key!r}: expected a memory size such as '64 mb', got {_describe(value)}"
+        )
+    if count < 1:
+        raise ConfigError(f"option {key!r}: must be positive, got {value!r}")
+    return count
 
 
 def parse_bool(value: object, key: str) -> bool:
@@ -334,6 +372,11 @@ PARTIAL_CACHE_MAX_ROWS: ConfigOption[int] = ConfigOption(
     "lookup.partial-cache.max-rows", _positive_int, None,
     "Maximum number of cached keys (LRU eviction).",
 )
+# Beyond Flink (Arroyo's lookup cache has one): a bound on the cache's bytes.
+PARTIAL_CACHE_MAX_BYTES: ConfigOption[int] = ConfigOption(
+    "lookup.partial-cache.max-bytes", parse_memory_size, None,
+    "Maximum bytes held by the cache, from its Arrow buffers ('256 mb'; LRU eviction).",
+)
 PARTIAL_CACHE_EXPIRE_AFTER_WRITE: ConfigOption[timedelta] = ConfigOption(
     "lookup.partial-cache.expire-after-write", _positive_duration, None,
     "An entry expires this long after it was loaded.",
@@ -384,6 +427,7 @@ LOOKUP_OPTIONS: tuple[ConfigOption[Any], ...] = (
     CACHE,
     MAX_RETRIES,
     PARTIAL_CACHE_MAX_ROWS,
+    PARTIAL_CACHE_MAX_BYTES,
     PARTIAL_CACHE_EXPIRE_AFTER_WRITE,
     PARTIAL_CACHE_EXPIRE_AFTER_ACCESS,
     PARTIAL_CACHE_CACHE_MISSING_KEY,

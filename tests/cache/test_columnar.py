@@ -1,0 +1,273 @@
+"""DefaultLookupCache's columnar store: the Arrow batch API and the per-key API on one
+store, exact keys of every Spark key type, batch eviction bounds and exact bytes."""
+
+from __future__ import annotations
+
+import random
+from datetime import date, datetime, timezone
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cache import DefaultLookupCache
+from spark_lookup.errors import ConfigError
+from tests.clock import FakeTimer
+
+INT64 = pa.int64()
+SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("score", pa.float64())])
+
+
+def bound(schema: pa.Schema = SCHEMA, keys: tuple[str, ...] = ("id",), timer: Any = None,
+          **limits: Any) -> DefaultLookupCache:
+    builder = DefaultLookupCache.new_builder()
+    for name, value in (limits or {"maximum_size": 1000}).items():
+        getattr(builder, name)(value)
+    if timer is not None:
+        builder.timer(timer)
+    cache = builder.build()
+    cache.bind(schema, list(keys))
+    cache.open()
+    return cache
+
+
+def rows_for(ids: list[int]) -> pa.Table:
+    return pa.table({"id": pa.array(ids, pa.int64()),
+                     "name": pa.array([f"n{i}" for i in ids]),
+                     "score": pa.array([i / 2 for i in ids], pa.float64())}, schema=SCHEMA)
+
+
+def answers(cache: DefaultLookupCache, keys: list[Any], arrow_type: pa.DataType = INT64
+            ) -> dict[Any, list[tuple[Any, ...]] | None]:
+    """get_arrow's answer per key, as Python (None: a miss)."""
+    hit, groups, offsets, rows = cache.get_arrow([pa.array(keys, arrow_type)])
+    table = rows.to_pylist()
+    out: dict[Any, list[tuple[Any, ...]] | None] = {}
+    for i, key in enumerate(keys):
+        if not hit[i]:
+            out[key] = None
+        elif groups[i] < 0:
+            out[key] = []
+        else:
+            span = table[offsets[groups[i]]: offsets[groups[i] + 1]]
+            out[key] = [tuple(r.values()) for r in span]
+    return out
+
+
+def put(cache: DefaultLookupCache, keys: list[Any], owners: list[int], table: pa.Table,
+        arrow_type: pa.DataType = INT64) -> None:
+    cache.put_arrow([pa.array(keys, arrow_type)], pa.array(owners, pa.int64()), table)
+
+
+def test_arrow_put_and_get_with_several_rows_and_cached_misses() -> None:
+    cache = bound()
+    table = pa.concat_tables([rows_for([1]), rows_for([3]), rows_for([3])])
+    put(cache, [1, 2, 3], [0, 2, 2], table)
+    got = answers(cache, [3, 2, 1, 4])
+    assert got == {3: [(3, "n3", 1.5)] * 2, 2: [], 1: [(1, "n1", 0.5)], 4: None}
+    assert (cache.metrics.hit_count, cache.metrics.miss_count) == (3, 1)
+    assert cache.size() == 3
+
+
+def test_per_key_and_arrow_apis_read_one_store() -> None:
+    cache = bound()
+    cache.put_all({(1,): [(1, "a", 1.0)], (2,): []})
+    put(cache, [3], [0], rows_for([3]))
+    assert answers(cache, [1, 2, 3]) == {1: [(1, "a", 1.0)], 2: [], 3: [(3, "n3", 1.5)]}
+    assert cache.get_all([(1,), (2,), (3,), (4,)]) == {
+        (1,): ((1, "a", 1.0),), (2,): (), (3,): ((3, "n3", 1.5),)}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.lists(st.integers(0, 40), max_size=30)),
+                min_size=1, max_size=12))
+def test_batch_and_per_key_answers_agree(batches: list[tuple[bool, list[int]]]) -> None:
+    """Puts through either API in any order, then both read the same answers."""
+    cache = bound(maximum_size=25)
+    model: dict[int, list[tuple[Any, ...]]] = {}
+    for version, (arrow, ids) in enumerate(batches):
+        distinct = list(dict.fromkeys(ids))
+        entries = {k: [(k, f"v{version}", float(k))] * (k % 3) for k in distinct}
+        if arrow:
+            owners = [i for i, k in enumerate(distinct) for _ in entries[k]]
+            flat = [r for k in distinct for r in entries[k]]
+            table = pa.table({n: [r[j] for r in flat] for j, n in enumerate(SCHEMA.names)},
+                             schema=SCHEMA)
+            put(cache, distinct, owners, table)
+        else:
+            cache.put_all({(k,): rows for k, rows in entries.items()})
+        model.update(entries)
+        assert cache.size() <= 25
+    keys = sorted(model)
+    per_key = cache.get_all([(k,) for k in keys])
+    batch = answers(cache, keys)
+    for k in keys:
+        assert batch[k] == (list(per_key[(k,)]) if (k,) in per_key else None)
+        if batch[k] is not None:
+            assert batch[k] == model[k]  # never another key's rows, never stale
+
+
+def test_bigint_keys_beyond_2_53_stay_apart() -> None:
+    cache = bound()
+    big = 2**53
+    put(cache, [big, big + 1], [0, 1], rows_for([big, big + 1]))
+    got = answers(cache, [big + 1, big])
+    assert got[big + 1] == [(big + 1, f"n{big + 1}", (big + 1) / 2)]
+    assert got[big] == [(big, f"n{big}", big / 2)]
+    assert cache.get_if_present((big + 1,)) == ((big + 1, f"n{big + 1}", (big + 1) / 2),)
+    assert cache.get_if_present((float(big + 1),)) == ((big, f"n{big}", big / 2),)
+
+
+@pytest.mark.parametrize(
+    ("arrow_type", "values"),
+    [
+        (pa.string(), ["1", "true", "", "é", "1 ", "customer-10", "customer-1"]),
+        (pa.binary(), [b"\x00", b"", b"\x00\x00", b"a"]),
+        (pa.decimal128(10, 2), [Decimal("1.50"), Decimal("-1.50"), Decimal("0.01")]),
+        (pa.float64(), [0.5, -1.0, 2.0**60, 1e-300]),
+        (pa.bool_(), [True, False]),
+        (pa.date32(), [date(2024, 1, 1), date(1970, 1, 1)]),
+        (pa.timestamp("us", tz="UTC"), [datetime(2024, 1, 1, tzinfo=timezone.utc),
+                                        datetime(2024, 1, 1, 0, 0, 0, 1, tzinfo=timezone.utc)]),
+    ],
+)
+def test_every_key_type_is_exact(arrow_type: pa.DataType, values: list[Any]) -> None:
+    schema = pa.schema([("k", arrow_type), ("v", pa.int64())])
+    cache = bound(schema, ("k",))
+    table = pa.table({"k": pa.array(values, arrow_type),
+                      "v": pa.array(range(len(values)), pa.int64())}, schema=schema)
+    put(cache, values, list(range(len(values))), table, arrow_type)
+    got = answers(cache, list(reversed(values)), arrow_type)
+    for i, value in enumerate(values):
+        assert got[value] == [(value, i)]
+
+
+def test_minus_zero_is_zero_and_decimals_compare_by_value() -> None:
+    schema = pa.schema([("k", pa.float64()), ("v", pa.int64())])
+    cache = bound(schema, ("k",))
+    put(cache, [0.0], [0], pa.table({"k": [0.0], "v": [7]}, schema=schema), pa.float64())
+    assert answers(cache, [-0.0], pa.float64())[-0.0] == [(0.0, 7)]
+    dec = pa.schema([("k", pa.decimal128(10, 2)), ("v", pa.int64())])
+    cache = bound(dec, ("k",))
+    cache.put((Decimal("1.5"),), [(Decimal("1.50"), 1)])
+    assert cache.get_if_present((Decimal("1.50"),)) == ((Decimal("1.50"), 1),)
+    assert cache.get_if_present((Decimal("1.505"),)) is None  # no DECIMAL(10,2) is it
+
+
+def test_composite_keys_compare_every_part() -> None:
+    schema = pa.schema([("a", pa.int64()), ("b", pa.string()), ("v", pa.int64())])
+    cache = bound(schema, ("a", "b"))
+    keys = [(i % 7, f"s{i % 5}") for i in range(35)]
+    cache.put_all({k: [(k[0], k[1], n)] for n, k in enumerate(keys)})
+    hit, groups, offsets, rows = cache.get_arrow(
+        [pa.array([k[0] for k in keys]), pa.array([k[1] for k in keys])])
+    assert hit.all()
+    values = rows.column("v").to_pylist()
+    assert [values[offsets[g]] for g in groups] == list(range(35))
+    assert cache.get_if_present((7, "s0")) is None
+    assert cache.get_if_present((1, "s5")) is None
+
+
+def test_python_equality_never_merges_keys() -> None:
+    cache = DefaultLookupCache.new_builder().maximum_size(10).build()
+    cache.open()
+    cache.put(("1",), [("1", "text")])
+    assert cache.get_if_present((1,)) is None
+    assert cache.get_if_present((True,)) is None
+    ints = DefaultLookupCache.new_builder().maximum_size(10).build()
+    ints.open()
+    ints.put((1,), [(1, "one")])
+    assert ints.get_if_present((True,)) is None  # True == 1 in Python, not in Spark
+    assert ints.get_if_present((1.0,)) == ((1, "one"),)  # numbers among numbers
+    assert ints.get_if_present(("1",)) is None
+    with pytest.raises(TypeError, match="does not convert"):
+        ints.put(("x",), [(2, "two")])
+
+
+def test_null_and_nan_keys_are_never_cached() -> None:
+    cache = DefaultLookupCache.new_builder().maximum_size(10).build()
+    cache.open()
+    cache.put_all({(None,): [(None, "n")], (float("nan"),): [], (1.5,): [(1.5, "x")]})
+    assert cache.size() == 1
+    assert cache.get_if_present((None,)) is None
+    assert cache.get_if_present((float("nan"),)) is None
+
+
+def test_size_bound_holds_after_every_batch_and_evicts_least_recent_batches() -> None:
+    cache = bound(maximum_size=640)
+    for start in range(0, 6400, 320):
+        ids = list(range(start, start + 320))
+        put(cache, ids, list(range(320)), rows_for(ids))
+        assert cache.size() <= 640
+        if start >= 320:
+            # The batch before, read now, outlives the one before it.
+            answers(cache, list(range(start - 320, start)))
+    # Evicted first: the oldest batches, then 1/64 of the bound beyond what must go.
+    assert cache.size() >= 640 - 640 // 64 - 320
+    latest = answers(cache, list(range(6080, 6400)))
+    assert all(v is not None for v in latest.values())
+    assert all(v is None for v in answers(cache, list(range(5440))).values())
+
+
+def test_byte_bound_holds_and_bytes_are_exact() -> None:
+    limit = 200_000
+    cache = bound(maximum_bytes=limit)
+    rng = random.Random(3)
+    for _ in range(60):
+        ids = rng.sample(range(100_000), 500)
+        put(cache, ids, list(range(500)), rows_for(ids))
+        held = cache.metrics.num_cached_bytes
+        assert 0 < held <= limit
+    rows = rows_for(list(range(cache.size())))
+    assert held >= rows.get_total_buffer_size()  # at least the rows' own buffers
+    cache.close()
+    assert cache.metrics.num_cached_bytes == 0
+
+
+def test_max_bytes_option_and_builder() -> None:
+    cache = DefaultLookupCache.from_options(
+        {"lookup.cache": "PARTIAL", "lookup.partial-cache.max-bytes": "64 mb"})
+    assert "maximum_bytes=67108864" in repr(cache)
+    with pytest.raises(ConfigError, match="lookup.partial-cache.max-bytes"):
+        DefaultLookupCache.from_options(
+            {"lookup.cache": "PARTIAL", "lookup.partial-cache.max-bytes": "64 parsecs"})
+    with pytest.raises(ConfigError, match="maximum_bytes"):
+        DefaultLookupCache.new_builder().maximum_bytes(0)
+
+
+def test_ttl_is_checked_in_bulk_on_the_arrow_path() -> None:
+    timer = FakeTimer()
+    cache = bound(timer=timer, expire_after_write=10, expire_after_access=4)
+    put(cache, [1, 2], [0, 1], rows_for([1, 2]))
+    timer.tick(3)
+    assert answers(cache, [1])[1] is not None  # read at 3 s: 1 lives until 7 s
+    timer.tick(3)
+    got = answers(cache, [1, 2])
+    assert got[1] is not None
+    assert got[2] is None  # 2 was idle for 6 s
+    for _ in range(3):
+        timer.tick(3)
+        answers(cache, [1])
+    assert answers(cache, [1])[1] is None  # 12 s after its write
+    assert cache.size() == 0
+    assert cache.metrics.num_cached_bytes == 0
+
+
+def test_compaction_keeps_every_live_answer() -> None:
+    cache = bound(maximum_size=3000)
+    model: dict[int, int] = {}
+    rng = np.random.default_rng(5)
+    for version in range(40):
+        ids = list(dict.fromkeys(rng.integers(0, 6000, 400).tolist()))
+        table = rows_for(ids).set_column(1, "name", pa.array([f"v{version}"] * len(ids)))
+        put(cache, ids, list(range(len(ids))), table)
+        model.update(dict.fromkeys(ids, version))
+    got = answers(cache, sorted(model))
+    live = {k: v for k, v in got.items() if v is not None}
+    assert 2900 <= len(live) <= 3000
+    for key, rows in live.items():
+        assert rows == [(key, f"v{model[key]}", key / 2)]
