@@ -245,7 +245,8 @@ class DefaultLookupCache(LookupCache):
         capacity = len(self._hashes)
         if needed <= capacity:
             return
-        capacity = max(needed, capacity + capacity // 4, 16)  # small steps: arrays are most of the overhead
+        # Steps of a quarter: these arrays are most of what a cached key costs.
+        capacity = max(needed, capacity + capacity // 4, 16)
         self._hashes = _resized(self._hashes, capacity)
         self._starts = _resized(self._starts, capacity + 1)
         self._touched = _resized(self._touched, capacity)
