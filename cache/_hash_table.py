@@ -17,6 +17,8 @@ __all__ = ["HashTable"]
 _EMPTY = -1
 _MIN_CAPACITY = 16
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_GOLDEN_INT = 0x9E3779B97F4A7C15
+_MASK64 = 2**64 - 1
 _WINDOW = 8
 
 
@@ -90,6 +92,22 @@ class HashTable:
             position[active[~ended]] = window[~ended, -1]
             active = active[~ended]
         return slots, position
+
+    def find_one(self, hash_value: int, slot_hashes: np.ndarray) -> int:
+        """The slot holding ``hash_value`` (a Python int below 2**64), or -1: one key,
+        without numpy's per-call cost."""
+        if not self.count:
+            return _EMPTY
+        buckets = self.buckets
+        mask = int(self.mask)
+        position = ((hash_value * _GOLDEN_INT) & _MASK64) >> int(self.shift)
+        while True:
+            occupant = int(buckets[position])
+            if occupant < 0:
+                return _EMPTY
+            if int(slot_hashes[occupant]) == hash_value:
+                return occupant
+            position = (position + 1) & mask
 
     def insert(self, hashes: np.ndarray, slots: np.ndarray, slot_hashes: np.ndarray) -> None:
         """Enter ``slots`` under their ``hashes`` (distinct, and none in the table yet;

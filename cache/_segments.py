@@ -67,6 +67,15 @@ class Segments:
         self.segments = [segment.cast(schema) for segment in self.segments]
         self.schema = schema
 
+    def slice(self, start: int, stop: int) -> pa.Table:
+        """Rows ``start`` to ``stop`` (global numbers) that lie in one segment, as they
+        do for one key (a key's rows are appended together)."""
+        if start == stop or not self.segments:
+            return self.schema.empty_table()
+        index = int(np.searchsorted(self._starts, start, side="right")) - 1
+        first = int(self._starts[index])
+        return self.segments[index].slice(start - first, stop - start)
+
     def take(self, rows: np.ndarray) -> pa.Table:
         """Rows by global number, in the order given."""
         segments = self.segments

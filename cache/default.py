@@ -46,6 +46,7 @@ _NEVER = math.inf
 _SEQ_LIMIT = 0xFFFF_FFF0  # access numbers are uint32; renumbered before they wrap
 _COMPACT_MIN_DEAD = 1024
 _INT32_MAX = 2**31 - 1
+_MASK64 = 2**64 - 1
 # Reads in a row, with no put between, after which the rows' segments are merged into
 # one (a copy of the rows), so that reads answer in place: the steady state of a warm cache.
 _READS_BEFORE_MERGE = 4
@@ -631,8 +632,52 @@ class DefaultLookupCache(LookupCache):
     def get_if_present(self, key: Key) -> Rows | None:
         """The cached rows of ``key`` (empty tuple for a cached miss), or None."""
         check_key(key)
-        found = self.get_all([key])
-        return found.get(key)
+        hash_value = self._scalar_hash(key)
+        if hash_value is None:
+            return self.get_all([key]).get(key)
+        with self._lock:
+            rows = self._get_one(hash_value)
+        if rows is None:
+            self._metrics.inc_misses()
+        else:
+            self._metrics.inc_hits()
+        return rows
+
+    def _scalar_hash(self, key: Key) -> int | None:
+        """The hash of a one-integer key of an integer key column, computed in Python
+        (the hash of such a key is its own bits); None for every other key, which goes
+        the batch way."""
+        types = self._key_types
+        if types is None or len(key) != 1 or len(types) != 1:
+            return None
+        value = key[0]
+        kind = types[0]
+        if type(value) is not int or not pa.types.is_signed_integer(kind):
+            return None
+        bound = 1 << (kind.bit_width - 1)
+        if not -bound <= value < bound:
+            return None  # the batch way says why it never matches
+        return value & _MASK64
+
+    def _get_one(self, hash_value: int) -> Rows | None:
+        if not self._live:
+            return None
+        slot = self._table.find_one(hash_value, self._hashes)
+        if slot < 0 or self._touched[slot] == 0:
+            return None
+        now = self._now()
+        if self._deadline is not None and self._deadline[slot] <= now:
+            self._kill(np.array([slot]))
+            return None
+        self._touched[slot] = self._next_seq()
+        if self._access_ttl != _NEVER:
+            self._renew(np.array([slot]), now)
+        start, stop = int(self._starts[slot]), int(self._starts[slot + 1])
+        if start == stop or self._rows is None:
+            return ()
+        table = self._rows.slice(start, stop)
+        columns = [python_values(column) for column in table.columns]
+        return tuple(zip(*columns, strict=True))
 
     def get_all(self, keys: Iterable[Key]) -> dict[Key, Rows]:
         """Present keys of ``keys`` with their rows, in one batch."""
