@@ -170,14 +170,8 @@ def test_timestamp_keys_match_in_any_session_zone(spark: Any, make: Any, engine:
 
 @CACHES
 @BOTH
-def test_timestamp_keys_in_the_hour_clocks_repeat(spark: Any, make: Any, engine: str,
-                                                  request: pytest.FixtureRequest) -> None:
+def test_timestamp_keys_in_the_hour_clocks_repeat(spark: Any, make: Any, engine: str) -> None:
     """01:30 happens twice in New York on 2024-11-03: each instant keeps its own row."""
-    if engine == "arrow" and make is partial:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "mapInArrow hands keys over in the session's zone, and LookupRuntime.probe "
-            "makes Python datetimes of them: in a repeated hour those never equal "
-            "another zone's (PEP 495), so the rows' UTC keys do not match")))
     first = datetime(2024, 11, 3, 5, 30, tzinfo=UTC)  # 01:30 EDT
     second = datetime(2024, 11, 3, 6, 30, tzinfo=UTC)  # 01:30 EST
     provider = make([(first, "EDT"), (second, "EST")], "t TIMESTAMP, name STRING", "t")
