@@ -14,6 +14,8 @@ warm-up round; the figure of a case is the median of its rounds:
     g. ``lookup_join``, partial cache, ~90% hits: the same, over a table lacking every
        tenth key, with ``cache_missing_key(False)``: those 10% of the keys are looked up
        in SQLite in every batch (keys new to the dimension, say), the rest are hits
+    h. ``mapInArrow`` returning every batch with the join's two added columns, sliced
+       from arrays built once: what a join's output costs the JVM, with no lookup
 
 Each run writes to the ``noop`` sink, which evaluates every row and collects nothing.
 The joins add two columns (a string and a double) that the pass-throughs do not.
@@ -45,6 +47,24 @@ from benchmarks._util import interleaved, median, write_result
 
 BASELINE = "a. mapInPandas pass-through"
 HEADLINE = "c. lookup_join, full cache"
+
+
+def _with_join_columns(batches: Iterator[Any]) -> Iterator[Any]:
+    """Case (h): every batch back with the two columns a join adds (``name``, ``score``),
+    their values sliced from arrays built once: what the JVM pays for a join's output,
+    with no lookup at all."""
+    import numpy as np
+    import pyarrow as pa
+
+    names = pa.array([f"name-{k}" for k in range(100_000, 110_000)])
+    scores = pa.array(np.arange(10_000) * 0.5)
+    for batch in batches:
+        n = batch.num_rows
+        reps = -(-n // len(names))
+        name = names if reps == 1 else pa.concat_arrays([names] * reps)
+        score = scores if reps == 1 else pa.concat_arrays([scores] * reps)
+        yield pa.RecordBatch.from_arrays([*batch.columns, name.slice(0, n), score.slice(0, n)],
+                                         names=[*batch.schema.names, "name", "score"])
 
 
 def _pass_through(batches: Iterator[Any]) -> Iterator[Any]:
@@ -157,6 +177,10 @@ def _cases(spark: Any, df: Any, rows_count: int, keys: int, workdir: Path,
         "f. broadcast hash join (JVM)": run(df.join(F.broadcast(dim_df), "key", "left")),
         "g. lookup_join, partial cache (~90% hits)": run(
             lambda: lookup_join(df, partial90, on="key")),
+        "i. lookup_join, full cache, metrics=False": run(
+            lambda: lookup_join(df, full, on="key", metrics=False)),
+        "h. mapInArrow + the join's two columns": run(df.mapInArrow(
+            _with_join_columns, f"{df.schema.simpleString()[7:-1]}, name string, score double")),
     }
     return cases, {"full": full, "partial": partial, "partial90": partial90}
 
@@ -169,6 +193,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true",
                         help="CI smoke run: 20,000 rows, 1,000 keys, 1 repeat")
+    parser.add_argument("--cases", default="abcdefghi",
+                        help="which cases to run, by letter (default all: abcdefghi; a always runs)")
     args = parser.parse_args()
     if args.quick:
         args.rows, args.keys, args.repeats = 20_000, 1_000, 1
@@ -190,6 +216,11 @@ def main() -> None:
         df.count()
         with tempfile.TemporaryDirectory() as tmp:
             cases, providers = _cases(spark, df, args.rows, args.keys, Path(tmp))
+            cases = {name: case for name, case in cases.items()
+                     if name == BASELINE or name[0] in args.cases}
+            used = {"full": "cdi", "partial": "e", "partial90": "g"}
+            providers = {name: provider for name, provider in providers.items()
+                         if set(used[name]) & set(args.cases)}
             print(f"Spark and data ready after {time.perf_counter() - started:.0f} s")
             interleaved(cases, 1)  # warm-up: JIT, Python workers, caches filled
             print(f"warm-up round done after {time.perf_counter() - started:.0f} s")
@@ -215,15 +246,18 @@ def main() -> None:
     print(f"{'case':45} {'rows/s (median)':>16} {'vs a':>6} {'vs a, per round':>16}")
     for name, rate in medians.items():
         print(f"{name:45} {rate:16,.0f} {rate / base:6.2f} {paired[name]:16.2f}")
-    print(f"headline: (c) / (a) = {medians[HEADLINE] / base:.2f} "
-          f"(median of per-round ratios: {paired[HEADLINE]:.2f})")
+    if HEADLINE in medians:
+        print(f"headline: (c) / (a) = {medians[HEADLINE] / base:.2f} "
+              f"(median of per-round ratios: {paired[HEADLINE]:.2f})")
     print(f"lookups during the timed rounds (distinct keys per Arrow batch): {lookups}")
     hit_ratio = {name: counts["hit_count"] / max(1, counts["hit_count"] + counts["miss_count"])
                  for name, counts in lookups.items()}
     print("hit ratio during the timed rounds: "
           + ", ".join(f"{name} {ratio:.1%}" for name, ratio in hit_ratio.items()))
     path = write_result(
-        "join_throughput_quick" if args.quick else "join_throughput",
+        "join_throughput_quick" if args.quick else (
+            "join_throughput" if args.keys == 10_000 and args.cases == "abcdefghi"
+            else f"join_throughput_{args.keys}_{args.cases}"),
         {
             "args": vars(args),
             "command": " ".join([".venv/bin/python", "benchmarks/join_throughput.py",
@@ -232,7 +266,7 @@ def main() -> None:
             "median_rows_per_s": medians,
             "ratio_to_mapInPandas": {name: rate / base for name, rate in medians.items()},
             "median_per_round_ratio_to_mapInPandas": paired,
-            "headline_c_over_a": medians[HEADLINE] / base,
+            "headline_c_over_a": medians[HEADLINE] / base if HEADLINE in medians else None,
             "lookups_in_timed_rounds": lookups,
             "hit_ratio_in_timed_rounds": hit_ratio,
             "load_average_start_end": [load_at_start, os.getloadavg()],

@@ -129,7 +129,8 @@ def join_batch(batch: pa.RecordBatch, shape: JoinShape, runtime: LookupRuntime,
         stream_part = batch
     else:
         stream_part = batch.take(pa.array(positions, type=pa.int64()))
-    take_rows = pa.array(rows, type=pa.int64(), mask=rows < 0)
+    missing = rows < 0
+    take_rows = pa.array(rows, type=pa.int64(), mask=missing if missing.any() else None)
     dim_columns = [dim.column(i).take(take_rows) for i in range(dim.num_columns)]
     arrays = list(stream_part.columns) + [
         c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in dim_columns
