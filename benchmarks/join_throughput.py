@@ -194,7 +194,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true",
                         help="CI smoke run: 20,000 rows, 1,000 keys, 1 repeat")
     parser.add_argument("--cases", default="abcdefghi",
-                        help="which cases to run, by letter (default all: abcdefghi; a always runs)")
+                        help="cases to run, by letter (default all: abcdefghi; a always runs)")
     args = parser.parse_args()
     if args.quick:
         args.rows, args.keys, args.repeats = 20_000, 1_000, 1
