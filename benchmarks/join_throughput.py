@@ -127,17 +127,19 @@ def _cases(spark: Any, df: Any, rows_count: int, keys: int, workdir: Path,
         SqlLookupFunction,
         lookup_join,
     )
-    from scan import CollectionSource
+    from scan import SqlTableSource
     from triggers import PeriodicCacheReloadTrigger
 
     schema = "key BIGINT, name STRING, score DOUBLE"
     rows = _dimension(keys)
-    full = FullCachingLookupProvider.of(
-        CollectionSource(rows, num_splits=2, schema=schema),
-        PeriodicCacheReloadTrigger(timedelta(hours=1)), ["key"],
-    )
     database = workdir / "dim.db"
     _sqlite_dimension(database, rows)
+    # The full cache loads the SQLite table: its source ships a path to the workers, not
+    # the rows (a CollectionSource would pickle the whole dimension into every task).
+    full = FullCachingLookupProvider.of(
+        SqlTableSource(functools.partial(sqlite3.connect, str(database)), "dim", schema=schema),
+        PeriodicCacheReloadTrigger(timedelta(hours=1)), ["key"],
+    )
     partial = PartialCachingLookupProvider.of(
         SqlLookupFunction(functools.partial(sqlite3.connect, str(database)), "dim",
                           key_columns=["key"], schema=schema),

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+import pyarrow as pa
 
 from cache.base import Key, LookupCache, Rows, check_key
 from cache.metrics import CacheMetrics
@@ -103,6 +105,12 @@ class TieredLookupCache(LookupCache):
     def l2(self) -> LookupCache:
         """The far (shared) tier."""
         return self._l2
+
+    def bind(self, schema: pa.Schema, key_columns: Sequence[str]) -> None:
+        """Bind both tiers (the in-process one then stores rows of the schema's types)."""
+        super().bind(schema, key_columns)
+        self._l1.bind(schema, key_columns)
+        self._l2.bind(schema, key_columns)
 
     def open(self, metrics: CacheMetrics | None = None) -> None:
         """Open both tiers, each with its own metrics; count tier-level into ``metrics``."""
