@@ -29,10 +29,11 @@ HEADLINE = (
     "default_cache_get_vs_ttlcache_get",
     "scan_read_arrow_p4_vs_select_star",
     "lookup_batch_100pct_hits_vs_query_per_key",
-    "cache_bytes_per_row_tracemalloc",
-    "cache_estimate_over_tracemalloc",
+    "cache_arrow_bytes_per_row",
+    "cache_bytes_vs_arrow",
     "arrow_bytes_per_row",
-    "full_snapshot_bytes_per_row",
+    "snapshot_bytes_per_row",
+    "join_partial_90pct_vs_mapInPandas",
 )
 
 
