@@ -413,7 +413,7 @@ class CacheModel(RuleBasedStateMachine):
 
 
 class WriteOnlyCacheModel(CacheModel):
-    """The same checks on the expire-after-write store (a different cachetools class)."""
+    """The same checks with expire-after-write only (one deadline array, no write times)."""
 
     def __init__(self) -> None:
         super().__init__()
