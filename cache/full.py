@@ -23,6 +23,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cache._hash_table import HashTable
+from cache._key_hash import hash_keys
 from cache.base import Key, LookupCache, Row, Rows, check_key
 from cache.metrics import CacheMetrics
 from connectors.rows import python_values
@@ -31,6 +33,11 @@ from spark_lookup.errors import ConfigError, SnapshotUnavailableError
 __all__ = ["FullSnapshot", "LookupFullCache"]
 
 _EMPTY: tuple[Row, ...] = ()
+
+
+def _hashed_in_numpy(arrow_type: pa.DataType) -> bool:
+    """Whether keys of this type hash to their own bits (integers, dates, timestamps)."""
+    return bool(pa.types.is_integer(arrow_type) or pa.types.is_temporal(arrow_type))
 
 
 def _accepts(arrow_type: pa.DataType) -> Callable[[Any], bool]:
@@ -76,6 +83,8 @@ class FullSnapshot:
     __slots__ = (
         "_accept",
         "_columns_cache",
+        "_key_hashes",
+        "_table",
         "index",
         "key_columns",
         "loaded_at",
@@ -104,10 +113,22 @@ class FullSnapshot:
         self.unique = len(index) == table.num_rows
         self._accept = [_accepts(table.schema.field(c).type) for c in key_columns]
         self._columns_cache: list[list[Any]] | None = None
-        # The index's hash table is built lazily by pandas; build it now, during the load,
-        # so the first lookup after a swap does not pay for it.
-        index.get_indexer(index[:1])
-        self.nbytes = int(table.nbytes + offsets.nbytes + index.memory_usage(deep=True))
+        # Hash tables are built now, during the load, so that the first lookup after a
+        # swap does not pay for them. A key of one integer-like column is probed in the
+        # numpy table of the partial cache (5x faster than pandas, 12 bytes a key
+        # instead of 34); pandas' own is then built only if a Python-keyed call needs it.
+        self._table: HashTable | None = None
+        self._key_hashes: np.ndarray | None = None
+        extra = 0
+        if len(key_columns) == 1 and _hashed_in_numpy(table.schema.field(key_columns[0]).type):
+            firsts = table.column(key_columns[0]).take(pa.array(offsets[:-1]))
+            self._key_hashes = hash_keys([firsts])
+            self._table = HashTable()
+            self._table.rebuild(self._key_hashes)
+            extra = int(self._key_hashes.nbytes) + self._table.nbytes
+        else:
+            index.get_indexer(index[:1])
+        self.nbytes = int(table.nbytes + offsets.nbytes + index.memory_usage(deep=True)) + extra
 
     @classmethod
     def build(
@@ -217,6 +238,20 @@ class FullSnapshot:
     def num_keys(self) -> int:
         """Distinct keys in the snapshot."""
         return len(self.index)
+
+    def groups(self, keys: Sequence[pa.Array]) -> np.ndarray:
+        """The group (distinct key) of each key given as one array per key column, or
+        -1: one vectorized probe."""
+        table, hashes = self._table, self._key_hashes
+        if table is not None and hashes is not None and keys[0].type == self.table.schema.field(
+                self.key_columns[0]).type:
+            slots, _ = table.find(hash_keys(keys), hashes)
+            return slots
+        if len(keys) == 1:
+            values: Any = keys[0].to_pandas()
+        else:
+            values = pd.MultiIndex.from_arrays([k.to_pandas() for k in keys])
+        return np.asarray(self.index.get_indexer(values), dtype=np.int64)
 
     def locate(self, probes: Sequence[Key]) -> tuple[np.ndarray, np.ndarray]:
         """Match probe keys (tuples) against the snapshot, vectorized.

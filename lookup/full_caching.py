@@ -28,10 +28,7 @@ import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
-from typing import Any
 
-import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from cache.base import Key, Row
@@ -366,11 +363,7 @@ class FullCachingRuntime(LookupRuntime):
         self._retry_first_load()
         self._yield_to_a_reload()
         snapshot = self.cache.snapshot()
-        if len(keys) == 1:
-            values: Any = keys[0].to_pandas()
-        else:
-            values = pd.MultiIndex.from_arrays([k.to_pandas() for k in keys])
-        groups = np.asarray(snapshot.index.get_indexer(values), dtype=np.int64)
+        groups = snapshot.groups(keys)
         hits = int((groups >= 0).sum())
         self.metrics.inc_hits(hits)
         self.metrics.inc_misses(len(groups) - hits)
