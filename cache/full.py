@@ -83,6 +83,8 @@ class FullSnapshot:
     __slots__ = (
         "_accept",
         "_columns_cache",
+        "_index_lock",
+        "_index_ready",
         "_key_hashes",
         "_table",
         "index",
@@ -119,6 +121,8 @@ class FullSnapshot:
         # instead of 34); pandas' own is then built only if a Python-keyed call needs it.
         self._table: HashTable | None = None
         self._key_hashes: np.ndarray | None = None
+        self._index_lock = threading.Lock()
+        self._index_ready = False
         extra = 0
         if len(key_columns) == 1 and _hashed_in_numpy(table.schema.field(key_columns[0]).type):
             firsts = table.column(key_columns[0]).take(pa.array(offsets[:-1]))
@@ -127,7 +131,7 @@ class FullSnapshot:
             self._table.rebuild(self._key_hashes)
             extra = int(self._key_hashes.nbytes) + self._table.nbytes
         else:
-            index.get_indexer(index[:1])
+            self._indexed()
         self.nbytes = int(table.nbytes + offsets.nbytes + index.memory_usage(deep=True)) + extra
 
     @classmethod
@@ -239,6 +243,16 @@ class FullSnapshot:
         """Distinct keys in the snapshot."""
         return len(self.index)
 
+    def _indexed(self) -> pd.Index:
+        """The pandas index, its hash table built: once, under a lock (pandas builds it
+        lazily, and two threads building it at once see a non-unique index)."""
+        if not self._index_ready:
+            with self._index_lock:
+                if not self._index_ready:
+                    self.index.get_indexer(self.index[:1])
+                    self._index_ready = True
+        return self.index
+
     def groups(self, keys: Sequence[pa.Array]) -> np.ndarray:
         """The group (distinct key) of each key given as one array per key column, or
         -1: one vectorized probe."""
@@ -251,7 +265,7 @@ class FullSnapshot:
             values: Any = keys[0].to_pandas()
         else:
             values = pd.MultiIndex.from_arrays([k.to_pandas() for k in keys])
-        return np.asarray(self.index.get_indexer(values), dtype=np.int64)
+        return np.asarray(self._indexed().get_indexer(values), dtype=np.int64)
 
     def locate(self, probes: Sequence[Key]) -> tuple[np.ndarray, np.ndarray]:
         """Match probe keys (tuples) against the snapshot, vectorized.
@@ -270,7 +284,7 @@ class FullSnapshot:
         if len(accept) == 1:
             ok = accept[0]
             values = [p[0] if ok(p[0]) else None for p in probes]
-            groups = self.index.get_indexer(values)  # type: ignore[arg-type]
+            groups = self._indexed().get_indexer(values)  # type: ignore[arg-type]
         else:
             cleaned: list[Any] = [
                 p if all(a(v) for a, v in zip(accept, p, strict=True)) else None for p in probes
@@ -278,7 +292,7 @@ class FullSnapshot:
             usable = [i for i, p in enumerate(cleaned) if p is not None]
             groups = np.full(len(probes), -1, dtype=np.int64)
             if usable:
-                groups[usable] = self.index.get_indexer(
+                groups[usable] = self._indexed().get_indexer(
                     [cleaned[i] for i in usable]  # type: ignore[arg-type]
                 )
         return self.expand(np.asarray(groups, dtype=np.int64))

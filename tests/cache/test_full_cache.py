@@ -204,3 +204,36 @@ def test_concurrent_lookups_never_see_a_half_loaded_table() -> None:
     for reader in readers:
         reader.join()
     assert errors == []
+
+
+def test_first_lookups_from_many_threads_at_once() -> None:
+    """pandas builds an index's hash table on first use; threads racing to build it saw
+    a 'non-unique' index. Every thread gets its rows."""
+    import threading
+
+    import pyarrow as pa
+
+    from cache import FullSnapshot
+
+    for _ in range(5):
+        table = pa.table({"id": pa.array(range(20_000), pa.int64()),
+                          "v": pa.array([f"v{i}" for i in range(20_000)])})
+        snapshot = FullSnapshot.build(table, ["id"], loaded_at=0.0)
+        errors: list[BaseException] = []
+        start = threading.Barrier(8)
+
+        def read(snapshot: FullSnapshot = snapshot, errors: list[BaseException] = errors,
+                 start: threading.Barrier = start) -> None:
+            try:
+                start.wait()
+                _, rows = snapshot.locate([(i,) for i in range(0, 20_000, 7)])
+                assert len(rows) == len(range(0, 20_000, 7))
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=read) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
