@@ -23,6 +23,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cache._dense_keys import DenseKeys
 from cache._hash_table import HashTable
 from cache._key_hash import hash_keys
 from cache.base import Key, LookupCache, Row, Rows, check_key
@@ -83,6 +84,7 @@ class FullSnapshot:
     __slots__ = (
         "_accept",
         "_columns_cache",
+        "_dense",
         "_index_lock",
         "_index_ready",
         "_key_hashes",
@@ -121,15 +123,22 @@ class FullSnapshot:
         # instead of 34); pandas' own is then built only if a Python-keyed call needs it.
         self._table: HashTable | None = None
         self._key_hashes: np.ndarray | None = None
+        self._dense: DenseKeys | None = None
         self._index_lock = threading.Lock()
         self._index_ready = False
         extra = 0
         if len(key_columns) == 1 and _hashed_in_numpy(table.schema.field(key_columns[0]).type):
-            firsts = table.column(key_columns[0]).take(pa.array(offsets[:-1]))
-            self._key_hashes = hash_keys([firsts])
-            self._table = HashTable()
-            self._table.rebuild(self._key_hashes)
-            extra = int(self._key_hashes.nbytes) + self._table.nbytes
+            column = table.column(key_columns[0]).combine_chunks()
+            firsts = column if self.unique else column.take(pa.array(offsets[:-1]))
+            # Sorted surrogate keys filling most of their range need no hashing at all.
+            self._dense = DenseKeys.of(firsts)
+            if self._dense is not None:
+                extra = self._dense.nbytes
+            else:
+                self._key_hashes = hash_keys([firsts])
+                self._table = HashTable()
+                self._table.rebuild(self._key_hashes)
+                extra = int(self._key_hashes.nbytes) + self._table.nbytes
         else:
             self._indexed()
         self.nbytes = int(table.nbytes + offsets.nbytes + index.memory_usage(deep=True)) + extra
@@ -256,9 +265,12 @@ class FullSnapshot:
     def groups(self, keys: Sequence[pa.Array]) -> np.ndarray:
         """The group (distinct key) of each key given as one array per key column, or
         -1: one vectorized probe."""
+        same_type = len(keys) == 1 and keys[0].type == self.table.schema.field(
+            self.key_columns[0]).type
+        if same_type and self._dense is not None:
+            return self._dense.groups(keys[0])
         table, hashes = self._table, self._key_hashes
-        if table is not None and hashes is not None and keys[0].type == self.table.schema.field(
-                self.key_columns[0]).type:
+        if same_type and table is not None and hashes is not None:
             slots, _ = table.find(hash_keys(keys), hashes)
             return slots
         if len(keys) == 1:

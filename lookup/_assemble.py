@@ -110,30 +110,47 @@ def join_batch(batch: pa.RecordBatch, shape: JoinShape, runtime: LookupRuntime,
     """Join one stream batch with the dimension through ``runtime``."""
     codes, uniques = factorize([batch.column(name) for name in shape.stream_keys])
     probe = runtime.probe(uniques, describe)
-    unique_groups, offsets = probe.groups, probe.offsets
+    unique_groups = probe.groups
     dim = probe.rows.select(list(shape.dim_columns))
-    groups = np.where(codes >= 0, unique_groups[np.maximum(codes, 0)], -1) if len(
-        unique_groups
-    ) else np.full(len(codes), -1, dtype=np.int64)
-    positions, rows = expand(groups, offsets)
-    if shape.how == "left":
-        unmatched = np.flatnonzero(groups < 0)
-        if len(unmatched):
-            positions = np.concatenate((positions, unmatched))
-            rows = np.concatenate((rows, np.full(len(unmatched), -1, dtype=np.int64)))
-            order = np.argsort(positions, kind="stable")
-            positions, rows = positions[order], rows[order]
     n = batch.num_rows
-    if len(positions) == n and (n == 0 or (positions[0] == 0 and positions[-1] == n - 1
-                                           and bool(np.all(np.diff(positions) == 1)))):
-        stream_part = batch
+    if not len(unique_groups):
+        groups = np.full(len(codes), -1, dtype=np.int64)
+    elif len(codes) and codes.min() < 0:
+        groups = np.where(codes >= 0, unique_groups[np.maximum(codes, 0)], -1)
     else:
-        stream_part = batch.take(pa.array(positions, type=pa.int64()))
+        groups = unique_groups[codes]
+    stream_part = batch
+    if probe.one_row_each:
+        # A group is its row: no ranges to expand, and a left join keeps the batch whole.
+        rows = groups
+        if shape.how != "left":
+            keep = np.flatnonzero(rows >= 0)
+            if len(keep) < n:
+                stream_part = batch.take(pa.array(keep, type=pa.int64()))
+                rows = rows[keep]
+    else:
+        positions, rows = expand(groups, probe.offsets)
+        if shape.how == "left":
+            unmatched = np.flatnonzero(groups < 0)
+            if len(unmatched):
+                positions = np.concatenate((positions, unmatched))
+                rows = np.concatenate((rows, np.full(len(unmatched), -1, dtype=np.int64)))
+                order = np.argsort(positions, kind="stable")
+                positions, rows = positions[order], rows[order]
+        if not (len(positions) == n and (n == 0 or (
+                positions[0] == 0 and positions[-1] == n - 1
+                and bool(np.all(np.diff(positions) == 1))))):
+            stream_part = batch.take(pa.array(positions, type=pa.int64()))
     missing = rows < 0
     take_rows = pa.array(rows, type=pa.int64(), mask=missing if missing.any() else None)
     dim_columns = [dim.column(i).take(take_rows) for i in range(dim.num_columns)]
-    arrays = list(stream_part.columns) + [
-        c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in dim_columns
-    ]
+    arrays = list(stream_part.columns) + [_one_array(c) for c in dim_columns]
     names = list(batch.schema.names) + list(shape.out_names)
     return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+def _one_array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    if isinstance(column, pa.ChunkedArray):
+        # One chunk is the array itself; combining would copy it.
+        return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    return column

@@ -367,7 +367,7 @@ class FullCachingRuntime(LookupRuntime):
         hits = int((groups >= 0).sum())
         self.metrics.inc_hits(hits)
         self.metrics.inc_misses(len(groups) - hits)
-        return Probe(groups, snapshot.offsets, snapshot.table)
+        return Probe(groups, snapshot.offsets, snapshot.table, one_row_each=snapshot.unique)
 
     def _yield_to_a_reload(self) -> None:
         running = self._running

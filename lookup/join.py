@@ -168,11 +168,13 @@ class _JoinFunction:
     """The function ``mapInArrow`` runs in executors' Python workers (picklable).
 
     With ``report_nullable`` (the nullability of each added dimension column), the
-    output has one more column, :data:`lookup.metrics.REPORT_COLUMN`: null in every
-    joined row, and after the last batch one *report row* carrying the worker's
-    cumulative metrics (see :mod:`lookup.metrics`). The report row holds valid values
-    in every column (a stream row and placeholder dimension values) because Spark reads
-    it as a row of the declared schema before the plan's filter drops it.
+    output has one more column, :data:`lookup.metrics.REPORT_COLUMN`, holding the
+    worker's cumulative metrics (see :mod:`lookup.metrics`) in one row of the task and
+    null in every other. A left join puts them on its last joined row. An inner join may
+    have none, so it adds a *report row* after its last batch instead, which holds
+    valid values in every column (a stream row and placeholder dimension values)
+    because Spark reads it as a row of the declared schema before the plan's filter
+    drops it.
     """
 
     def __init__(
@@ -188,26 +190,41 @@ class _JoinFunction:
         sample: pa.RecordBatch | None = None  # one stream row, for the report row
         describe = self.provider.describe()
         reporting = self.report_nullable is not None
+        # A left join has a row for every stream row: the report rides on the task's
+        # last one, so the plan needs no filter. The last batch is known only when the
+        # input ends, so each one is held until the next arrives.
+        riding = reporting and self.shape.how == "left"
+        held: pa.RecordBatch | None = None
         try:
             for batch in batches:
                 if runtime is None:
                     runtime = worker_handle(self.provider).runtime
                 out = join_batch(batch, self.shape, runtime, describe)
-                if reporting:
-                    if batch.num_rows:
-                        sample = batch.slice(batch.num_rows - 1, 1)
-                    out = _with_report(out, pa.nulls(out.num_rows, pa.string()))
-                yield out
+                if not reporting:
+                    yield out
+                    continue
+                if batch.num_rows:
+                    sample = batch.slice(batch.num_rows - 1, 1)
+                if riding:
+                    if out.num_rows:
+                        if held is not None:
+                            yield _with_report(held, pa.nulls(held.num_rows, pa.string()))
+                        held = out
+                    continue
+                yield _with_report(out, pa.nulls(out.num_rows, pa.string()))
         except Exception as exc:
             if runtime is not None:
                 _attach_report(exc, self.provider)
             raise
-        if reporting and runtime is not None:
-            report = metrics_report(self.provider)
-            # Without a stream row to copy (only empty batches) the report waits for
-            # this worker's next task: reports are cumulative.
-            if report is not None and sample is not None:
-                yield self._report_row(sample, report)
+        report = metrics_report(self.provider) if reporting and runtime is not None else None
+        if held is not None:
+            last = pa.array([report], pa.string())
+            yield _with_report(held, pa.concat_arrays(
+                [pa.nulls(held.num_rows - 1, pa.string()), last]))
+        elif report is not None and sample is not None and not riding:
+            yield self._report_row(sample, report)
+        # Otherwise (only empty batches) the report waits for this worker's next task:
+        # reports are cumulative.
 
     def _report_row(self, sample: pa.RecordBatch, report: str) -> pa.RecordBatch:
         assert self.report_nullable is not None
@@ -489,4 +506,6 @@ def lookup_join(
         mapped = source.mapInPandas(_PandasJoin(function, stream_schema, wires), schema)
     else:
         mapped = df.mapInArrow(function, schema)
-    return observe_metrics(mapped, provider) if metrics else mapped
+    if not metrics:
+        return mapped
+    return observe_metrics(mapped, provider, report_rows=plan.shape.how != "left")

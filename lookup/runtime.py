@@ -81,6 +81,9 @@ class Probe:
     offsets: np.ndarray
     rows: pa.Table
     """The dimension rows, every column of the schema."""
+    one_row_each: bool = False
+    """Every group has one row and group ``g``'s row is ``rows[g]`` (``offsets`` is
+    ``0, 1, ..., len(rows)``): a join may take ``groups`` as row numbers."""
 
 
 class LookupRuntime:
