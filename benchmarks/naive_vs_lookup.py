@@ -5,9 +5,13 @@ Same servers, same DataFrame, same output rows, one Spark session (``local[2]``)
 A dimension of ``--keys`` rows (``id`` 1..keys, ``name`` text, ``category`` integer,
 ``score`` double) is written to PostgreSQL (table ``dim`` in a schema of its own) and to
 Redis (one hash per id, ``<prefix>:<id>`` with fields name/category/score, under a key
-prefix of its own); both are removed at the end. The stream is one cached DataFrame of
-``--rows`` rows in 2 partitions (``id``, and ``key`` uniform over 1..keys: every key
-exists). The cases, all enriching every row with ``name``, ``category`` and ``score``:
+prefix of its own); both are removed at the end. The stream is a cached DataFrame in 2
+partitions (``id``, and ``key`` uniform over 1..keys: every key exists) of ``--rows``
+rows for the naive UDFs and ``--join-rows`` rows (default 2,000,000) for ``lookup_join``
+and the pass-through: each run then lasts seconds, so Spark's fixed cost of an action
+(about 0.2 s here, what a pass-through of 20,000 rows takes) does not decide the
+ratio; the naive UDFs at 200,000 rows already run for seconds. Rates (rows/s) are
+compared. The cases, all enriching every row with ``name``, ``category`` and ``score``:
 
 - ``naive udf, PostgreSQL``: a row-at-a-time ``@udf`` that runs
   ``SELECT name, category, score FROM dim WHERE id = %s`` for its row, on a psycopg 3
@@ -38,8 +42,8 @@ run's checksum must equal the one of Spark's broadcast join of the same dimensio
 ratios to the naive PostgreSQL UDF are given of the medians and as the median of the
 same-round ratios. Hit ratios and loads come from ``lookup_metrics``.
 
-    .venv/bin/python benchmarks/naive_vs_lookup.py [--rows 200000] [--keys 10000]
-        [--repeats 3] [--quick]
+    .venv/bin/python benchmarks/naive_vs_lookup.py [--rows 200000] [--join-rows 2000000]
+        [--keys 10000] [--repeats 3] [--quick]
 
 Writes a table to stdout and ``benchmarks/out/naive_vs_lookup.json``
 (``naive_vs_lookup_quick.json`` with ``--quick``).
@@ -229,7 +233,11 @@ def checksum(frame: Any) -> tuple[Any, ...]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, help="stream rows (default 200000)")
+    parser.add_argument("--rows", type=int,
+                        help="stream rows of the naive UDFs (default 200000)")
+    parser.add_argument("--join-rows", type=int,
+                        help="stream rows of lookup_join and the pass-through "
+                             "(default 2000000; with --quick, --rows)")
     parser.add_argument("--keys", type=int, help="distinct keys = dimension rows (default 10000)")
     parser.add_argument("--repeats", type=int, help="timed rounds (default 3)")
     parser.add_argument("--quick", action="store_true",
@@ -244,16 +252,18 @@ def main() -> None:
     rows = args.rows if args.rows is not None else defaults[0]
     keys = args.keys if args.keys is not None else defaults[1]
     repeats = args.repeats if args.repeats is not None else defaults[2]
-    if rows < 10 or keys < 1 or repeats < 1:
-        raise SystemExit("--rows must be >= 10, --keys and --repeats >= 1")
+    join_rows = args.join_rows if args.join_rows is not None else (
+        rows if args.quick else 2_000_000)
+    if rows < 10 or join_rows < 10 or keys < 1 or repeats < 1:
+        raise SystemExit("--rows and --join-rows must be >= 10, --keys and --repeats >= 1")
 
     started = time.perf_counter()
     load_before = os.getloadavg()
     tag = uuid.uuid4().hex[:10]
     schema = f"bench_naive_{tag}"
     prefix = f"bench_naive_{tag}"
-    print(f"{rows:,} rows, {keys:,} keys; PostgreSQL schema {schema}, Redis prefix {prefix}",
-          flush=True)
+    print(f"{rows:,} rows (naive UDFs), {join_rows:,} rows (lookup_join, pass-through), "
+          f"{keys:,} keys; PostgreSQL schema {schema}, Redis prefix {prefix}", flush=True)
     spark = None
     seconds: dict[str, list[float]] = {name: [] for name in ORDER}
     metrics: dict[str, list[dict[str, int]]] = {
@@ -283,11 +293,14 @@ def main() -> None:
             return frame
 
         df = stream(rows)
+        big = stream(join_rows) if join_rows != rows else df
         small = stream(max(10, rows // 10)) if warmup else df
         dim = spark.range(1, keys + 1, numPartitions=1).selectExpr(
             "id AS key", "concat('customer-', id) AS name", "CAST(id % 97 AS INT) AS category",
             "id * 0.25 AS score")
         expected = checksum(df.join(F.broadcast(dim), "key", "left"))
+        expected_big = (checksum(big.join(F.broadcast(dim), "key", "left"))
+                        if big is not df else expected)
         expected_small = (checksum(small.join(F.broadcast(dim), "key", "left")) if warmup
                           else expected)
         print(f"reference checksum (broadcast join): {expected}", flush=True)
@@ -333,9 +346,9 @@ def main() -> None:
             for name in (cold, warm):
                 # A DataFrame per run: on a classic session, the metrics of a lookup_join
                 # DataFrame are observed for its first action only.
-                joined = lookup_join(df, fresh, on={"key": "id"})
+                joined = lookup_join(big, fresh, on={"key": "id"})
                 before = counts(fresh)
-                spent = timed(name, joined, expected)
+                spent = timed(name, joined, expected_big)
                 after = counts(fresh)
                 if record:
                     seconds[name].append(spent)
@@ -353,7 +366,7 @@ def main() -> None:
             units.append(unit)
         units.append(lambda record: ours(OURS_PG_COLD, OURS_PG_WARM, "pg", record))
         units.append(lambda record: ours(OURS_REDIS_COLD, OURS_REDIS_WARM, "redis", record))
-        passing = df.mapInPandas(_pass_through, df.schema)
+        passing = big.mapInPandas(_pass_through, big.schema)
 
         def pass_unit(record: bool) -> None:
             start = time.perf_counter()
@@ -385,14 +398,20 @@ def main() -> None:
         print(f"dropped schema {schema} and {removed:,} Redis keys", flush=True)
     load_after = os.getloadavg()
 
-    base = statistics.median(seconds[BASELINE])
+    # Rates, not seconds, are compared: the naive UDFs and the joins read different
+    # numbers of rows (each enough for Spark's fixed cost of an action to stay small).
+    rows_of = {name: rows if name in (NAIVE_PG, NAIVE_PG_PANDAS, NAIVE_REDIS) else join_rows
+               for name in ORDER}
+    rates = {name: [rows_of[name] / s for s in seconds[name]] for name in ORDER}
+    base = rows / statistics.median(seconds[BASELINE])
     results: dict[str, dict[str, Any]] = {}
     print(f"\n{'case':34}{'rows/s':>10}{'vs naive PG':>13}{'per round':>11}{'hits':>7}"
           f"{'loads':>7}")
     for name in ORDER:
         med = statistics.median(seconds[name])
+        rate = rows_of[name] / med
         per_round = statistics.median(
-            b / s for b, s in zip(seconds[BASELINE], seconds[name], strict=True))
+            r / b for b, r in zip(rates[BASELINE], rates[name], strict=True))
         hits = None
         loads = None
         if name in metrics:
@@ -403,22 +422,23 @@ def main() -> None:
         results[name] = {
             "seconds": seconds[name],
             "median_seconds": med,
-            "rows_per_second": rows / med,
-            "rows_per_second_runs": [rows / s for s in seconds[name]],
-            "relative_to_naive_pg": base / med,
+            "rows": rows_of[name],
+            "rows_per_second": rate,
+            "rows_per_second_runs": rates[name],
+            "relative_to_naive_pg": rate / base,
             "relative_to_naive_pg_median_of_rounds": per_round,
             "hit_ratio": hits,
             "loads_per_run": loads,
             "lookups": metrics.get(name),
         }
-        print(f"{name:34}{rows / med:>10,.0f}{base / med:>12.1f}x{per_round:>10.1f}x"
+        print(f"{name:34}{rate:>10,.0f}{rate / base:>12.1f}x{per_round:>10.1f}x"
               f"{'-' if hits is None else f'{hits:.0%}':>7}"
               f"{'-' if loads is None else f'{loads:,.0f}':>7}")
-    naive_redis = statistics.median(seconds[NAIVE_REDIS])
-    vs_redis = {name: naive_redis / statistics.median(seconds[name])
+    naive_redis = rows / statistics.median(seconds[NAIVE_REDIS])
+    vs_redis = {name: join_rows / statistics.median(seconds[name]) / naive_redis
                 for name in (OURS_REDIS_COLD, OURS_REDIS_WARM)}
     vs_redis_rounds = {
-        name: statistics.median(b / s for b, s in zip(seconds[NAIVE_REDIS], seconds[name],
+        name: statistics.median(r / b for b, r in zip(rates[NAIVE_REDIS], rates[name],
                                                       strict=True))
         for name in (OURS_REDIS_COLD, OURS_REDIS_WARM)}
     print(f"\nvs naive udf, Redis: cold {vs_redis[OURS_REDIS_COLD]:.1f}x "
@@ -433,6 +453,7 @@ def main() -> None:
             "command": " ".join([".venv/bin/python", "benchmarks/naive_vs_lookup.py",
                                  *sys.argv[1:]]),
             "rows": rows,
+            "join_rows": join_rows,
             "keys": keys,
             "repeats": repeats,
             "warmup": warmup,

@@ -290,7 +290,9 @@ def _bars(results: dict[str, dict[str, Any]]) -> list[tuple[str, list[Bar]]]:
                 ratio = (f"  {case['rows_per_second'] / cases[base]['rows_per_second']:.1f}x "
                          f"naive udf {source}")
             bars.append((label, case["rows_per_second"], kind, ratio))
-        panels.append((f"naive_vs_lookup.py: {naive['rows']:,} rows, {naive['keys']:,} keys, "
+        joined = naive.get("join_rows", naive["rows"])
+        panels.append((f"naive_vs_lookup.py: {naive['rows']:,} rows (naive), {joined:,} "
+                       f"(lookup_join), {naive['keys']:,} keys, "
                        "local[2] (PostgreSQL / Redis on loopback)", bars))
     return panels
 
