@@ -135,6 +135,39 @@ def test_the_report_row_follows_the_joined_rows() -> None:
     assert (parsed.values["hit_count"], parsed.values["miss_count"]) == (1, 2)
 
 
+def test_a_left_join_carries_its_report_on_its_last_joined_row() -> None:
+    from pyspark.sql import types as T
+
+    from lookup import FullCachingLookupProvider
+    from scan import CollectionSource
+    from triggers import PeriodicCacheReloadTrigger
+
+    provider = FullCachingLookupProvider.of(
+        CollectionSource([(1, "a"), (2, "b")], schema="id BIGINT, name STRING"),
+        PeriodicCacheReloadTrigger(dt.timedelta(hours=1)), ["id"])
+    stream = T.StructType([T.StructField("id", T.LongType())])
+    plan = plan_join(stream, provider, on="id", how="left")
+    function = _JoinFunction(provider, plan.shape, (True,))
+    batches = [pa.record_batch({"id": pa.array([1, 5], pa.int64())}),
+               pa.record_batch({"id": pa.array([], pa.int64())}),
+               pa.record_batch({"id": pa.array([2, None, 1], pa.int64())}),
+               pa.record_batch({"id": pa.array([], pa.int64())})]
+    try:
+        out = list(function(iter(batches)))
+    finally:
+        _worker._reset_for_tests()
+    # No extra row: every stream row once, in order, with its own values.
+    assert [b.num_rows for b in out] == [2, 3]
+    rows = [row for batch in out for row in batch.to_pylist()]
+    assert [(r["id"], r["name"]) for r in rows] == [(1, "a"), (5, None), (2, "b"), (None, None),
+                                                    (1, "a")]
+    reports = [r[REPORT_COLUMN] for r in rows]
+    assert reports[:-1] == [None] * 4
+    parsed = parse_report(reports[-1])
+    assert parsed is not None
+    assert (parsed.values["hit_count"], parsed.values["miss_count"]) == (3, 1)
+
+
 def test_a_failing_task_notes_its_report_on_the_error() -> None:
     from lookup import LookupFunctionProvider
 

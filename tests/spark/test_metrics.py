@@ -143,6 +143,22 @@ def test_an_inner_join_without_matches_still_reports(spark: Any) -> None:
     assert (metrics.hit_count, metrics.miss_count) == (0, 2)
 
 
+def test_a_left_join_needs_no_filter_for_its_reports(spark: Any, capsys: Any) -> None:
+    provider = full()
+    df = spark.range(0, 95, numPartitions=2).selectExpr("id % 30 AS id")
+    left = lookup_join(df, provider, on="id")
+    left.explain()
+    plan = capsys.readouterr().out
+    assert "CollectMetrics" in plan
+    assert "Filter" not in plan  # the report rides on each task's last joined row
+    rows = left.collect()
+    assert sorted((r.id, r.name) for r in rows) == sorted(
+        (i % 30, f"n{i % 30}" if i % 30 < 20 else None) for i in range(95))
+    assert lookup_metrics(provider).hit_count > 0
+    lookup_join(df, provider, on="id", how="inner").explain()
+    assert "Filter" in capsys.readouterr().out  # an inner join drops its report rows
+
+
 def test_metrics_false_leaves_a_bare_map(spark: Any) -> None:
     provider = full()
     df = spark.range(0, 10, numPartitions=1)
