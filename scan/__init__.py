@@ -13,80 +13,32 @@ does (plan on the driver, read on executors).
 Depends on nothing of ours but the shared base ``spark_lookup``; no JVM is needed.
 """
 
-from scan.connector import (
-    ArrowRecordEmitter,
-    ArrowRecordsBySplits,
-    ElementQueue,
-    MultiThreadFetcherManager,
-    PullingSourceReader,
-    RecordEmitter,
-    RecordsBySplits,
-    RecordsWithSplitIds,
-    RowOffsetState,
-    SingleThreadFetcherManager,
-    SourceReaderBase,
-    SplitFetcherManager,
-    SplitReader,
-    SplitsAddition,
-    SplitsChange,
-    SplitState,
-)
-from scan.enumerator import ReaderInfo, SplitEnumerator, SplitEnumeratorContext
+from scan.enumerator import SplitEnumerator, SplitEnumeratorContext
 from scan.reader import InputStatus, ReaderOptions, ReaderOutput, SourceReader, SourceReaderContext
 from scan.runner import LocalSourceRunner, read_arrow
-from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
 from scan.source import Boundedness, Source
-from scan.sources import (
-    CollectionSource,
-    CollectionSplit,
-    FileSource,
-    FileSplit,
-    RedisKeysSplit,
-    RedisScanSource,
-    SqlChunkSplit,
-    SqlTableSource,
-)
+from scan.sources import CollectionSource, FileSource, RedisScanSource, SqlTableSource
 from scan.split import SourceSplit
 from scan.standalone import plan_splits, read_split, read_split_arrow
 
+# What a user of sources needs. Writing a connector: ``scan.connector`` (split readers,
+# fetchers, emitters); the built-in splits: ``scan.sources``; split serializers:
+# ``scan.serializers``.
 __all__ = [
-    "ArrowRecordEmitter",
-    "ArrowRecordsBySplits",
     "Boundedness",
     "CollectionSource",
-    "CollectionSplit",
-    "ElementQueue",
     "FileSource",
-    "FileSplit",
     "InputStatus",
-    "JsonVersionedSerializer",
     "LocalSourceRunner",
-    "MultiThreadFetcherManager",
-    "PullingSourceReader",
-    "ReaderInfo",
     "ReaderOptions",
     "ReaderOutput",
-    "RecordEmitter",
-    "RecordsBySplits",
-    "RecordsWithSplitIds",
-    "RedisKeysSplit",
     "RedisScanSource",
-    "RowOffsetState",
-    "SimpleVersionedSerializer",
-    "SingleThreadFetcherManager",
     "Source",
     "SourceReader",
-    "SourceReaderBase",
     "SourceReaderContext",
     "SourceSplit",
     "SplitEnumerator",
     "SplitEnumeratorContext",
-    "SplitFetcherManager",
-    "SplitReader",
-    "SplitState",
-    "SplitsAddition",
-    "SplitsChange",
-    "SqlChunkSplit",
     "SqlTableSource",
     "plan_splits",
     "read_arrow",

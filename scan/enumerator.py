@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from scan.source import EnumStateT, SplitT
+from scan.split import EnumStateT, SplitT
 
 __all__ = ["ReaderInfo", "SplitEnumerator", "SplitEnumeratorContext"]
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic
 
 from scan.arrow import record_batch_to_rows
-from scan.source import SplitT
+from scan.split import SplitT
 from spark_lookup.errors import ConfigError
 
 if TYPE_CHECKING:

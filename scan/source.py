@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic
 
-from scan.split import SourceSplit
+from scan.split import EnumStateT, SplitT
 
 if TYPE_CHECKING:
     from scan.enumerator import SplitEnumerator, SplitEnumeratorContext
@@ -15,8 +15,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Boundedness", "EnumStateT", "Source", "SplitT"]
 
-SplitT = TypeVar("SplitT", bound=SourceSplit)
-EnumStateT = TypeVar("EnumStateT")
 
 
 class Boundedness(enum.Enum):

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import TypeVar
 
-__all__ = ["SourceSplit"]
+__all__ = ["EnumStateT", "SourceSplit", "SplitT"]
 
 
 class SourceSplit(ABC):
@@ -28,3 +29,9 @@ class SourceSplit(ABC):
     def split_id(self) -> str:
         """An id unique among the splits of one source instance and stable across
         checkpoints: the split rebuilt from a checkpoint has the same id."""
+
+
+SplitT = TypeVar("SplitT", bound=SourceSplit)
+"""The split type of a source, its enumerator and its readers."""
+EnumStateT = TypeVar("EnumStateT")
+"""The checkpoint state type of a source's enumerator."""

@@ -249,7 +249,7 @@ class SplitFetcherManager(ABC, Generic[E, SplitT]):
 
 class SingleThreadFetcherManager(SplitFetcherManager[E, SplitT]):
     """One fetcher thread reads every split of the reader, in assignment order (the
-    default of :class:`~scan.PullingSourceReader`; what every built-in source uses, since
+    default of :class:`~scan.connector.PullingSourceReader`; what every built-in source uses, since
     a pulling reader owns one split at a time)."""
 
     def add_splits(self, splits: Sequence[SplitT]) -> None:

@@ -47,7 +47,7 @@ class PullingSourceReader(SourceReaderBase[E, SplitT, StateT], Generic[E, SplitT
     state_factory
         The initial mutable state of a split (``state.to_split()`` rebuilds it).
     fetcher_manager
-        Defaults to a :class:`~scan.SingleThreadFetcherManager` with the context's
+        Defaults to a :class:`~scan.connector.SingleThreadFetcherManager` with the context's
         queue capacity.
     """
 

@@ -31,11 +31,11 @@ class SourceReaderBase(SourceReader[SplitT], Generic[E, SplitT, StateT]):
     """A reader whose splits are read by fetcher threads and emitted by an emitter.
 
     Runs where its subtask runs; all methods are called from one thread. Fetchers (see
-    :class:`~scan.SingleThreadFetcherManager`) do the blocking reads and fill a bounded
+    :class:`~scan.connector.SingleThreadFetcherManager`) do the blocking reads and fill a bounded
     queue; :meth:`poll_next` takes fetches from it without blocking and emits at most
     ``context.options.records_per_poll`` records (rows) per call through the
-    :class:`~scan.RecordEmitter`, which advances the per-split state. Fetches of Arrow
-    batches (:class:`~scan.ArrowRecordsBySplits`) are emitted as zero-copy slices of
+    :class:`~scan.connector.RecordEmitter`, which advances the per-split state. Fetches of Arrow
+    batches (:class:`~scan.connector.ArrowRecordsBySplits`) are emitted as zero-copy slices of
     that many rows, so a poll (and a checkpoint after it) may end inside a batch.
 
     End of input is reported only when no more splits will come

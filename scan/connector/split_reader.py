@@ -44,8 +44,8 @@ class SplitReader(ABC, Generic[E, SplitT]):
     def fetch(self) -> RecordsWithSplitIds[E]:
         """Read the next batch of records of the assigned splits; may block.
 
-        Returns a :class:`~scan.RecordsBySplits` of rows or an
-        :class:`~scan.ArrowRecordsBySplits` of record batches (the reader's emitter must
+        Returns a :class:`~scan.connector.RecordsBySplits` of rows or an
+        :class:`~scan.connector.ArrowRecordsBySplits` of record batches (the reader's emitter must
         match). Records of one split come in split order across calls. A split is reported in
         ``finished_splits()`` of the batch that carries (or follows) its last record.
         Driver errors are raised as :class:`~spark_lookup.errors.ConnectorError`.

@@ -21,17 +21,8 @@ from typing import Any
 
 import pytest
 
-from scan import (
-    CollectionSource,
-    CollectionSplit,
-    FileSource,
-    FileSplit,
-    RedisKeysSplit,
-    RedisScanSource,
-    Source,
-    SqlChunkSplit,
-    SqlTableSource,
-)
+from scan import CollectionSource, FileSource, RedisScanSource, Source, SqlTableSource
+from scan.sources import CollectionSplit, FileSplit, RedisKeysSplit, SqlChunkSplit
 from spark_lookup.errors import ConnectorError, SourceError
 
 Row = tuple[Any, ...]

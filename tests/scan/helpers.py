@@ -24,28 +24,29 @@ from typing import Any
 import pyarrow as pa
 
 from scan import (
-    ArrowRecordEmitter,
-    ArrowRecordsBySplits,
     Boundedness,
     InputStatus,
     LocalSourceRunner,
-    PullingSourceReader,
     ReaderOptions,
     ReaderOutput,
-    RecordEmitter,
-    RecordsBySplits,
-    SimpleVersionedSerializer,
     Source,
     SourceReader,
     SourceReaderContext,
     SourceSplit,
     SplitEnumerator,
     SplitEnumeratorContext,
+)
+from scan.connector import (
+    ArrowRecordEmitter,
+    ArrowRecordsBySplits,
+    PullingSourceReader,
+    RecordEmitter,
+    RecordsBySplits,
     SplitReader,
     SplitsChange,
 )
 from scan.enumerator import ReaderInfo
-from scan.serializers import JsonVersionedSerializer
+from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
 from scan.sources._enumerator import (
     ListPlanner,
     PullEnumeratorState,
@@ -255,7 +256,7 @@ DECLARED = pa.schema([pa.field("n", pa.int64())])
 class ArrowMockSource(MockSource):
     """:class:`MockSource` whose readers fetch Arrow batches of ``arrow_schema`` (the
     declared schema's Arrow form unless given) and emit them with
-    :class:`~scan.ArrowRecordEmitter`."""
+    :class:`~scan.connector.ArrowRecordEmitter`."""
 
     def __init__(
         self,

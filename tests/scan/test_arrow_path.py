@@ -16,22 +16,24 @@ import pytest
 import scan.outputs
 import scan.reader
 from scan import (
-    ArrowRecordEmitter,
     CollectionSource,
     FileSource,
     InputStatus,
     LocalSourceRunner,
-    MultiThreadFetcherManager,
-    PullingSourceReader,
     ReaderOptions,
     ReaderOutput,
-    SingleThreadFetcherManager,
     plan_splits,
     read_arrow,
     read_split,
     read_split_arrow,
 )
 from scan.checkpoint import decode_checkpoint
+from scan.connector import (
+    ArrowRecordEmitter,
+    MultiThreadFetcherManager,
+    PullingSourceReader,
+    SingleThreadFetcherManager,
+)
 from scan.serializers import unpack_versioned
 from scan.sources import files
 from spark_lookup.errors import SourceError

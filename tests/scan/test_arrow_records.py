@@ -7,7 +7,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from scan import ArrowRecordEmitter, ArrowRecordsBySplits, ReaderOutput
+from scan import ReaderOutput
+from scan.connector import ArrowRecordEmitter, ArrowRecordsBySplits
 from spark_lookup.errors import SourceError
 from tests.scan.helpers import ListOutput
 

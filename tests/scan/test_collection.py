@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from scan import CollectionSource, CollectionSplit, plan_splits
+from scan import CollectionSource, plan_splits
+from scan.sources import CollectionSplit
 from spark_lookup.errors import ConfigError
 from tests.scan.helpers import run_all
 

@@ -12,17 +12,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from scan import (
-    FileSource,
-    FileSplit,
-    LocalSourceRunner,
-    ReaderOptions,
-    plan_splits,
-    read_arrow,
-    read_split,
-)
+from scan import FileSource, LocalSourceRunner, ReaderOptions, plan_splits, read_arrow, read_split
 from scan.checkpoint import decode_checkpoint
 from scan.serializers import unpack_versioned
+from scan.sources import FileSplit
 from spark_lookup.errors import BadValueError, ConfigError, ConnectorError, SourceError
 from tests.scan.helpers import bag, run_all
 

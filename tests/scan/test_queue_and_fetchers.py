@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from scan import ElementQueue, MultiThreadFetcherManager, SingleThreadFetcherManager
+from scan.connector import ElementQueue, MultiThreadFetcherManager, SingleThreadFetcherManager
 from scan.connector.records import RecordsWithSplitIds
 from spark_lookup.errors import ConfigError, ConnectorError, SourceError
 from tests.scan.helpers import Faults, ListSplit, MockSplitReader, wait_done

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from scan import InputStatus, ReaderOptions, RecordsBySplits, SourceReaderBase
+from scan import InputStatus, ReaderOptions
+from scan.connector import RecordsBySplits, SourceReaderBase
 from scan.connector.emitter import RecordEmitter
 from scan.connector.fetcher import SingleThreadFetcherManager
 from scan.reader import ReaderOutput

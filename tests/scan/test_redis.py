@@ -14,13 +14,12 @@ import pytest
 from scan import (
     LocalSourceRunner,
     ReaderOptions,
-    RedisKeysSplit,
     RedisScanSource,
     plan_splits,
     read_arrow,
     read_split,
 )
-from scan.sources import redis_scan
+from scan.sources import RedisKeysSplit, redis_scan
 from spark_lookup.errors import BadValueError, ConfigError, ConnectorError
 from tests.scan.helpers import bag, run_all
 

@@ -12,15 +12,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scan import (
-    CollectionSplit,
-    FileSplit,
-    JsonVersionedSerializer,
-    RedisKeysSplit,
-    SqlChunkSplit,
-)
 from scan.checkpoint import CheckpointData, decode_checkpoint, encode_checkpoint
-from scan.serializers import decode_value, encode_value, pack_versioned, unpack_versioned
+from scan.serializers import (
+    JsonVersionedSerializer,
+    decode_value,
+    encode_value,
+    pack_versioned,
+    unpack_versioned,
+)
+from scan.sources import CollectionSplit, FileSplit, RedisKeysSplit, SqlChunkSplit
 from scan.sources._enumerator import PullEnumeratorState
 from spark_lookup.errors import SourceError
 from tests.scan.conftest import ROWS, SCHEMA

@@ -17,16 +17,10 @@ from typing import Any
 
 import pytest
 
-from scan import (
-    LocalSourceRunner,
-    ReaderOptions,
-    SqlChunkSplit,
-    SqlTableSource,
-    plan_splits,
-    read_split,
-)
+from scan import LocalSourceRunner, ReaderOptions, SqlTableSource, plan_splits, read_split
 from scan.checkpoint import decode_checkpoint
 from scan.serializers import unpack_versioned
+from scan.sources import SqlChunkSplit
 from spark_lookup.errors import ConfigError, ConnectorError, TransientConnectorError
 from tests.scan.helpers import bag, checkpoints_along_the_way, run_all
 
