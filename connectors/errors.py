@@ -30,10 +30,11 @@ _PERMANENT_CONNECT = re.compile(
     r"unsupported|certificate",
     re.IGNORECASE,
 )
-# SQLite result codes that pass: SQLITE_BUSY (5) and SQLITE_LOCKED (6), with their
-# extended codes (the low byte).
-_SQLITE_TRANSIENT = {5, 6}
-_SQLITE_TRANSIENT_TEXT = re.compile(r"database (table )?is locked|database is busy", re.I)
+# SQLite result codes that pass: SQLITE_BUSY (5), SQLITE_LOCKED (6) and SQLITE_INTERRUPT
+# (9: a statement past its timeout), with their extended codes (the low byte).
+_SQLITE_TRANSIENT = {5, 6, 9}
+_SQLITE_TRANSIENT_TEXT = re.compile(
+    r"database (table )?is locked|database is busy|^interrupted$", re.I)
 
 
 def _sqlstate(exc: BaseException) -> str | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -152,9 +153,12 @@ class Session:
         An open connection.
     what
         What it serves, for messages (``"table 'customers'"``).
+    timeout
+        Seconds a statement may run, where the database bounds it (see
+        :meth:`_bound_statements`); None: no bound.
     """
 
-    def __init__(self, raw: Any, what: str) -> None:
+    def __init__(self, raw: Any, what: str, timeout: float | None = None) -> None:
         self.raw = raw
         self.what = what
         self.flavor = flavor_of(raw)
@@ -163,6 +167,47 @@ class Session:
         module = type(raw).__module__.split(".")[0]
         self._errors = driver_errors(module)
         self._rollback = self._prefer_autocommit()
+        self._timeout = timeout
+        self._deadline = float("inf")
+        if timeout is not None:
+            self._bound_statements(timeout)
+
+    def _bound_statements(self, timeout: float) -> None:
+        """Make the database end a statement that runs longer than ``timeout``.
+
+        PostgreSQL: ``statement_timeout`` for the session (a lock wait counts; the
+        error, SQLSTATE 57014, is transient). sqlite3: the busy timeout bounds lock
+        waits, and a progress handler interrupts a statement past its deadline
+        (SQLITE_INTERRUPT, transient). Other connections (ADBC SQLite, other DB-API
+        drivers) have no such setting here: their statements are not bounded.
+        """
+        milliseconds = max(1, int(timeout * 1000))
+        if self.flavor.backend == POSTGRES:
+            # SET takes no bound parameter (the value is an int we made). Outside
+            # autocommit it must be committed: a rollback would undo it.
+            try:
+                cursor = self.raw.cursor()
+                try:
+                    cursor.execute(f"SET statement_timeout = {milliseconds}")
+                finally:
+                    _close_quietly(cursor)
+                if self._rollback != "never":
+                    self.raw.commit()
+            except self._errors as exc:
+                raise translate(exc, f"{self.what}: setting the statement timeout failed") from exc
+            return
+        if self.flavor.backend == SQLITE and not self.flavor.adbc:
+            self.raw.execute(f"PRAGMA busy_timeout = {milliseconds}")
+            self.raw.set_progress_handler(self._past_deadline, 10_000)
+            return
+        log.debug("%s: no statement timeout for %r connections", self.what, self.raw)
+
+    def _past_deadline(self) -> int:
+        return 1 if time.monotonic() > self._deadline else 0
+
+    def _start_statement(self) -> None:
+        if self._timeout is not None:
+            self._deadline = time.monotonic() + self._timeout
 
     def _prefer_autocommit(self) -> str:
         raw = self.raw
@@ -209,6 +254,7 @@ class Session:
         try:
             cursor = self.raw.cursor()
             try:
+                self._start_statement()
                 cursor.execute(sql, params)
                 fetched = [tuple(row) for row in cursor.fetchall()]
             finally:
@@ -244,6 +290,7 @@ class Session:
             self.broken = True
             raise translate(exc, f"{self.what}: {purpose} failed") from exc
         finished = False
+        self._start_statement()
         try:
             if self.flavor.adbc:
                 yield from self._adbc_arrays(cursor, sql, params, len(wire))
@@ -295,8 +342,9 @@ class Session:
         _close_quietly(self.raw)
 
 
-def open_session(factory: Any, what: str) -> Session:
-    """Call a connection factory and wrap its connection.
+def open_session(factory: Any, what: str, timeout: float | None = None) -> Session:
+    """Call a connection factory and wrap its connection (``timeout``: see
+    :class:`Session`).
 
     Raises
     ------
@@ -311,7 +359,7 @@ def open_session(factory: Any, what: str) -> Session:
     if raw is None:
         raise ConnectorError(f"the connection factory of {what} returned None")
     try:
-        return Session(raw, what)
+        return Session(raw, what, timeout)
     except BaseException:
         _close_quietly(raw)
         raise

@@ -16,7 +16,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -32,6 +32,7 @@ from connectors.sql.catalog import ColumnInfo, TableInfo, describe_table
 from connectors.sql.session import POSTGRES, SQLITE, Session, open_session
 from connectors.sql.types import ColumnRead, natural_type, read_column
 from spark_lookup.errors import ConfigError
+from spark_lookup.options import as_timedelta
 from spark_lookup.schema import SchemaLike, parse_schema, to_arrow_schema
 from spark_lookup.sql import qualified_name, quote_identifier, validate_identifier
 
@@ -159,6 +160,9 @@ class SqlTable:
         :class:`~connectors.Predicate` s every row read must meet, in every mode.
     mode
         The :class:`~connectors.BadValuePolicy` (default PERMISSIVE).
+    timeout
+        How long one statement may run (PostgreSQL and sqlite3; see
+        :class:`~connectors.sql.session.Session`), or None.
     """
 
     def __init__(
@@ -171,7 +175,10 @@ class SqlTable:
         key_columns: Sequence[str] = (),
         filters: Sequence[Predicate] | None = None,
         mode: BadValuePolicy | str = BadValuePolicy.PERMISSIVE,
+        timeout: timedelta | float | None = None,
     ) -> None:
+        self.timeout = None if timeout is None else as_timedelta(
+            timeout, f"timeout of table {table!r}").total_seconds()
         self.table_sql = qualified_name(table, "table name")
         self.table = table
         self.factory = check_factory(connection_factory, f"table {table!r}")
@@ -223,7 +230,7 @@ class SqlTable:
         ConnectorError
             If connecting fails (transient or not, as the driver says).
         """
-        return open_session(self.factory, self.what)
+        return open_session(self.factory, self.what, self.timeout)
 
     def acquire(self) -> Session:
         """A session for a read: an idle one of this process's pool, else a new one.

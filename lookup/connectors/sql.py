@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -96,6 +97,13 @@ class SqlLookupFunction(LookupFunction):
         Conditions a row must meet to be found (the same as the full cache's).
     mode : {"PERMISSIVE", "DROPMALFORMED", "FAILFAST"}
         The bad-value policy.
+    timeout : timedelta or float (seconds), optional
+        How long one lookup statement may run, lock waits included: PostgreSQL's
+        ``statement_timeout`` for the function's sessions; on sqlite3 connections the
+        busy timeout and an interrupt past the deadline. A statement ended by it is a
+        transient failure, counted and retried by the runtime's ``RetryPolicy``. Not
+        applied to ADBC SQLite or other drivers. Default: none (Redis lookups are
+        bounded by ``RedisLookupFunction``'s ``socket_timeout``).
 
     Raises
     ------
@@ -126,6 +134,7 @@ class SqlLookupFunction(LookupFunction):
         max_batch_size: int | None = None,
         filters: Sequence[Predicate] | None = None,
         mode: BadValuePolicy | str = BadValuePolicy.PERMISSIVE,
+        timeout: timedelta | float | None = None,
     ) -> None:
         keys = [key_columns] if isinstance(key_columns, str) else list(key_columns)
         if max_batch_size is not None and (
@@ -135,7 +144,7 @@ class SqlLookupFunction(LookupFunction):
             raise ConfigError(f"max_batch_size must be a positive int, got {max_batch_size!r}")
         self._sql = SqlTable(
             connection_factory, table, columns=columns, schema=schema, key_columns=keys,
-            filters=filters, mode=mode,
+            filters=filters, mode=mode, timeout=timeout,
         )
         self._max_batch_size = max_batch_size
         if schema is None:
