@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pyspark.sql.types import StructType
 
@@ -104,6 +104,30 @@ def _function_parts(
     return fn.struct, tuple(fn.key_fields())
 
 
+_P = TypeVar("_P", bound=LookupProvider)
+
+
+def _built(
+    cls: type[_P],
+    fn: Any,
+    base: type[LookupFunctionBase],
+    max_retries: int | None,
+    retry_policy: RetryPolicy | None,
+    retry_on_miss: MissRetry | None,
+    batch_size: int,
+    **extra: Any,
+) -> _P:
+    """The one builder behind the function providers' ``of``: checks ``fn`` (an
+    instance of ``base``) and the shared options, then ``extra`` as given."""
+    schema, keys = _function_parts(fn, base)
+    build: Any = cls  # each caller's class has function and batch_size fields
+    provider: _P = build(
+        schema, keys, _retry_policy(max_retries, retry_policy), _miss_retry(retry_on_miss),
+        function=fn, batch_size=_positive_int(batch_size, "batch_size"), **extra,
+    )
+    return provider
+
+
 @dataclass(frozen=True)
 class LookupFunctionProvider(LookupProvider):
     """Looks every key up in the function, with no cache (Flink's ``LookupFunctionProvider``).
@@ -144,15 +168,8 @@ class LookupFunctionProvider(LookupProvider):
         ConfigError
             For an invalid schema, key columns or option (a ``ValueError``).
         """
-        schema, keys = _function_parts(fn, LookupFunction)
-        return cls(
-            schema,
-            keys,
-            _retry_policy(max_retries, retry_policy),
-            _miss_retry(retry_on_miss),
-            function=fn,
-            batch_size=_positive_int(batch_size, "batch_size"),
-        )
+        return _built(cls, fn, LookupFunction, max_retries, retry_policy, retry_on_miss,
+                      batch_size)
 
 
 @dataclass(frozen=True)
@@ -192,16 +209,8 @@ class PartialCachingLookupProvider(LookupFunctionProvider):
         >>> provider.kind, provider.key_columns
         ('PARTIAL', ('n',))
         """
-        schema, keys = _function_parts(fn, LookupFunction)
-        return cls(
-            schema,
-            keys,
-            _retry_policy(max_retries, retry_policy),
-            _miss_retry(retry_on_miss),
-            function=fn,
-            batch_size=_positive_int(batch_size, "batch_size"),
-            cache=_check_cache(cache),
-        )
+        return _built(cls, fn, LookupFunction, max_retries, retry_policy, retry_on_miss,
+                      batch_size, cache=_check_cache(cache))
 
 
 @dataclass(frozen=True)
@@ -236,17 +245,9 @@ class AsyncLookupFunctionProvider(LookupProvider):
             Bound of one lookup (``timedelta`` or seconds); a timeout is a failed attempt
             and is retried like any error.
         """
-        schema, keys = _function_parts(fn, AsyncLookupFunction)
-        return cls(
-            schema,
-            keys,
-            _retry_policy(max_retries, retry_policy),
-            _miss_retry(retry_on_miss),
-            function=fn,
-            capacity=_positive_int(capacity, "capacity"),
-            timeout=as_timedelta(timeout, "timeout"),
-            batch_size=_positive_int(batch_size, "batch_size"),
-        )
+        return _built(cls, fn, AsyncLookupFunction, max_retries, retry_policy, retry_on_miss,
+                      batch_size, capacity=_positive_int(capacity, "capacity"),
+                      timeout=as_timedelta(timeout, "timeout"))
 
 
 @dataclass(frozen=True)
@@ -275,18 +276,9 @@ class PartialCachingAsyncLookupProvider(AsyncLookupFunctionProvider):
     ) -> PartialCachingAsyncLookupProvider:
         """A provider caching the results of the async ``fn`` in ``cache``; options as
         :meth:`AsyncLookupFunctionProvider.of`."""
-        schema, keys = _function_parts(fn, AsyncLookupFunction)
-        return cls(
-            schema,
-            keys,
-            _retry_policy(max_retries, retry_policy),
-            _miss_retry(retry_on_miss),
-            function=fn,
-            capacity=_positive_int(capacity, "capacity"),
-            timeout=as_timedelta(timeout, "timeout"),
-            batch_size=_positive_int(batch_size, "batch_size"),
-            cache=_check_cache(cache),
-        )
+        return _built(cls, fn, AsyncLookupFunction, max_retries, retry_policy, retry_on_miss,
+                      batch_size, capacity=_positive_int(capacity, "capacity"),
+                      timeout=as_timedelta(timeout, "timeout"), cache=_check_cache(cache))
 
 
 @dataclass(frozen=True)
