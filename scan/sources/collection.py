@@ -3,29 +3,16 @@ Arrow record batches."""
 
 from __future__ import annotations
 
-import threading
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import types as T
 
 from scan.arrow import conform_to_schema, record_batch_to_rows, rows_to_record_batch
-from scan.connector.arrow_records import ArrowRecordsBySplits
-from scan.connector.emitter import ArrowRecordEmitter
-from scan.connector.pulling import PullingSourceReader
-from scan.connector.split_reader import SplitReader, SplitsChange
-from scan.enumerator import SplitEnumerator, SplitEnumeratorContext
-from scan.reader import SourceReader, SourceReaderContext
 from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
-from scan.source import Boundedness, Source
-from scan.sources._enumerator import (
-    ListPlanner,
-    PullEnumeratorState,
-    PullEnumeratorStateSerializer,
-    PullSplitEnumerator,
-)
+from scan.sources._enumerator import ListPlanner, SplitPlanner
+from scan.sources._pull import PullSource, QueueSplitReader
 from scan.sources._types import arrow_to_spark, infer_python_type
 from scan.split import SourceSplit
 from spark_lookup.errors import ConfigError
@@ -70,57 +57,26 @@ class _SplitSerializer(JsonVersionedSerializer[CollectionSplit]):
         return CollectionSplit(int(index), int(start), int(end))
 
 
-class _State:
-    __slots__ = ("position", "split")
-
-    def __init__(self, split: CollectionSplit) -> None:
-        self.split = split
-        self.position = split.start
-
-    def advance(self, rows: int) -> None:
-        self.position += rows
-
-    def to_split(self) -> CollectionSplit:
-        return replace(self.split, start=self.position)
-
-
 # Rows start..end of the collection as Arrow (a conversion, or a slice of a table).
 Chunk = Callable[[int, int], "pa.RecordBatch | pa.Table"]
 
 
-class _SplitReader(SplitReader["pa.RecordBatch", CollectionSplit]):
+class _SplitReader(QueueSplitReader[CollectionSplit]):
     def __init__(self, chunk: Chunk, fetch_rows: int) -> None:
+        super().__init__()
         self._chunk = chunk
         self._fetch_rows = fetch_rows
-        self._splits: deque[CollectionSplit] = deque()
         self._position = -1
-        self._woken = threading.Event()
 
-    def fetch(self) -> ArrowRecordsBySplits:
-        records = ArrowRecordsBySplits()
-        if self._woken.is_set():
-            self._woken.clear()
-            return records
-        if not self._splits:
-            return records
-        split = self._splits[0]
+    def read_next(self, split: CollectionSplit) -> tuple[pa.RecordBatch | pa.Table | None, bool]:
         if self._position < 0:
             self._position = split.start
-        end = min(split.end, self._position + self._fetch_rows)
-        if end > self._position:
-            records.add(split.split_id, self._chunk(self._position, end))
-        self._position = end
-        if end >= split.end:
-            records.add_finished(split.split_id)
-            self._splits.popleft()
-            self._position = -1
-        return records
+        start = self._position
+        self._position = end = min(split.end, start + self._fetch_rows)
+        return (self._chunk(start, end) if end > start else None), end >= split.end
 
-    def handle_splits_changes(self, change: SplitsChange[CollectionSplit]) -> None:
-        self._splits.extend(change.splits)
-
-    def wake_up(self) -> None:
-        self._woken.set()
+    def split_done(self) -> None:
+        self._position = -1
 
 
 def _is_arrow(data: Any) -> bool:
@@ -129,7 +85,7 @@ def _is_arrow(data: Any) -> bool:
     return isinstance(data, (pa.Table, pa.RecordBatch))
 
 
-class CollectionSource(Source[CollectionSplit, PullEnumeratorState[CollectionSplit]]):
+class CollectionSource(PullSource[CollectionSplit]):
     """Rows held in memory, or an Arrow table, cut into ``num_splits`` contiguous splits
     of near-equal size.
 
@@ -180,6 +136,8 @@ class CollectionSource(Source[CollectionSplit, PullEnumeratorState[CollectionSpl
     >>> CollectionSource(wide, schema="v STRING, id INT").rows
     (('a', 1), ('b', 2))
     """
+
+    ROWS_FIELD = "start"
 
     def __init__(
         self,
@@ -271,10 +229,6 @@ class CollectionSource(Source[CollectionSplit, PullEnumeratorState[CollectionSpl
         return self._num_splits
 
     @property
-    def boundedness(self) -> Boundedness:
-        return Boundedness.BOUNDED
-
-    @property
     def schema(self) -> T.StructType:
         return self._schema
 
@@ -284,21 +238,11 @@ class CollectionSource(Source[CollectionSplit, PullEnumeratorState[CollectionSpl
         bounds = [count * i // parts for i in range(parts + 1)]
         return [CollectionSplit(i, bounds[i], bounds[i + 1]) for i in range(parts)]
 
-    def create_enumerator(
-        self, context: SplitEnumeratorContext[CollectionSplit]
-    ) -> SplitEnumerator[CollectionSplit, PullEnumeratorState[CollectionSplit]]:
-        return PullSplitEnumerator(context, ListPlanner(self.splits()))
+    def planner(self, progress: Any | None) -> SplitPlanner[CollectionSplit]:
+        position = 0 if progress is None else ListPlanner.position_of(progress)
+        return ListPlanner(self.splits(), position)
 
-    def restore_enumerator(
-        self,
-        context: SplitEnumeratorContext[CollectionSplit],
-        state: PullEnumeratorState[CollectionSplit],
-    ) -> SplitEnumerator[CollectionSplit, PullEnumeratorState[CollectionSplit]]:
-        position = ListPlanner.position_of(state.progress)
-        return PullSplitEnumerator(context, ListPlanner(self.splits(), position), state.pending)
-
-    def create_reader(self, context: SourceReaderContext) -> SourceReader[CollectionSplit]:
-        """A reader of splits of this collection; where its subtask runs."""
+    def split_reader(self) -> Callable[[], _SplitReader]:
         table, rows = self._table, self._rows
         chunk: Chunk
         if table is not None:
@@ -315,18 +259,7 @@ class CollectionSource(Source[CollectionSplit, PullEnumeratorState[CollectionSpl
             def chunk(start: int, end: int) -> pa.RecordBatch:
                 return rows_to_record_batch(rows[start:end], schema, "CollectionSource")
 
-        return PullingSourceReader(
-            context, lambda: _SplitReader(chunk, fetch_rows), ArrowRecordEmitter(), _State
-        )
+        return lambda: _SplitReader(chunk, fetch_rows)
 
-    @property
-    def split_serializer(self) -> SimpleVersionedSerializer[CollectionSplit]:
+    def serializer(self) -> SimpleVersionedSerializer[CollectionSplit]:
         return _SplitSerializer()
-
-    @property
-    def enumerator_state_serializer(
-        self,
-    ) -> SimpleVersionedSerializer[PullEnumeratorState[CollectionSplit]]:
-        return PullEnumeratorStateSerializer(
-            _SplitSerializer(), 1, "the CollectionSource enumerator state"
-        )

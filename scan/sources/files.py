@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import os
 import re
-import threading
-from collections import deque
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyspark.sql import types as T
@@ -15,20 +13,11 @@ from pyspark.sql import types as T
 from connectors.convert import Conformer, castable
 from connectors.policy import BadValuePolicy, BadValueStats
 from connectors.predicates import Predicate, check_predicates, predicates_mask
-from scan.connector.arrow_records import ArrowRecordsBySplits
-from scan.connector.emitter import ArrowRecordEmitter
-from scan.connector.pulling import PullingSourceReader
-from scan.connector.split_reader import SplitReader, SplitsChange
-from scan.enumerator import SplitEnumerator, SplitEnumeratorContext
-from scan.reader import SourceReader, SourceReaderContext
 from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
-from scan.source import Boundedness, Source
 from scan.sources._enumerator import (
-    PullEnumeratorState,
-    PullEnumeratorStateSerializer,
-    PullSplitEnumerator,
     SplitPlanner,
 )
+from scan.sources._pull import PullSource, QueueSplitReader
 from scan.sources._types import arrow_to_spark
 from scan.split import SourceSplit
 from spark_lookup.errors import ConfigError, ConnectorError, SourceError, SparkLookupError
@@ -160,20 +149,6 @@ class _FilePlanner(SplitPlanner[FileSplit]):
             state.update(file=path, next=0, groups=metadata.num_row_groups)
 
 
-class _State:
-    __slots__ = ("offset", "split")
-
-    def __init__(self, split: FileSplit) -> None:
-        self.split = split
-        self.offset = split.offset
-
-    def advance(self, rows: int) -> None:
-        self.offset += rows
-
-    def to_split(self) -> FileSplit:
-        return replace(self.split, offset=self.offset)
-
-
 T_ = TypeVar("T_")
 
 
@@ -234,28 +209,20 @@ class _Reading:
         return out
 
 
-class _SplitReader(SplitReader["pa.RecordBatch", FileSplit]):
+class _SplitReader(QueueSplitReader[FileSplit]):
     """Reads one split at a time, one decoded batch per fetch, only the declared
     columns; runs on its fetcher thread (the open Parquet file is kept for the next
     row group of the same file)."""
 
     def __init__(self, file_format: str, schema: pa.Schema, reading: _Reading) -> None:
+        super().__init__()
         self._format = file_format
         self._schema = schema
         self._reading = reading
-        self._splits: deque[FileSplit] = deque()
         self._batches: Iterator[tuple[pa.RecordBatch, bool]] | None = None
         self._parquet_file: tuple[str, Any] | None = None
-        self._woken = threading.Event()
 
-    def fetch(self) -> ArrowRecordsBySplits:
-        records = ArrowRecordsBySplits()
-        if self._woken.is_set():
-            self._woken.clear()
-            return records
-        if not self._splits:
-            return records
-        split = self._splits[0]
+    def read_next(self, split: FileSplit) -> tuple[pa.RecordBatch | None, bool]:
         try:
             if self._batches is None:
                 self._batches = _with_last(self._open(split))
@@ -264,14 +231,12 @@ class _SplitReader(SplitReader["pa.RecordBatch", FileSplit]):
             raise
         except (OSError, ValueError, TypeError, KeyError) as exc:  # pyarrow's errors
             raise _io_error(f"reading {split.split_id!r}", exc) from exc
-        if item is not None:
-            batch, last = item
-            records.add(split.split_id, batch)
-        if item is None or last:
-            self._batches = None
-            self._splits.popleft()
-            records.add_finished(split.split_id)
-        return records
+        if item is None:
+            return None, True
+        return item
+
+    def split_done(self) -> None:
+        self._batches = None
 
     def _open(self, split: FileSplit) -> Iterator[pa.RecordBatch]:
         if self._format == "parquet":
@@ -332,12 +297,6 @@ class _SplitReader(SplitReader["pa.RecordBatch", FileSplit]):
         except ValueError as exc:
             raise _csv_value_error(split.path, exc) from exc
 
-    def handle_splits_changes(self, change: SplitsChange[FileSplit]) -> None:
-        self._splits.extend(change.splits)
-
-    def wake_up(self) -> None:
-        self._woken.set()
-
     def close(self) -> None:
         self._batches = None
         self._close_parquet()
@@ -366,7 +325,7 @@ def _csv_value_error(path: str, exc: ValueError) -> SparkLookupError:
     )
 
 
-class FileSource(Source[FileSplit, PullEnumeratorState[FileSplit]]):
+class FileSource(PullSource[FileSplit]):
     """Parquet or CSV files read with pyarrow: one split per Parquet row group, one per
     CSV file.
 
@@ -428,6 +387,8 @@ class FileSource(Source[FileSplit, PullEnumeratorState[FileSplit]]):
     ['#0', '#1']
     """
 
+    ROWS_FIELD = "offset"
+
     def __init__(
         self,
         paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
@@ -468,10 +429,6 @@ class FileSource(Source[FileSplit, PullEnumeratorState[FileSplit]]):
         return self._format
 
     @property
-    def boundedness(self) -> Boundedness:
-        return Boundedness.BOUNDED
-
-    @property
     def schema(self) -> T.StructType:
         """The declared schema, or the first file's (which reads its footer or header)."""
         if self._schema is None:
@@ -499,29 +456,14 @@ class FileSource(Source[FileSplit, PullEnumeratorState[FileSplit]]):
              for f in arrow_schema]
         )
 
-    def create_enumerator(
-        self, context: SplitEnumeratorContext[FileSplit]
-    ) -> SplitEnumerator[FileSplit, PullEnumeratorState[FileSplit]]:
-        planner = _FilePlanner(self._paths, self._format, self.schema.names)
-        return PullSplitEnumerator(context, planner)
+    def planner(self, progress: Any | None) -> SplitPlanner[FileSplit]:
+        return _FilePlanner(self._paths, self._format, self.schema.names, progress)
 
-    def restore_enumerator(
-        self,
-        context: SplitEnumeratorContext[FileSplit],
-        state: PullEnumeratorState[FileSplit],
-    ) -> SplitEnumerator[FileSplit, PullEnumeratorState[FileSplit]]:
-        planner = _FilePlanner(self._paths, self._format, self.schema.names, state.progress)
-        return PullSplitEnumerator(context, planner, state.pending)
-
-    def create_reader(self, context: SourceReaderContext) -> SourceReader[FileSplit]:
-        """A reader of this source's splits; where its subtask runs (its split reader
-        opens the files on its fetcher thread)."""
+    def split_reader(self) -> Callable[[], _SplitReader]:
+        """Makes split readers, which open the files on their fetcher threads."""
         file_format, schema = self._format, to_arrow_schema(self.schema)
         reading = self._reading_state()
-        return PullingSourceReader(
-            context, lambda: _SplitReader(file_format, schema, reading), ArrowRecordEmitter(),
-            _State,
-        )
+        return lambda: _SplitReader(file_format, schema, reading)
 
     def _reading_state(self) -> _Reading:
         if self._reading is None:
@@ -538,17 +480,8 @@ class FileSource(Source[FileSplit, PullEnumeratorState[FileSplit]]):
         state["_reading"] = None  # per process: the counter of bad values
         return state
 
-    @property
-    def split_serializer(self) -> SimpleVersionedSerializer[FileSplit]:
+    def serializer(self) -> SimpleVersionedSerializer[FileSplit]:
         return _SplitSerializer()
-
-    @property
-    def enumerator_state_serializer(
-        self,
-    ) -> SimpleVersionedSerializer[PullEnumeratorState[FileSplit]]:
-        return PullEnumeratorStateSerializer(
-            _SplitSerializer(), 1, "the FileSource enumerator state"
-        )
 
     def __repr__(self) -> str:
         return f"FileSource({self._paths!r}, format={self._format!r})"

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import base64
-import threading
-from collections import deque
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -17,20 +15,11 @@ from connectors.policy import BadValuePolicy
 from connectors.predicates import Predicate
 from connectors.redis import RedisTable
 from connectors.redis.client import redact_url, redis_client_from_url
-from scan.connector.arrow_records import ArrowRecordsBySplits
-from scan.connector.emitter import ArrowRecordEmitter
-from scan.connector.pulling import PullingSourceReader
-from scan.connector.split_reader import SplitReader, SplitsChange
-from scan.enumerator import SplitEnumerator, SplitEnumeratorContext
-from scan.reader import SourceReader, SourceReaderContext
 from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
-from scan.source import Boundedness, Source
 from scan.sources._enumerator import (
-    PullEnumeratorState,
-    PullEnumeratorStateSerializer,
-    PullSplitEnumerator,
     SplitPlanner,
 )
+from scan.sources._pull import PullSource, QueueSplitReader
 from scan.split import SourceSplit
 from spark_lookup.errors import ConfigError, ConnectorError, SourceError
 from spark_lookup.schema import SchemaLike, parse_schema
@@ -144,45 +133,24 @@ class _KeyPlanner(SplitPlanner[RedisKeysSplit]):
             client.close()
 
 
-class _State:
-    __slots__ = ("emitted", "split")
-
-    def __init__(self, split: RedisKeysSplit) -> None:
-        self.split = split
-        self.emitted = 0
-
-    def to_split(self) -> RedisKeysSplit:
-        return replace(self.split, skip_rows=self.split.skip_rows + self.emitted)
-
-    def advance(self, rows: int) -> None:
-        self.emitted += rows
-
-
-class _SplitReader(SplitReader[pa.RecordBatch, RedisKeysSplit]):
+class _SplitReader(QueueSplitReader[RedisKeysSplit]):
     """Reads the values of a split's keys in pipelined batches, through the table's
     codec; a restored split re-reads its keys from ``position`` and drops the rows
     emitted before the checkpoint (exact for data that does not change in between)."""
 
     def __init__(self, table: RedisTable) -> None:
+        super().__init__()
         self._table = table
         self._client: Any = None  # this fetcher's own, made on its thread
-        self._splits: deque[RedisKeysSplit] = deque()
         self._next = -1
         self._to_skip = 0
-        self._woken = threading.Event()
 
-    def fetch(self) -> ArrowRecordsBySplits:
-        records = ArrowRecordsBySplits()
-        if self._woken.is_set():
-            self._woken.clear()
-            return records
-        if not self._splits:
-            return records
-        split = self._splits[0]
+    def read_next(self, split: RedisKeysSplit) -> tuple[pa.RecordBatch | None, bool]:
         if self._next < 0:
             self._next, self._to_skip = split.position, split.skip_rows
         start = self._next
         keys = split.keys[start : start + _READ_BATCH]
+        batch = None
         if keys:
             if self._client is None:
                 self._client = self._table.new_client()
@@ -190,20 +158,11 @@ class _SplitReader(SplitReader[pa.RecordBatch, RedisKeysSplit]):
             if self._to_skip:
                 dropped = min(self._to_skip, batch.num_rows)
                 batch, self._to_skip = batch.slice(dropped), self._to_skip - dropped
-            if batch.num_rows:
-                records.add(split.split_id, batch)
         self._next = start + len(keys)
-        if self._next >= len(split.keys):
-            self._splits.popleft()
-            self._next = -1
-            records.add_finished(split.split_id)
-        return records
+        return batch, self._next >= len(split.keys)
 
-    def handle_splits_changes(self, change: SplitsChange[RedisKeysSplit]) -> None:
-        self._splits.extend(change.splits)
-
-    def wake_up(self) -> None:
-        self._woken.set()
+    def split_done(self) -> None:
+        self._next = -1
 
     def close(self) -> None:
         client, self._client = self._client, None
@@ -211,7 +170,7 @@ class _SplitReader(SplitReader[pa.RecordBatch, RedisKeysSplit]):
             client.close()
 
 
-class RedisScanSource(Source[RedisKeysSplit, PullEnumeratorState[RedisKeysSplit]]):
+class RedisScanSource(PullSource[RedisKeysSplit]):
     """Redis keys matching a glob pattern (or made by a key template), read as rows.
 
     Built on the driver and picklable (it holds the URL, no client). The enumerator
@@ -277,6 +236,8 @@ class RedisScanSource(Source[RedisKeysSplit, PullEnumeratorState[RedisKeysSplit]
     >>> table = read_arrow(source, parallelism=4)  # doctest: +SKIP
     """
 
+    ROWS_FIELD = "skip_rows"
+
     def __init__(
         self,
         url: str,
@@ -340,46 +301,18 @@ class RedisScanSource(Source[RedisKeysSplit, PullEnumeratorState[RedisKeysSplit]
         return self._table.bad_value_count
 
     @property
-    def boundedness(self) -> Boundedness:
-        return Boundedness.BOUNDED
-
-    @property
     def schema(self) -> T.StructType:
         return self._table.schema
 
-    def create_enumerator(
-        self, context: SplitEnumeratorContext[RedisKeysSplit]
-    ) -> SplitEnumerator[RedisKeysSplit, PullEnumeratorState[RedisKeysSplit]]:
-        return PullSplitEnumerator(
-            context, _KeyPlanner(self._url, self._match, self._keys_per_split)
-        )
+    def planner(self, progress: Any | None) -> SplitPlanner[RedisKeysSplit]:
+        return _KeyPlanner(self._url, self._match, self._keys_per_split, progress)
 
-    def restore_enumerator(
-        self,
-        context: SplitEnumeratorContext[RedisKeysSplit],
-        state: PullEnumeratorState[RedisKeysSplit],
-    ) -> SplitEnumerator[RedisKeysSplit, PullEnumeratorState[RedisKeysSplit]]:
-        planner = _KeyPlanner(self._url, self._match, self._keys_per_split, state.progress)
-        return PullSplitEnumerator(context, planner, state.pending)
-
-    def create_reader(self, context: SourceReaderContext) -> SourceReader[RedisKeysSplit]:
+    def split_reader(self) -> Callable[[], _SplitReader]:
         table = self._table
+        return lambda: _SplitReader(table)
 
-        return PullingSourceReader(
-            context, lambda: _SplitReader(table), ArrowRecordEmitter(), _State
-        )
-
-    @property
-    def split_serializer(self) -> SimpleVersionedSerializer[RedisKeysSplit]:
+    def serializer(self) -> SimpleVersionedSerializer[RedisKeysSplit]:
         return _SplitSerializer()
-
-    @property
-    def enumerator_state_serializer(
-        self,
-    ) -> SimpleVersionedSerializer[PullEnumeratorState[RedisKeysSplit]]:
-        return PullEnumeratorStateSerializer(
-            _SplitSerializer(), 1, "the RedisScanSource enumerator state"
-        )
 
     def __repr__(self) -> str:
         return (f"RedisScanSource({self.url!r}, {self._match!r}, "

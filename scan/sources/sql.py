@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
@@ -14,19 +13,11 @@ from pyspark.sql import types as T
 from connectors.policy import BadValuePolicy
 from connectors.predicates import Predicate
 from connectors.sql import Session, SqlPlan, SqlTable
-from scan.connector.arrow_records import ArrowRecordsBySplits
 from scan.connector.emitter import RecordEmitter
-from scan.connector.pulling import PullingSourceReader
-from scan.connector.split_reader import SplitReader, SplitsChange
-from scan.enumerator import SplitEnumerator, SplitEnumeratorContext
-from scan.reader import ReaderOutput, SourceReader, SourceReaderContext
+from scan.reader import ReaderOutput
 from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
-from scan.source import Boundedness, Source
-from scan.sources._enumerator import (
-    PullEnumeratorState,
-    PullEnumeratorStateSerializer,
-    PullSplitEnumerator,
-)
+from scan.sources._enumerator import SplitPlanner
+from scan.sources._pull import PullSource, QueueSplitReader
 from scan.sources._sql_chunks import ChunkPlan, SqlChunkPlanner, SqlChunkSplit, chunk_conditions
 from spark_lookup.errors import ConfigError
 from spark_lookup.schema import SchemaLike
@@ -96,28 +87,20 @@ class _Emitter(RecordEmitter[pa.RecordBatch, _ChunkState]):
             split_state.last_key = [element.column(split_state.keyset_index)[-1].as_py()]
 
 
-class _SplitReader(SplitReader[pa.RecordBatch, SqlChunkSplit]):
+class _SplitReader(QueueSplitReader[SqlChunkSplit]):
     """Reads chunks one after the other on one session, opened on the first chunk (on
     the fetcher thread, which also closes it: SQLite connections stay on one thread).
     A chunk arrives in the batches its driver streams, so the reader starts emitting
     (and a checkpoint can fall) before the whole chunk is fetched."""
 
     def __init__(self, table: SqlTable, plan: ChunkPlan) -> None:
+        super().__init__()
         self._table = table
         self._plan = plan
-        self._splits: deque[SqlChunkSplit] = deque()
         self._session: Session | None = None
         self._batches: Iterator[pa.RecordBatch] | None = None
-        self._woken = threading.Event()
 
-    def fetch(self) -> ArrowRecordsBySplits:
-        records = ArrowRecordsBySplits()
-        if self._woken.is_set():
-            self._woken.clear()
-            return records
-        if not self._splits:
-            return records
-        split = self._splits[0]
+    def read_next(self, split: SqlChunkSplit) -> tuple[pa.RecordBatch | None, bool]:
         if self._session is None:
             self._session = self._table.acquire()
         if self._batches is None:
@@ -130,20 +113,10 @@ class _SplitReader(SplitReader[pa.RecordBatch, SqlChunkSplit]):
                 key_column=plan.split_column,
             )
         batch = next(self._batches, None)
-        if batch is not None and batch.num_rows:
-            records.add(split.split_id, batch)
-        if batch is None:
-            self._batches = None
-            self._splits.popleft()
-            records.add_finished(split.split_id)
-        return records
+        return batch, batch is None
 
-    def handle_splits_changes(self, change: SplitsChange[SqlChunkSplit]) -> None:
-        self._splits.extend(change.splits)
-
-    def wake_up(self) -> None:
-        # A running query is not interrupted; fetch returns between batches.
-        self._woken.set()
+    def split_done(self) -> None:
+        self._batches = None
 
     def close(self) -> None:
         batches, self._batches = self._batches, None
@@ -168,7 +141,7 @@ def _reads_as_stored(plan: SqlPlan, index: int) -> bool:
     ) and ("'text'" in read.expression) == isinstance(data_type, T.StringType)
 
 
-class SqlTableSource(Source[SqlChunkSplit, PullEnumeratorState[SqlChunkSplit]]):
+class SqlTableSource(PullSource[SqlChunkSplit]):
     """A SQL table read in chunks of split-column ranges, as Flink CDC chunks a snapshot
     (see :mod:`scan.sources._sql_chunks`): PostgreSQL or SQLite over ADBC (Arrow end to
     end) or DB-API (psycopg, sqlite3), or another DB-API database given a schema.
@@ -361,10 +334,6 @@ class SqlTableSource(Source[SqlChunkSplit, PullEnumeratorState[SqlChunkSplit]]):
         )
 
     @property
-    def boundedness(self) -> Boundedness:
-        return Boundedness.BOUNDED
-
-    @property
     def schema(self) -> T.StructType:
         """The declared schema, or the one inferred from the catalog (which reads it and
         checks the split column)."""
@@ -373,43 +342,21 @@ class SqlTableSource(Source[SqlChunkSplit, PullEnumeratorState[SqlChunkSplit]]):
         self.read_plan()
         return self._sql.plan().schema
 
-    def create_enumerator(
-        self, context: SplitEnumeratorContext[SqlChunkSplit]
-    ) -> SplitEnumerator[SqlChunkSplit, PullEnumeratorState[SqlChunkSplit]]:
-        return PullSplitEnumerator(
-            context, SqlChunkPlanner(self._sql, self.read_plan(), self._chunk_size)
-        )
+    def planner(self, progress: Any | None) -> SplitPlanner[SqlChunkSplit]:
+        return SqlChunkPlanner(self._sql, self.read_plan(), self._chunk_size, progress)
 
-    def restore_enumerator(
-        self,
-        context: SplitEnumeratorContext[SqlChunkSplit],
-        state: PullEnumeratorState[SqlChunkSplit],
-    ) -> SplitEnumerator[SqlChunkSplit, PullEnumeratorState[SqlChunkSplit]]:
-        planner = SqlChunkPlanner(self._sql, self.read_plan(), self._chunk_size, state.progress)
-        return PullSplitEnumerator(context, planner, state.pending)
+    def split_reader(self) -> Callable[[], _SplitReader]:
+        plan, table = self.read_plan(), self._sql
+        return lambda: _SplitReader(table, plan)
 
-    def create_reader(self, context: SourceReaderContext) -> SourceReader[SqlChunkSplit]:
-        plan = self.read_plan()
-        table = self._sql
+    def split_state(self, split: SqlChunkSplit) -> _ChunkState:
+        return _ChunkState(split, self.read_plan().keyset_index)
 
-        def state_of(split: SqlChunkSplit) -> _ChunkState:
-            return _ChunkState(split, plan.keyset_index)
+    def emitter(self) -> _Emitter:
+        return _Emitter()
 
-        return PullingSourceReader(
-            context, lambda: _SplitReader(table, plan), _Emitter(), state_of
-        )
-
-    @property
-    def split_serializer(self) -> SimpleVersionedSerializer[SqlChunkSplit]:
+    def serializer(self) -> SimpleVersionedSerializer[SqlChunkSplit]:
         return _SplitSerializer()
-
-    @property
-    def enumerator_state_serializer(
-        self,
-    ) -> SimpleVersionedSerializer[PullEnumeratorState[SqlChunkSplit]]:
-        return PullEnumeratorStateSerializer(
-            _SplitSerializer(), 1, "the SqlTableSource enumerator state"
-        )
 
     def __repr__(self) -> str:
         return f"SqlTableSource(table={self._table!r}, chunk_size={self._chunk_size})"
