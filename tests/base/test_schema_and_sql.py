@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 import pyarrow as pa
@@ -11,7 +10,7 @@ from pyspark.sql import types as T
 
 from spark_lookup.errors import ConfigError
 from spark_lookup.schema import parse_schema, to_arrow_schema
-from spark_lookup.sql import Dialect, dialect_of, qualified_name, quote_identifier
+from spark_lookup.sql import qualified_name, quote_identifier
 
 
 def test_parse_schema_covers_dimension_types() -> None:
@@ -79,30 +78,7 @@ def test_quoting_and_qualified_names() -> None:
         qualified_name("x; DROP TABLE y")
 
 
-def test_dialects() -> None:
-    conn = sqlite3.connect(":memory:")
-    assert dialect_of(conn) == Dialect("qmark")
-    assert Dialect("format").placeholders(2) == ["%s", "%s"]
-    assert Dialect("numeric").placeholders(2, start=1) == [":2", ":3"]
-    assert Dialect("named").params([1, 2]) == {"p0": 1, "p1": 2}
-    with pytest.raises(ConfigError):
-        dialect_of(object())
-
-
-def test_dialect_of_a_connection_whose_driver_module_was_never_imported() -> None:
-    """functools.partial(sqlite3.connect, ...) unpickles as _sqlite3.connect: a fresh
-    worker process may hold a sqlite3 connection without 'sqlite3' in sys.modules."""
-    import subprocess
-    import sys
-
-    code = (
-        "import sys, _sqlite3\n"
-        "sys.modules.pop('sqlite3', None)\n"
-        "from spark_lookup.sql import dialect_of\n"
-        "conn = _sqlite3.connect(':memory:')\n"
-        "sys.modules.pop('sqlite3', None)\n"
-        "print(dialect_of(conn).paramstyle)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=False)
-    assert done.stdout.strip() == "qmark", done.stderr
+def test_an_identifier_is_refused_with_a_trailing_newline() -> None:
+    for name in ("customers\n", "id\n", "a\nb"):
+        with pytest.raises(ConfigError, match="invalid"):
+            quote_identifier(name)
