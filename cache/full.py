@@ -161,10 +161,7 @@ class FullSnapshot:
         ConfigError
             When a key column is missing from the table.
         """
-        keys = tuple(key_columns)
-        for name in keys:
-            if name not in table.column_names:
-                raise ConfigError(f"key column {name!r} is not in the table {table.column_names}")
+        keys = _key_columns_of(table, key_columns)
         table = table.combine_chunks() if table.num_rows else table
         valid: Any = None
         for name in keys:
@@ -221,10 +218,7 @@ class FullSnapshot:
         ConfigError
             When a key column is missing from the table.
         """
-        keys = tuple(key_columns)
-        for name in keys:
-            if name not in table.column_names:
-                raise ConfigError(f"key column {name!r} is not in the table {table.column_names}")
+        keys = _key_columns_of(table, key_columns)
         n = table.num_rows
         if unique:
             # Every row starts its key: the distinct keys are the key columns themselves.
@@ -547,3 +541,11 @@ def _orderable(type_: pa.DataType) -> bool:
     """Whether Arrow can sort by a column of this type (nested types it cannot)."""
     return not (pa.types.is_nested(type_) or pa.types.is_dictionary(type_)
                 or pa.types.is_null(type_))
+
+
+def _key_columns_of(table: pa.Table, key_columns: Sequence[str]) -> tuple[str, ...]:
+    keys = tuple(key_columns)
+    for name in keys:
+        if name not in table.column_names:
+            raise ConfigError(f"key column {name!r} is not in the table {table.column_names}")
+    return keys

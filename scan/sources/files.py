@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -258,15 +258,20 @@ class _SplitReader(QueueSplitReader[FileSplit]):
     def _parquet(self, split: FileSplit) -> Iterator[pa.RecordBatch]:
         assert split.row_group is not None
         parquet = self._open_parquet(split.path)
+        yield from self._after_offset(split, parquet.iter_batches(
+            batch_size=_DECODE_ROWS, row_groups=[split.row_group], columns=self._schema.names))
+
+    def _after_offset(
+        self, split: FileSplit, batches: Iterable[pa.RecordBatch]
+    ) -> Iterator[pa.RecordBatch]:
+        """The decoded batches conformed, less the rows emitted before the checkpoint:
+        converted and filtered first, since the offset counts rows emitted."""
         skip = split.offset
         start = 0
-        for batch in parquet.iter_batches(
-            batch_size=_DECODE_ROWS, row_groups=[split.row_group], columns=self._schema.names
-        ):
-            # Converted and filtered first: the offset counts rows emitted, after both.
+        for batch in batches:
             kept = self._reading.conform(batch, split.path, start)
             start += batch.num_rows
-            if skip >= kept.num_rows:  # emitted before the checkpoint
+            if skip >= kept.num_rows:
                 skip -= kept.num_rows
                 continue
             yield kept.slice(skip)
@@ -278,18 +283,9 @@ class _SplitReader(QueueSplitReader[FileSplit]):
         # The parser converts to the declared types itself (vectorized, and with CSV's
         # own null and timestamp rules); only the declared columns are parsed.
         options = csv.ConvertOptions(column_types=self._schema, include_columns=self._schema.names)
-        skip = split.offset
         try:
             with csv.open_csv(split.path, convert_options=options) as reader:
-                start = 0
-                for batch in reader:
-                    kept = self._reading.conform(batch, split.path, start)
-                    start += batch.num_rows
-                    if skip >= kept.num_rows:  # emitted before the checkpoint
-                        skip -= kept.num_rows
-                        continue
-                    yield kept.slice(skip)
-                    skip = 0
+                yield from self._after_offset(split, reader)
         except KeyError as exc:  # a declared column is not in the header
             header = _csv_header(split.path)
             _check_columns(split.path, header, self._schema.names)
