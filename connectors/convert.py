@@ -25,7 +25,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors.policy import BadValue, BadValuePolicy, BadValueStats
-from spark_lookup.errors import ConfigError
 
 __all__ = ["Conformer", "cast_column", "castable"]
 
@@ -300,21 +299,3 @@ class Conformer:
         if not drop:
             return columns, None
         return columns, pc.invert(_mask(len(wires[0]), sorted(drop)))
-
-
-def check_castable(
-    table: str, column: str, wire: pa.DataType, target: pa.DataType, stored: str, spark: str
-) -> None:
-    """Refuse, when a connector plans its reads, a column that can never be read as
-    its declared type.
-
-    Raises
-    ------
-    ConfigError
-        Naming the table, column, stored and declared type.
-    """
-    if not castable(wire, target):
-        raise ConfigError(
-            f"column {column!r} of {table!r} holds {stored} values, which cannot be read "
-            f"as {spark}: declare a type they convert to (STRING reads every type)"
-        )
