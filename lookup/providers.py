@@ -26,7 +26,7 @@ from cache.base import LookupCache
 from lookup.function import AsyncLookupFunction, LookupFunction, LookupFunctionBase
 from lookup.retry import MissRetry, RetryPolicy
 from spark_lookup.errors import ConfigError
-from spark_lookup.options import as_timedelta
+from spark_lookup.options import as_timedelta, check_int
 from spark_lookup.schema import SchemaLike, parse_schema
 
 __all__ = [
@@ -53,12 +53,6 @@ def _retry_policy(max_retries: int | None, retry_policy: RetryPolicy | None) -> 
             )
         return retry_policy
     return RetryPolicy(max_retries=3 if max_retries is None else max_retries)
-
-
-def _positive_int(value: object, name: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigError(f"{name} must be a positive int, got {value!r}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -123,7 +117,7 @@ def _built(
     build: Any = cls  # each caller's class has function and batch_size fields
     provider: _P = build(
         schema, keys, _retry_policy(max_retries, retry_policy), _miss_retry(retry_on_miss),
-        function=fn, batch_size=_positive_int(batch_size, "batch_size"), **extra,
+        function=fn, batch_size=check_int(batch_size, "batch_size"), **extra,
     )
     return provider
 
@@ -246,7 +240,7 @@ class AsyncLookupFunctionProvider(LookupProvider):
             and is retried like any error.
         """
         return _built(cls, fn, AsyncLookupFunction, max_retries, retry_policy, retry_on_miss,
-                      batch_size, capacity=_positive_int(capacity, "capacity"),
+                      batch_size, capacity=check_int(capacity, "capacity"),
                       timeout=as_timedelta(timeout, "timeout"))
 
 
@@ -277,7 +271,7 @@ class PartialCachingAsyncLookupProvider(AsyncLookupFunctionProvider):
         """A provider caching the results of the async ``fn`` in ``cache``; options as
         :meth:`AsyncLookupFunctionProvider.of`."""
         return _built(cls, fn, AsyncLookupFunction, max_retries, retry_policy, retry_on_miss,
-                      batch_size, capacity=_positive_int(capacity, "capacity"),
+                      batch_size, capacity=check_int(capacity, "capacity"),
                       timeout=as_timedelta(timeout, "timeout"), cache=_check_cache(cache))
 
 
@@ -427,7 +421,7 @@ class FullCachingLookupProvider(LookupProvider):
             None,
             source=source,
             reload_trigger=reload_trigger,
-            parallelism=_positive_int(parallelism, "parallelism"),
+            parallelism=check_int(parallelism, "parallelism"),
             initial_load_timeout=as_timedelta(initial_load_timeout, "initial_load_timeout"),
             max_staleness=None
             if max_staleness is None

@@ -19,7 +19,8 @@ from typing import Any, TypeVar
 from scan.enumerator import ReaderInfo, SplitEnumeratorContext
 from scan.reader import ReaderOptions, SourceReader, SourceReaderContext
 from scan.source import SplitT
-from spark_lookup.errors import ConfigError, SourceError
+from spark_lookup.errors import SourceError
+from spark_lookup.options import check_int
 
 R = TypeVar("R")
 
@@ -184,11 +185,7 @@ def check_max_batch_rows(max_batch_rows: Any) -> int:
     ConfigError
         Otherwise, naming the argument.
     """
-    if isinstance(max_batch_rows, bool) or not isinstance(max_batch_rows, int) or (
-        max_batch_rows < 1
-    ):
-        raise ConfigError(f"max_batch_rows must be a positive int, got {max_batch_rows!r}")
-    return max_batch_rows
+    return check_int(max_batch_rows, "max_batch_rows")
 
 
 def bulk_options(options: ReaderOptions | None, max_batch_rows: int) -> ReaderOptions:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Generic
 
 from scan.arrow import record_batch_to_rows
 from scan.split import SplitT
-from spark_lookup.errors import ConfigError
+from spark_lookup.options import check_int
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -55,9 +55,7 @@ class ReaderOptions:
 
     def __post_init__(self) -> None:
         for name in ("element_queue_capacity", "records_per_poll"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"ReaderOptions.{name} must be a positive int, got {value!r}")
+            check_int(getattr(self, name), f"ReaderOptions.{name}")
 
 
 class ReaderOutput(ABC):

@@ -26,6 +26,7 @@ from scan.reader import InputStatus, ReaderOptions, SourceReader
 from scan.serializers import pack_versioned, unpack_versioned
 from scan.source import Boundedness, EnumStateT, Source, SplitT
 from spark_lookup.errors import ConfigError, SourceError
+from spark_lookup.options import check_int
 from spark_lookup.schema import parse_schema, to_arrow_schema
 
 if TYPE_CHECKING:
@@ -110,8 +111,7 @@ class LocalSourceRunner(Generic[SplitT, EnumStateT]):
     ) -> None:
         if not isinstance(source, Source):
             raise ConfigError(f"source must be a scan.Source, got {type(source).__name__}")
-        if isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1:
-            raise ConfigError(f"parallelism must be a positive int, got {parallelism!r}")
+        check_int(parallelism, "parallelism")
         if options is not None and not isinstance(options, ReaderOptions):
             raise ConfigError(f"options must be a ReaderOptions, got {type(options).__name__}")
         self._source = source
@@ -176,10 +176,8 @@ class LocalSourceRunner(Generic[SplitT, EnumStateT]):
             A reader's or the enumerator's error (a ``ConnectorError`` names the table,
             file or URL); the runner is unusable afterwards except for :meth:`close`.
         """
-        if max_records is not None and (
-            isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 0
-        ):
-            raise ConfigError(f"max_records must be None or an int >= 0, got {max_records!r}")
+        if max_records is not None:
+            check_int(max_records, "max_records", min_value=0)
         if max_records is None and self._source.boundedness is not Boundedness.BOUNDED:
             raise ConfigError("run() of an unbounded source needs max_records")
         self._check_usable()

@@ -223,6 +223,14 @@ def parse_int(value: object, key: str, *, min_value: int | None = None) -> int:
     return result
 
 
+def check_int(value: object, name: str, *, min_value: int = 1) -> int:
+    """A Python API argument that must be an ``int`` (not a bool, not a string) of at
+    least ``min_value``: the check every constructor shares."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < min_value:
+        raise ConfigError(f"{name} must be an int >= {min_value}, got {_describe(value)}")
+    return value
+
+
 def parse_enum(value: object, key: str, enum_type: type[E]) -> E:
     """Parse an enum member by name, case-insensitively (``FIXED_DELAY``, ``partial``)."""
     if isinstance(value, enum_type):

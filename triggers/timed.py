@@ -11,6 +11,7 @@ from apscheduler.triggers.base import BaseTrigger
 
 from spark_lookup import options as opts
 from spark_lookup.errors import ConfigError
+from spark_lookup.options import check_int
 from triggers._config import check_strategy_options
 from triggers._scheduled import DEFAULT_CLOSE_TIMEOUT, ScheduledTrigger
 from triggers._session import ReloadSession, SchedulerFactory
@@ -115,14 +116,7 @@ class TimedCacheReloadTrigger(ScheduledTrigger):
                 "time_of_day must be a datetime.time (use from_options for ISO strings), "
                 f"got {time_of_day!r}"
             )
-        if (
-            not isinstance(interval_in_days, int)
-            or isinstance(interval_in_days, bool)
-            or interval_in_days < 1
-        ):
-            raise ConfigError(
-                f"interval_in_days must be an int of at least 1 day, got {interval_in_days!r}"
-            )
+        check_int(interval_in_days, "interval_in_days")
         self._zone = resolve_zone(time_of_day, tz)
         self._time = time_of_day.replace(tzinfo=None)
         self._days = interval_in_days

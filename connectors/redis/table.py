@@ -28,6 +28,7 @@ from connectors.redis.template import KeyTemplate
 from connectors.redis.values import json_wire, parse_json, text_wire
 from spark_lookup import options as opts
 from spark_lookup.errors import ConfigError
+from spark_lookup.options import check_int
 from spark_lookup.schema import SchemaLike, parse_schema, to_arrow_schema
 
 __all__ = ["VALUE_TYPES", "RedisTable"]
@@ -98,11 +99,8 @@ class RedisTable:
         self.url = check_redis_url(url)
         if value_type not in VALUE_TYPES:
             raise ConfigError(f"value_type must be one of {list(VALUE_TYPES)}, got {value_type!r}")
-        for name, value in (("retries", retries), ("max_keys_per_command", max_keys_per_command)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ConfigError(f"{name} must be a non-negative int, got {value!r}")
-        if max_keys_per_command < 1:
-            raise ConfigError("max_keys_per_command must be at least 1")
+        check_int(retries, "retries", min_value=0)
+        check_int(max_keys_per_command, "max_keys_per_command")
         self.schema = parse_schema(schema, "Redis schema")
         names = self.schema.fieldNames()
         self.value_type = value_type

@@ -18,7 +18,8 @@ from connectors.predicates import Predicate
 from connectors.rows import group_rows, python_rows
 from connectors.sql import Session, SqlTable
 from lookup.function import LookupFunction
-from spark_lookup.errors import ConfigError, TransientConnectorError
+from spark_lookup.errors import TransientConnectorError
+from spark_lookup.options import check_int
 from spark_lookup.schema import SchemaLike
 
 __all__ = ["SqlLookupFunction"]
@@ -137,11 +138,8 @@ class SqlLookupFunction(LookupFunction):
         timeout: timedelta | float | None = None,
     ) -> None:
         keys = [key_columns] if isinstance(key_columns, str) else list(key_columns)
-        if max_batch_size is not None and (
-            not isinstance(max_batch_size, int) or isinstance(max_batch_size, bool)
-            or max_batch_size < 1
-        ):
-            raise ConfigError(f"max_batch_size must be a positive int, got {max_batch_size!r}")
+        if max_batch_size is not None:
+            check_int(max_batch_size, "max_batch_size")
         self._sql = SqlTable(
             connection_factory, table, columns=columns, schema=schema, key_columns=keys,
             filters=filters, mode=mode, timeout=timeout,

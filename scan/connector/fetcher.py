@@ -19,7 +19,8 @@ from scan.connector.queue import ElementQueue
 from scan.connector.records import RecordsWithSplitIds
 from scan.connector.split_reader import SplitReader, SplitsAddition
 from scan.split import SourceSplit
-from spark_lookup.errors import ConfigError, SourceError, SparkLookupError
+from spark_lookup.errors import SourceError, SparkLookupError
+from spark_lookup.options import check_int
 
 __all__ = [
     "MultiThreadFetcherManager",
@@ -287,10 +288,8 @@ class MultiThreadFetcherManager(SplitFetcherManager[E, SplitT]):
         num_fetchers: int,
         element_queue_capacity: int = 2,
     ) -> None:
-        if isinstance(num_fetchers, bool) or not isinstance(num_fetchers, int) or num_fetchers < 1:
-            raise ConfigError(f"num_fetchers must be a positive int, got {num_fetchers!r}")
+        self._num_fetchers = check_int(num_fetchers, "num_fetchers")
         super().__init__(split_reader_factory, element_queue_capacity)
-        self._num_fetchers = num_fetchers
 
     def add_splits(self, splits: Sequence[SplitT]) -> None:
         for split in splits:

@@ -9,7 +9,7 @@ from collections import deque
 from concurrent.futures import Future, InvalidStateError
 from typing import Generic, TypeVar
 
-from spark_lookup.errors import ConfigError
+from spark_lookup.options import check_int
 
 __all__ = ["ElementQueue"]
 
@@ -39,9 +39,7 @@ class ElementQueue(Generic[T]):
     """
 
     def __init__(self, capacity: int = 2) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-            raise ConfigError(f"element queue capacity must be a positive int, got {capacity!r}")
-        self._capacity = capacity
+        self._capacity = check_int(capacity, "element queue capacity")
         self._items: deque[T] = deque()
         self._lock = threading.Lock()
         self._not_full = threading.Condition(self._lock)

@@ -16,6 +16,7 @@ from scan.sources._pull import PullSource, QueueSplitReader
 from scan.sources._types import arrow_to_spark, infer_python_type
 from scan.split import SourceSplit
 from spark_lookup.errors import ConfigError
+from spark_lookup.options import check_int
 from spark_lookup.schema import SchemaLike, parse_schema, to_arrow_schema
 
 if TYPE_CHECKING:
@@ -145,9 +146,7 @@ class CollectionSource(PullSource[CollectionSplit]):
         num_splits: int = 1,
         schema: SchemaLike | None = None,
     ) -> None:
-        if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 1:
-            raise ConfigError(f"num_splits must be a positive int, got {num_splits!r}")
-        self._num_splits = num_splits
+        self._num_splits = check_int(num_splits, "num_splits")
         self._rows: tuple[Row, ...] | None = None
         self._table: pa.Table | None = None
         if _is_arrow(rows):

@@ -22,6 +22,7 @@ from scan.sources._enumerator import (
 from scan.sources._pull import PullSource, QueueSplitReader
 from scan.split import SourceSplit
 from spark_lookup.errors import ConfigError, ConnectorError, SourceError
+from spark_lookup.options import check_int
 from spark_lookup.schema import SchemaLike, parse_schema
 
 __all__ = ["RedisKeysSplit", "RedisScanSource"]
@@ -257,12 +258,7 @@ class RedisScanSource(PullSource[RedisKeysSplit]):
     ) -> None:
         if schema is None:
             raise ConfigError("RedisScanSource needs a schema (Redis values carry no types)")
-        if (
-            isinstance(keys_per_split, bool)
-            or not isinstance(keys_per_split, int)
-            or keys_per_split < 1
-        ):
-            raise ConfigError(f"keys_per_split must be a positive int, got {keys_per_split!r}")
+        check_int(keys_per_split, "keys_per_split")
         columns = [key_columns] if isinstance(key_columns, str) else list(key_columns)
         self._table = RedisTable(
             url, parse_schema(schema, "RedisScanSource schema"), value_type,

@@ -20,6 +20,7 @@ from scan.sources._enumerator import SplitPlanner
 from scan.sources._pull import PullSource, QueueSplitReader
 from scan.sources._sql_chunks import ChunkPlan, SqlChunkPlanner, SqlChunkSplit, chunk_conditions
 from spark_lookup.errors import ConfigError
+from spark_lookup.options import check_int
 from spark_lookup.schema import SchemaLike
 from spark_lookup.sql import quote_identifier, validate_identifier
 
@@ -235,8 +236,7 @@ class SqlTableSource(PullSource[SqlChunkSplit]):
     ) -> None:
         if split_column is not None:
             validate_identifier(split_column, "split column")
-        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-            raise ConfigError(f"chunk_size must be a positive int, got {chunk_size!r}")
+        check_int(chunk_size, "chunk_size")
         self._sql = SqlTable(
             connection_factory, table, columns=columns, schema=schema, filters=filters,
             mode=mode,

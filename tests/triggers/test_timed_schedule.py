@@ -69,7 +69,7 @@ def test_flink_next_day_reload_time(kind: str) -> None:
 
 @pytest.mark.parametrize("days", [0, -1])
 def test_flink_bad_reload_interval_in_days(days: int) -> None:
-    with pytest.raises(ValueError, match="at least 1 day"):
+    with pytest.raises(ValueError, match="interval_in_days must be an int >= 1"):
         TimedCacheReloadTrigger(time(10, 15), days, tz="UTC")
 
 
