@@ -1,53 +1,40 @@
-"""Per-Python-worker state of Spark lookup joins: one open runtime per provider.
+"""Per-Python-worker state of Spark lookup joins and SQL functions.
 
 Spark reuses a Python worker process across tasks (and micro-batches) and keeps its
-module globals, so the handles here outlive a task: the cache stays warm and a full
-cache loads once per worker, not once per task. A handle is released when the worker
-process exits.
+module globals, so a worker pins the runtime of each provider it used in the process's
+registry (:data:`lookup.runtime.REGISTRY`): the cache stays warm and a full cache loads
+once per worker, not once per task. The pins are released when the process exits.
 """
 
 from __future__ import annotations
 
 import atexit
-import contextlib
 import itertools
 import json
 import os
 import socket
-import threading
 import time
 import uuid
-from typing import Any
 
 from lookup.providers import LookupProvider
-from lookup.runtime import LookupHandle, open_lookup
+from lookup.runtime import REGISTRY, LookupRuntime
 
-__all__ = ["WORKER_ID", "metrics_report", "worker_handle"]
+__all__ = ["WORKER_ID", "metrics_report", "worker_runtime"]
 
 WORKER_ID = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 """Identifies this Python worker process in metrics reports."""
 
-_lock = threading.Lock()
-_handles: dict[str, LookupHandle] = {}
 _sequence = itertools.count(1)
 
 
-def worker_handle(provider: LookupProvider) -> LookupHandle:
-    """The handle this worker process keeps open for ``provider`` (opened on first use)."""
-    handle = _handles.get(provider.provider_id)
-    if handle is not None:
-        return handle
-    with _lock:
-        handle = _handles.get(provider.provider_id)
-        if handle is None:
-            handle = open_lookup(provider)
-            _handles[provider.provider_id] = handle
-        return handle
+def worker_runtime(provider: LookupProvider) -> LookupRuntime:
+    """This worker's runtime of ``provider``: opened on first use, kept until exit."""
+    return REGISTRY.acquire(provider, pin=True)
 
 
 def metrics_report(provider: LookupProvider) -> str | None:
-    """This worker's cumulative metrics of ``provider`` as one JSON text, or None when
-    the worker has not opened it.
+    """This process's cumulative metrics of ``provider`` as one JSON text, or None when
+    no runtime of it is open here.
 
     The report holds the provider id (``p``), this worker's id (``w``), a sequence
     number (``s``, increasing within the worker, so the driver keeps each worker's
@@ -56,8 +43,8 @@ def metrics_report(provider: LookupProvider) -> str | None:
     metric of :meth:`cache.CacheMetrics.snapshot` by name (``m``). Runs in executors'
     Python workers; :mod:`lookup.metrics` reads it on the driver.
     """
-    handle = _handles.get(provider.provider_id)
-    if handle is None:
+    runtime = REGISTRY.runtime(provider.provider_id)
+    if runtime is None:
         return None
     return json.dumps(
         {
@@ -65,22 +52,11 @@ def metrics_report(provider: LookupProvider) -> str | None:
             "w": WORKER_ID,
             "s": next(_sequence),
             "t": int(time.time() * 1000),
-            "m": handle.metrics.snapshot(),
+            "m": runtime.metrics.snapshot(),
         },
         separators=(",", ":"),
     )
 
 
-@atexit.register
-def _close_all() -> None:
-    with _lock:
-        handles = list(_handles.values())
-        _handles.clear()
-    for handle in handles:
-        with contextlib.suppress(Exception):  # the process is exiting; no one to tell
-            handle.close()
-
-
-def _reset_for_tests() -> Any:
-    """Close every handle (tests that need a cold worker state in the driver process)."""
-    _close_all()
+atexit.register(REGISTRY.unpin_all)
+_reset_for_tests = REGISTRY.unpin_all  # tests that need a cold worker in the driver

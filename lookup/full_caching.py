@@ -6,6 +6,8 @@ splits in parallel into Arrow (``scan.read_arrow``), indexes it into a
 :class:`cache.full.FullSnapshot` and swaps it in. A failed load is retried with backoff;
 if every attempt fails, the last good snapshot keeps serving, the failure is counted
 and remembered, and the next firing tries again (Flink fails the job instead).
+Closing does not wait for a load in flight; its result is dropped: nothing is swapped
+in, published, adopted or counted after ``close()``.
 
 Shared across the processes of a host (``FullCachingLookupProvider.shares_snapshots``),
 a firing first asks the host's snapshot store whether the published version is still
@@ -25,9 +27,10 @@ import copy
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
+from functools import partial
 
 import pyarrow as pa
 
@@ -36,8 +39,8 @@ from cache.full import FullSnapshot, LookupFullCache
 from cache.shared_full import SharedFullCache
 from cache.snapshot_store import SnapshotStore, StoredSnapshot
 from connectors.errors import should_retry
+from lookup._runtime_base import LookupRuntime, Probe
 from lookup.providers import FullCachingLookupProvider
-from lookup.runtime import LookupRuntime, Probe
 from spark_lookup.errors import LookupLoadError
 
 __all__ = ["FullCachingRuntime"]
@@ -93,6 +96,9 @@ class FullCachingRuntime(LookupRuntime):
         self._trigger = copy.deepcopy(provider.reload_trigger)
         self._lock = threading.Lock()
         self._closed = threading.Event()
+        # Held while a load's outcome is recorded (a swap, a publication, a count):
+        # close() sets _closed under it, so nothing is recorded once close() returned.
+        self._recording = threading.Lock()
         self._running: Future[None] | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._due_timer: threading.Timer | None = None
@@ -110,18 +116,33 @@ class FullCachingRuntime(LookupRuntime):
         self._trigger.open(self)
 
     def close(self) -> None:
-        self._closed.set()
+        """Stop reloading and drop the snapshot. A load in flight is not waited for (a
+        scan cannot be interrupted): it runs on, and its result is discarded uncounted."""
+        with self._recording:
+            self._closed.set()
+        with self._lock:
+            running, self._running = self._running, None
+            timer, self._due_timer = self._due_timer, None
+        if running is not None:
+            # Ends the firing's future now: the trigger's close() waits for it.
+            running.cancel()
         try:
             self._trigger.close()
         finally:
-            with self._lock:
-                timer, self._due_timer = self._due_timer, None
             if timer is not None:
                 timer.cancel()
             executor = self._executor
             if executor is not None:
                 executor.shutdown(wait=False, cancel_futures=True)
             self.cache.close()
+
+    def _record(self, action: Callable[[], object]) -> bool:
+        """Run ``action`` (recording a load's outcome) unless closed; whether it ran."""
+        with self._recording:
+            if self._closed.is_set():
+                return False
+            action()
+            return True
 
     # --- ReloadContext
 
@@ -146,14 +167,17 @@ class FullCachingRuntime(LookupRuntime):
                 future.set_exception(RuntimeError("the full cache is closed"))
                 return future
             self.cache.expect_load()
-            self._running = executor.submit(self._reload, fired_at)
-            return self._running
+            # The future handed out is not the executor's: close() can end it while
+            # the load still runs.
+            outcome: Future[None] = Future()
+            executor.submit(self._reload, fired_at).add_done_callback(
+                partial(_relay, outcome))
+            self._running = outcome
+            return outcome
 
     def _reload(self, fired_at: float) -> None:
         if self._shared is None:
-            snapshot = self._load(self._version() + 1)
-            if snapshot is not None:
-                self.cache.swap(snapshot)
+            self._load(self._version() + 1, self.cache.swap)
         else:
             self._reload_shared(self._shared, fired_at)
             # Also when nothing was swapped: a firing just before the version came due
@@ -167,11 +191,13 @@ class FullCachingRuntime(LookupRuntime):
         current = self.cache.current()
         return 0 if current is None else current.version
 
-    def _load(self, version: int) -> FullSnapshot | None:
-        """Scan the source and index it as ``version``, retrying with backoff.
+    def _load(self, version: int, install: Callable[[FullSnapshot], object]) -> None:
+        """Scan the source, index it as ``version`` and ``install`` it (swap or publish),
+        retrying with backoff.
 
-        Returns None when the runtime closed first; raises the last error when every
-        attempt failed (counted and remembered; the current snapshot keeps serving).
+        Once the runtime is closed nothing is installed or counted: a load then in
+        flight is discarded. Raises the last error when every attempt failed (counted
+        and remembered; the current snapshot keeps serving).
         """
         from scan import read_arrow
 
@@ -180,16 +206,15 @@ class FullCachingRuntime(LookupRuntime):
         error: BaseException | None = None
         for attempt in range(policy.max_retries + 1):
             if attempt:
-                self.metrics.inc_retries()
                 wait = policy.backoff(attempt)
                 log.warning(
                     "full cache reload of %s failed (%r); retry %d of %d in %.3f s",
                     provider.describe(), error, attempt, policy.max_retries, wait,
                 )
-                if self._closed.wait(wait):
-                    break
-            if self._closed.is_set():
-                break
+                if self._closed.wait(wait) or not self._record(self.metrics.inc_retries):
+                    return
+            elif self._closed.is_set():
+                return
             loaded_at = self.cache.clock()
             started = time.perf_counter()
             bad_before = getattr(provider.source, "bad_value_count", 0)
@@ -208,20 +233,21 @@ class FullCachingRuntime(LookupRuntime):
             finally:
                 grown = getattr(provider.source, "bad_value_count", 0) - bad_before
                 if grown > 0:
-                    self.metrics.inc_bad_values(grown)
+                    self._record(partial(self.metrics.inc_bad_values, grown))
             elapsed_ms = (time.perf_counter() - started) * 1000
-            self.metrics.inc_loads()
-            self.metrics.record_load_time(elapsed_ms)
+            if not self._record(partial(self._install, snapshot, elapsed_ms, install)):
+                log.info("full cache of %s closed during a load; discarded version %d",
+                         provider.describe(), version)
+                return
             log.info(
                 "full cache of %s loaded version %d: %d rows, %d keys in %.0f ms",
                 provider.describe(), snapshot.version, snapshot.num_rows, snapshot.num_keys,
                 elapsed_ms,
             )
-            return snapshot
-        if error is None:  # closed before any attempt finished
-            return None
-        self.metrics.inc_load_failures()
-        self.cache.record_failure(error)
+            return
+        assert error is not None  # every attempt failed (a closed runtime returned above)
+        if not self._record(partial(self._fail, error)):
+            return
         current = self.cache.current()
         log.error(
             "full cache reload of %s failed after %d attempt(s): %r; %s",
@@ -229,6 +255,20 @@ class FullCachingRuntime(LookupRuntime):
             f"still serving version {current.version}" if current else "no snapshot yet",
         )
         raise error
+
+    def _install(
+        self, snapshot: FullSnapshot, elapsed_ms: float, install: Callable[[FullSnapshot], object]
+    ) -> None:
+        self.metrics.inc_loads()
+        self.metrics.record_load_time(elapsed_ms)
+        install(snapshot)
+
+    def _fail(self, error: BaseException) -> None:
+        self.metrics.inc_load_failures()
+        self.cache.record_failure(error)
+        if self._shared is not None:
+            # For the processes waiting on this load: their firing failed too.
+            self._shared.store.record_failure(self.cache.clock(), repr(error))
 
     # --- sharing across the processes of a host
 
@@ -250,7 +290,8 @@ class FullCachingRuntime(LookupRuntime):
                         f"{self._provider.describe()}: the reload another process of this "
                         f"host ran for this firing failed: {failure[1]}"
                     )
-                    self.cache.record_failure(error)
+                    if not self._record(partial(self.cache.record_failure, error)):
+                        return
                     raise error
             with store.try_lock() as locked:
                 if locked:
@@ -267,13 +308,9 @@ class FullCachingRuntime(LookupRuntime):
         if record is not None and self._serves(record, fired_at) and self._adopt(record):
             return
         version = max(0 if record is None else record.version, self._version()) + 1
-        try:
-            snapshot = self._load(version)
-        except Exception as exc:
-            shared.store.record_failure(self.cache.clock(), repr(exc))
-            raise
-        if snapshot is None:
-            return
+        self._load(version, partial(self._publish, shared))
+
+    def _publish(self, shared: SharedFullCache, snapshot: FullSnapshot) -> None:
         try:
             shared.publish(snapshot)
         except OSError as exc:
@@ -290,7 +327,9 @@ class FullCachingRuntime(LookupRuntime):
         """Serve ``record`` (or a newer version); False when it cannot be read."""
         shared = self._shared
         assert shared is not None
-        shared.adopt()  # a no-op when it is the version served already
+        # A no-op when it is the version served already; never once closed.
+        if not self._record(shared.adopt):
+            return False
         current = shared.current()
         return current is not None and (current.loaded_at, current.version) >= (
             record.loaded_at, record.version)
@@ -387,3 +426,13 @@ class FullCachingRuntime(LookupRuntime):
         for key in nulls:
             result[key] = _EMPTY
         return result
+
+
+def _relay(outcome: Future[None], work: Future[None]) -> None:
+    """End ``outcome`` as the load ``work`` ended, unless close() cancelled it first."""
+    if work.cancelled() or not outcome.set_running_or_notify_cancel():
+        outcome.cancel()
+    elif (error := work.exception()) is None:
+        outcome.set_result(None)
+    else:
+        outcome.set_exception(error)

@@ -11,7 +11,7 @@ import pyarrow as pa
 from pyspark.sql import types as T
 
 from lookup._assemble import JoinShape, join_batch
-from lookup._worker import metrics_report, worker_handle
+from lookup._worker import metrics_report, worker_runtime
 from lookup.metrics import NOTE_PREFIX, REPORT_COLUMN, observe_metrics
 from lookup.providers import LookupProvider
 from spark_lookup.errors import ConfigError
@@ -198,7 +198,7 @@ class _JoinFunction:
         try:
             for batch in batches:
                 if runtime is None:
-                    runtime = worker_handle(self.provider).runtime
+                    runtime = worker_runtime(self.provider)
                 out = join_batch(batch, self.shape, runtime, describe)
                 if not reporting:
                     yield out

@@ -1,19 +1,21 @@
 """The lookup runtime of one Python worker: caching, batched loads, retries, sharing.
 
-This is Flink's ``CachingLookupFunction`` and ``LookupCacheManager`` in one place:
-:func:`open_lookup` returns a handle on the worker's runtime of a provider, creating
-and opening it on first use and sharing it (reference counted) with every later
-``open_lookup`` of the same provider in the process; the last ``close`` releases it.
+This is Flink's ``CachingLookupFunction`` and ``LookupCacheManager`` in one place: the
+function-backed runtime, and the process's one registry of runtimes (of every kind).
+:func:`open_lookup` returns a handle on the runtime of a provider, creating and opening
+it on first use and sharing it (reference counted) with every later ``open_lookup`` of
+the same provider in the process, and with the worker's joins and SQL functions
+(``lookup._worker``); the last reference released closes it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -34,6 +36,8 @@ from cache.metrics import CacheMetrics
 from connectors.errors import should_retry
 from connectors.keys import KeyCodec
 from lookup._loaders import Loader, PartialLoad, loader_for
+from lookup._runtime_base import LookupRuntime, Probe, has_null
+from lookup.full_caching import FullCachingRuntime
 from lookup.function import LookupFunction
 from lookup.providers import (
     AsyncLookupFunctionProvider,
@@ -51,137 +55,10 @@ log = logging.getLogger("lookup")
 _EMPTY: tuple[Row, ...] = ()
 
 
-def has_null(key: Key) -> bool:
-    """Whether ``key`` holds a null (None, NaN, NaT or ``pd.NA``): such a key never
-    matches (SQL's ``NULL = NULL`` is not true) and is never sent to the source."""
-    for value in key:
-        if value is None:
-            return True
-        try:
-            if value != value:  # NaN, NaT, Decimal NaN
-                return True
-        except TypeError:  # pd.NA refuses truthiness: it is a null
-            return True
-    return False
-
-
 def _preview(keys: Sequence[Key], limit: int = 3) -> str:
     shown = ", ".join(repr(k)[:60] for k in keys[:limit])
     more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
     return f"[{shown}{more}]"
-
-
-@dataclass(frozen=True)
-class Probe:
-    """The answer to a batch of distinct keys, as Arrow: key ``i``'s rows are
-    ``rows[offsets[groups[i]] : offsets[groups[i] + 1]]``; ``groups[i]`` is -1 when it
-    has none."""
-
-    groups: np.ndarray
-    offsets: np.ndarray
-    rows: pa.Table
-    """The dimension rows, every column of the schema."""
-    one_row_each: bool = False
-    """Every group has one row and group ``g``'s row is ``rows[g]`` (``offsets`` is
-    ``0, 1, ..., len(rows)``): a join may take ``groups`` as row numbers."""
-
-
-class LookupRuntime:
-    """The per-worker runtime of one provider. Use :func:`open_lookup` to get one.
-
-    Thread-safe: the tasks of a worker may call it concurrently.
-    """
-
-    def __init__(self, provider: LookupProvider) -> None:
-        self.provider = provider
-        self.metrics = CacheMetrics()
-        self._arity = len(provider.key_columns)
-        self._width = len(provider.schema.fields)
-
-    def open(self) -> None:
-        """Open the function, cache or trigger; called once, by :func:`open_lookup`."""
-
-    def close(self) -> None:
-        """Release everything opened; called when the last handle closes."""
-
-    def lookup_batch(self, keys: Iterable[Key]) -> dict[Key, tuple[Row, ...]]:
-        """Rows of each distinct key in ``keys`` (null keys and unmatched keys: empty)."""
-        raise NotImplementedError
-
-    def probe(self, keys: Sequence[pa.Array], describe: str = "lookup") -> Probe:
-        """The rows of a batch of distinct keys, one Arrow array per key column (a key
-        holding a null never matches): the one path of joins and SQL functions, for
-        every kind of provider.
-
-        This default answers through :meth:`lookup_batch` (a Python tuple per key and
-        row); a full cache answers from its snapshot's index.
-
-        Raises
-        ------
-        LookupLoadError
-            If rows do not convert to the schema's types (naming ``describe`` and the
-            column), or a load failed.
-        """
-        columns = [array.to_pylist() for array in keys]
-        tuples: list[Key] = list(zip(*columns, strict=True)) if columns else []
-        found = self.lookup_batch(tuples)
-        per_key = [found[key] for key in tuples]
-        counts = np.fromiter(map(len, per_key), dtype=np.int64, count=len(tuples))
-        flat: list[Row] = list(chain.from_iterable(per_key))
-        offsets = np.zeros(len(tuples) + 1, dtype=np.int64)
-        np.cumsum(counts, out=offsets[1:])
-        groups = np.where(counts > 0, np.arange(len(tuples), dtype=np.int64), -1)
-        return Probe(groups, offsets, self._rows_table(flat, describe))
-
-    def _rows_table(self, rows: list[Row], describe: str) -> pa.Table:
-        """Rows as a table of the schema: one transposition, one conversion a column."""
-        schema = to_arrow_schema(self.provider.schema)
-        transposed = list(zip(*rows, strict=True)) if rows else None
-        arrays = []
-        for index, field in enumerate(schema):
-            values = transposed[index] if transposed is not None else ()
-            try:
-                arrays.append(pa.array(values, type=field.type))
-            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
-                sample = next((v for v in values if v is not None), None)
-                raise LookupLoadError(
-                    f"{describe}: column {field.name!r} holds {type(sample).__name__} values "
-                    f"(e.g. {sample!r:.60}) that do not convert to {field.type}: {exc}"
-                ) from exc
-        return pa.Table.from_arrays(arrays, schema=schema.remove_metadata())
-
-    def lookup(self, key: Key) -> tuple[Row, ...]:
-        """Rows of one key."""
-        key = self._check_key(key)
-        return self.lookup_batch([key])[key]
-
-    def _check_key(self, key: object) -> Key:
-        if type(key) is not tuple or len(key) != self._arity:
-            names = ", ".join(self.provider.key_columns)
-            raise TypeError(
-                f"a lookup key is a tuple of {self._arity} value(s) ({names}), "
-                f"got {type(key).__name__}: {key!r:.80}"
-            )
-        return key
-
-    def _distinct(self, keys: Iterable[Key]) -> tuple[list[Key], list[Key]]:
-        """Distinct keys in first-seen order, split into (lookup-able, null-containing)."""
-        arity = self._arity
-        distinct: dict[Key, None] = {}
-        for key in keys:
-            if type(key) is not tuple or len(key) != arity:
-                self._check_key(key)
-            try:
-                distinct[key] = None
-            except TypeError as exc:
-                raise TypeError(
-                    f"lookup keys must be hashable tuples of scalars, got {key!r:.80}: {exc}"
-                ) from None
-        valid: list[Key] = []
-        nulls: list[Key] = []
-        for key in distinct:
-            (nulls if has_null(key) else valid).append(key)
-        return valid, nulls
 
 
 class _LoadingRuntime(LookupRuntime):
@@ -189,7 +66,6 @@ class _LoadingRuntime(LookupRuntime):
 
     def __init__(self, provider: LookupFunctionProvider | AsyncLookupFunctionProvider) -> None:
         super().__init__(provider)
-        self._function_provider = provider
         self._cache: LookupCache | None = getattr(provider, "cache", None)
         # An in-process cache holds only rows this runtime checked and put; any other
         # (Redis, tiered, a user's) may serve rows someone else wrote.
@@ -588,47 +464,76 @@ def _arrow_key_tuples(keys: Sequence[pa.Array], limit: int) -> list[Key]:
 
 def _new_runtime(provider: LookupProvider) -> LookupRuntime:
     if isinstance(provider, FullCachingLookupProvider):
-        from lookup.full_caching import FullCachingRuntime
-
         return FullCachingRuntime(provider)
     if isinstance(provider, (LookupFunctionProvider, AsyncLookupFunctionProvider)):
         return _LoadingRuntime(provider)
     raise TypeError(f"expected a lookup provider, got {type(provider).__name__}")
 
 
+@dataclass
+class _Entry:
+    runtime: LookupRuntime
+    references: int = 0
+    pinned: bool = False  # one of the references is the process's own
+
+
 class _Registry:
-    """Process-wide runtimes by provider id, reference counted (Flink's LookupCacheManager)."""
+    """Process-wide runtimes by provider id, reference counted (Flink's LookupCacheManager).
+
+    A reference is held by every open :class:`LookupHandle`, and by a Spark worker once
+    a task used the provider (its *pin*, one at most, released at exit), so later tasks
+    find the cache warm. Reads take no lock: it is held while a runtime opens.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._runtimes: dict[str, tuple[LookupRuntime, int]] = {}
+        self._entries: dict[str, _Entry] = {}
 
-    def acquire(self, provider: LookupProvider) -> LookupRuntime:
+    def acquire(self, provider: LookupProvider, *, pin: bool = False) -> LookupRuntime:
+        """``provider``'s runtime, opened on first use, with one more reference (``pin``:
+        the process's own, taken once)."""
+        entry = self._entries.get(provider.provider_id)
+        if pin and entry is not None and entry.pinned:  # every task of a worker asks
+            return entry.runtime
         with self._lock:
-            entry = self._runtimes.get(provider.provider_id)
-            if entry is not None:
-                runtime, refs = entry
-                self._runtimes[provider.provider_id] = (runtime, refs + 1)
-                return runtime
-            runtime = _new_runtime(provider)
-            runtime.open()
-            self._runtimes[provider.provider_id] = (runtime, 1)
-            return runtime
+            entry = self._entries.get(provider.provider_id)
+            if entry is None:
+                runtime = _new_runtime(provider)
+                runtime.open()
+                entry = self._entries[provider.provider_id] = _Entry(runtime)
+            if not (pin and entry.pinned):
+                entry.references += 1
+                entry.pinned |= pin
+            return entry.runtime
 
-    def release(self, provider_id: str) -> None:
+    def release(self, provider_id: str, *, pin: bool = False) -> None:
+        """Drop a reference (``pin``: the process's own, if held); the last closes it."""
         with self._lock:
-            runtime, refs = self._runtimes[provider_id]
-            if refs > 1:
-                self._runtimes[provider_id] = (runtime, refs - 1)
+            entry = self._entries.get(provider_id)
+            if entry is None or (pin and not entry.pinned):
                 return
-            del self._runtimes[provider_id]
-        runtime.close()
+            entry.pinned &= not pin
+            entry.references -= 1
+            if entry.references:
+                return
+            del self._entries[provider_id]
+        entry.runtime.close()
+
+    def unpin_all(self) -> None:
+        """Release every pin: at exit, and for tests that need a cold process."""
+        for provider_id in [key for key, entry in list(self._entries.items()) if entry.pinned]:
+            with contextlib.suppress(Exception):  # at exit there is no one left to tell
+                self.release(provider_id, pin=True)
+
+    def runtime(self, provider_id: str) -> LookupRuntime | None:
+        """The open runtime of ``provider_id``, if any (no reference taken)."""
+        entry = self._entries.get(provider_id)
+        return None if entry is None else entry.runtime
 
     def references(self, provider_id: str) -> int:
-        """How many open handles share the runtime of ``provider_id`` (0: none)."""
-        with self._lock:
-            entry = self._runtimes.get(provider_id)
-            return 0 if entry is None else entry[1]
+        """How many references the runtime of ``provider_id`` has (0: not open)."""
+        entry = self._entries.get(provider_id)
+        return 0 if entry is None else entry.references
 
 
 REGISTRY = _Registry()

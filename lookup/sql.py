@@ -37,7 +37,7 @@ from pyspark.sql import types as T
 
 from cache.base import Key, Row
 from lookup._assemble import JoinShape, factorize
-from lookup._worker import worker_handle
+from lookup._worker import worker_runtime
 from lookup.join import keys_compatible
 from lookup.providers import LookupProvider
 from lookup.runtime import LookupRuntime
@@ -158,7 +158,7 @@ class _StructLookup:
                 self._check_arguments(arrays)
                 checked = True
             if runtime is None:
-                runtime = worker_handle(self.provider).runtime
+                runtime = worker_runtime(self.provider)
             yield self.lookup_batch(arrays, runtime)
 
     def _check_arguments(self, arrays: Sequence[pa.Array]) -> None:
@@ -310,7 +310,7 @@ class _LookupTableFunction:
     def _lookup(self, key: Key) -> tuple[Row, ...]:
         runtime = self._runtime
         if runtime is None:
-            runtime = self._runtime = worker_handle(self._provider).runtime
+            runtime = self._runtime = worker_runtime(self._provider)
         return runtime.lookup(key)
 
 

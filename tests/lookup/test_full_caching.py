@@ -7,6 +7,8 @@ from __future__ import annotations
 import functools
 import sqlite3
 import threading
+import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -38,11 +40,56 @@ def execute(path: Path, sql: str, *params: Any) -> None:
         conn.execute(sql, params)
 
 
-def provider(path: Path, **kw: Any) -> FullCachingLookupProvider:
-    source = SqlTableSource(functools.partial(sqlite3.connect, str(path)), "customers",
-                            schema="id BIGINT, name STRING, tier STRING", chunk_size=2)
+def provider(path: Path, connect: Callable[[], sqlite3.Connection] | None = None,
+             **kw: Any) -> FullCachingLookupProvider:
+    source = SqlTableSource(connect or functools.partial(sqlite3.connect, str(path)),
+                            "customers", schema="id BIGINT, name STRING, tier STRING",
+                            chunk_size=2)
     kw.setdefault("retry_policy", RetryPolicy(max_retries=1, initial_backoff=0.01))
     return FullCachingLookupProvider.of(source, HOUR, ["id"], parallelism=2, **kw)
+
+
+_GATES: dict[int, GatedConnect] = {}
+
+
+def _gate(key: int) -> GatedConnect:
+    return _GATES[key]
+
+
+class GatedConnect:
+    """Connects to a SQLite file; once ``armed``, a connection first signals ``entered``
+    and waits for ``opened``: a load provably in flight, for as long as a test wants."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+        self.armed = False
+        self.entered = threading.Event()
+        self.opened = threading.Event()
+        _GATES[id(self)] = self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A connection factory must pickle: as a reference to this very gate.
+        return (_gate, (id(self),))
+
+    def __call__(self) -> sqlite3.Connection:
+        if self.armed:
+            self.entered.set()
+            self.opened.wait(timeout=30)
+        return sqlite3.connect(self.path)
+
+
+def close_during_load(handle: Any, connect: GatedConnect) -> float:
+    """Close ``handle`` while its load waits in ``connect``, then let the load end; the
+    seconds close() took."""
+    runtime = handle.runtime
+    assert connect.entered.wait(timeout=30)
+    started = time.monotonic()
+    handle.close()
+    elapsed = time.monotonic() - started
+    connect.opened.set()
+    assert runtime._executor is not None
+    runtime._executor.shutdown(wait=True)  # the discarded load has ended
+    return elapsed
 
 
 def reload(handle: Any) -> None:
@@ -225,3 +272,42 @@ def test_shared_across_processes_a_firing_reloads_only_when_the_schedule_is_due(
     files = sorted(f.name for f in (tmp_path / "snapshots" / p.provider_id).glob("v*.arrow"))
     assert len(files) == 1
     assert files[0].startswith("v0000000002-")
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["in-process", "shared"])
+def test_close_during_reload_discards_the_load(db: Path, tmp_path: Path, shared: bool) -> None:
+    """Flink's InputFormatCacheLoaderTest#testCloseDuringReload: the load in flight at
+    close() is neither swapped in, nor published, nor counted, and its future ends."""
+    connect = GatedConnect(db)
+    options: dict[str, Any] = {"snapshot_dir": tmp_path / "snapshots"} if shared else {}
+    p = provider(db, connect, share_across_workers=shared, **options)
+    handle = open_lookup(p)
+    runtime = handle.runtime
+    assert isinstance(runtime, FullCachingRuntime)
+    assert handle.lookup((1,)) == ((1, "Ada", "gold"),)
+    runtime.trigger_reload().result(timeout=30)  # no load of open() still running
+    loads = runtime.metrics.load_count
+    if shared:
+        now = runtime.cache.clock()
+        runtime.cache.clock = lambda: now + 2 * 3600  # due: the next firing scans
+    execute(db, "UPDATE customers SET tier = 'platinum' WHERE id = 1")
+    connect.armed = True
+    future = runtime.trigger_reload()
+    assert close_during_load(handle, connect) < 5  # not the trigger's close timeout
+    assert future.cancelled()
+    assert runtime.cache.current() is None
+    assert runtime.metrics.load_count == loads
+    assert runtime.metrics.num_load_failures == 0
+    if shared:
+        published = (tmp_path / "snapshots" / p.provider_id).glob("v*.arrow")
+        assert [f.name[:12] for f in published] == [f"v{loads:010d}-"]
+
+
+def test_close_during_the_first_load_returns_without_waiting_for_it(db: Path) -> None:
+    connect = GatedConnect(db)
+    connect.armed = True
+    handle = open_lookup(provider(db, connect))  # the trigger fires the first load
+    runtime = handle.runtime
+    assert close_during_load(handle, connect) < 5
+    assert runtime.cache.current() is None
+    assert (runtime.metrics.load_count, runtime.metrics.num_load_failures) == (0, 0)

@@ -35,7 +35,7 @@ def test_a_worker_report_carries_every_metric_by_name() -> None:
     provider = LookupFunctionProvider.of(DictLookup([(1, "a")]))
     assert _worker.metrics_report(provider) is None  # not opened in this process
     try:
-        _worker.worker_handle(provider).lookup_batch([(1,), (2,)])
+        _worker.worker_runtime(provider).lookup_batch([(1,), (2,)])
         first = parse_report(_worker.metrics_report(provider))
         second = parse_report(_worker.metrics_report(provider))
     finally:

@@ -20,6 +20,7 @@ from lookup import (
     PartialCachingAsyncLookupProvider,
     PartialCachingLookupProvider,
     RetryPolicy,
+    _worker,
     open_lookup,
 )
 from lookup.runtime import REGISTRY
@@ -229,6 +230,43 @@ def test_a_failing_open_registers_nothing() -> None:
     with pytest.raises(ConnectionError):
         open_lookup(provider)
     assert REGISTRY.references(provider.provider_id) == 0
+
+
+def test_the_worker_pins_the_runtime_open_lookup_shares() -> None:
+    """Joins and SQL functions of a Spark worker use the registry's runtime, pinned once
+    (one reference, kept until exit); metrics reports read any open runtime."""
+    fn = DictLookup(ROWS)
+    provider = partial(fn)
+    assert _worker.metrics_report(provider) is None
+    try:
+        with open_lookup(provider) as handle:
+            assert _worker.metrics_report(provider) is not None
+            runtime = _worker.worker_runtime(provider)
+            assert _worker.worker_runtime(provider) is runtime is handle.runtime
+            assert REGISTRY.references(provider.provider_id) == 2
+            handle.lookup((1,))
+        assert REGISTRY.references(provider.provider_id) == 1
+        assert runtime.lookup((1,)) == ((1, "Julian"),)
+        assert runtime.metrics.hit_count == 1  # still warm
+        assert fn.closed == 0
+    finally:
+        _worker._reset_for_tests()  # as at exit
+    assert REGISTRY.references(provider.provider_id) == 0
+    assert fn.closed == 1
+    assert _worker.metrics_report(provider) is None
+
+
+def test_releasing_the_pin_leaves_open_handles_open() -> None:
+    fn = DictLookup(ROWS)
+    provider = partial(fn)
+    with open_lookup(provider) as handle:
+        _worker.worker_runtime(provider)
+        _worker._reset_for_tests()
+        _worker._reset_for_tests()  # a pin is released once
+        assert REGISTRY.references(provider.provider_id) == 1
+        assert handle.lookup((2,)) == ((2, "Jark"),)
+        assert fn.closed == 0
+    assert fn.closed == 1
 
 
 # --- providers

@@ -1,0 +1,150 @@
+"""What every lookup runtime is: the base class the partial and full caching runtimes
+extend, and the Arrow answer to a batch of keys (:class:`Probe`) joins assemble from.
+
+A module of its own so that the runtimes (``lookup.runtime``, ``lookup.full_caching``)
+and the registry that builds them all import it, and none imports another's module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from itertools import chain
+
+import numpy as np
+import pyarrow as pa
+
+from cache.base import Key, Row
+from cache.metrics import CacheMetrics
+from lookup.providers import LookupProvider
+from spark_lookup.errors import LookupLoadError
+from spark_lookup.schema import to_arrow_schema
+
+__all__ = ["LookupRuntime", "Probe", "has_null"]
+
+
+def has_null(key: Key) -> bool:
+    """Whether ``key`` holds a null (None, NaN, NaT or ``pd.NA``): such a key never
+    matches (SQL's ``NULL = NULL`` is not true) and is never sent to the source."""
+    for value in key:
+        if value is None:
+            return True
+        try:
+            if value != value:  # NaN, NaT, Decimal NaN
+                return True
+        except TypeError:  # pd.NA refuses truthiness: it is a null
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class Probe:
+    """The answer to a batch of distinct keys, as Arrow: key ``i``'s rows are
+    ``rows[offsets[groups[i]] : offsets[groups[i] + 1]]``; ``groups[i]`` is -1 when it
+    has none."""
+
+    groups: np.ndarray
+    offsets: np.ndarray
+    rows: pa.Table
+    """The dimension rows, every column of the schema."""
+    one_row_each: bool = False
+    """Every group has one row and group ``g``'s row is ``rows[g]`` (``offsets`` is
+    ``0, 1, ..., len(rows)``): a join may take ``groups`` as row numbers."""
+
+
+class LookupRuntime:
+    """The per-worker runtime of one provider. Use :func:`lookup.open_lookup` to get one.
+
+    Thread-safe: the tasks of a worker may call it concurrently.
+    """
+
+    def __init__(self, provider: LookupProvider) -> None:
+        self.provider = provider
+        self.metrics = CacheMetrics()
+        self._arity = len(provider.key_columns)
+        self._width = len(provider.schema.fields)
+
+    def open(self) -> None:
+        """Open the function, cache or trigger; called once, by :func:`lookup.open_lookup`."""
+
+    def close(self) -> None:
+        """Release everything opened; called when the last handle closes."""
+
+    def lookup_batch(self, keys: Iterable[Key]) -> dict[Key, tuple[Row, ...]]:
+        """Rows of each distinct key in ``keys`` (null keys and unmatched keys: empty)."""
+        raise NotImplementedError
+
+    def probe(self, keys: Sequence[pa.Array], describe: str = "lookup") -> Probe:
+        """The rows of a batch of distinct keys, one Arrow array per key column (a key
+        holding a null never matches): the one path of joins and SQL functions, for
+        every kind of provider.
+
+        This default answers through :meth:`lookup_batch` (a Python tuple per key and
+        row); a full cache answers from its snapshot's index.
+
+        Raises
+        ------
+        LookupLoadError
+            If rows do not convert to the schema's types (naming ``describe`` and the
+            column), or a load failed.
+        """
+        columns = [array.to_pylist() for array in keys]
+        tuples: list[Key] = list(zip(*columns, strict=True)) if columns else []
+        found = self.lookup_batch(tuples)
+        per_key = [found[key] for key in tuples]
+        counts = np.fromiter(map(len, per_key), dtype=np.int64, count=len(tuples))
+        flat: list[Row] = list(chain.from_iterable(per_key))
+        offsets = np.zeros(len(tuples) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        groups = np.where(counts > 0, np.arange(len(tuples), dtype=np.int64), -1)
+        return Probe(groups, offsets, self._rows_table(flat, describe))
+
+    def _rows_table(self, rows: list[Row], describe: str) -> pa.Table:
+        """Rows as a table of the schema: one transposition, one conversion a column."""
+        schema = to_arrow_schema(self.provider.schema)
+        transposed = list(zip(*rows, strict=True)) if rows else None
+        arrays = []
+        for index, field in enumerate(schema):
+            values = transposed[index] if transposed is not None else ()
+            try:
+                arrays.append(pa.array(values, type=field.type))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
+                sample = next((v for v in values if v is not None), None)
+                raise LookupLoadError(
+                    f"{describe}: column {field.name!r} holds {type(sample).__name__} values "
+                    f"(e.g. {sample!r:.60}) that do not convert to {field.type}: {exc}"
+                ) from exc
+        return pa.Table.from_arrays(arrays, schema=schema.remove_metadata())
+
+    def lookup(self, key: Key) -> tuple[Row, ...]:
+        """Rows of one key."""
+        key = self._check_key(key)
+        return self.lookup_batch([key])[key]
+
+    def _check_key(self, key: object) -> Key:
+        if type(key) is not tuple or len(key) != self._arity:
+            names = ", ".join(self.provider.key_columns)
+            raise TypeError(
+                f"a lookup key is a tuple of {self._arity} value(s) ({names}), "
+                f"got {type(key).__name__}: {key!r:.80}"
+            )
+        return key
+
+    def _distinct(self, keys: Iterable[Key]) -> tuple[list[Key], list[Key]]:
+        """Distinct keys in first-seen order, split into (lookup-able, null-containing)."""
+        arity = self._arity
+        distinct: dict[Key, None] = {}
+        for key in keys:
+            if type(key) is not tuple or len(key) != arity:
+                self._check_key(key)
+            try:
+                distinct[key] = None
+            except TypeError as exc:
+                raise TypeError(
+                    f"lookup keys must be hashable tuples of scalars, got {key!r:.80}: {exc}"
+                ) from None
+        valid: list[Key] = []
+        nulls: list[Key] = []
+        for key in distinct:
+            (nulls if has_null(key) else valid).append(key)
+        return valid, nulls
