@@ -203,17 +203,13 @@ class FullCachingRuntime(LookupRuntime):
 
         provider = self._provider
         policy = provider.retry_policy
-        error: BaseException | None = None
-        for attempt in range(policy.max_retries + 1):
-            if attempt:
-                wait = policy.backoff(attempt)
-                log.warning(
-                    "full cache reload of %s failed (%r); retry %d of %d in %.3f s",
-                    provider.describe(), error, attempt, policy.max_retries, wait,
-                )
-                if self._closed.wait(wait) or not self._record(self.metrics.inc_retries):
-                    return
-            elif self._closed.is_set():
+
+        def closing(seconds: float) -> bool:
+            return self._closed.wait(seconds) or not self._record(self.metrics.inc_retries)
+
+        tries = policy.retries(f"full cache reload of {provider.describe()}", wait=closing)
+        for _ in tries:
+            if self._closed.is_set():
                 return
             loaded_at = self.cache.clock()
             started = time.perf_counter()
@@ -226,7 +222,7 @@ class FullCachingRuntime(LookupRuntime):
                     loaded_at=loaded_at, version=version,
                 )
             except Exception as exc:
-                error = exc
+                tries.failed(exc)
                 if not should_retry(exc):
                     break  # permanent (a missing table, FAILFAST): no use repeating it
                 continue
@@ -245,13 +241,13 @@ class FullCachingRuntime(LookupRuntime):
                 elapsed_ms,
             )
             return
-        assert error is not None  # every attempt failed (a closed runtime returned above)
-        if not self._record(partial(self._fail, error)):
-            return
+        error = tries.error
+        if error is None or not self._record(partial(self._fail, error)):
+            return  # closed while waiting to retry: nothing more is recorded
         current = self.cache.current()
         log.error(
             "full cache reload of %s failed after %d attempt(s): %r; %s",
-            provider.describe(), attempt + 1, error,
+            provider.describe(), tries.tries, error,
             f"still serving version {current.version}" if current else "no snapshot yet",
         )
         raise error

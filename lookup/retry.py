@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 
 from spark_lookup.errors import ConfigError
 from spark_lookup.options import as_timedelta
 
-__all__ = ["MissRetry", "RetryPolicy"]
+__all__ = ["MissRetry", "Retries", "RetryPolicy"]
 
 log = logging.getLogger("lookup")
 
@@ -60,6 +60,68 @@ class RetryPolicy:
         """Seconds to wait before retry number ``retry`` (1-based)."""
         seconds = self.initial_backoff.total_seconds() * self.multiplier ** (retry - 1)
         return min(seconds, self.max_backoff.total_seconds())
+
+    def retries(
+        self,
+        what: str,
+        *,
+        on_retry: Callable[[], object] | None = None,
+        wait: Callable[[float], bool] | None = None,
+    ) -> Retries:
+        """The tries of one operation (``what``, for the log) under this policy."""
+        return Retries(self, what, on_retry, wait)
+
+
+class Retries:
+    """The one retry loop of every caller: iterate it (once per try), report a failed
+    try with :meth:`failed`, and break out on success or on an error not worth
+    retrying. Before each retry it logs the failure and the backoff, calls
+    ``on_retry`` (to count it) and waits the backoff: with the policy's ``sleep``, or
+    ``wait(seconds)``, which ends the tries by returning True (a closing runtime).
+    """
+
+    def __init__(
+        self,
+        policy: RetryPolicy,
+        what: str,
+        on_retry: Callable[[], object] | None,
+        wait: Callable[[float], bool] | None,
+    ) -> None:
+        self.policy = policy
+        self.what = what
+        self.tries = 0
+        self.error: BaseException | None = None
+        """The error of the latest failed try."""
+        self._on_retry = on_retry
+        self._wait = wait
+
+    def __iter__(self) -> Iterator[int]:
+        policy = self.policy
+        for number in range(policy.max_retries + 1):
+            if number:
+                seconds = policy.backoff(number)
+                log.warning("%s failed (%r); retry %d of %d in %.3f s", self.what, self.error,
+                            number, policy.max_retries, seconds)
+                if self._on_retry is not None:
+                    self._on_retry()
+                if self._wait is None:
+                    policy.sleep(seconds)
+                elif self._wait(seconds):
+                    return
+            self.tries = number + 1
+            yield number
+
+    @property
+    def last(self) -> bool:
+        """Whether the current try is the last the policy allows."""
+        return self.tries > self.policy.max_retries
+
+    def failed(self, error: BaseException, what: str | None = None) -> None:
+        """The current try failed with ``error`` (``what`` now describes the operation,
+        if it changed: fewer keys left, say)."""
+        self.error = error
+        if what is not None:
+            self.what = what
 
 
 @dataclass(frozen=True)

@@ -102,21 +102,16 @@ class _LoadingRuntime(LookupRuntime):
         worker that starts during an outage (Spark hands a batch to any idle worker, or
         starts one) waits it out instead of failing its task at once. Raises the last
         error once the retries are spent, and ConfigError or TypeError at once."""
-        policy = self._policy
-        for attempt in range(policy.max_retries + 1):
+        tries = self._policy.retries(f"opening {self.provider.describe()}",
+                                     on_retry=self.metrics.inc_retries)
+        for _ in tries:
             try:
                 self._loader.open()
                 return
             except Exception as exc:
-                if attempt == policy.max_retries or not should_retry(exc):
+                if tries.last or not should_retry(exc):
                     raise
-                self.metrics.inc_retries()
-                wait = policy.backoff(attempt + 1)
-                log.warning(
-                    "opening %s failed (%r); retry %d of %d in %.3f s",
-                    self.provider.describe(), exc, attempt + 1, policy.max_retries, wait,
-                )
-                policy.sleep(wait)
+                tries.failed(exc)
 
     def close(self) -> None:
         try:
@@ -255,18 +250,9 @@ class _LoadingRuntime(LookupRuntime):
     def _load_arrow_with_retries(
         self, function: LookupFunction, keys: list[pa.Array]
     ) -> tuple[pa.Array, Any]:
-        policy = self._policy
-        error: BaseException | None = None
-        attempt = 0
-        for attempt in range(policy.max_retries + 1):
-            if attempt:
-                self.metrics.inc_retries()
-                wait = policy.backoff(attempt)
-                log.warning(
-                    "lookup of %d key(s) failed (%r); retry %d of %d in %.3f s",
-                    len(keys[0]), error, attempt, policy.max_retries, wait,
-                )
-                policy.sleep(wait)
+        tries = self._policy.retries(f"lookup of {len(keys[0])} key(s)",
+                                     on_retry=self.metrics.inc_retries)
+        for _ in tries:
             started = time.perf_counter()
             before = getattr(function, "bad_value_count", 0)
             try:
@@ -275,7 +261,7 @@ class _LoadingRuntime(LookupRuntime):
                 self.metrics.inc_load_failures()
                 raise
             except Exception as exc:
-                error = exc
+                tries.failed(exc)
                 if not should_retry(exc):
                     break  # permanent (a missing table, a bad value): reported at once
                 continue
@@ -287,10 +273,11 @@ class _LoadingRuntime(LookupRuntime):
             self.metrics.record_load_time((time.perf_counter() - started) * 1000)
             return pa.array(index, pa.int64()), rows
         self.metrics.inc_load_failures()
+        error = tries.error
         shown = _preview(_arrow_key_tuples(keys, 4))
         raise LookupLoadError(
             f"{self.provider.describe()}: lookup of {len(keys[0])} key(s) {shown} "
-            f"failed after {attempt + 1} attempt(s): {type(error).__name__}: {error}"
+            f"failed after {tries.tries} attempt(s): {type(error).__name__}: {error}"
         ) from error
 
     def lookup_batch(self, keys: Iterable[Key]) -> dict[Key, tuple[Row, ...]]:
@@ -369,19 +356,11 @@ class _LoadingRuntime(LookupRuntime):
         return results
 
     def _load_with_retries(self, keys: list[Key]) -> dict[Key, tuple[Row, ...]]:
-        policy = self._policy
         results: dict[Key, tuple[Row, ...]] = {}
         pending = keys
-        error: BaseException | None = None
-        for attempt in range(policy.max_retries + 1):
-            if attempt:
-                self.metrics.inc_retries()
-                wait = policy.backoff(attempt)
-                log.warning(
-                    "lookup of %d key(s) failed (%r); retry %d of %d in %.3f s",
-                    len(pending), error, attempt, policy.max_retries, wait,
-                )
-                policy.sleep(wait)
+        tries = self._policy.retries(f"lookup of {len(keys)} key(s)",
+                                     on_retry=self.metrics.inc_retries)
+        for _ in tries:
             started = time.perf_counter()
             try:
                 loaded: Mapping[Key, Sequence[Row]] = self._load_counting(pending)
@@ -392,12 +371,12 @@ class _LoadingRuntime(LookupRuntime):
             except PartialLoad as partial:
                 results.update(self._freeze(partial.results, pending))
                 pending = partial.failed
-                error = partial.error
-                if not should_retry(error):
+                tries.failed(partial.error, f"lookup of {len(pending)} key(s)")
+                if not should_retry(partial.error):
                     break
                 continue
             except Exception as exc:
-                error = exc
+                tries.failed(exc)
                 if not should_retry(exc):
                     break  # permanent (a missing table, a bad value): reported at once
                 continue
@@ -406,10 +385,10 @@ class _LoadingRuntime(LookupRuntime):
             results.update(self._freeze(loaded, pending))
             return results
         self.metrics.inc_load_failures()
-        attempts = attempt + 1
+        error = tries.error
         raise LookupLoadError(
             f"{self.provider.describe()}: lookup of {len(pending)} key(s) {_preview(pending)} "
-            f"failed after {attempts} attempt(s): {type(error).__name__}: {error}"
+            f"failed after {tries.tries} attempt(s): {type(error).__name__}: {error}"
         ) from error
 
     def _load_counting(self, keys: list[Key]) -> Mapping[Key, Sequence[Row]]:
