@@ -1,30 +1,26 @@
 """Lookup caches: partial (size/TTL), full (whole-table snapshot), Redis and tiered.
 
-Depends on nothing of ours but the shared base ``spark_lookup``.
+The full cache's snapshot and the host snapshot store it shares between processes are
+the lookup runtime's machinery, not API: ``cache.full``, ``cache.shared_full`` and
+``cache.snapshot_store`` hold them.
 """
 
 from cache.base import Key, LookupCache, Row, Rows
 from cache.default import DefaultLookupCache, DefaultLookupCacheBuilder
-from cache.full import FullSnapshot, LookupFullCache
+from cache.full import LookupFullCache
 from cache.metrics import CacheMetrics
 from cache.redis import RedisLookupCache
-from cache.shared_full import SharedFullCache
-from cache.snapshot_store import SnapshotStore, StoredSnapshot
 from cache.tiered import TieredLookupCache
 
 __all__ = [
     "CacheMetrics",
     "DefaultLookupCache",
     "DefaultLookupCacheBuilder",
-    "FullSnapshot",
     "Key",
     "LookupCache",
     "LookupFullCache",
     "RedisLookupCache",
     "Row",
     "Rows",
-    "SharedFullCache",
-    "SnapshotStore",
-    "StoredSnapshot",
     "TieredLookupCache",
 ]

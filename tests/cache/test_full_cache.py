@@ -13,7 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from cache import CacheMetrics, FullSnapshot, LookupFullCache
+from cache import CacheMetrics, LookupFullCache
+from cache.full import FullSnapshot
 from spark_lookup.errors import ConfigError, SnapshotUnavailableError
 from tests.clock import FakeTimer
 
@@ -213,7 +214,7 @@ def test_first_lookups_from_many_threads_at_once() -> None:
 
     import pyarrow as pa
 
-    from cache import FullSnapshot
+    from cache.full import FullSnapshot
 
     for _ in range(5):
         table = pa.table({"id": pa.array(range(20_000), pa.int64()),

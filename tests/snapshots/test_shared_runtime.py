@@ -24,7 +24,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from cache import FullSnapshot, SharedFullCache, SnapshotStore
+from cache.full import FullSnapshot
+from cache.shared_full import SharedFullCache
+from cache.snapshot_store import SnapshotStore
 from lookup import FullCachingLookupProvider
 from lookup.full_caching import FullCachingRuntime
 from scan import CollectionSource

@@ -14,8 +14,8 @@ import pyarrow as pa
 import pytest
 
 import cache.snapshot_store as store_module
-from cache import FullSnapshot, SnapshotStore, StoredSnapshot
-from cache.snapshot_store import sweep
+from cache.full import FullSnapshot
+from cache.snapshot_store import SnapshotStore, StoredSnapshot, sweep
 from spark_lookup.errors import ConfigError
 from tests.snapshots.helpers import LockHolder, publish_and_get_killed
 
