@@ -14,7 +14,7 @@ from itertools import chain
 import numpy as np
 import pyarrow as pa
 
-from cache.base import Key, Row
+from cache.base import Key, Row, rows_to_table
 from cache.metrics import CacheMetrics
 from lookup.providers import LookupProvider
 from spark_lookup.errors import LookupLoadError
@@ -101,20 +101,11 @@ class LookupRuntime:
 
     def _rows_table(self, rows: list[Row], describe: str) -> pa.Table:
         """Rows as a table of the schema: one transposition, one conversion a column."""
-        schema = to_arrow_schema(self.provider.schema)
-        transposed = list(zip(*rows, strict=True)) if rows else None
-        arrays = []
-        for index, field in enumerate(schema):
-            values = transposed[index] if transposed is not None else ()
-            try:
-                arrays.append(pa.array(values, type=field.type))
-            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
-                sample = next((v for v in values if v is not None), None)
-                raise LookupLoadError(
-                    f"{describe}: column {field.name!r} holds {type(sample).__name__} values "
-                    f"(e.g. {sample!r:.60}) that do not convert to {field.type}: {exc}"
-                ) from exc
-        return pa.Table.from_arrays(arrays, schema=schema.remove_metadata())
+        schema = to_arrow_schema(self.provider.schema).remove_metadata()
+        try:
+            return rows_to_table(rows, schema)
+        except TypeError as exc:
+            raise LookupLoadError(f"{describe}: {exc}") from exc
 
     def lookup(self, key: Key) -> tuple[Row, ...]:
         """Rows of one key."""
