@@ -64,12 +64,30 @@ def _normalize_on(on: object, provider: LookupProvider) -> list[tuple[str, str]]
     dim_names = [d for _, d in pairs]
     keys = list(provider.key_columns)
     if sorted(dim_names) != sorted(keys) or len(set(dim_names)) != len(dim_names):
+        unknown = [d for d in dim_names if d not in keys]
+        problem = (f"{unknown} {'is' if len(unknown) == 1 else 'are'} not a key column of "
+                   "the provider" if unknown else "each key column must be named once")
         raise ConfigError(
-            f"on={on!r} names the dimension columns {dim_names}, but the provider is keyed "
-            f"by {keys}: name each key column exactly once"
+            f"on={on!r}: {problem}; the provider is keyed by {keys}. A string or list names "
+            "columns of the same name on both sides; join a stream column of another name "
+            f"with on={{stream_column: {keys[0]!r}}}"
         )
     by_dim = {d: s for s, d in pairs}
     return [(by_dim[d], d) for d in keys]  # in the provider's key order
+
+
+_JOIN_KINDS = {"left": "left", "leftouter": "left", "left_outer": "left", "inner": "inner"}
+
+
+def _join_kind(how: object) -> str:
+    """``"left"`` or ``"inner"`` from Spark's names for them, case-insensitive."""
+    kind = _JOIN_KINDS.get(how.lower()) if isinstance(how, str) else None
+    if kind is None:
+        raise ConfigError(
+            f"how must be a left or an inner join ({', '.join(map(repr, _JOIN_KINDS))}, any "
+            f"case), got {how!r}"
+        )
+    return kind
 
 
 @dataclass(frozen=True)
@@ -98,8 +116,7 @@ def plan_join(
     """
     if not isinstance(provider, LookupProvider):
         raise ConfigError(f"provider must be a lookup provider, got {type(provider).__name__}")
-    if how not in ("left", "inner"):
-        raise ConfigError(f"how must be 'left' or 'inner', got {how!r}")
+    how = _join_kind(how)
     if prefix is not None and (not isinstance(prefix, str) or not prefix):
         raise ConfigError(f"prefix must be a non-empty string, got {prefix!r}")
     pairs = _normalize_on(on, provider)
