@@ -37,6 +37,7 @@ from cache.metrics import CacheMetrics
 from connectors.rows import python_values
 from spark_lookup import options as opts
 from spark_lookup.errors import ConfigError
+from spark_lookup.options import check_int
 
 __all__ = ["DefaultLookupCache", "DefaultLookupCacheBuilder"]
 
@@ -123,10 +124,15 @@ class DefaultLookupCache(LookupCache):
                 "expire_after_write or expire_after_access (an unbounded cache would grow "
                 "without limit)"
             )
-        self._maximum_size = maximum_size
-        self._maximum_bytes = maximum_bytes
-        self._expire_after_write = expire_after_write
-        self._expire_after_access = expire_after_access
+        # The builder checks these too; checked here for a cache built directly.
+        self._maximum_size = _bound(maximum_size, "maximum_size")
+        self._maximum_bytes = _bound(maximum_bytes, "maximum_bytes")
+        self._expire_after_write = _duration(expire_after_write, "expire_after_write")
+        self._expire_after_access = _duration(expire_after_access, "expire_after_access")
+        if not isinstance(cache_missing_key, bool):
+            raise ConfigError(f"cache_missing_key must be a bool, got {cache_missing_key!r}")
+        expire_after_write, expire_after_access = (
+            self._expire_after_write, self._expire_after_access)
         self._write_ttl = _seconds(expire_after_write)
         self._access_ttl = _seconds(expire_after_access)
         self._timed = self._write_ttl != _NEVER or self._access_ttl != _NEVER
@@ -794,6 +800,14 @@ def _matchable(key: Key) -> bool:
     return True
 
 
+def _bound(value: int | None, name: str) -> int | None:
+    return None if value is None else check_int(value, name)
+
+
+def _duration(value: timedelta | float | None, name: str) -> timedelta | None:
+    return None if value is None else opts.as_timedelta(value, name)
+
+
 class DefaultLookupCacheBuilder:
     """Builder of :class:`DefaultLookupCache` (Flink's ``DefaultLookupCache.Builder``)."""
 
@@ -807,17 +821,13 @@ class DefaultLookupCacheBuilder:
 
     def maximum_size(self, n: int) -> DefaultLookupCacheBuilder:
         """Keep at most ``n`` keys (least recently used evicted first); ``n >= 1``."""
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise ConfigError(f"maximum_size must be a positive int, got {n!r}")
-        self._maximum_size = n
+        self._maximum_size = check_int(n, "maximum_size")
         return self
 
     def maximum_bytes(self, n: int) -> DefaultLookupCacheBuilder:
         """Hold at most ``n`` bytes (``num_cached_bytes``; least recently used evicted
         first); beyond Flink, which bounds rows only."""
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise ConfigError(f"maximum_bytes must be a positive int, got {n!r}")
-        self._maximum_bytes = n
+        self._maximum_bytes = check_int(n, "maximum_bytes")
         return self
 
     def expire_after_write(self, duration: timedelta | float) -> DefaultLookupCacheBuilder:

@@ -206,8 +206,9 @@ class CacheMetrics:
     __hash__ = None  # type: ignore[assignment]  # mutable
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{k}={v}" for k, v in self.snapshot().items())
-        return f"CacheMetrics({fields})"
+        # Not a constructor call: values come from a cache, or from_snapshot(dict).
+        fields = " ".join(f"{k}={v}" for k, v in self.snapshot().items())
+        return f"<CacheMetrics {fields}>"
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Ships as its current values; the lock and the gauge callback stay behind.
