@@ -112,7 +112,8 @@ class LookupOptions:
             A :class:`~lookup.LookupFunction` or :class:`~lookup.AsyncLookupFunction` for
             ``NONE``/``PARTIAL``; a ``scan.Source`` for ``FULL``.
         key_columns
-            Required for ``FULL`` (a source has no key); functions declare their own.
+            Required for ``FULL`` (a source has no key). A function declares its own: given
+            for one, they must be the same.
         kwargs
             More provider options (``retry_on_miss``, ``batch_size``, ``parallelism``...).
         """
@@ -127,9 +128,15 @@ class LookupOptions:
                 target, self.build_trigger(), key_columns, max_retries=retries, **kwargs
             )
         if key_columns is not None:
-            raise ConfigError(
-                "key_columns is only for FULL caching; a lookup function declares its own"
-            )
+            # The same call for every mode: a function's keys may be restated, not changed.
+            given = [key_columns] if isinstance(key_columns, str) else list(key_columns)
+            own = list(getattr(target, "key_columns", None) or [])
+            if given != own:
+                raise ConfigError(
+                    f"key_columns={given} differ from the lookup function's own key columns "
+                    f"{own}: a function declares its keys (key_columns chooses them only for "
+                    "a FULL cache's source)"
+                )
         cache = self.build_cache()
         if isinstance(target, AsyncLookupFunction):
             kwargs.setdefault("capacity", opts.ASYNC_CAPACITY.get(self.options))

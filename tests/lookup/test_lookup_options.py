@@ -1,0 +1,57 @@
+"""LookupOptions from Flink's option keys: one call, ``provider(target, key_columns=...)``,
+for every ``lookup.cache`` mode."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from lookup import LookupOptions
+from scan import CollectionSource
+from spark_lookup.errors import ConfigError
+from tests.lookup.functions import DictLookup
+
+ROWS = [(1, "Ada"), (2, "Bob")]
+
+
+def test_partial_options_build_a_partial_provider_with_key_columns_restated() -> None:
+    options = LookupOptions.from_dict({
+        "connector": "jdbc",
+        "lookup.cache": "PARTIAL",
+        "lookup.partial-cache.max-rows": "100",
+        "lookup.partial-cache.expire-after-write": "10 min",
+        "lookup.partial-cache.cache-missing-key": "false",
+        "lookup.max-retries": "2",
+    })
+    provider = options.provider(DictLookup(ROWS), key_columns=["id"])
+    assert provider.kind == "PARTIAL"
+    assert provider.key_columns == ("id",)
+    assert provider.retry_policy.max_retries == 2
+    cache = provider.cache  # type: ignore[attr-defined]
+    assert "maximum_size=100" in repr(cache)
+    assert cache._expire_after_write == timedelta(minutes=10)
+    assert cache._cache_missing_key is False
+    assert options.provider(DictLookup(ROWS), key_columns="id").kind == "PARTIAL"
+
+
+def test_key_columns_cannot_change_a_functions_keys() -> None:
+    options = LookupOptions.from_dict({"lookup.cache": "PARTIAL",
+                                       "lookup.partial-cache.max-rows": "10"})
+    with pytest.raises(ConfigError, match=r"key_columns=\['name'\] differ.*\['id'\]"):
+        options.provider(DictLookup(ROWS), key_columns=["name"])
+
+
+def test_none_and_full_modes() -> None:
+    assert LookupOptions.from_dict({}).provider(DictLookup(ROWS), key_columns=["id"]).kind == (
+        "NONE")
+    full = LookupOptions.from_dict({
+        "lookup.cache": "FULL",
+        "lookup.full-cache.reload-strategy": "PERIODIC",
+        "lookup.full-cache.periodic-reload.interval": "1 h",
+    }).provider(CollectionSource(ROWS, schema="id BIGINT, name STRING"), key_columns=["id"])
+    assert (full.kind, full.key_columns) == ("FULL", ("id",))
+    with pytest.raises(ConfigError, match="needs key_columns"):
+        LookupOptions.from_dict({"lookup.cache": "full",
+                                 "lookup.full-cache.periodic-reload.interval": "1 h"}).provider(
+            CollectionSource(ROWS, schema="id BIGINT, name STRING"))
