@@ -340,15 +340,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="the reduced form CI runs")
     parser.add_argument("--out", type=Path,
-                        help="where a quick run writes summary and plot "
-                             "(default benchmarks/out/quick)")
+                        help="where the summary and the plot go (and where --replot reads "
+                             "them); default benchmarks/out and benchmarks/plot.png, "
+                             "benchmarks/out/quick for --quick")
     parser.add_argument("--only", help="comma-separated script names (default: all present)")
     parser.add_argument("--replot", action="store_true",
                         help="run nothing: recompute the headline ratios of "
                              "benchmarks/out/summary.json from its results, redraw the plot")
     args = parser.parse_args()
     if args.replot:
-        path = HERE / "out" / "summary.json"
+        path = (args.out or HERE / "out") / "summary.json"
+        if not path.is_file():
+            raise SystemExit(
+                f"--replot: no results at {path}; run benchmarks/run_all.py first (or give "
+                "--out the directory of an earlier run's summary.json)")
         summary = json.loads(path.read_text())
         results = {name: entry["result"] for name, entry in summary["benchmarks"].items()
                    if "result" in entry}
@@ -359,12 +364,11 @@ def main() -> None:
             f"({summary['machine']['cpu_model']}), load average {load['before'][0]:.1f} / "
             f"{load['after'][0]:.1f}")
         summary["plot_subtitle"] = subtitle
-        plot(results, HERE / "plot.png", subtitle)
+        plot_path = args.out / "plot.png" if args.out else HERE / "plot.png"
+        plot(results, plot_path, subtitle)
         path.write_text(json.dumps(summary, indent=2, default=str))
-        print(f"rewrote {path} and {HERE / 'plot.png'}")
+        print(f"rewrote {path} and {plot_path}")
         return
-    if args.out is not None and not args.quick:
-        raise SystemExit("--out is for --quick runs; a full run writes benchmarks/out/")
     wanted = args.only.split(",") if args.only else list(SCRIPTS)
     unknown = [name for name in wanted if name not in SCRIPTS]
     if unknown:
@@ -383,8 +387,8 @@ def main() -> None:
         plot_path = summary_dir / "plot.png"
     else:
         scripts_dir = HERE
-        summary_dir = HERE / "out"
-        plot_path = HERE / "plot.png"
+        summary_dir = (args.out or HERE / "out").resolve()
+        plot_path = summary_dir / "plot.png" if args.out else HERE / "plot.png"
     out_dir = scripts_dir / "out"
     out_dir.mkdir(parents=True, exist_ok=True)
     summary_dir.mkdir(parents=True, exist_ok=True)

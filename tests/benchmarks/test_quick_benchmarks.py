@@ -59,3 +59,21 @@ def test_quick_benchmarks_run_and_summarize(postgres_dsn: str, redis_url: str,
     missing = [key for key in HEADLINE if summary["headline"].get(key) is None]
     assert not missing, missing
     assert (tmp_path / "plot.png").stat().st_size > 10_000
+    # --replot redraws from that run's summary where --out says, and nothing else.
+    (tmp_path / "plot.png").unlink()
+    replot = subprocess.run(
+        [sys.executable, "benchmarks/run_all.py", "--replot", "--out", str(tmp_path)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert replot.returncode == 0, replot.stderr[-2000:]
+    assert (tmp_path / "plot.png").stat().st_size > 10_000
+
+
+def test_replot_without_results_says_what_to_run(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "benchmarks/run_all.py", "--replot", "--out", str(tmp_path / "none")],
+        cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert done.returncode == 1
+    assert "no results at" in done.stderr
+    assert "run benchmarks/run_all.py first" in done.stderr
