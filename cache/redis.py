@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 Timer = Callable[[], float]
 T = TypeVar("T")
 
-_NAMESPACE = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")
+_NAMESPACE = re.compile(r"[A-Za-z0-9_.:\-]{1,200}")
 
 
 def _seconds(value: object, name: str, *, allow_zero: bool = False) -> float:
@@ -154,7 +154,7 @@ class RedisLookupCache(LookupCache):
         client_options: Mapping[str, Any] | None = None,
     ) -> None:
         self._url = check_redis_url(url)
-        if not isinstance(namespace, str) or not _NAMESPACE.match(namespace):
+        if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):
             raise ConfigError(
                 f"namespace {namespace!r} must be 1-200 letters, digits or '_', '.', ':', '-'"
             )
@@ -414,7 +414,10 @@ class RedisLookupCache(LookupCache):
         """Keys in the namespace now, counted with ``SCAN`` (approximate: entries expire
         and other workers write meanwhile; 0 if Redis fails). Costs a scan of the whole
         keyspace: for tests and diagnostics, not for the lookup path."""
-        pattern = f"{self._namespace}:*"
+        # A key's text is a JSON array: "[" right after the namespace keeps namespace
+        # "a" from counting the keys of "a:b" (whose keys go on "a:b:["). The namespace
+        # holds no glob character (see its check).
+        pattern = f"{self._namespace}:[[]*"
         count = self._round_trip(
             "SCAN",
             lambda client: sum(1 for _ in client.scan_iter(match=pattern, count=1000)),

@@ -98,7 +98,7 @@ def check_store_name(name: object, what: str = "snapshot_name") -> str:
     1-128 letters, digits, ``_``, ``.`` or ``-``, starting with a letter or digit (so
     never a hidden file, a path or ``..``).
     """
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ConfigError(
             f"{what} must be 1-128 letters, digits, '_', '.' or '-' starting with a letter "
             f"or digit, got {name!r}"
@@ -168,7 +168,7 @@ class StoredSnapshot:
         for name, kind in types.items():
             if not isinstance(raw[name], kind) or (kind is int and isinstance(raw[name], bool)):
                 raise ValueError(f"snapshot record field {name!r} is {raw[name]!r}")
-        if not _VERSION_FILE.match(raw["file"]):
+        if not _VERSION_FILE.fullmatch(raw["file"]):
             raise ValueError(f"snapshot record names no version file: {raw['file']!r}")
         raw["loaded_at"] = float(raw["loaded_at"])
         return cls(**raw)
@@ -451,7 +451,7 @@ class SnapshotStore:
             with contextlib.suppress(OSError):
                 tmp.unlink()
             raise
-        self._remove_files(lambda name: bool(_VERSION_FILE.match(name)) and name != record.file)
+        self._remove_files(lambda name: bool(_VERSION_FILE.fullmatch(name)) and name != record.file)
         return record
 
     def record_failure(self, at: float, error: str) -> None:

@@ -280,7 +280,7 @@ class ScheduledTableRefresh:
             raise ConfigError(
                 f"trigger must be a triggers.CacheReloadTrigger, got {type(trigger).__name__}"
             )
-        if not isinstance(view_name, str) or not _VIEW_NAME.match(view_name):
+        if not isinstance(view_name, str) or not _VIEW_NAME.fullmatch(view_name):
             raise ConfigError(
                 f"view_name must be an identifier (a letter or _, then letters, digits or _; "
                 f"at most 100 characters), got {view_name!r}"

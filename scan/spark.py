@@ -121,7 +121,7 @@ def register_data_source(spark: Any, name: str, source: Source[Any, Any]) -> typ
     >>> register_data_source(spark, "countries", source)  # doctest: +SKIP
     >>> spark.read.format("countries").load().count()  # doctest: +SKIP
     """
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ConfigError(f"invalid data source name {name!r}")
     if not isinstance(source, Source):
         raise ConfigError(f"source must be a scan.Source, got {type(source).__name__}")

@@ -99,6 +99,21 @@ def test_namespaces_separate_providers(redis_url: str, redis_prefix: str) -> Non
     assert a.get_if_present((1,)) == (("from a",),)
 
 
+def test_size_counts_its_own_namespace_not_a_longer_one(redis_url: str,
+                                                        redis_prefix: str) -> None:
+    short = RedisLookupCache(redis_url, redis_prefix + "a", ttl=60)
+    longer = RedisLookupCache(redis_url, redis_prefix + "a:b", ttl=60)
+    short.put_all({(1,): [("x",)], (2,): []})
+    longer.put_all({(1,): [("y",)], (2,): [("z",)], (3,): []})
+    assert (short.size(), longer.size()) == (2, 3)
+
+
+@pytest.mark.parametrize("namespace", ["customers\n", "a b", "", "x" * 201, "a*", "a[1]"])
+def test_a_namespace_with_other_characters_is_refused(redis_url: str, namespace: str) -> None:
+    with pytest.raises(ConfigError, match="namespace"):
+        RedisLookupCache(redis_url, namespace, ttl=60)
+
+
 def test_redis_enforces_the_ttl(make: Any, redis_client: Any, redis_prefix: str) -> None:
     cache = make(ttl=timedelta(milliseconds=80))
     cache.put((1,), [(1,)])
