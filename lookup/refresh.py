@@ -380,6 +380,10 @@ class ScheduledTableRefresh:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="lookup-view-refresh")
         try:
             register_data_source(self._spark, self._format, self._source)
+            # Until the first load swaps in, a query on the view says why it has no rows
+            # (not Spark's bare TABLE_OR_VIEW_NOT_FOUND, nor an empty table).
+            self._placeholder("has no data yet: its first load is still running (open() "
+                              "waits for it unless wait=False)")
             self._trigger.open(self)
             self._trigger_opened = True
             if wait:
@@ -444,7 +448,7 @@ class ScheduledTableRefresh:
         for version, timer in retiring:
             timer.cancel()
             version.release()
-        if was_open and not keep_view:
+        if was_open and (not keep_view or current is None):  # no version: nothing to keep
             self._spark.catalog.dropTempView(self._view)
             if current is not None:
                 current.release()
@@ -507,6 +511,11 @@ class ScheduledTableRefresh:
         try:
             status = self._load_with_retries()
         except BaseException as exc:
+            with self._lock:
+                never_loaded = self._state == "open" and self._current is None
+            if never_loaded and not self._first.done():
+                self._placeholder(f"has no data: its first load failed ({_summary(exc)}); "
+                                  "the next reload of its trigger tries again")
             _settle(self._first, error=exc)
             raise
         _settle(self._first, result=status)
@@ -670,6 +679,11 @@ class ScheduledTableRefresh:
         log.error("%s; queries on the view fail until a reload succeeds", message)
 
     # --- helpers
+
+    def _placeholder(self, why: str) -> None:
+        """Serve, as the view, a frame of its schema whose every query fails with ``why``."""
+        message = f"spark-lookup: temp view {self._view!r} {why}"
+        _stale_frame(self._spark, self._struct, message).createOrReplaceTempView(self._view)
 
     def _update(self, **changes: Any) -> None:
         self._status = replace(self._status, **changes)

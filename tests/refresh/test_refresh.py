@@ -310,6 +310,40 @@ def test_a_first_load_slower_than_initial_load_timeout_fails_open(
     assert not spark.catalog.tableExists("rv_slow")
 
 
+def test_a_query_before_the_first_load_says_why_it_has_no_rows(
+    spark: Any, db: Path, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"  # absent: the first load waits in the source
+    refresh = ScheduledTableRefresh(spark, countries(db, gate), PeriodicCacheReloadTrigger(HOUR),
+                                    "rv_early", materialization="LOCAL").open(wait=False)
+    try:
+        with pytest.raises(Exception, match="'rv_early' has no data yet: its first load is "
+                                            "still running"):
+            spark.table("rv_early").count()
+        gate.touch()
+        wait_until(lambda: refresh.status().version == 1, LOAD_TIMEOUT, "the first load")
+        assert spark.table("rv_early").count() == 3
+    finally:
+        gate.touch()
+        refresh.close()
+    assert not spark.catalog.tableExists("rv_early")
+
+
+def test_a_failed_first_load_without_waiting_says_so_on_the_view(spark: Any, db: Path) -> None:
+    execute(db, "DROP TABLE countries")
+    refresh = ScheduledTableRefresh(spark, countries(db), PeriodicCacheReloadTrigger(HOUR),
+                                    "rv_failed", retry_policy=RetryPolicy(max_retries=0))
+    refresh.open(wait=False)
+    try:
+        # The first load's future settles after the view says why.
+        wait_until(refresh._first.done, LOAD_TIMEOUT, "the first load to fail")
+        with pytest.raises(Exception, match="'rv_failed' has no data: its first load failed"):
+            spark.table("rv_failed").count()
+    finally:
+        refresh.close(keep_view=True)  # no version to keep: the view goes
+    assert not spark.catalog.tableExists("rv_failed")
+
+
 def test_one_refresh_per_view_and_per_trigger(spark: Any, db: Path) -> None:
     trigger = PeriodicCacheReloadTrigger(HOUR)
     with ScheduledTableRefresh(spark, countries(db), trigger, "rv_owned"):
