@@ -530,28 +530,25 @@ class ScheduledTableRefresh:
             self._spark.removeTag(self._tag)
 
     def _load_tagged(self) -> RefreshStatus:
-        policy = self._retry
-        error: BaseException | None = None
-        for attempt in range(policy.max_retries + 1):
-            if attempt:
-                wait = policy.backoff(attempt)
-                with self._lock:
-                    self._update(num_retries=self._status.num_retries + 1)
-                log.warning("reload of temp view %r failed (%s); retry %d of %d in %.3f s",
-                            self._view, _summary(error), attempt, policy.max_retries, wait)
-                if self._stop.wait(wait):
-                    break
+        def count_retry() -> None:
+            with self._lock:
+                self._update(num_retries=self._status.num_retries + 1)
+
+        tries = self._retry.retries(f"reload of temp view {self._view!r}",
+                                    on_retry=count_retry, wait=self._stop.wait)
+        for _ in tries:
             if self._stop.is_set():
                 break
             started = time.perf_counter()
             try:
                 version = self._materialize()
             except Exception as exc:
-                error = exc
+                tries.failed(exc)
                 if not _retryable(exc):
                     break  # a missing table, a bad value under FAILFAST: reported at once
                 continue
             return self._swap(version, (time.perf_counter() - started) * 1000)
+        error = tries.error
         if error is None or self._stop.is_set():
             raise RuntimeError(f"{self!r} closed during a reload")
         with self._lock:
@@ -562,10 +559,10 @@ class ScheduledTableRefresh:
             )
             served = self._status.version
         log.error("reload of temp view %r failed after %d attempt(s): %s; %s", self._view,
-                  attempt + 1, _summary(error),
+                  tries.tries, _summary(error),
                   f"still serving version {served}" if served else "no version yet")
         raise LookupLoadError(
-            f"reload of temp view {self._view!r} failed after {attempt + 1} "
+            f"reload of temp view {self._view!r} failed after {tries.tries} "
             f"attempt(s): {_summary(error)}"
         ) from error
 
