@@ -15,11 +15,16 @@ a partial cache, Spark's broadcast join and the naive per-row UDFs, whichever ra
 script gets ``--quick`` (or reduced sizes, for scripts without that option; a script with
 neither is left out, status "skipped"), and runs from a copy of ``benchmarks/`` in a
 temporary directory, so its JSON never replaces a full run's; the summary and plot go to
-``--out`` (default ``benchmarks/out/quick/``). Quick figures are smoke figures: one
-round, small sizes.
+``benchmarks/out/quick/``. Quick figures are smoke figures: one round, small sizes.
+
+``--out DIR`` puts the summary and the plot of either kind of run in ``DIR`` instead (the
+scripts' own JSON files stay in their ``out/``). ``--replot`` runs nothing: it reads the
+summary of an earlier run from where that run wrote it (``--out``, ``--quick`` or
+neither, as then), recomputes the headline ratios and redraws the plot next to it.
 
     .venv/bin/python benchmarks/run_all.py            # full; what `make bench` runs
     .venv/bin/python benchmarks/run_all.py --quick    # CI
+    .venv/bin/python benchmarks/run_all.py --replot   # redraw the full run's plot
 
 Exits 1 when any script failed or timed out (the others still run).
 """
@@ -336,6 +341,51 @@ def plot(results: dict[str, dict[str, Any]], path: Path, subtitle: str) -> bool:
     return True
 
 
+def destinations(out: Path | None, quick: bool) -> tuple[Path, Path]:
+    """Where a run writes its summary.json (the directory) and its plot, and so where
+    ``--replot`` reads and redraws them."""
+    if out is not None:
+        return out.resolve(), out.resolve() / "plot.png"
+    if quick:
+        return HERE / "out" / "quick", HERE / "out" / "quick" / "plot.png"
+    return HERE / "out", HERE / "plot.png"
+
+
+def replot(summary_dir: Path, plot_path: Path) -> None:
+    """Recompute the headline ratios of ``summary_dir/summary.json`` and redraw its plot.
+
+    Raises
+    ------
+    SystemExit
+        When there is no readable summary there (e.g. nothing has run yet).
+    """
+    path = summary_dir / "summary.json"
+    if not path.is_file():
+        raise SystemExit(
+            f"--replot: no results at {path}; run benchmarks/run_all.py first (with the "
+            "same --out or --quick), or give --out the directory of an earlier run's "
+            "summary.json")
+    try:
+        summary = json.loads(path.read_text())
+        results = {name: entry["result"] for name, entry in summary["benchmarks"].items()
+                   if "result" in entry}
+        subtitle = summary.get("plot_subtitle")
+        if not subtitle:
+            load = summary["load_average"]
+            subtitle = (
+                f"{summary['started_at'][:10]}, {summary['machine']['cpus']} CPUs "
+                f"({summary['machine']['cpu_model']}), load average {load['before'][0]:.1f} / "
+                f"{load['after'][0]:.1f}")
+    except (OSError, ValueError, LookupError, TypeError, AttributeError) as exc:
+        raise SystemExit(f"--replot: {path} is no summary of run_all.py ({exc!r})") from exc
+    summary["headline"] = headline(results)
+    summary["plot_subtitle"] = subtitle
+    plotted = plot(results, plot_path, subtitle)
+    summary["plot"] = str(plot_path) if plotted else None
+    path.write_text(json.dumps(summary, indent=2, default=str))
+    print(f"rewrote {path}" + (f" and {plot_path}" if plotted else " (nothing to plot)"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="the reduced form CI runs")
@@ -345,29 +395,13 @@ def main() -> None:
                              "benchmarks/out/quick for --quick")
     parser.add_argument("--only", help="comma-separated script names (default: all present)")
     parser.add_argument("--replot", action="store_true",
-                        help="run nothing: recompute the headline ratios of "
-                             "benchmarks/out/summary.json from its results, redraw the plot")
+                        help="run nothing: recompute the headline ratios of the summary.json "
+                             "of an earlier run (the one --out or --quick names) from its "
+                             "results, redraw its plot")
     args = parser.parse_args()
+    summary_dir, plot_path = destinations(args.out, args.quick)
     if args.replot:
-        path = (args.out or HERE / "out") / "summary.json"
-        if not path.is_file():
-            raise SystemExit(
-                f"--replot: no results at {path}; run benchmarks/run_all.py first (or give "
-                "--out the directory of an earlier run's summary.json)")
-        summary = json.loads(path.read_text())
-        results = {name: entry["result"] for name, entry in summary["benchmarks"].items()
-                   if "result" in entry}
-        summary["headline"] = headline(results)
-        load = summary["load_average"]
-        subtitle = summary.get("plot_subtitle") or (
-            f"{summary['started_at'][:10]}, {summary['machine']['cpus']} CPUs "
-            f"({summary['machine']['cpu_model']}), load average {load['before'][0]:.1f} / "
-            f"{load['after'][0]:.1f}")
-        summary["plot_subtitle"] = subtitle
-        plot_path = args.out / "plot.png" if args.out else HERE / "plot.png"
-        plot(results, plot_path, subtitle)
-        path.write_text(json.dumps(summary, indent=2, default=str))
-        print(f"rewrote {path} and {plot_path}")
+        replot(summary_dir, plot_path)
         return
     wanted = args.only.split(",") if args.only else list(SCRIPTS)
     unknown = [name for name in wanted if name not in SCRIPTS]
@@ -383,12 +417,8 @@ def main() -> None:
         shutil.copytree(HERE, workdir / "benchmarks",
                         ignore=shutil.ignore_patterns("out", "__pycache__", "*.png"))
         scripts_dir = workdir / "benchmarks"
-        summary_dir = (args.out or HERE / "out" / "quick").resolve()
-        plot_path = summary_dir / "plot.png"
     else:
         scripts_dir = HERE
-        summary_dir = (args.out or HERE / "out").resolve()
-        plot_path = summary_dir / "plot.png" if args.out else HERE / "plot.png"
     out_dir = scripts_dir / "out"
     out_dir.mkdir(parents=True, exist_ok=True)
     summary_dir.mkdir(parents=True, exist_ok=True)

@@ -131,6 +131,8 @@ class DefaultLookupCache(LookupCache):
         self._expire_after_access = _duration(expire_after_access, "expire_after_access")
         if not isinstance(cache_missing_key, bool):
             raise ConfigError(f"cache_missing_key must be a bool, got {cache_missing_key!r}")
+        if not callable(timer):
+            raise ConfigError(f"timer must be a zero-argument callable, got {timer!r}")
         expire_after_write, expire_after_access = (
             self._expire_after_write, self._expire_after_access)
         self._write_ttl = _seconds(expire_after_write)

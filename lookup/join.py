@@ -47,7 +47,14 @@ def keys_compatible(stream_type: T.DataType, dim_type: T.DataType) -> bool:
     return family is not None and family == _family(dim_type)
 
 
-def _normalize_on(on: object, provider: LookupProvider) -> list[tuple[str, str]]:
+def _normalize_on(
+    on: object, provider: LookupProvider, stream_columns: Sequence[str]
+) -> list[tuple[str, str]]:
+    """``on`` as (stream column, dimension key column) pairs in the provider's key order.
+
+    Each side is checked against its own columns, so the error names the side that lacks
+    a column and lists that side's columns.
+    """
     if isinstance(on, str):
         pairs = [(on, on)]
     elif isinstance(on, Mapping):
@@ -61,19 +68,52 @@ def _normalize_on(on: object, provider: LookupProvider) -> list[tuple[str, str]]
         )
     if not pairs:
         raise ConfigError("on is empty: name the key columns")
+    absent = [s for s, _ in pairs if s not in stream_columns]
+    if absent:
+        raise ConfigError(
+            f"on: {_not_a('column', absent)} of the stream DataFrame {list(stream_columns)}"
+        )
     dim_names = [d for _, d in pairs]
     keys = list(provider.key_columns)
-    if sorted(dim_names) != sorted(keys) or len(set(dim_names)) != len(dim_names):
-        unknown = [d for d in dim_names if d not in keys]
-        problem = (f"{unknown} {'is' if len(unknown) == 1 else 'are'} not a key column of "
-                   "the provider" if unknown else "each key column must be named once")
+    schema_names = provider.schema.fieldNames()
+    unknown = [d for d in dim_names if d not in schema_names]
+    not_keys = [d for d in dim_names if d in schema_names and d not in keys]
+    repeated = sorted({d for d in dim_names if dim_names.count(d) > 1})
+    unnamed = [k for k in keys if k not in dim_names]
+    problems = []
+    if unknown:
+        problems.append(f"{_not_a('column', unknown)} of the provider's schema {schema_names}")
+    if not_keys:
+        problems.append(f"{_not_a('key column', not_keys)} of the provider")
+    if repeated:
+        problems.append(f"{_names(repeated)} {_be(repeated)} named more than once")
+    if unnamed and not (unknown or not_keys):
+        problems.append(f"key column {_names(unnamed)} {_be(unnamed)} not named")
+    if problems:
+        hint = ""
+        if (unknown or not_keys) and not isinstance(on, Mapping):
+            hint = (" A string or list names columns of the same name on both sides; join a "
+                    f"stream column of another name with "
+                    f"on={{stream_column: {(unnamed or keys)[0]!r}}}")
         raise ConfigError(
-            f"on={on!r}: {problem}; the provider is keyed by {keys}. A string or list names "
-            "columns of the same name on both sides; join a stream column of another name "
-            f"with on={{stream_column: {keys[0]!r}}}"
+            f"on={on!r}: {'; '.join(problems)}; the provider is keyed by {keys}.{hint}"
         )
     by_dim = {d: s for s, d in pairs}
     return [(by_dim[d], d) for d in keys]  # in the provider's key order
+
+
+def _names(names: Sequence[str]) -> str:
+    return repr(names[0]) if len(names) == 1 else repr(list(names))
+
+
+def _be(names: Sequence[str]) -> str:
+    return "is" if len(names) == 1 else "are"
+
+
+def _not_a(what: str, names: Sequence[str]) -> str:
+    """``'x' is not a {what}`` or ``['x', 'y'] are not {what}s``."""
+    return (f"{names[0]!r} is not a {what}" if len(names) == 1
+            else f"{list(names)!r} are not {what}s")
 
 
 _JOIN_KINDS = {"left": "left", "leftouter": "left", "left_outer": "left", "inner": "inner"}
@@ -119,17 +159,12 @@ def plan_join(
     how = _join_kind(how)
     if prefix is not None and (not isinstance(prefix, str) or not prefix):
         raise ConfigError(f"prefix must be a non-empty string, got {prefix!r}")
-    pairs = _normalize_on(on, provider)
-    stream_of = {d: s for s, d in pairs}
     stream_fields = {f.name: f for f in stream_schema.fields}
+    pairs = _normalize_on(on, provider, list(stream_fields))
+    stream_of = {d: s for s, d in pairs}
     dim_schema = provider.schema
     for stream_column, dim_column in pairs:
-        field = stream_fields.get(stream_column)
-        if field is None:
-            raise ConfigError(
-                f"on: {stream_column!r} is not a column of the stream DataFrame "
-                f"{list(stream_fields)}"
-            )
+        field = stream_fields[stream_column]
         dim_type = dim_schema[dim_column].dataType
         if not keys_compatible(field.dataType, dim_type):
             raise ConfigError(
@@ -455,8 +490,9 @@ def lookup_join(
         provider's key columns once (composite keys in any order).
     how
         ``"left"`` keeps stream rows without a match (dimension columns null);
-        ``"inner"`` drops them. A key with several rows repeats the stream row once per
-        dimension row. A key holding a null never matches.
+        ``"inner"`` drops them. Spark's other names for them are accepted too, in any
+        case: ``"leftouter"``, ``"left_outer"``. A key with several rows repeats the
+        stream row once per dimension row. A key holding a null never matches.
     columns
         Dimension columns to add (default: all but the key columns, whose values equal
         the stream's), in schema order.

@@ -127,10 +127,17 @@ class LookupOptions:
             return FullCachingLookupProvider.of(
                 target, self.build_trigger(), key_columns, max_retries=retries, **kwargs
             )
+        if not isinstance(target, (LookupFunction, AsyncLookupFunction)):
+            raise ConfigError(
+                f"lookup.cache={self.cache_type} needs a LookupFunction or "
+                f"AsyncLookupFunction, got {type(target).__name__}"
+            )
         if key_columns is not None:
             # The same call for every mode: a function's keys may be restated, not changed.
+            # key_fields() reads the function's declaration as the providers do (a single
+            # column may be declared as a plain string).
             given = [key_columns] if isinstance(key_columns, str) else list(key_columns)
-            own = list(getattr(target, "key_columns", None) or [])
+            own = target.key_fields()
             if given != own:
                 raise ConfigError(
                     f"key_columns={given} differ from the lookup function's own key columns "
@@ -145,11 +152,6 @@ class LookupOptions:
                 return AsyncLookupFunctionProvider.of(target, max_retries=retries, **kwargs)
             return PartialCachingAsyncLookupProvider.of(
                 target, cache, max_retries=retries, **kwargs
-            )
-        if not isinstance(target, LookupFunction):
-            raise ConfigError(
-                f"lookup.cache={self.cache_type} needs a LookupFunction or "
-                f"AsyncLookupFunction, got {type(target).__name__}"
             )
         if cache is None:
             return LookupFunctionProvider.of(target, max_retries=retries, **kwargs)

@@ -104,7 +104,9 @@ class KeyTemplate:
             if field is not None:
                 pattern += "(.*)" if self.escape or len(self.fields) == 1 else "(.*?)"
                 glob += "*"
-        self._regex = re.compile(f"^{pattern}$", re.DOTALL)
+        # Matched with fullmatch: a final '$' also matches before a trailing newline, so
+        # "user:1\n" would have been read as the key of "user:1".
+        self._regex = re.compile(pattern, re.DOTALL)
         self.glob = glob
         """The SCAN ``MATCH`` pattern of every key the template can make."""
 
@@ -135,7 +137,7 @@ class KeyTemplate:
     def parse(self, redis_key: str) -> dict[str, str] | None:
         """The part texts of a Redis key made by this template (unescaped), or None
         when it does not fit the template or could be split more than one way."""
-        match = self._regex.match(redis_key)
+        match = self._regex.fullmatch(redis_key)
         if match is None:
             return None
         parts = list(match.groups())

@@ -37,3 +37,8 @@ def test_a_cache_built_directly_checks_its_durations() -> None:
         DefaultLookupCache(expire_after_write=-1)  # type: ignore[arg-type]
     cache = DefaultLookupCache(maximum_size=1, expire_after_access=2.5)  # type: ignore[arg-type]
     assert "maximum_size=1" in repr(cache)
+
+
+def test_a_cache_built_directly_checks_its_timer() -> None:
+    with pytest.raises(ConfigError, match="timer must be a zero-argument callable"):
+        DefaultLookupCache(maximum_size=1, timer=5)  # type: ignore[arg-type]

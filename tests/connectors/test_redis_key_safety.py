@@ -30,6 +30,14 @@ def test_a_template_knows_its_separators_and_refuses_what_cannot_be_told_apart()
     assert single.parse("user:x:y") == {"id": "x:y"}
 
 
+def test_a_key_with_a_trailing_newline_is_not_read_as_the_key_without_it() -> None:
+    # '$' matches before a final newline: "rate:EUR:USD\n" was parsed as ("EUR", "USD").
+    pair = KeyTemplate("rate:{a}:{b}", ["a", "b"])
+    assert pair.parse("rate:EUR:USD\n") == {"a": "EUR", "b": "USD\n"}
+    assert KeyTemplate("user:{id}:profile", ["id"]).parse("user:1:profile\n") is None
+    assert KeyTemplate("user:{id}:profile", ["id"]).parse("user:1:profile") == {"id": "1"}
+
+
 def test_escaping_makes_every_key_its_own() -> None:
     template = KeyTemplate("tenant:{t}:{id}", ["t", "id"], escape=True)
     first, unsure = template.format({"t": "a:b", "id": "c"})
@@ -98,6 +106,17 @@ def test_a_scan_parses_key_columns_from_keys_and_skips_ambiguous_ones(
                              key_template=redis_prefix + "rate:{a}:{b}", key_columns=["a", "b"])
     assert source.match == f"{redis_prefix}rate:*:*"
     assert sorted(run_all(source, 2)) == [("EUR", "USD", 1.1), ("GBP", "EUR", 0.9)]
+
+
+@pytest.mark.redis
+def test_a_scan_keeps_a_key_with_a_trailing_newline_apart(
+    redis_url: str, redis_prefix: str, redis_client: Any
+) -> None:
+    redis_client.set(f"{redis_prefix}rate:EUR:USD", "1.1")
+    redis_client.set(f"{redis_prefix}rate:EUR:USD\n", "9.9")
+    source = RedisScanSource(redis_url, value_type="string", schema="a STRING, b STRING, r DOUBLE",
+                             key_template=redis_prefix + "rate:{a}:{b}", key_columns=["a", "b"])
+    assert sorted(run_all(source, 1)) == [("EUR", "USD", 1.1), ("EUR", "USD\n", 9.9)]
 
 
 def test_keys_beyond_their_columns_range_are_refused_at_once() -> None:

@@ -7,10 +7,10 @@ from datetime import timedelta
 
 import pytest
 
-from lookup import LookupOptions
+from lookup import LookupOptions, PartialCachingAsyncLookupProvider
 from scan import CollectionSource
 from spark_lookup.errors import ConfigError
-from tests.lookup.functions import DictLookup
+from tests.lookup.functions import AsyncDictLookup, DictLookup
 
 ROWS = [(1, "Ada"), (2, "Bob")]
 
@@ -55,3 +55,40 @@ def test_none_and_full_modes() -> None:
         LookupOptions.from_dict({"lookup.cache": "full",
                                  "lookup.full-cache.periodic-reload.interval": "1 h"}).provider(
             CollectionSource(ROWS, schema="id BIGINT, name STRING"))
+
+
+def test_key_columns_restated_for_a_function_that_declares_one_as_a_string() -> None:
+    # A function may declare key_columns = "id"; restating it is the same key, not ['i', 'd'].
+    class OneKey(DictLookup):
+        key_columns = "id"  # type: ignore[assignment]
+
+    fn = OneKey(ROWS)
+    options = LookupOptions.from_dict({"lookup.cache": "PARTIAL",
+                                       "lookup.partial-cache.max-rows": "10"})
+    assert options.provider(fn, key_columns="id").key_columns == ("id",)
+    assert options.provider(fn, key_columns=["id"]).key_columns == ("id",)
+
+
+def test_partial_options_over_an_async_function_build_a_partial_async_provider() -> None:
+    options = LookupOptions.from_dict({
+        "lookup.cache": "partial",
+        "lookup.partial-cache.expire-after-access": "PT30S",
+        "lookup.partial-cache.max-bytes": "64 mb",
+        "lookup.async.capacity": "7",
+        "lookup.async.timeout": "5 s",
+    })
+    provider = options.provider(AsyncDictLookup(ROWS), key_columns=["id"])
+    assert isinstance(provider, PartialCachingAsyncLookupProvider)
+    assert (provider.kind, provider.key_columns) == ("PARTIAL", ("id",))
+    assert (provider.capacity, provider.timeout) == (7, timedelta(seconds=5))
+    assert provider.cache._expire_after_access == timedelta(seconds=30)
+    assert provider.cache._maximum_bytes == 64 << 20
+
+
+def test_a_source_given_to_a_partial_cache_is_refused_as_no_function() -> None:
+    options = LookupOptions.from_dict({"lookup.cache": "PARTIAL",
+                                       "lookup.partial-cache.max-rows": "10"})
+    with pytest.raises(ConfigError, match="lookup.cache=PARTIAL needs a LookupFunction or "
+                                          "AsyncLookupFunction, got CollectionSource"):
+        options.provider(CollectionSource(ROWS, schema="id BIGINT, name STRING"),
+                         key_columns=["id"])
