@@ -474,9 +474,16 @@ class ScheduledTableRefresh:
         ------
         RuntimeError
             If the refresh is not open.
+        SnapshotUnavailableError
+            Before its first version is served.
         """
         if self._state != "open":
             raise RuntimeError(f"{self!r} is not open")
+        if self._current is None:
+            # On a classic session the DataFrame would stay bound to the placeholder.
+            raise SnapshotUnavailableError(
+                f"temp view {self._view!r} has no version yet: its first load has not "
+                "finished (or failed; see status())")
         return self._spark.table(self._view)
 
     # --- triggers.ReloadContext

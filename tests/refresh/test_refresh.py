@@ -320,9 +320,12 @@ def test_a_query_before_the_first_load_says_why_it_has_no_rows(
         with pytest.raises(Exception, match="'rv_early' has no data yet: its first load is "
                                             "still running"):
             spark.table("rv_early").count()
+        with pytest.raises(SnapshotUnavailableError, match="'rv_early' has no version yet"):
+            refresh.table()
         gate.touch()
         wait_until(lambda: refresh.status().version == 1, LOAD_TIMEOUT, "the first load")
         assert spark.table("rv_early").count() == 3
+        assert refresh.table().count() == 3
     finally:
         gate.touch()
         refresh.close()
