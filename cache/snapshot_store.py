@@ -8,15 +8,22 @@ One store is one directory, holding the published version of one dimension table
         lock                          flock'ed (exclusive) by the one process loading
         users                         flock'ed (shared) by every process using the store
         FAILED                        JSON: when the latest load failed, and why
+        .spark-lookup-store           the marker: only directories holding it are swept
         .tmp-<pid>-<hex>.arrow        a version being written: never read
+        .damaged-<version file>       a version whose checksum failed: set aside, never read
 
 The data file is uncompressed Arrow IPC (file format), so a reader maps it with
 ``pa.memory_map`` and reads it without a copy: N processes on the host share one copy
 of the pages in the page cache, and a new process is served in milliseconds.
 
 Publishing is crash-safe: the table is written to a temporary name in the same
-directory, fsynced, renamed into place, and the directory fsynced; only then is the
-pointer replaced the same way. A writer killed at any point leaves ``CURRENT``
+directory, fsynced, read back and validated in full (every offset and every value's
+bounds, ``Table.validate(full=True)``), checksummed (CRC-32 of the file, kept in the
+pointer), renamed into place, and the directory fsynced; only then is the pointer
+replaced the same way. A reader checks the checksum before it maps a version, so a
+damaged file (truncated, flipped bits, a bad offset) is never mapped, which could crash
+the process: it is set aside (renamed ``.damaged-...``) and the next load rebuilds the
+version from the source. A writer killed at any point leaves ``CURRENT``
 pointing to the previous, complete version; its temporary file is never read and is
 deleted by the next publisher.
 
@@ -45,8 +52,9 @@ import tempfile
 import threading
 import time
 import uuid
+import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -66,8 +74,9 @@ __all__ = [
 
 log = logging.getLogger("cache")
 
-FORMAT_VERSION = 1
-"""Version of the pointer record and file layout; a newer one is refused, never guessed."""
+FORMAT_VERSION = 2
+"""Version of the pointer record and file layout; a newer one is refused, never guessed
+(and an older one, without a checksum, ignored: the next load replaces it)."""
 
 DEFAULT_RETENTION = timedelta(days=1)
 """How long a store nobody uses is kept before a sweep deletes it."""
@@ -77,6 +86,9 @@ _LOCK = "lock"
 _USERS = "users"
 _FAILED = "FAILED"
 _TMP_PREFIX = ".tmp-"
+_DAMAGED_PREFIX = ".damaged-"
+_MARKER = ".spark-lookup-store"
+_CHECKSUM_CHUNK = 16 << 20
 _TRASH_PREFIX = ".trash-"
 _VERSION_FILE = re.compile(r"^v\d{10}-\d+\.arrow$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
@@ -125,6 +137,9 @@ class StoredSnapshot:
     fingerprint : str
         What the table is (key columns and schema), as its writer saw it; a reader with
         another fingerprint ignores the version.
+    checksum : str
+        CRC-32 of the data file (hex), checked before the file is mapped; empty in the
+        copy of the record the file itself carries.
     """
 
     version: int
@@ -133,6 +148,7 @@ class StoredSnapshot:
     num_rows: int
     unique: bool
     fingerprint: str
+    checksum: str = ""
 
     def to_json(self) -> bytes:
         """The record as JSON, with the format version."""
@@ -159,9 +175,11 @@ class StoredSnapshot:
                 f"snapshot record format {fmt!r} is newer than the supported "
                 f"{FORMAT_VERSION}: a newer spark-lookup wrote it"
             )
+        if fmt < FORMAT_VERSION:
+            raise ValueError(f"snapshot record format {fmt} carries no checksum")
         types: dict[str, type | tuple[type, ...]] = {
             "version": int, "loaded_at": (int, float), "file": str, "num_rows": int,
-            "unique": bool, "fingerprint": str,
+            "unique": bool, "fingerprint": str, "checksum": str,
         }
         if set(raw) != set(types):
             raise ValueError(f"snapshot record fields {sorted(raw)} != {sorted(types)}")
@@ -333,19 +351,32 @@ class SnapshotStore:
     def read(self, record: StoredSnapshot) -> pa.Table:
         """Map the data file of ``record`` and read it without copying.
 
+        The file's checksum is checked first: a damaged file is never mapped (reading a
+        bad offset from a map can crash the process); it is set aside as
+        ``.damaged-<file>`` so that no process reads it again.
+
         Raises
         ------
         FileNotFoundError
             When the version has been deleted (a newer one was published meanwhile).
         ValueError
-            When the file is not the version ``record`` describes.
+            When the file is damaged (set aside) or not the version ``record`` describes.
         """
-        source = pa.memory_map(str(self._dir / record.file), "r")
+        path = self._dir / record.file
+        source = pa.memory_map(str(path), "r")
+        found = _checksum(source)
+        if found != record.checksum:
+            source.close()
+            with contextlib.suppress(OSError):  # another reader may have moved it first
+                os.replace(path, self._dir / f"{_DAMAGED_PREFIX}{record.file}")
+            log.error("snapshot %s is damaged (checksum %s, published %s): set aside; the "
+                      "next load rebuilds it from the source", path, found, record.checksum)
+            raise ValueError(f"{path} is damaged: its checksum does not match")
         table = pa.ipc.open_file(source).read_all()
         metadata = dict(table.schema.metadata or {})
         written = metadata.pop(_META_KEY, None)
-        if written is None or StoredSnapshot.from_json(written) != record:
-            raise ValueError(f"{self._dir / record.file} is not the version {record}")
+        if written is None or StoredSnapshot.from_json(written) != replace(record, checksum=""):
+            raise ValueError(f"{path} is not the version {record}")
         # Our record stays in the file; the table served carries the source's metadata only.
         return table.replace_schema_metadata(metadata or None)
 
@@ -431,7 +462,7 @@ class SnapshotStore:
             unique=unique,
             fingerprint=self.fingerprint,
         )
-        self._remove_files(lambda name: name.startswith(_TMP_PREFIX))
+        self._remove_files(lambda name: name.startswith((_TMP_PREFIX, _DAMAGED_PREFIX)))
         metadata = {**(table.schema.metadata or {}), _META_KEY: record.to_json()}
         data = self._dir / record.file
         tmp = self._tmp_name(".arrow")
@@ -444,6 +475,7 @@ class SnapshotStore:
                     writer.write_batch(batch)
                     self._wrote_batch(tmp, number)
             _fsync(tmp)
+            record = replace(record, checksum=_validated(tmp, table.num_rows))
             os.replace(tmp, data)
             _fsync(self._dir)
             self._write_small(_CURRENT, record.to_json(), durable=True)
@@ -469,6 +501,9 @@ class SnapshotStore:
             # parents: a configured root may not exist yet; both levels we own end 0700.
             path.mkdir(mode=0o700, parents=True, exist_ok=True)
             _check_private(path)
+        marker = self._dir / _MARKER
+        if not marker.exists():
+            marker.write_bytes(b"a spark-lookup snapshot store: swept when unused\n")
 
     def _tmp_name(self, suffix: str) -> Path:
         return self._dir / f"{_TMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}{suffix}"
@@ -523,6 +558,39 @@ def _check_private(path: Path) -> None:
         )
 
 
+def _checksum(source: pa.NativeFile) -> str:
+    """CRC-32 of a whole file, read in chunks (of a memory map: no copy)."""
+    crc = 0
+    source.seek(0)
+    while chunk := source.read_buffer(_CHECKSUM_CHUNK):
+        if not chunk.size:
+            break
+        crc = zlib.crc32(memoryview(chunk), crc)
+    source.seek(0)
+    return f"{crc:08x}"
+
+
+def _validated(path: Path, num_rows: int) -> str:
+    """Read a written version back, validate every buffer and value in full, and return
+    its checksum.
+
+    Raises
+    ------
+    OSError
+        When the file is not a whole, valid table of ``num_rows`` rows (nothing is
+        published then).
+    """
+    with pa.memory_map(str(path), "r") as source:
+        try:
+            written = pa.ipc.open_file(source).read_all()
+            written.validate(full=True)
+        except (pa.ArrowInvalid, ValueError) as exc:
+            raise OSError(f"{path} failed validation after writing: {exc}") from exc
+        if written.num_rows != num_rows:
+            raise OSError(f"{path} holds {written.num_rows} rows, not {num_rows}")
+        return _checksum(source)
+
+
 def _sweep_once(root: Path, *, keep: Path, retention: timedelta) -> None:
     with _swept_lock:
         if str(root) in _swept:
@@ -537,7 +605,8 @@ def _sweep_once(root: Path, *, keep: Path, retention: timedelta) -> None:
 def sweep(root: Path, *, keep: Path | None = None, retention: timedelta = DEFAULT_RETENTION,
           now: float | None = None) -> list[Path]:
     """Delete the stores under ``root`` that nobody uses and nobody attached for
-    ``retention``; return their paths.
+    ``retention``; return their paths. Only directories carrying the store's marker file
+    are considered: nothing else under ``root`` is ever deleted.
 
     "Nobody uses" is checked by taking the ``users`` lock exclusively (non-blocking),
     and the store is renamed away while that lock is held, so a process attaching at the
@@ -549,6 +618,8 @@ def sweep(root: Path, *, keep: Path | None = None, retention: timedelta = DEFAUL
         path = Path(entry.path)
         if not entry.is_dir(follow_symlinks=False) or (keep is not None and path == keep):
             continue
+        if not (path / _MARKER).is_file():
+            continue  # not a store of ours (whatever files it holds): never deleted
         if entry.name.startswith(_TRASH_PREFIX):
             shutil.rmtree(path, ignore_errors=True)  # a sweep that died midway
             continue

@@ -1,0 +1,120 @@
+"""Damaged snapshot files on disk: truncated, bits flipped in a value, a string offset
+pointing past the data. None is ever served or mapped as a table: the checksum refuses
+it, it is set aside, and a runtime rebuilds the version from the source. Cleanup spares
+directories that are not stores."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from cache.snapshot_store import SnapshotStore, sweep
+from lookup.full_caching import FullCachingRuntime
+from tests.snapshots.helpers import ManualTrigger, count_lines, make_db, provider, store_for
+
+
+def names(rows: int) -> pa.Table:
+    return pa.table({"id": pa.array(range(rows), pa.int64()),
+                     "name": [f"n{i}" for i in range(rows)], "tier": ["old"] * rows})
+
+
+def published(store: SnapshotStore, rows: int = 200) -> Path:
+    with store.try_lock() as locked:
+        assert locked
+        record = store.publish(names(rows), version=1, loaded_at=time.time(), unique=True)
+    return store.directory / record.file
+
+
+def truncate(path: Path) -> None:
+    os.truncate(path, path.stat().st_size // 2)
+
+
+def flip_a_value(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    at = data.find(b"n150")  # a value of the name column
+    assert at > 0
+    data[at + 1] ^= 0x01  # "n150" -> "o150"
+    path.write_bytes(bytes(data))
+
+
+def break_an_offset(path: Path) -> None:
+    """Point one string offset of the name column far past its data: read as a table, the
+    value would reach outside the file (SIGBUS/SIGSEGV, or garbage)."""
+    with pa.memory_map(str(path), "r") as source:
+        base = source.read_buffer().address
+        column = pa.ipc.open_file(source).read_all().column("name").chunk(0)
+        offsets_at = column.buffers()[1].address - base
+    data = bytearray(path.read_bytes())
+    position = offsets_at + 4 * 100  # the offset where row 100 starts
+    data[position:position + 4] = (2**31 - 16).to_bytes(4, "little")
+    path.write_bytes(bytes(data))
+
+
+DAMAGE: dict[str, Callable[[Path], None]] = {
+    "truncated": truncate, "flipped value": flip_a_value, "bad offset": break_an_offset}
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SnapshotStore]:
+    store = SnapshotStore(tmp_path / "root" / "t", fingerprint="fp")
+    store.attach()
+    yield store
+    store.detach()
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_a_damaged_version_is_refused_and_set_aside(store: SnapshotStore, damage: str) -> None:
+    path = published(store)
+    assert store.read_latest() is not None
+    DAMAGE[damage](path)
+    assert store.read_latest() is None  # refused before any byte is read as a table
+    assert not path.exists()
+    assert (store.directory / f".damaged-{path.name}").exists()
+    # The next publish replaces it and clears the damaged file away.
+    published(store, rows=50)
+    found = store.read_latest()
+    assert found is not None
+    assert found[1].num_rows == 50
+    assert not list(store.directory.glob(".damaged-*"))
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_a_runtime_rebuilds_a_damaged_version_from_the_source(
+        tmp_path: Path, damage: str) -> None:
+    db = make_db(tmp_path / "dim.db")
+    p = provider(db, tmp_path / "scans", trigger=ManualTrigger(interval=3600.0))
+    path = published(store_for(p, tmp_path / "store"))
+    DAMAGE[damage](path)
+    runtime = FullCachingRuntime(p, store=store_for(p, tmp_path / "store"))
+    runtime.open()
+    try:
+        runtime.trigger_reload().result(timeout=30)  # as a real trigger fires on open
+        assert runtime.lookup((150,)) == ((150, "n150", "v1"),)  # the source's row
+        assert count_lines(tmp_path / "scans") == 1  # rebuilt by one scan
+        assert runtime.metrics.load_count == 1
+    finally:
+        runtime.close()
+
+
+def test_cleanup_removes_only_directories_carrying_the_store_marker(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    old = SnapshotStore(root / "old", fingerprint="fp")
+    old.attach()
+    old.detach()
+    os.utime(root / "old" / "users", (1.0, 1.0))
+    # Someone else's directory beside the stores, with a file named like ours.
+    mine = root / "not-a-store"
+    mine.mkdir()
+    (mine / "users").write_text("my data")
+    os.utime(mine / "users", (1.0, 1.0))
+    (root / ".trash-mine").mkdir()
+    removed = sweep(root, retention=timedelta(hours=1))
+    assert removed == [root / "old"]
+    assert (mine / "users").read_text() == "my data"
+    assert (root / ".trash-mine").is_dir()
