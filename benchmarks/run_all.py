@@ -51,7 +51,8 @@ ROOT = HERE.parent
 
 # In run order: the cheap in-process ones first, Spark last.
 SCRIPTS = ("cache_ops", "scan_full_load", "scan_file_load", "lookup_batch_pg", "cache_memory",
-           "join_throughput", "naive_vs_lookup", "refresh_vs_lookup", "worker_churn")
+           "snapshot_check", "join_throughput", "naive_vs_lookup", "refresh_vs_lookup",
+           "worker_churn")
 REQUIRED = ("cache_ops", "scan_full_load", "lookup_batch_pg", "cache_memory", "join_throughput",
             "naive_vs_lookup")
 # Reduced sizes for the scripts that have no --quick option of their own.
