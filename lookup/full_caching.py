@@ -42,6 +42,7 @@ from connectors.errors import should_retry
 from lookup._runtime_base import LookupRuntime, Probe
 from lookup.providers import FullCachingLookupProvider
 from spark_lookup.errors import LookupLoadError
+from triggers.scheduler import Scheduled, process_scheduler
 
 __all__ = ["FullCachingRuntime"]
 
@@ -101,7 +102,7 @@ class FullCachingRuntime(LookupRuntime):
         self._recording = threading.Lock()
         self._running: Future[None] | None = None
         self._executor: ThreadPoolExecutor | None = None
-        self._due_timer: threading.Timer | None = None
+        self._due_timer: Scheduled | None = None
 
     @property
     def shared(self) -> bool:
@@ -360,20 +361,19 @@ class FullCachingRuntime(LookupRuntime):
                 self._due_timer = None
             if due is None or self._closed.is_set():
                 return
-            delay = max(0.0, due - self.cache.clock())
-            timer = threading.Timer(delay, self._fire_due, args=(due,))
-            timer.daemon = True
-            timer.name = "lookup-full-due"
-            self._due_timer = timer
-        timer.start()
+            # On the process scheduler, with the trigger's own reloads: one timer thread
+            # for every cache of the process.
+            self._due_timer = process_scheduler().call_later(
+                max(0.0, due - self.cache.clock()), partial(self._fire_due, due),
+                f"due reload of {self._provider.describe()}")
 
     def _fire_due(self, due: float) -> None:
         if self._closed.is_set():
             return
         if self.cache.clock() < due:
-            # The timer waits on the monotonic clock, the schedule is on the wall clock:
-            # early by the difference, wait for the rest (a firing before `due` would
-            # find the version not due and reload nothing).
+            # The cache's clock is behind the scheduler's (an injected clock, or a step of
+            # the wall clock): wait for the rest (a firing before `due` would find the
+            # version not due and reload nothing).
             self._start_timer(due)
             return
         self.trigger_reload()  # its outcome is logged by the load itself

@@ -51,6 +51,7 @@ from concurrent.futures import TimeoutError as FutureTimeoutError
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
+from functools import partial
 from types import TracebackType
 from typing import Any
 
@@ -60,6 +61,7 @@ from lookup.retry import RetryPolicy
 from spark_lookup.errors import ConfigError, LookupLoadError, SnapshotUnavailableError
 from spark_lookup.options import as_timedelta
 from spark_lookup.schema import parse_schema
+from triggers.scheduler import Scheduled, process_scheduler
 
 __all__ = ["Materialization", "RefreshStatus", "ScheduledTableRefresh"]
 
@@ -208,7 +210,7 @@ class ScheduledTableRefresh:
         How long :meth:`open` waits for the first load (default 5 min).
     clock : callable
         Wall-clock seconds since the epoch (``time.time``), for the status timestamps
-        and ``current_processing_time``; timers use real time.
+        and ``current_processing_time``; timers use real time (the process scheduler).
 
     Raises
     ------
@@ -332,8 +334,8 @@ class ScheduledTableRefresh:
         self._queued: Future[RefreshStatus] | None = None  # the latest load submitted
         self._first: Future[RefreshStatus] = Future()
         self._current: _Version | None = None
-        self._retiring: dict[int, tuple[_Version, threading.Timer]] = {}
-        self._stale_timer: threading.Timer | None = None
+        self._retiring: dict[int, tuple[_Version, Scheduled]] = {}
+        self._stale_timer: Scheduled | None = None
         self._status = RefreshStatus(view_name=view_name)
 
     # --- public API
@@ -637,11 +639,10 @@ class ScheduledTableRefresh:
         if delay == 0:
             version.release()
             return
-        timer = threading.Timer(delay, self._release_retired, (version.number,))
-        timer.daemon = True
-        timer.name = f"lookup-view-unpersist-{self._view}-{version.number}"
+        timer = process_scheduler().call_later(
+            delay, partial(self._release_retired, version.number),
+            f"unpersist version {version.number} of view {self._view}")
         self._retiring[version.number] = (version, timer)
-        timer.start()
 
     def _release_retired(self, number: int) -> None:
         with self._lock:
@@ -656,13 +657,9 @@ class ScheduledTableRefresh:
             self._stale_timer = None
         if self._max_staleness is None or self._current is None:
             return
-        timer = threading.Timer(
-            self._max_staleness.total_seconds(), self._expire, (self._current.number,)
-        )
-        timer.daemon = True
-        timer.name = f"lookup-view-staleness-{self._view}"
-        self._stale_timer = timer
-        timer.start()
+        self._stale_timer = process_scheduler().call_later(
+            self._max_staleness, partial(self._expire, self._current.number),
+            f"staleness of view {self._view}")
 
     def _expire(self, number: int) -> None:
         """The served version outlived ``max_staleness``: make the view raise."""

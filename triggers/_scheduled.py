@@ -1,4 +1,5 @@
-"""What the periodic and the timed trigger share: lifecycle, close timeout, pickling."""
+"""What the periodic and the timed trigger share: lifecycle on the process scheduler,
+close timeout, pickling. A subclass is a pure schedule (:meth:`next_fire_time`)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from spark_lookup import options as opts
-from spark_lookup.errors import ConfigError
-from triggers._session import ReloadSession, SchedulerFactory, new_scheduler
+from triggers._session import ReloadSession
 from triggers.base import CacheReloadTrigger, ReloadContext
 
 __all__ = ["DEFAULT_CLOSE_TIMEOUT", "ScheduledTrigger"]
@@ -20,29 +20,20 @@ logger = logging.getLogger("triggers")
 DEFAULT_CLOSE_TIMEOUT = timedelta(seconds=10)
 """How long ``close()`` waits for a load in progress unless told otherwise."""
 
-_STATE_VERSION = 1
+_STATE_VERSION = 2  # 2: no scheduler_factory (one scheduler per process)
 
 
 class ScheduledTrigger(CacheReloadTrigger):
-    """A trigger that runs its schedule on an APScheduler scheduler created by ``open``.
+    """A trigger whose loads are one-shot jobs on the process scheduler
+    (:func:`triggers.scheduler.process_scheduler`), each added when the load before it
+    ended, at the time the pure schedule :meth:`next_fire_time` gives.
 
-    Subclasses hold only configuration and say how to schedule (:meth:`_schedule`) and
-    what to pickle (:meth:`_config`).
+    Subclasses hold only configuration and say when (:meth:`next_fire_time`) and what
+    to pickle (:meth:`_config`).
     """
 
-    def __init__(
-        self,
-        *,
-        close_timeout: timedelta | float,
-        scheduler_factory: SchedulerFactory | None,
-    ) -> None:
+    def __init__(self, *, close_timeout: timedelta | float) -> None:
         self._close_timeout = opts.as_timedelta(close_timeout, "close_timeout", allow_zero=True)
-        if scheduler_factory is not None and not callable(scheduler_factory):
-            raise ConfigError(
-                "scheduler_factory must be a zero-argument callable returning an APScheduler "
-                f"scheduler, got {scheduler_factory!r}"
-            )
-        self._scheduler_factory = scheduler_factory
         self._lifecycle = threading.Lock()
         self._session: ReloadSession | None = None
 
@@ -57,7 +48,7 @@ class ScheduledTrigger(CacheReloadTrigger):
         return self._session is not None
 
     def open(self, context: ReloadContext) -> None:
-        """Start the scheduler thread and the schedule; the first load starts right away.
+        """Start the schedule on the process scheduler; the first load starts right away.
 
         Runs on the executor that holds the cache; returns without waiting for the first
         load. A closed trigger may be opened again (it starts a fresh schedule, with a
@@ -78,15 +69,9 @@ class ScheduledTrigger(CacheReloadTrigger):
         with self._lifecycle:
             if self._session is not None:
                 raise RuntimeError(f"{self!r} is already open; close() it before re-opening")
-            factory = self._scheduler_factory or new_scheduler
-            session = ReloadSession(context, factory(), label=repr(self))
-            try:
-                session.start()
-                # The open instant anchors the schedule: read once, here, never in __init__.
-                self._schedule(session, datetime.now(timezone.utc))
-            except BaseException:
-                session.close(timeout=0.0)
-                raise
+            session = ReloadSession(context, self._following, label=repr(self))
+            # The open instant anchors the schedule: read once, here, never in __init__.
+            session.start(datetime.now(timezone.utc))
             self._session = session
         logger.info("%r opened", self)
 
@@ -114,25 +99,41 @@ class ScheduledTrigger(CacheReloadTrigger):
     def next_reload_time(self) -> datetime | None:
         """When the next scheduled reload starts (aware, UTC), as the scheduler knows it.
 
-        None when the trigger is closed, and while a fixed-delay load runs (its successor
-        is scheduled when it ends).
+        None when the trigger is closed, and while a load runs (its successor is
+        scheduled when it ends).
         """
         session = self._session
         return None if session is None else session.next_run_time()
 
     @abstractmethod
-    def _schedule(self, session: ReloadSession, opened_at: datetime) -> None:
-        """Add the jobs of this schedule to ``session``; the first load runs at ``opened_at``."""
+    def next_fire_time(self, previous: datetime | None, now: datetime) -> datetime:
+        """The reload after the one that fired at ``previous`` (None: none yet), its load
+        having ended at ``now``. Pure: no clock is read. A time not after ``now`` is
+        allowed; the session skips it (a load never starts while another runs)."""
+
+    def _first_after_open(self, opened_at: datetime, ended_at: datetime) -> datetime:
+        """The reload after the open-time load (which fired at ``opened_at``)."""
+        return self.next_fire_time(opened_at, ended_at)
+
+    def _following(self, fired_at: datetime, ended_at: datetime, first: bool) -> datetime:
+        """When the load after the one that fired at ``fired_at`` and ended at
+        ``ended_at`` starts: fire times that passed during that load are skipped."""
+        when = (self._first_after_open(fired_at, ended_at) if first
+                else self.next_fire_time(fired_at, ended_at))
+        skipped = 0
+        while when <= ended_at:
+            when, skipped = self.next_fire_time(when, ended_at), skipped + 1
+        if skipped:
+            logger.info("%r: the load ended after %d reload time(s); they are skipped, the "
+                        "next is at %s", self, skipped, when.isoformat())
+        return when
 
     @abstractmethod
     def _config(self) -> dict[str, Any]:
         """The constructor arguments that rebuild this trigger (what pickling ships)."""
 
     def _common_config(self) -> dict[str, Any]:
-        return {
-            "close_timeout": self._close_timeout,
-            "scheduler_factory": self._scheduler_factory,
-        }
+        return {"close_timeout": self._close_timeout}
 
     def __getstate__(self) -> dict[str, Any]:
         # Configuration only: an open trigger's copy arrives closed, ready to be opened.
@@ -146,4 +147,6 @@ class ScheduledTrigger(CacheReloadTrigger):
                 f"than the supported version {_STATE_VERSION}; upgrade spark-lookup on the "
                 "executors to match the driver"
             )
-        self.__init__(**state["config"])  # type: ignore[misc]
+        config = dict(state["config"])
+        config.pop("scheduler_factory", None)  # version 1: one scheduler per trigger then
+        self.__init__(**config)  # type: ignore[misc]

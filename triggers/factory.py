@@ -8,7 +8,6 @@ from typing import Any
 
 from triggers._config import check_full_cache
 from triggers._scheduled import DEFAULT_CLOSE_TIMEOUT
-from triggers._session import SchedulerFactory
 from triggers.periodic import PeriodicCacheReloadTrigger
 from triggers.timed import TimedCacheReloadTrigger
 
@@ -19,7 +18,6 @@ def reload_trigger_from_options(
     options: Mapping[str, Any],
     *,
     close_timeout: timedelta | float = DEFAULT_CLOSE_TIMEOUT,
-    scheduler_factory: SchedulerFactory | None = None,
 ) -> PeriodicCacheReloadTrigger | TimedCacheReloadTrigger:
     """The trigger for ``lookup.full-cache.reload-strategy``: ``PERIODIC`` (the default,
     as in Flink) or ``TIMED``; runs on the driver.
@@ -48,9 +46,5 @@ def reload_trigger_from_options(
     """
     # The option's parser admits only PERIODIC and TIMED.
     if check_full_cache(options, "reload trigger") == "TIMED":
-        return TimedCacheReloadTrigger.from_options(
-            options, close_timeout=close_timeout, scheduler_factory=scheduler_factory
-        )
-    return PeriodicCacheReloadTrigger.from_options(
-        options, close_timeout=close_timeout, scheduler_factory=scheduler_factory
-    )
+        return TimedCacheReloadTrigger.from_options(options, close_timeout=close_timeout)
+    return PeriodicCacheReloadTrigger.from_options(options, close_timeout=close_timeout)

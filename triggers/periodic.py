@@ -4,18 +4,14 @@ of the previous load (Flink's ``PeriodicCacheReloadTrigger``)."""
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
-from datetime import datetime, timedelta, timezone
+from collections.abc import Mapping
+from datetime import datetime, timedelta
 from typing import Any
-
-from apscheduler.triggers.base import BaseTrigger
-from apscheduler.triggers.interval import IntervalTrigger
 
 from spark_lookup import options as opts
 from spark_lookup.errors import ConfigError
 from triggers._config import check_strategy_options
 from triggers._scheduled import DEFAULT_CLOSE_TIMEOUT, ScheduledTrigger
-from triggers._session import PARKED, ReloadSession, SchedulerFactory
 
 __all__ = ["PeriodicCacheReloadTrigger", "ScheduleMode"]
 
@@ -32,8 +28,8 @@ class ScheduleMode(enum.Enum):
 class PeriodicCacheReloadTrigger(ScheduledTrigger):
     """Reloads a full cache every ``interval``, the first time as soon as it is opened.
 
-    Built on the driver, pickled to executors as its configuration (the scheduler is
-    created by :meth:`open`, on the executor), where the full cache opens it.
+    Built on the driver, pickled to executors as its configuration, where the full
+    cache opens it on the process scheduler.
 
     With ``FIXED_DELAY`` (the default) the next load starts ``interval`` after the
     previous one *ends*, however long it took. With ``FIXED_RATE`` loads start at
@@ -50,9 +46,6 @@ class PeriodicCacheReloadTrigger(ScheduledTrigger):
         ``FIXED_DELAY`` (default) or ``FIXED_RATE``; a string is read case-insensitively.
     close_timeout : timedelta or float
         How long :meth:`close` waits for a load in progress (default 10 s).
-    scheduler_factory : callable, optional
-        Builds the APScheduler scheduler at :meth:`open` (default: a background
-        scheduler with a one-thread pool). Must be picklable to ship the trigger.
 
     Raises
     ------
@@ -90,11 +83,10 @@ class PeriodicCacheReloadTrigger(ScheduledTrigger):
         schedule_mode: ScheduleMode | str = ScheduleMode.FIXED_DELAY,
         *,
         close_timeout: timedelta | float = DEFAULT_CLOSE_TIMEOUT,
-        scheduler_factory: SchedulerFactory | None = None,
     ) -> None:
         self._interval = opts.as_timedelta(interval, "interval")
         self._mode = _schedule_mode(schedule_mode)
-        super().__init__(close_timeout=close_timeout, scheduler_factory=scheduler_factory)
+        super().__init__(close_timeout=close_timeout)
 
     @classmethod
     def from_options(
@@ -102,7 +94,6 @@ class PeriodicCacheReloadTrigger(ScheduledTrigger):
         options: Mapping[str, Any],
         *,
         close_timeout: timedelta | float = DEFAULT_CLOSE_TIMEOUT,
-        scheduler_factory: SchedulerFactory | None = None,
     ) -> PeriodicCacheReloadTrigger:
         """Build from Flink's option keys, on the driver.
 
@@ -135,7 +126,6 @@ class PeriodicCacheReloadTrigger(ScheduledTrigger):
             interval,
             ScheduleMode(mode) if mode is not None else ScheduleMode.FIXED_DELAY,
             close_timeout=close_timeout,
-            scheduler_factory=scheduler_factory,
         )
 
     @property
@@ -162,6 +152,7 @@ class PeriodicCacheReloadTrigger(ScheduledTrigger):
 
         Examples
         --------
+        >>> from datetime import timezone
         >>> trigger = PeriodicCacheReloadTrigger(timedelta(minutes=10))
         >>> print(trigger.next_reload_after(datetime(2024, 6, 3, 9, 55, tzinfo=timezone.utc)))
         2024-06-03 10:05:00+00:00
@@ -170,36 +161,27 @@ class PeriodicCacheReloadTrigger(ScheduledTrigger):
             raise ConfigError(f"loaded_at must be timezone-aware, got naive {loaded_at!r}")
         return loaded_at + self._interval
 
-    def _schedule(self, session: ReloadSession, opened_at: datetime) -> None:
-        if self._mode is ScheduleMode.FIXED_RATE:
-            # Start-to-start is APScheduler's interval trigger; max_instances=1 plus a job
-            # run that lasts as long as its load turns an overlapping tick into a skip.
-            rate = IntervalTrigger(
-                seconds=self._interval.total_seconds(), start_date=opened_at, timezone=timezone.utc
-            )
-            session.add_job(session.run_load, rate, next_run_time=opened_at)
-        else:
-            session.add_job(
-                self._fixed_delay_run(session),
-                _UntilLoadEnds(),
-                job_id=_FIXED_DELAY_JOB,
-                next_run_time=opened_at,
-            )
+    def next_fire_time(self, previous: datetime | None, now: datetime) -> datetime:
+        """The reload after one that fired at ``previous`` and ended at ``now`` (pure).
 
-    def _fixed_delay_run(self, session: ReloadSession) -> Callable[[], None]:
-        # APScheduler computes a job's next run time when it *submits* a run, before the
-        # load ends, so it has no fixed-delay mode. The job parks itself instead
-        # (_UntilLoadEnds) and its run sets the next run time once the load has ended.
-        # (APScheduler applies the parking under its job store lock before our run can
-        # take that lock to reschedule, so the two never race.)
-        def run() -> None:
-            try:
-                session.run_load()
-            finally:
-                ended_at = datetime.now(timezone.utc)
-                session.reschedule(_FIXED_DELAY_JOB, ended_at + self._interval)
+        ``FIXED_DELAY``: ``now + interval``. ``FIXED_RATE``: ``previous + interval``
+        (``now + interval`` with no ``previous``), even when a slow load ended after it:
+        the trigger then skips it, not queues it, and starts on the next grid time.
 
-        return run
+        Examples
+        --------
+        >>> from datetime import timezone
+        >>> at = datetime(2024, 6, 3, 9, 0, tzinfo=timezone.utc)
+        >>> rate = PeriodicCacheReloadTrigger(timedelta(minutes=10), "FIXED_RATE")
+        >>> print(rate.next_fire_time(at, at + timedelta(minutes=2)))
+        2024-06-03 09:10:00+00:00
+        >>> delay = PeriodicCacheReloadTrigger(timedelta(minutes=10))
+        >>> print(delay.next_fire_time(at, at + timedelta(minutes=2)))
+        2024-06-03 09:12:00+00:00
+        """
+        if self._mode is ScheduleMode.FIXED_DELAY or previous is None:
+            return now + self._interval
+        return previous + self._interval
 
     def _config(self) -> dict[str, Any]:
         return {"interval": self._interval, "schedule_mode": self._mode, **self._common_config()}
@@ -209,21 +191,6 @@ class PeriodicCacheReloadTrigger(ScheduledTrigger):
             f"{type(self).__name__}(interval={self._interval!r}, "
             f"schedule_mode={self._mode.name})"
         )
-
-
-_FIXED_DELAY_JOB = "fixed-delay-reload"
-
-
-class _UntilLoadEnds(BaseTrigger):  # type: ignore[misc]  # APScheduler is untyped
-    """Parks a fixed-delay job after each run; the run itself sets the next time."""
-
-    __slots__ = ()
-
-    def get_next_fire_time(self, previous_fire_time: datetime | None, now: datetime) -> datetime:
-        return PARKED
-
-    def __str__(self) -> str:
-        return "fixed delay: interval after the end of each load"
 
 
 def _schedule_mode(value: object) -> ScheduleMode:

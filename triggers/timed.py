@@ -7,14 +7,11 @@ from collections.abc import Mapping
 from datetime import date, datetime, time, timedelta, tzinfo
 from typing import Any
 
-from apscheduler.triggers.base import BaseTrigger
-
 from spark_lookup import options as opts
 from spark_lookup.errors import ConfigError
 from spark_lookup.options import check_int
 from triggers._config import check_strategy_options
 from triggers._scheduled import DEFAULT_CLOSE_TIMEOUT, ScheduledTrigger
-from triggers._session import ReloadSession, SchedulerFactory
 from triggers._wallclock import local_instant, resolve_zone, zone_name
 
 __all__ = ["TimedCacheReloadTrigger"]
@@ -27,7 +24,7 @@ class TimedCacheReloadTrigger(ScheduledTrigger):
     and once as soon as it is opened.
 
     Built on the driver, pickled to executors as its configuration (with the zone
-    already resolved), and opened there by the full cache, which starts its scheduler.
+    already resolved), and opened there by the full cache, on the process scheduler.
 
     **Time zone.** ``time_of_day`` is read in, first, its own ``tzinfo`` (``10:15+07:00``:
     UTC+07:00; ``10:15Z``: UTC); else ``tz``, an IANA name or a ``tzinfo``; else the
@@ -69,8 +66,6 @@ class TimedCacheReloadTrigger(ScheduledTrigger):
         Zone of ``time_of_day`` when it has none; default: the local zone.
     close_timeout : timedelta or float
         How long :meth:`close` waits for a load in progress (default 10 s).
-    scheduler_factory : callable, optional
-        Builds the APScheduler scheduler at :meth:`open`; must be picklable.
 
     Raises
     ------
@@ -109,7 +104,6 @@ class TimedCacheReloadTrigger(ScheduledTrigger):
         tz: str | tzinfo | None = None,
         *,
         close_timeout: timedelta | float = DEFAULT_CLOSE_TIMEOUT,
-        scheduler_factory: SchedulerFactory | None = None,
     ) -> None:
         if not isinstance(time_of_day, time):
             raise ConfigError(
@@ -120,7 +114,7 @@ class TimedCacheReloadTrigger(ScheduledTrigger):
         self._zone = resolve_zone(time_of_day, tz)
         self._time = time_of_day.replace(tzinfo=None)
         self._days = interval_in_days
-        super().__init__(close_timeout=close_timeout, scheduler_factory=scheduler_factory)
+        super().__init__(close_timeout=close_timeout)
 
     @classmethod
     def from_options(
@@ -128,7 +122,6 @@ class TimedCacheReloadTrigger(ScheduledTrigger):
         options: Mapping[str, Any],
         *,
         close_timeout: timedelta | float = DEFAULT_CLOSE_TIMEOUT,
-        scheduler_factory: SchedulerFactory | None = None,
     ) -> TimedCacheReloadTrigger:
         """Build from Flink's option keys, on the driver.
 
@@ -157,12 +150,7 @@ class TimedCacheReloadTrigger(ScheduledTrigger):
         check_strategy_options(options, "TIMED", cls.__name__)
         at = opts.TIMED_RELOAD_ISO_TIME.require(options)
         days = opts.TIMED_RELOAD_INTERVAL_IN_DAYS.get(options)
-        return cls(
-            at,
-            1 if days is None else days,
-            close_timeout=close_timeout,
-            scheduler_factory=scheduler_factory,
-        )
+        return cls(at, 1 if days is None else days, close_timeout=close_timeout)
 
     @property
     def time_of_day(self) -> time:
@@ -272,8 +260,8 @@ class TimedCacheReloadTrigger(ScheduledTrigger):
     def _at(self, day: date) -> datetime:
         return local_instant(day, self._time, self._zone)
 
-    def _schedule(self, session: ReloadSession, opened_at: datetime) -> None:
-        session.add_job(session.run_load, _TimedSchedule(self, opened_at), next_run_time=opened_at)
+    def _first_after_open(self, opened_at: datetime, ended_at: datetime) -> datetime:
+        return self.first_fire_time(opened_at)
 
     def _config(self) -> dict[str, Any]:
         return {
@@ -288,31 +276,6 @@ class TimedCacheReloadTrigger(ScheduledTrigger):
             f"{type(self).__name__}(time_of_day={self._time.isoformat()}, "
             f"interval_in_days={self._days}, tz={zone_name(self._zone)!r})"
         )
-
-
-class _TimedSchedule(BaseTrigger):  # type: ignore[misc]  # APScheduler is untyped
-    """The APScheduler view of a timed schedule: its scheduler supplies ``now``.
-
-    The job's first run is the open-time load at ``opened_at``; the run after that one
-    is :meth:`TimedCacheReloadTrigger.first_fire_time`, every later one
-    :meth:`TimedCacheReloadTrigger.next_fire_time`.
-    """
-
-    __slots__ = ("_opened_at", "_owner")
-
-    def __init__(self, owner: TimedCacheReloadTrigger, opened_at: datetime) -> None:
-        self._owner = owner
-        self._opened_at = opened_at
-
-    def get_next_fire_time(
-        self, previous_fire_time: datetime | None, now: datetime
-    ) -> datetime | None:
-        if previous_fire_time is not None and previous_fire_time == self._opened_at:
-            return self._owner.first_fire_time(self._opened_at)
-        return self._owner.next_fire_time(previous_fire_time, now)
-
-    def __str__(self) -> str:
-        return f"timed[{self._owner!r}]"
 
 
 def _check_aware(value: datetime, name: str) -> None:

@@ -61,7 +61,6 @@ def test_non_positive_interval_is_refused(interval: Any) -> None:
         ({"interval": 1, "schedule_mode": "SOMETIMES"}, "schedule_mode must be"),
         ({"interval": 1, "schedule_mode": 3}, "schedule_mode must be"),
         ({"interval": 1, "close_timeout": -1}, "close_timeout must be non-negative"),
-        ({"interval": 1, "scheduler_factory": "BackgroundScheduler"}, "scheduler_factory"),
     ],
 )
 def test_invalid_arguments_name_the_argument(kwargs: dict[str, Any], message: str) -> None:
@@ -171,7 +170,7 @@ def test_fixed_rate_never_overlaps_and_skips_ticks(
     # Loads of 230 ms at a 100 ms rate: the ticks at 100 and 200 ms find a load running
     # and are skipped; the next load starts on the grid at 300 ms. A queued tick would
     # instead start as soon as the load ends, at ~230 ms.
-    caplog.set_level(logging.WARNING, logger="apscheduler")
+    caplog.set_level(logging.INFO, logger="triggers")
     context = make_context(load_seconds=0.23)
     trigger = PeriodicCacheReloadTrigger(timedelta(seconds=INTERVAL), ScheduleMode.FIXED_RATE)
     before = time.monotonic()
@@ -387,40 +386,33 @@ def test_open_refuses_an_object_that_is_not_a_context() -> None:
     assert not trigger.is_open
 
 
-_built: list[Any] = []
-
-
-def counting_factory() -> Any:
-    from triggers._session import new_scheduler
-
-    scheduler = new_scheduler()
-    _built.append(scheduler)
-    return scheduler
-
-
-def test_the_scheduler_is_built_by_open_with_the_injected_factory(
-    make_context: MakeContext,
+def test_every_open_trigger_runs_on_the_one_process_scheduler(
+    make_context: MakeContext, opened: Open
 ) -> None:
-    _built.clear()
-    trigger = PeriodicCacheReloadTrigger(timedelta(seconds=30), scheduler_factory=counting_factory)
-    assert _built == []
-    context = make_context()
-    trigger.open(context)
-    try:
-        assert context.wait_for_calls(1, timeout=2)
-        assert len(_built) == 1
-        assert _built[0].running
-    finally:
+    from triggers.scheduler import process_scheduler
+
+    before = process_scheduler().pending()
+    triggers = [opened(PeriodicCacheReloadTrigger(timedelta(seconds=30), mode), make_context())
+                for mode in ScheduleMode]
+    # One job per open trigger, its next reload, on the scheduler every trigger shares.
+    assert wait_until(lambda: all(t.next_reload_time() is not None for t in triggers))
+    assert process_scheduler().pending() == before + 2
+    for trigger in triggers:
         trigger.close()
-    assert not _built[0].running
+    assert process_scheduler().pending() == before
 
 
-def failing_factory() -> Any:
-    raise OSError("no threads left")
-
-
-def test_open_that_fails_leaves_the_trigger_closed(make_context: MakeContext) -> None:
-    trigger = PeriodicCacheReloadTrigger(timedelta(seconds=30), scheduler_factory=failing_factory)
-    with pytest.raises(OSError, match="no threads"):
-        trigger.open(make_context())
-    assert not trigger.is_open
+@pytest.mark.parametrize("mode", list(ScheduleMode))
+def test_the_next_fire_time_is_pure(mode: ScheduleMode) -> None:
+    trigger = PeriodicCacheReloadTrigger(timedelta(minutes=10), mode)
+    at = datetime(2024, 6, 3, 9, 0, tzinfo=timezone.utc)
+    ended = at + timedelta(minutes=2)
+    assert trigger.next_fire_time(None, ended) == ended + timedelta(minutes=10)
+    # A load overran two starts: FIXED_RATE skips them and stays on its grid.
+    overran = at + timedelta(minutes=25)
+    pure = {ScheduleMode.FIXED_RATE: at + timedelta(minutes=10),
+            ScheduleMode.FIXED_DELAY: overran + timedelta(minutes=10)}[mode]
+    assert trigger.next_fire_time(at, overran) == pure
+    followed = {ScheduleMode.FIXED_RATE: at + timedelta(minutes=30),
+                ScheduleMode.FIXED_DELAY: overran + timedelta(minutes=10)}[mode]
+    assert trigger._following(at, overran, False) == followed

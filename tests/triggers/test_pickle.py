@@ -17,7 +17,6 @@ from triggers import (
     ScheduleMode,
     TimedCacheReloadTrigger,
 )
-from triggers._session import new_scheduler
 
 MakeContext = Callable[..., RecordingContext]
 
@@ -28,9 +27,7 @@ def roundtrip(trigger: CacheReloadTrigger) -> Any:
 
 def test_periodic_pickles_its_configuration() -> None:
     trigger = PeriodicCacheReloadTrigger(
-        timedelta(minutes=5), ScheduleMode.FIXED_RATE, close_timeout=3,
-        scheduler_factory=new_scheduler,
-    )
+        timedelta(minutes=5), ScheduleMode.FIXED_RATE, close_timeout=3)
     copy = roundtrip(trigger)
     assert isinstance(copy, PeriodicCacheReloadTrigger)
     assert (copy.interval, copy.schedule_mode, copy.close_timeout) == (
@@ -88,7 +85,17 @@ def test_an_open_trigger_pickles_closed(
 def test_a_newer_state_version_is_refused() -> None:
     trigger = PeriodicCacheReloadTrigger(timedelta(seconds=30))
     state = trigger.__getstate__()
-    assert state["version"] == 1
+    assert state["version"] == 2
     clone = PeriodicCacheReloadTrigger.__new__(PeriodicCacheReloadTrigger)
-    with pytest.raises(ValueError, match="state version 2 is newer than the supported version 1"):
-        clone.__setstate__({**state, "version": 2})
+    with pytest.raises(ValueError, match="state version 3 is newer than the supported version 2"):
+        clone.__setstate__({**state, "version": 3})
+
+
+def test_a_state_of_version_1_still_loads() -> None:
+    # Version 1 carried a scheduler factory per trigger; there is one scheduler per
+    # process now, and the key is ignored.
+    clone = PeriodicCacheReloadTrigger.__new__(PeriodicCacheReloadTrigger)
+    clone.__setstate__({"version": 1, "config": {
+        "interval": timedelta(seconds=30), "schedule_mode": ScheduleMode.FIXED_RATE,
+        "close_timeout": timedelta(seconds=10), "scheduler_factory": None}})
+    assert (clone.interval, clone.schedule_mode) == (timedelta(seconds=30), ScheduleMode.FIXED_RATE)

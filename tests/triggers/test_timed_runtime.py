@@ -13,7 +13,6 @@ import pytest
 from tests.triggers.recording import Opener as Open
 from tests.triggers.recording import RecordingContext
 from triggers import TimedCacheReloadTrigger
-from triggers.timed import _TimedSchedule
 
 MakeContext = Callable[..., RecordingContext]
 UTC = timezone.utc
@@ -88,15 +87,17 @@ def test_no_load_starts_after_close(make_context: MakeContext) -> None:
     assert trigger.next_reload_time() is None
 
 
-def test_the_apscheduler_trigger_follows_the_documented_schedule() -> None:
+def test_the_session_follows_the_documented_schedule() -> None:
     trigger = TimedCacheReloadTrigger(time(3, 0), 3, tz="Europe/Berlin")
     opened_at = datetime.fromisoformat("2024-06-03T08:00+00:00")
     later = opened_at + timedelta(hours=1)
-    schedule = _TimedSchedule(trigger, opened_at)
-    # After the open-time run: the first fire time; after that, every 3 days.
-    first = schedule.get_next_fire_time(opened_at, later)
+    # After the open-time load: the first fire time; after that, every 3 days.
+    first = trigger._following(opened_at, later, True)
     assert first == trigger.first_fire_time(opened_at)
-    assert schedule.get_next_fire_time(first, later) == trigger.next_fire_time(first, later)
-    # With no previous run (a resumed job): the next occurrence after now.
-    assert schedule.get_next_fire_time(None, later) == trigger.next_fire_time(None, later)
-    assert "TimedCacheReloadTrigger" in str(schedule)
+    assert trigger._following(first, later, False) == trigger.next_fire_time(first, later)
+    # A load that ended after fire times passed (a suspended machine): they are skipped,
+    # the next one is on the grid after the end.
+    week_later = first + timedelta(days=7, hours=1)
+    following = trigger._following(first, week_later, False)
+    assert following == trigger.next_fire_time(first + timedelta(days=6), week_later)
+    assert week_later < following <= week_later + timedelta(days=3)
