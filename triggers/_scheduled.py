@@ -6,10 +6,12 @@ from __future__ import annotations
 import logging
 import threading
 from abc import abstractmethod
+from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 from spark_lookup import options as opts
+from triggers._config import check_strategy_options
 from triggers._session import ReloadSession
 from triggers.base import CacheReloadTrigger, ReloadContext
 
@@ -19,6 +21,8 @@ logger = logging.getLogger("triggers")
 
 DEFAULT_CLOSE_TIMEOUT = timedelta(seconds=10)
 """How long ``close()`` waits for a load in progress unless told otherwise."""
+
+_T = TypeVar("_T", bound="ScheduledTrigger")
 
 _STATE_VERSION = 2  # 2: no scheduler_factory (one scheduler per process)
 
@@ -36,6 +40,34 @@ class ScheduledTrigger(CacheReloadTrigger):
         self._close_timeout = opts.as_timedelta(close_timeout, "close_timeout", allow_zero=True)
         self._lifecycle = threading.Lock()
         self._session: ReloadSession | None = None
+
+    _STRATEGY: ClassVar[str]
+    """The ``lookup.full-cache.reload-strategy`` this trigger implements."""
+
+    @classmethod
+    def from_options(
+        cls: type[_T], options: Mapping[str, Any], *,
+        close_timeout: timedelta | float = DEFAULT_CLOSE_TIMEOUT,
+    ) -> _T:
+        """Build from Flink's option keys, on the driver.
+
+        Reads ``lookup.cache`` (must be ``FULL``), ``lookup.full-cache.reload-strategy``
+        (must be this trigger's) and the keys of that strategy (the class lists them).
+        Other ``lookup.*`` keys are left to their owners.
+
+        Raises
+        ------
+        ConfigError
+            (a ``ValueError``) naming the key that is missing, unknown, invalid, or
+            that belongs to the other strategy.
+        """
+        check_strategy_options(options, cls._STRATEGY, cls.__name__)
+        return cls(*cls._arguments(options), close_timeout=close_timeout)
+
+    @classmethod
+    @abstractmethod
+    def _arguments(cls, options: Mapping[str, Any]) -> tuple[Any, ...]:
+        """The positional constructor arguments that ``options`` (already checked) give."""
 
     @property
     def close_timeout(self) -> timedelta:

@@ -10,7 +10,6 @@ from typing import Any
 
 from spark_lookup import options as opts
 from spark_lookup.errors import ConfigError
-from triggers._config import check_strategy_options
 from triggers._scheduled import DEFAULT_CLOSE_TIMEOUT, ScheduledTrigger
 
 __all__ = ["PeriodicCacheReloadTrigger", "ScheduleMode"]
@@ -37,6 +36,11 @@ class PeriodicCacheReloadTrigger(ScheduledTrigger):
     still running is skipped, not queued, and the next start is the next multiple of
     ``interval`` after that load ends. A load that fails (``trigger_reload()`` raises or
     its future fails) is logged on the ``triggers`` logger and the schedule goes on.
+
+    :meth:`from_options` reads ``lookup.full-cache.periodic-reload.interval``
+    (required) and ``lookup.full-cache.periodic-reload.schedule-mode`` (default
+    ``FIXED_DELAY``), e.g. ``{"lookup.cache": "FULL",
+    "lookup.full-cache.periodic-reload.interval": "10 min"}``.
 
     Parameters
     ----------
@@ -88,45 +92,12 @@ class PeriodicCacheReloadTrigger(ScheduledTrigger):
         self._mode = _schedule_mode(schedule_mode)
         super().__init__(close_timeout=close_timeout)
 
+    _STRATEGY = "PERIODIC"
+
     @classmethod
-    def from_options(
-        cls,
-        options: Mapping[str, Any],
-        *,
-        close_timeout: timedelta | float = DEFAULT_CLOSE_TIMEOUT,
-    ) -> PeriodicCacheReloadTrigger:
-        """Build from Flink's option keys, on the driver.
-
-        Reads ``lookup.cache`` (must be ``FULL``), ``lookup.full-cache.reload-strategy``
-        (must be ``PERIODIC``, its default), ``lookup.full-cache.periodic-reload.interval``
-        (required) and ``lookup.full-cache.periodic-reload.schedule-mode`` (default
-        ``FIXED_DELAY``). Other ``lookup.*`` keys are left to their owners.
-
-        Raises
-        ------
-        ConfigError
-            (a ``ValueError``) naming the key that is missing, unknown, invalid, or
-            that belongs to the ``TIMED`` strategy.
-
-        Examples
-        --------
-        >>> trigger = PeriodicCacheReloadTrigger.from_options({
-        ...     "lookup.cache": "FULL",
-        ...     "lookup.full-cache.reload-strategy": "PERIODIC",
-        ...     "lookup.full-cache.periodic-reload.interval": "10 min",
-        ...     "lookup.full-cache.periodic-reload.schedule-mode": "FIXED_RATE",
-        ... })
-        >>> print(trigger.interval, trigger.schedule_mode.name)
-        0:10:00 FIXED_RATE
-        """
-        check_strategy_options(options, "PERIODIC", cls.__name__)
-        interval = opts.PERIODIC_RELOAD_INTERVAL.require(options)
+    def _arguments(cls, options: Mapping[str, Any]) -> tuple[Any, ...]:
         mode = opts.PERIODIC_RELOAD_SCHEDULE_MODE.get(options)
-        return cls(
-            interval,
-            ScheduleMode(mode) if mode is not None else ScheduleMode.FIXED_DELAY,
-            close_timeout=close_timeout,
-        )
+        return opts.PERIODIC_RELOAD_INTERVAL.require(options), mode or ScheduleMode.FIXED_DELAY
 
     @property
     def interval(self) -> timedelta:

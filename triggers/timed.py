@@ -10,7 +10,6 @@ from typing import Any
 from spark_lookup import options as opts
 from spark_lookup.errors import ConfigError
 from spark_lookup.options import check_int
-from triggers._config import check_strategy_options
 from triggers._scheduled import DEFAULT_CLOSE_TIMEOUT, ScheduledTrigger
 from triggers._wallclock import local_instant, resolve_zone, zone_name
 
@@ -55,6 +54,11 @@ class TimedCacheReloadTrigger(ScheduledTrigger):
 
     Loads never overlap (a fire time that finds a load running is skipped); a load that
     fails is logged on the ``triggers`` logger and the schedule goes on.
+
+    :meth:`from_options` reads ``lookup.full-cache.timed-reload.iso-time`` (required:
+    ``10:15`` local, read in the zone of the machine calling it, ``10:15Z`` UTC,
+    ``10:15+07:00``) and ``lookup.full-cache.timed-reload.interval-in-days`` (default 1),
+    with ``lookup.full-cache.reload-strategy`` = ``TIMED``.
 
     Parameters
     ----------
@@ -116,41 +120,12 @@ class TimedCacheReloadTrigger(ScheduledTrigger):
         self._days = interval_in_days
         super().__init__(close_timeout=close_timeout)
 
+    _STRATEGY = "TIMED"
+
     @classmethod
-    def from_options(
-        cls,
-        options: Mapping[str, Any],
-        *,
-        close_timeout: timedelta | float = DEFAULT_CLOSE_TIMEOUT,
-    ) -> TimedCacheReloadTrigger:
-        """Build from Flink's option keys, on the driver.
-
-        Reads ``lookup.cache`` (must be ``FULL``), ``lookup.full-cache.reload-strategy``
-        (must be ``TIMED``), ``lookup.full-cache.timed-reload.iso-time`` (required:
-        ``10:15`` local, ``10:15Z`` UTC, ``10:15+07:00``) and
-        ``lookup.full-cache.timed-reload.interval-in-days`` (default 1). A local
-        ``iso-time`` is read in the local zone of the machine running this method.
-
-        Raises
-        ------
-        ConfigError
-            (a ``ValueError``) naming the key that is missing, unknown, invalid, or
-            that belongs to the ``PERIODIC`` strategy.
-
-        Examples
-        --------
-        >>> TimedCacheReloadTrigger.from_options({
-        ...     "lookup.cache": "FULL",
-        ...     "lookup.full-cache.reload-strategy": "TIMED",
-        ...     "lookup.full-cache.timed-reload.iso-time": "10:15+07:00",
-        ...     "lookup.full-cache.timed-reload.interval-in-days": "3",
-        ... })
-        TimedCacheReloadTrigger(time_of_day=10:15:00, interval_in_days=3, tz='UTC+07:00')
-        """
-        check_strategy_options(options, "TIMED", cls.__name__)
-        at = opts.TIMED_RELOAD_ISO_TIME.require(options)
+    def _arguments(cls, options: Mapping[str, Any]) -> tuple[Any, ...]:
         days = opts.TIMED_RELOAD_INTERVAL_IN_DAYS.get(options)
-        return cls(at, 1 if days is None else days, close_timeout=close_timeout)
+        return opts.TIMED_RELOAD_ISO_TIME.require(options), 1 if days is None else days
 
     @property
     def time_of_day(self) -> time:
