@@ -59,7 +59,7 @@ from connectors.errors import should_retry
 from lookup._session import is_session
 from lookup.retry import RetryPolicy
 from spark_lookup.errors import ConfigError, LookupLoadError, SnapshotUnavailableError
-from spark_lookup.options import as_timedelta
+from spark_lookup.options import as_timedelta, check_enum
 from spark_lookup.schema import parse_schema
 from triggers.scheduler import Scheduled, process_scheduler
 
@@ -310,7 +310,7 @@ class ScheduledTableRefresh:
         self._struct = parse_schema(source.schema, f"{type(source).__name__}.schema")
         self._trigger = trigger
         self._view = view_name
-        self._mode = _materialization(materialization)
+        self._mode = check_enum(materialization, "materialization", Materialization)
         self._local_max_bytes = local_max_bytes
         self._storage_level = storage_level
         self._retry = retry_policy
@@ -711,16 +711,6 @@ class ScheduledTableRefresh:
             f"source={type(self._source).__name__}, trigger={self._trigger!r}, "
             f"materialization={self._mode.value})"
         )
-
-
-def _materialization(value: object) -> Materialization:
-    if isinstance(value, Materialization):
-        return value
-    if isinstance(value, str):
-        for mode in Materialization:
-            if mode.value == value.strip().upper():
-                return mode
-    raise ConfigError(f"materialization must be AUTO, LOCAL or CACHE, got {value!r}")
 
 
 def _cached_size(spark: Any, df: Any) -> int | None:

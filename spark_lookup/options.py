@@ -43,6 +43,7 @@ __all__ = [
     "TIMED_RELOAD_ISO_TIME",
     "ConfigOption",
     "as_timedelta",
+    "check_enum",
     "check_known_keys",
     "parse_bool",
     "parse_duration",
@@ -233,6 +234,24 @@ def check_int(value: object, name: str, *, min_value: int = 1) -> int:
 
 def parse_enum(value: object, key: str, enum_type: type[E]) -> E:
     """Parse an enum member by name, case-insensitively (``FIXED_DELAY``, ``partial``)."""
+    member = _member(value, enum_type)
+    if member is None:
+        raise ConfigError(f"option {key!r}: expected one of {_member_names(enum_type)}, got "
+                          f"{_describe(value)}")
+    return member
+
+
+def check_enum(value: object, name: str, enum_type: type[E]) -> E:
+    """A Python API argument that names a member of ``enum_type`` (a member, or its name
+    in any case): the check constructors share with :func:`parse_enum`."""
+    member = _member(value, enum_type)
+    if member is None:
+        raise ConfigError(
+            f"{name} must be one of {_member_names(enum_type)}, got {_describe(value)}")
+    return member
+
+
+def _member(value: object, enum_type: type[E]) -> E | None:
     if isinstance(value, enum_type):
         return value
     if isinstance(value, str):
@@ -240,8 +259,11 @@ def parse_enum(value: object, key: str, enum_type: type[E]) -> E:
         for member in enum_type:
             if member.name == wanted:
                 return member
-    names = ", ".join(m.name for m in enum_type)
-    raise ConfigError(f"option {key!r}: expected one of {names}, got {_describe(value)}")
+    return None
+
+
+def _member_names(enum_type: type[enum.Enum]) -> str:
+    return ", ".join(m.name for m in enum_type)
 
 
 _ISO_TIME = re.compile(

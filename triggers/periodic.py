@@ -89,7 +89,7 @@ class PeriodicCacheReloadTrigger(ScheduledTrigger):
         close_timeout: timedelta | float = DEFAULT_CLOSE_TIMEOUT,
     ) -> None:
         self._interval = opts.as_timedelta(interval, "interval")
-        self._mode = _schedule_mode(schedule_mode)
+        self._mode = opts.check_enum(schedule_mode, "schedule_mode", ScheduleMode)
         super().__init__(close_timeout=close_timeout)
 
     _STRATEGY = "PERIODIC"
@@ -162,14 +162,3 @@ class PeriodicCacheReloadTrigger(ScheduledTrigger):
             f"{type(self).__name__}(interval={self._interval!r}, "
             f"schedule_mode={self._mode.name})"
         )
-
-
-def _schedule_mode(value: object) -> ScheduleMode:
-    if isinstance(value, ScheduleMode):
-        return value
-    if isinstance(value, str):
-        wanted = value.strip().upper().replace("-", "_")
-        for mode in ScheduleMode:
-            if mode.name == wanted:
-                return mode
-    raise ConfigError(f"schedule_mode must be FIXED_DELAY or FIXED_RATE, got {value!r}")

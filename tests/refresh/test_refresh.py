@@ -368,7 +368,7 @@ def test_one_refresh_per_view_and_per_trigger(spark: Any, db: Path) -> None:
         ({"view_name": "db.view"}, "view_name must be an identifier"),
         ({"view_name": "1st"}, "view_name must be an identifier"),
         ({"view_name": "x; DROP"}, "view_name must be an identifier"),
-        ({"materialization": "MEMORY"}, "materialization must be AUTO, LOCAL or CACHE"),
+        ({"materialization": "MEMORY"}, "materialization must be one of AUTO, LOCAL, CACHE"),
         ({"local_max_bytes": -1}, "local_max_bytes must be an int >= 0"),
         ({"storage_level": "MEMORY_ONLY"}, "storage_level must be a pyspark.StorageLevel"),
         ({"retry_policy": 3}, "retry_policy must be a RetryPolicy"),
