@@ -17,12 +17,13 @@ from scan._runtime import (
     EnumeratorContext,
     Mailbox,
     Message,
+    ReaderContext,
     bulk_options,
     check_max_batch_rows,
     run_async_handler,
 )
 from scan.outputs import ArrowBatchOutput, RowListOutput
-from scan.reader import InputStatus, ReaderOptions, SourceReaderContext
+from scan.reader import InputStatus, ReaderOptions
 from scan.source import Boundedness, Source, SplitT
 from spark_lookup.errors import ConfigError, SourceError
 from spark_lookup.schema import parse_schema, to_arrow_schema
@@ -109,38 +110,15 @@ def plan_splits(source: Source[SplitT, Any]) -> list[SplitT]:
         enumerator.close()
 
 
-class _StandaloneContext(SourceReaderContext):
-    """A reader context with no enumerator: requests are ignored, the split is given."""
-
-    def __init__(self, options: ReaderOptions) -> None:
-        self._options = options
-
-    @property
-    def index_of_subtask(self) -> int:
-        return 0
-
-    @property
-    def current_parallelism(self) -> int:
-        return 1
-
-    @property
-    def options(self) -> ReaderOptions:
-        return self._options
-
-    def send_split_request(self) -> None:
-        """Nothing to ask: the reader gets exactly the splits it was given."""
-
-    def send_source_event_to_coordinator(self, event: Any) -> None:
-        """No coordinator: events are dropped."""
-
-
 def _drive(
     source: Source[SplitT, Any],
     splits: list[SplitT],
     output: RowListOutput | ArrowBatchOutput,
     options: ReaderOptions | None,
 ) -> Iterator[None]:
-    reader = source.create_reader(_StandaloneContext(options or ReaderOptions()))
+    # A reader alone, subtask 0 of 1: its split requests and events have no one to go to.
+    context = ReaderContext(0, 1, lambda message: None, options or ReaderOptions())
+    reader = source.create_reader(context)
     try:
         reader.add_splits(splits)
         reader.start()
