@@ -348,12 +348,6 @@ def check_known_keys(
             raise ConfigError(f"unknown option {key!r}{hint}")
 
 
-class _CacheType(enum.Enum):
-    NONE = "NONE"
-    PARTIAL = "PARTIAL"
-    FULL = "FULL"
-
-
 def _positive_duration(value: object, key: str) -> timedelta:
     delta = parse_duration(value, key)
     if delta <= timedelta(0):
@@ -369,30 +363,20 @@ def _positive_int(value: object, key: str) -> int:
     return parse_int(value, key, min_value=1)
 
 
-def _cache_type(value: object, key: str) -> str:
-    return parse_enum(value, key, _CacheType).name
+def _one_of(*names: str) -> Callable[[object, str], str]:
+    """A parser of one of ``names``, read as :func:`parse_enum` reads an enum's."""
+    choice = enum.Enum("Choice", names)  # type: ignore[misc]  # a functional enum
 
+    def parse(value: object, key: str) -> str:
+        return parse_enum(value, key, choice).name
 
-def _reload_strategy(value: object, key: str) -> str:
-    text = value.strip().upper() if isinstance(value, str) else value
-    if text not in ("PERIODIC", "TIMED"):
-        raise ConfigError(f"option {key!r}: expected PERIODIC or TIMED, got {_describe(value)}")
-    return str(text)
-
-
-def _schedule_mode(value: object, key: str) -> str:
-    text = value.strip().upper().replace("-", "_") if isinstance(value, str) else value
-    if text not in ("FIXED_DELAY", "FIXED_RATE"):
-        raise ConfigError(
-            f"option {key!r}: expected FIXED_DELAY or FIXED_RATE, got {_describe(value)}"
-        )
-    return str(text)
+    return parse
 
 
 # --- Flink's lookup option keys (org.apache.flink.table.connector.source.lookup.LookupOptions)
 
 CACHE: ConfigOption[str] = ConfigOption(
-    "lookup.cache", _cache_type, "NONE", "Cache type: NONE, PARTIAL or FULL."
+    "lookup.cache", _one_of("NONE", "PARTIAL", "FULL"), "NONE", "Cache type: NONE, PARTIAL or FULL."
 )
 MAX_RETRIES: ConfigOption[int] = ConfigOption(
     "lookup.max-retries", _non_negative_int, 3,
@@ -420,7 +404,7 @@ PARTIAL_CACHE_CACHE_MISSING_KEY: ConfigOption[bool] = ConfigOption(
     "Whether a key with no rows is cached (as an empty result).",
 )
 FULL_CACHE_RELOAD_STRATEGY: ConfigOption[str] = ConfigOption(
-    "lookup.full-cache.reload-strategy", _reload_strategy, "PERIODIC",
+    "lookup.full-cache.reload-strategy", _one_of("PERIODIC", "TIMED"), "PERIODIC",
     "PERIODIC (every interval) or TIMED (a time of day every N days).",
 )
 PERIODIC_RELOAD_INTERVAL: ConfigOption[timedelta] = ConfigOption(
@@ -428,7 +412,8 @@ PERIODIC_RELOAD_INTERVAL: ConfigOption[timedelta] = ConfigOption(
     "Interval between full reloads (PERIODIC).",
 )
 PERIODIC_RELOAD_SCHEDULE_MODE: ConfigOption[str] = ConfigOption(
-    "lookup.full-cache.periodic-reload.schedule-mode", _schedule_mode, "FIXED_DELAY",
+    "lookup.full-cache.periodic-reload.schedule-mode", _one_of("FIXED_DELAY", "FIXED_RATE"),
+    "FIXED_DELAY",
     "FIXED_DELAY (from the end of a load) or FIXED_RATE (from its start; never overlapping).",
 )
 TIMED_RELOAD_ISO_TIME: ConfigOption[time] = ConfigOption(

@@ -81,9 +81,9 @@ class ProcessScheduler:
         return self.call_at(datetime.now(timezone.utc) + timedelta(seconds=seconds),
                             action, name)
 
-    def pending(self) -> int:
-        """How many jobs wait to run (for tests and diagnostics)."""
-        return len(self._scheduler.get_jobs())
+    def pending(self) -> list[str]:
+        """The names of the jobs waiting to run (for diagnostics and tests)."""
+        return [job.name for job in self._scheduler.get_jobs()]
 
     def _ensure_started(self) -> None:
         with self._start:
