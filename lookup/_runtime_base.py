@@ -7,7 +7,8 @@ and the registry that builds them all import it, and none imports another's modu
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import chain
 
@@ -20,7 +21,20 @@ from lookup.providers import LookupProvider
 from spark_lookup.errors import LookupLoadError
 from spark_lookup.schema import to_arrow_schema
 
-__all__ = ["LookupRuntime", "Probe", "has_null"]
+__all__ = ["LookupRuntime", "Probe", "counting_bad_values", "has_null"]
+
+
+@contextmanager
+def counting_bad_values(reader: object, count: Callable[[int], object]) -> Iterator[None]:
+    """Pass ``count`` how much ``reader.bad_value_count`` grew during the block (a
+    connector's count only grows; a reader without one counts nothing)."""
+    before = getattr(reader, "bad_value_count", 0)
+    try:
+        yield
+    finally:
+        grown = getattr(reader, "bad_value_count", 0) - before
+        if grown > 0:
+            count(grown)
 
 
 def has_null(key: Key) -> bool:

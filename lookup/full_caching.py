@@ -39,7 +39,7 @@ from cache.full import FullSnapshot, LookupFullCache
 from cache.shared_full import SharedFullCache
 from cache.snapshot_store import SnapshotStore, StoredSnapshot
 from connectors.errors import should_retry
-from lookup._runtime_base import LookupRuntime, Probe
+from lookup._runtime_base import LookupRuntime, Probe, counting_bad_values
 from lookup.providers import FullCachingLookupProvider
 from spark_lookup.errors import LookupLoadError
 from triggers.scheduler import Scheduled, process_scheduler
@@ -214,23 +214,20 @@ class FullCachingRuntime(LookupRuntime):
                 return
             loaded_at = self.cache.clock()
             started = time.perf_counter()
-            bad_before = getattr(provider.source, "bad_value_count", 0)
             try:
-                # The loaded table is handed over, not kept here: the snapshot's own copy
-                # (its columns combined) is then the only one left.
-                snapshot = FullSnapshot.build(
-                    read_arrow(provider.source, provider.parallelism), provider.key_columns,
-                    loaded_at=loaded_at, version=version,
-                )
+                with counting_bad_values(provider.source, lambda grown: self._record(
+                        partial(self.metrics.inc_bad_values, grown))):
+                    # The loaded table is handed over, not kept here: the snapshot's own
+                    # copy (its columns combined) is then the only one left.
+                    snapshot = FullSnapshot.build(
+                        read_arrow(provider.source, provider.parallelism),
+                        provider.key_columns, loaded_at=loaded_at, version=version,
+                    )
             except Exception as exc:
                 tries.failed(exc)
                 if not should_retry(exc):
                     break  # permanent (a missing table, FAILFAST): no use repeating it
                 continue
-            finally:
-                grown = getattr(provider.source, "bad_value_count", 0) - bad_before
-                if grown > 0:
-                    self._record(partial(self.metrics.inc_bad_values, grown))
             elapsed_ms = (time.perf_counter() - started) * 1000
             if not self._record(partial(self._install, snapshot, elapsed_ms, install)):
                 log.info("full cache of %s closed during a load; discarded version %d",

@@ -36,7 +36,7 @@ from cache.metrics import CacheMetrics
 from connectors.errors import should_retry
 from connectors.keys import KeyCodec
 from lookup._loaders import Loader, PartialLoad, loader_for
-from lookup._runtime_base import LookupRuntime, Probe, has_null
+from lookup._runtime_base import LookupRuntime, Probe, counting_bad_values, has_null
 from lookup.full_caching import FullCachingRuntime
 from lookup.function import LookupFunction
 from lookup.providers import (
@@ -254,9 +254,9 @@ class _LoadingRuntime(LookupRuntime):
                                      on_retry=self.metrics.inc_retries)
         for _ in tries:
             started = time.perf_counter()
-            before = getattr(function, "bad_value_count", 0)
             try:
-                index, rows = function.lookup_arrow(keys)
+                with counting_bad_values(function, self.metrics.inc_bad_values):
+                    index, rows = function.lookup_arrow(keys)
             except (ConfigError, TypeError):
                 self.metrics.inc_load_failures()
                 raise
@@ -265,10 +265,6 @@ class _LoadingRuntime(LookupRuntime):
                 if not should_retry(exc):
                     break  # permanent (a missing table, a bad value): reported at once
                 continue
-            finally:
-                grown = getattr(function, "bad_value_count", 0) - before
-                if grown > 0:
-                    self.metrics.inc_bad_values(grown)
             self.metrics.inc_loads()
             self.metrics.record_load_time((time.perf_counter() - started) * 1000)
             return pa.array(index, pa.int64()), rows
@@ -395,13 +391,8 @@ class _LoadingRuntime(LookupRuntime):
         """One load, counting the bad values the function met in it (a connector's
         ``bad_value_count`` only grows; the runtime adds what it grew by)."""
         function = getattr(self.provider, "function", None)
-        before = getattr(function, "bad_value_count", 0)
-        try:
+        with counting_bad_values(function, self.metrics.inc_bad_values):
             return self._loader.load(keys)
-        finally:
-            grown = getattr(function, "bad_value_count", 0) - before
-            if grown > 0:
-                self.metrics.inc_bad_values(grown)
 
     def _freeze(
         self, loaded: Mapping[Key, Sequence[Row]], asked: Sequence[Key]
