@@ -224,8 +224,7 @@ class FullCachingRuntime(LookupRuntime):
                         provider.key_columns, loaded_at=loaded_at, version=version,
                     )
             except Exception as exc:
-                tries.failed(exc)
-                if not should_retry(exc):
+                if not tries.failed(exc):
                     break  # permanent (a missing table, FAILFAST): no use repeating it
                 continue
             elapsed_ms = (time.perf_counter() - started) * 1000

@@ -544,7 +544,8 @@ class ScheduledTableRefresh:
                 self._update(num_retries=self._status.num_retries + 1)
 
         tries = self._retry.retries(f"reload of temp view {self._view!r}",
-                                    on_retry=count_retry, wait=self._stop.wait)
+                                    on_retry=count_retry, wait=self._stop.wait,
+                                    retryable=_retryable)
         for _ in tries:
             if self._stop.is_set():
                 break
@@ -552,8 +553,7 @@ class ScheduledTableRefresh:
             try:
                 version = self._materialize()
             except Exception as exc:
-                tries.failed(exc)
-                if not _retryable(exc):
+                if not tries.failed(exc):
                     break  # a missing table, a bad value under FAILFAST: reported at once
                 continue
             return self._swap(version, (time.perf_counter() - started) * 1000)

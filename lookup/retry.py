@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from connectors.errors import should_retry
 from spark_lookup.errors import ConfigError
 from spark_lookup.options import as_timedelta
 
@@ -67,15 +68,17 @@ class RetryPolicy:
         *,
         on_retry: Callable[[], object] | None = None,
         wait: Callable[[float], bool] | None = None,
+        retryable: Callable[[BaseException], bool] = should_retry,
     ) -> Retries:
-        """The tries of one operation (``what``, for the log) under this policy."""
-        return Retries(self, what, on_retry, wait)
+        """The tries of one operation (``what``, for the log) under this policy;
+        ``retryable`` tells a transient error from a permanent one."""
+        return Retries(self, what, on_retry, wait, retryable)
 
 
 class Retries:
     """The one retry loop of every caller: iterate it (once per try), report a failed
-    try with :meth:`failed`, and break out on success or on an error not worth
-    retrying. Before each retry it logs the failure and the backoff, calls
+    try with :meth:`failed`, and break out on success or when it says the error is not
+    worth retrying. Before each retry it logs the failure and the backoff, calls
     ``on_retry`` (to count it) and waits the backoff: with the policy's ``sleep``, or
     ``wait(seconds)``, which ends the tries by returning True (a closing runtime).
     """
@@ -86,6 +89,7 @@ class Retries:
         what: str,
         on_retry: Callable[[], object] | None,
         wait: Callable[[float], bool] | None,
+        retryable: Callable[[BaseException], bool] = should_retry,
     ) -> None:
         self.policy = policy
         self.what = what
@@ -94,6 +98,7 @@ class Retries:
         """The error of the latest failed try."""
         self._on_retry = on_retry
         self._wait = wait
+        self._retryable = retryable
 
     def __iter__(self) -> Iterator[int]:
         policy = self.policy
@@ -116,12 +121,14 @@ class Retries:
         """Whether the current try is the last the policy allows."""
         return self.tries > self.policy.max_retries
 
-    def failed(self, error: BaseException, what: str | None = None) -> None:
+    def failed(self, error: BaseException, what: str | None = None) -> bool:
         """The current try failed with ``error`` (``what`` now describes the operation,
-        if it changed: fewer keys left, say)."""
+        if it changed: fewer keys left, say). Returns whether the error is worth another
+        try (transient); a permanent one is reported at once, never repeated."""
         self.error = error
         if what is not None:
             self.what = what
+        return self._retryable(error)
 
 
 @dataclass(frozen=True)

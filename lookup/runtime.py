@@ -33,7 +33,6 @@ from cache.base import (
 )
 from cache.default import DefaultLookupCache
 from cache.metrics import CacheMetrics
-from connectors.errors import should_retry
 from connectors.keys import KeyCodec
 from lookup._loaders import Loader, PartialLoad, loader_for
 from lookup._runtime_base import LookupRuntime, Probe, counting_bad_values, has_null
@@ -109,9 +108,8 @@ class _LoadingRuntime(LookupRuntime):
                 self._loader.open()
                 return
             except Exception as exc:
-                if tries.last or not should_retry(exc):
+                if not tries.failed(exc) or tries.last:
                     raise
-                tries.failed(exc)
 
     def close(self) -> None:
         try:
@@ -261,8 +259,7 @@ class _LoadingRuntime(LookupRuntime):
                 self.metrics.inc_load_failures()
                 raise
             except Exception as exc:
-                tries.failed(exc)
-                if not should_retry(exc):
+                if not tries.failed(exc):
                     break  # permanent (a missing table, a bad value): reported at once
                 continue
             self.metrics.inc_loads()
@@ -367,13 +364,11 @@ class _LoadingRuntime(LookupRuntime):
             except PartialLoad as partial:
                 results.update(self._freeze(partial.results, pending))
                 pending = partial.failed
-                tries.failed(partial.error, f"lookup of {len(pending)} key(s)")
-                if not should_retry(partial.error):
+                if not tries.failed(partial.error, f"lookup of {len(pending)} key(s)"):
                     break
                 continue
             except Exception as exc:
-                tries.failed(exc)
-                if not should_retry(exc):
+                if not tries.failed(exc):
                     break  # permanent (a missing table, a bad value): reported at once
                 continue
             self.metrics.inc_loads()

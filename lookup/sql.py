@@ -55,6 +55,12 @@ _MEMO_MAX_KEYS = 10_000
 # --- driver side --------------------------------------------------------------------
 
 
+def _checked(spark: Any, name: object, provider: object) -> tuple[str, LookupProvider]:
+    """The checked function name and provider of a registration (the provider first)."""
+    checked = _check_provider(provider)
+    return _check_name(spark, name), checked
+
+
 def _check_provider(provider: object) -> LookupProvider:
     if not isinstance(provider, LookupProvider):
         raise ConfigError(
@@ -259,8 +265,7 @@ def register_lookup_function(spark: Any, name: str, provider: LookupProvider) ->
     """
     from pyspark.sql.pandas.functions import ArrowUDFType, arrow_udf
 
-    provider = _check_provider(provider)
-    name = _check_name(spark, name)
+    name, provider = _checked(spark, name, provider)
     function = _StructLookup(name, provider)
     with warnings.catch_warnings():
         # The iterator kind is given explicitly (one argument or several, the same
@@ -395,8 +400,7 @@ def register_lookup_table_function(spark: Any, name: str, provider: LookupProvid
     """
     from pyspark.sql.functions import udtf
 
-    provider = _check_provider(provider)
-    name = _check_name(spark, name)
+    name, provider = _checked(spark, name, provider)
     handler = type(
         f"LookupTableFunction_{name}",
         (_LookupTableFunction,),
