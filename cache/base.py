@@ -30,14 +30,25 @@ class LookupCache(ABC):
     worker, so every method may be called from several threads at once.
     """
 
-    @abstractmethod
+    _metrics: CacheMetrics
+
     def open(self, metrics: CacheMetrics | None = None) -> None:
-        """Prepare for use on the worker and report into ``metrics`` (a new one if None)."""
+        """Prepare for use on the worker and report into ``metrics`` (a new one if None).
+        An override calls this first."""
+        self._metrics = metrics if metrics is not None else CacheMetrics()
 
     @property
-    @abstractmethod
     def metrics(self) -> CacheMetrics:
         """The metrics this cache reports into."""
+        return self._metrics
+
+    def _counted(self, rows: Rows | None) -> Rows | None:
+        """``rows`` of one key asked for, counted as a hit, or a miss when None."""
+        if rows is None:
+            self._metrics.inc_misses()
+        else:
+            self._metrics.inc_hits()
+        return rows
 
     @abstractmethod
     def get_if_present(self, key: Key) -> Rows | None:

@@ -588,13 +588,8 @@ class DefaultLookupCache(LookupCache):
 
     def open(self, metrics: CacheMetrics | None = None) -> None:
         """Report into ``metrics`` (a fresh :class:`CacheMetrics` when None)."""
-        self._metrics = metrics if metrics is not None else CacheMetrics()
+        super().open(metrics)
         self._metrics.register_gauges(self._gauges)
-
-    @property
-    def metrics(self) -> CacheMetrics:
-        """The metrics this cache reports into."""
-        return self._metrics
 
     def _now(self) -> float:
         return self._timer() if self._timed else 0.0
@@ -645,11 +640,7 @@ class DefaultLookupCache(LookupCache):
             return self.get_all([key]).get(key)
         with self._lock:
             rows = self._get_one(hash_value)
-        if rows is None:
-            self._metrics.inc_misses()
-        else:
-            self._metrics.inc_hits()
-        return rows
+        return self._counted(rows)
 
     def _scalar_hash(self, key: Key) -> int | None:
         """The hash of a one-integer key of an integer key column, computed in Python

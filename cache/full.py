@@ -453,13 +453,8 @@ class LookupFullCache(LookupCache):
 
     def open(self, metrics: CacheMetrics | None = None) -> None:
         """Report into ``metrics``: records are rows, bytes the snapshot's memory."""
-        self._metrics = metrics if metrics is not None else CacheMetrics()
+        super().open(metrics)
         self._metrics.register_gauges(self._gauges)
-
-    @property
-    def metrics(self) -> CacheMetrics:
-        """The metrics this cache reports into."""
-        return self._metrics
 
     def _gauges(self) -> tuple[int, int]:
         snapshot = self._snapshot

@@ -225,16 +225,11 @@ class RedisLookupCache(LookupCache):
     def open(self, metrics: CacheMetrics | None = None) -> None:
         """Report into ``metrics`` and create the client (no round trip: a Redis that is
         down at this point only makes the first operations misses). Never raises."""
-        self._metrics = metrics if metrics is not None else CacheMetrics()
+        super().open(metrics)
         try:
             self._get_client()
         except Exception as exc:  # the first operation tries again, and counts it
             self._warn("Redis cache client for %s not created: %s", redact_url(self._url), exc)
-
-    @property
-    def metrics(self) -> CacheMetrics:
-        """The metrics this cache reports into."""
-        return self._metrics
 
     def close(self) -> None:
         """Close this worker's client; the shared entries stay in Redis."""
@@ -323,11 +318,7 @@ class RedisLookupCache(LookupCache):
             data = self._round_trip("GET", lambda client: client.get(redis_key))
             if not isinstance(data, _Failed):
                 rows = self._decode(redis_key, data)
-        if rows is None:
-            self._metrics.inc_misses()
-        else:
-            self._metrics.inc_hits()
-        return rows
+        return self._counted(rows)
 
     def get_all(self, keys: Iterable[Key]) -> dict[Key, Rows]:
         """The present keys of ``keys`` with their rows, in one round trip (one ``MGET``,

@@ -114,7 +114,7 @@ class TieredLookupCache(LookupCache):
 
     def open(self, metrics: CacheMetrics | None = None) -> None:
         """Open both tiers, each with its own metrics; count tier-level into ``metrics``."""
-        self._metrics = metrics if metrics is not None else CacheMetrics()
+        super().open(metrics)
         self._l1_metrics = _ForwardingMetrics(self._metrics)
         self._l2_metrics = _ForwardingMetrics(self._metrics)
         self._l1.open(self._l1_metrics)
@@ -123,11 +123,6 @@ class TieredLookupCache(LookupCache):
         self._metrics.register_gauges(
             lambda: (l1_metrics.num_cached_records, l1_metrics.num_cached_bytes)
         )
-
-    @property
-    def metrics(self) -> CacheMetrics:
-        """Tier-level metrics (see the class documentation)."""
-        return self._metrics
 
     @property
     def l1_metrics(self) -> CacheMetrics:
@@ -146,11 +141,7 @@ class TieredLookupCache(LookupCache):
             rows = self._l2.get_if_present(key)
             if rows is not None:
                 self._l1.put(key, rows)
-        if rows is None:
-            self._metrics.inc_misses()
-        else:
-            self._metrics.inc_hits()
-        return rows
+        return self._counted(rows)
 
     def get_all(self, keys: Iterable[Key]) -> dict[Key, Rows]:
         """``l1.get_all``, then one ``l2.get_all`` of its misses (promoted into ``l1``)."""
