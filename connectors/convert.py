@@ -74,28 +74,22 @@ def _cast(array: pa.Array, target: pa.DataType) -> pa.Array:
     return pc.cast(array, target, safe=True)
 
 
+_KINDS: tuple[tuple[Callable[[pa.DataType], bool], str], ...] = (
+    (_is_text, "text"),
+    (lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t), "binary"),
+    (pa.types.is_boolean, "boolean"),
+    (pa.types.is_integer, "integer"),
+    (lambda t: pa.types.is_floating(t) or pa.types.is_decimal(t), "number"),
+    (lambda t: pa.types.is_date(t) or pa.types.is_timestamp(t), "time"),
+    (lambda t: pa.types.is_list(t) or pa.types.is_large_list(t), "list"),
+    (pa.types.is_map, "map"),
+    (pa.types.is_struct, "struct"),
+)
+
+
 def _kind(data_type: pa.DataType) -> str:
     """The family of an Arrow type: text, binary, boolean, integer, number, time..."""
-    types = pa.types
-    if _is_text(data_type):
-        return "text"
-    if types.is_binary(data_type) or types.is_large_binary(data_type):
-        return "binary"
-    if types.is_boolean(data_type):
-        return "boolean"
-    if types.is_integer(data_type):
-        return "integer"
-    if types.is_floating(data_type) or types.is_decimal(data_type):
-        return "number"
-    if types.is_date(data_type) or types.is_timestamp(data_type):
-        return "time"
-    if types.is_list(data_type) or types.is_large_list(data_type):
-        return "list"
-    if types.is_map(data_type):
-        return "map"
-    if types.is_struct(data_type):
-        return "struct"
-    return "other"
+    return next((kind for test, kind in _KINDS if test(data_type)), "other")
 
 
 # Which stored kinds read as which Spark kinds. Text reads as anything (it is parsed);

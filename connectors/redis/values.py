@@ -108,6 +108,25 @@ def json_wire(
     return array, flags if any(f is not None for f in flags) else None
 
 
+def _members(
+    owner: Sequence[int], values: Sequence[Any], flags: list[str | None],
+    container: type[list[Any]] | type[dict[Any, Any]], kind: str,
+) -> tuple[pa.Array, pa.Array, list[Any], list[int]]:
+    """The offsets, null mask, members (items of an object) and members' rows of JSON
+    arrays or objects; a value of another kind is flagged and read as null."""
+    offsets, nulls, rows = [0], [], []
+    members: list[Any] = []
+    for row, value in zip(owner, values, strict=True):
+        if isinstance(value, container):
+            members.extend(value.items() if isinstance(value, dict) else value)
+            rows.extend([row] * len(value))
+        elif value is not None:
+            _flag(flags, row, value, f"expected a JSON {kind}")
+        nulls.append(not isinstance(value, container))
+        offsets.append(len(members))
+    return pa.array(offsets, pa.int32()), pa.array(nulls, pa.bool_()), members, rows
+
+
 def _flag(flags: list[str | None], row: int, value: Any, why: str) -> None:
     if flags[row] is None:
         flags[row] = f"{json_text(value)[:60]} ({why})"
@@ -136,47 +155,14 @@ def _wire(values: Sequence[Any], target: T.DataType, flags: list[str | None],
                 _flag(flags, row, value, "expected a base64 string")
         return pa.array(out, pa.binary())
     if isinstance(target, T.ArrayType):
-        offsets = [0]
-        children: list[Any] = []
-        child_rows: list[int] = []
-        nulls: list[bool] = []
-        for row, value in zip(owner, values, strict=True):
-            if isinstance(value, list):
-                children.extend(value)
-                child_rows.extend([row] * len(value))
-                nulls.append(False)
-            else:
-                if value is not None:
-                    _flag(flags, row, value, "expected a JSON array")
-                nulls.append(True)
-            offsets.append(len(children))
-        child = _wire(children, target.elementType, flags, child_rows)
-        return pa.ListArray.from_arrays(
-            pa.array(offsets, pa.int32()), child, mask=pa.array(nulls, pa.bool_())
-        )
+        offsets, mask, children, rows = _members(owner, values, flags, list, "array")
+        child = _wire(children, target.elementType, flags, rows)
+        return pa.ListArray.from_arrays(offsets, child, mask=mask)
     if isinstance(target, T.MapType):
-        offsets = [0]
-        keys: list[Any] = []
-        items: list[Any] = []
-        item_rows: list[int] = []
-        nulls = []
-        for row, value in zip(owner, values, strict=True):
-            if isinstance(value, dict):
-                keys.extend(value.keys())
-                items.extend(value.values())
-                item_rows.extend([row] * len(value))
-                nulls.append(False)
-            else:
-                if value is not None:
-                    _flag(flags, row, value, "expected a JSON object")
-                nulls.append(True)
-            offsets.append(len(keys))
-        key_array = pa.array([str(k) for k in keys], pa.string())
-        item_array = _wire(items, target.valueType, flags, item_rows)
-        return pa.MapArray.from_arrays(
-            pa.array(offsets, pa.int32()), key_array, item_array,
-            mask=pa.array(nulls, pa.bool_()),
-        )
+        offsets, mask, pairs, rows = _members(owner, values, flags, dict, "object")
+        key_array = pa.array([str(key) for key, _ in pairs], pa.string())
+        item_array = _wire([item for _, item in pairs], target.valueType, flags, rows)
+        return pa.MapArray.from_arrays(offsets, key_array, item_array, mask=mask)
     if isinstance(target, T.StructType):
         nulls = []
         for row, value in zip(owner, values, strict=True):
