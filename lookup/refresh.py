@@ -261,7 +261,7 @@ class ScheduledTableRefresh:
     ) -> None:
         from pyspark import StorageLevel
 
-        from scan import Boundedness, Source
+        from scan.source import check_bounded
         from triggers import CacheReloadTrigger
 
         if not is_session(spark):
@@ -269,13 +269,7 @@ class ScheduledTableRefresh:
                 f"spark must be a SparkSession (classic or Spark Connect), got "
                 f"{type(spark).__name__}"
             )
-        if not isinstance(source, Source):
-            raise ConfigError(f"source must be a scan.Source, got {type(source).__name__}")
-        if source.boundedness is not Boundedness.BOUNDED:
-            raise ConfigError(
-                f"source {type(source).__name__} is unbounded; a refreshed view needs a "
-                "bounded source (a table, a set of files)"
-            )
+        check_bounded(source, "a refreshed view")
         if getattr(source, "schema", None) is None:
             raise ConfigError(f"source {type(source).__name__} declares no schema")
         if not isinstance(trigger, CacheReloadTrigger):

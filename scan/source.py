@@ -7,13 +7,14 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Generic
 
 from scan.split import EnumStateT, SplitT
+from spark_lookup.errors import ConfigError
 
 if TYPE_CHECKING:
     from scan.enumerator import SplitEnumerator, SplitEnumeratorContext
     from scan.reader import SourceReader, SourceReaderContext
     from scan.serializers import SimpleVersionedSerializer
 
-__all__ = ["Boundedness", "EnumStateT", "Source", "SplitT"]
+__all__ = ["Boundedness", "EnumStateT", "Source", "SplitT", "check_bounded"]
 
 
 
@@ -90,3 +91,14 @@ class Source(ABC, Generic[SplitT, EnumStateT]):
     @abstractmethod
     def enumerator_state_serializer(self) -> SimpleVersionedSerializer[EnumStateT]:
         """The versioned serializer of this source's enumerator state (for checkpoints)."""
+
+
+def check_bounded(source: object, user: str) -> Source[Any, Any]:
+    """``source`` if it is a bounded :class:`Source`; else a ConfigError saying that
+    ``user`` (what reads it whole) needs one."""
+    if not isinstance(source, Source):
+        raise ConfigError(f"source must be a scan.Source, got {type(source).__name__}")
+    if source.boundedness is not Boundedness.BOUNDED:
+        raise ConfigError(f"source {type(source).__name__} is unbounded; {user} needs a "
+                          "bounded source (a table, a set of files)")
+    return source

@@ -20,7 +20,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from scan.source import Boundedness, Source
+from scan.source import Source, check_bounded
 from scan.standalone import plan_splits, read_split_arrow
 from spark_lookup.errors import ConfigError
 from spark_lookup.schema import parse_schema
@@ -123,13 +123,7 @@ def register_data_source(spark: Any, name: str, source: Source[Any, Any]) -> typ
     """
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ConfigError(f"invalid data source name {name!r}")
-    if not isinstance(source, Source):
-        raise ConfigError(f"source must be a scan.Source, got {type(source).__name__}")
-    if source.boundedness is not Boundedness.BOUNDED:
-        raise ConfigError(
-            f"{type(source).__name__} is unbounded; only bounded sources can be read as a "
-            "batch data source"
-        )
+    check_bounded(source, "a batch data source")
     struct = parse_schema(source.schema, f"{type(source).__name__}.schema")
     cls = type(
         f"ScanDataSource_{re.sub(r'[^A-Za-z0-9_]', '_', name)}",
