@@ -13,6 +13,7 @@ import logging
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -185,7 +186,7 @@ class Session:
         if self.flavor.backend == POSTGRES:
             # SET takes no bound parameter (the value is an int we made). Outside
             # autocommit it must be committed: a rollback would undo it.
-            try:
+            with self._failing("setting the statement timeout"):
                 cursor = self.raw.cursor()
                 try:
                     cursor.execute(f"SET statement_timeout = {milliseconds}")
@@ -193,8 +194,6 @@ class Session:
                     _close_quietly(cursor)
                 if self._rollback != "never":
                     self.raw.commit()
-            except self._errors as exc:
-                raise translate(exc, f"{self.what}: setting the statement timeout failed") from exc
             return
         if self.flavor.backend == SQLITE and not self.flavor.adbc:
             self.raw.execute(f"PRAGMA busy_timeout = {milliseconds}")
@@ -243,6 +242,16 @@ class Session:
         ):
             self.raw.rollback()
 
+    @contextmanager
+    def _failing(self, purpose: str) -> Iterator[None]:
+        """The driver's errors in the block become a ConnectorError naming the table and
+        ``purpose``; the session is then broken (never reused)."""
+        try:
+            yield
+        except self._errors as exc:
+            self.broken = True
+            raise translate(exc, f"{self.what}: {purpose} failed") from exc
+
     def rows(self, sql: str, params: Any = (), purpose: str = "query") -> list[tuple[Any, ...]]:
         """All rows of a small query (catalog reads, split planning), as tuples.
 
@@ -251,7 +260,7 @@ class Session:
         ConnectorError
             Naming the session's table and ``purpose``.
         """
-        try:
+        with self._failing(purpose):
             cursor = self.raw.cursor()
             try:
                 self._start_statement()
@@ -260,9 +269,6 @@ class Session:
             finally:
                 _close_quietly(cursor)
             self.end_read()
-        except self._errors as exc:
-            self.broken = True
-            raise translate(exc, f"{self.what}: {purpose} failed") from exc
         return fetched
 
     def arrays(
@@ -284,23 +290,20 @@ class Session:
         ConnectorError
             Naming the session's table and ``purpose``.
         """
-        try:
+        with self._failing(purpose):
             cursor = self.raw.cursor()
-        except self._errors as exc:
-            self.broken = True
-            raise translate(exc, f"{self.what}: {purpose} failed") from exc
         finished = False
         self._start_statement()
         try:
-            if self.flavor.adbc:
-                yield from self._adbc_arrays(cursor, sql, params, len(wire))
-            else:
-                yield from self._dbapi_arrays(cursor, sql, params, wire)
-            self.end_read()
+            with self._failing(purpose):
+                if self.flavor.adbc:
+                    yield from self._adbc_arrays(cursor, sql, params, len(wire))
+                else:
+                    yield from self._dbapi_arrays(cursor, sql, params, wire)
+                self.end_read()
             finished = True
-        except self._errors as exc:
-            raise translate(exc, f"{self.what}: {purpose} failed") from exc
         finally:
+            # A read left unfinished (closed early) leaves the connection mid-result.
             self.broken = self.broken or not finished
             _close_quietly(cursor)
 
