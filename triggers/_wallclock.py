@@ -14,7 +14,7 @@ import tzlocal
 
 from spark_lookup.errors import ConfigError
 
-__all__ = ["local_instant", "local_zone", "resolve_zone", "zone_name"]
+__all__ = ["check_aware", "local_instant", "local_zone", "resolve_zone", "zone_name"]
 
 _MICROSECOND = timedelta(microseconds=1)
 
@@ -128,3 +128,11 @@ def _gap_end(wall: datetime, zone: tzinfo, before: datetime, after: datetime) ->
         else:
             before = middle
     return after
+
+
+def check_aware(value: datetime, name: str) -> None:
+    """Refuse a naive datetime (or anything else), naming the argument."""
+    if not isinstance(value, datetime):
+        raise ConfigError(f"{name} must be an aware datetime.datetime, got {value!r}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ConfigError(f"{name} must be timezone-aware, got naive {value!r}")

@@ -9,8 +9,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from spark_lookup import options as opts
-from spark_lookup.errors import ConfigError
 from triggers._scheduled import DEFAULT_CLOSE_TIMEOUT, ScheduledTrigger
+from triggers._wallclock import check_aware
 
 __all__ = ["PeriodicCacheReloadTrigger", "ScheduleMode"]
 
@@ -110,16 +110,12 @@ class PeriodicCacheReloadTrigger(ScheduledTrigger):
         return self._mode
 
     def next_reload_after(self, loaded_at: datetime) -> datetime:
-        """``loaded_at + interval``, in both modes (pure).
+        """``loaded_at + interval``, in both modes (pure; a naive ``loaded_at`` is a
+        ConfigError).
 
         Measured from the *start* of the load that produced the data (its load time), so
         data served from a shared snapshot is never older than ``interval`` plus one
         load, whichever process loaded it.
-
-        Raises
-        ------
-        ConfigError
-            If ``loaded_at`` is naive.
 
         Examples
         --------
@@ -128,8 +124,7 @@ class PeriodicCacheReloadTrigger(ScheduledTrigger):
         >>> print(trigger.next_reload_after(datetime(2024, 6, 3, 9, 55, tzinfo=timezone.utc)))
         2024-06-03 10:05:00+00:00
         """
-        if loaded_at.tzinfo is None or loaded_at.utcoffset() is None:
-            raise ConfigError(f"loaded_at must be timezone-aware, got naive {loaded_at!r}")
+        check_aware(loaded_at, "loaded_at")
         return loaded_at + self._interval
 
     def next_fire_time(self, previous: datetime | None, now: datetime) -> datetime:

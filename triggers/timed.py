@@ -11,7 +11,7 @@ from spark_lookup import options as opts
 from spark_lookup.errors import ConfigError
 from spark_lookup.options import check_int
 from triggers._scheduled import DEFAULT_CLOSE_TIMEOUT, ScheduledTrigger
-from triggers._wallclock import local_instant, resolve_zone, zone_name
+from triggers._wallclock import check_aware, local_instant, resolve_zone, zone_name
 
 __all__ = ["TimedCacheReloadTrigger"]
 
@@ -168,10 +168,10 @@ class TimedCacheReloadTrigger(ScheduledTrigger):
         ConfigError
             If ``previous`` or ``now`` is naive.
         """
-        _check_aware(now, "now")
+        check_aware(now, "now")
         if previous is None:
             return self._next_occurrence(now)
-        _check_aware(previous, "previous")
+        check_aware(previous, "previous")
         return self._at(self._local_date(previous) + self._days * _ONE_DAY)
 
     def first_fire_time(self, opened_at: datetime) -> datetime:
@@ -195,7 +195,7 @@ class TimedCacheReloadTrigger(ScheduledTrigger):
         >>> print(trigger.first_fire_time(datetime.fromisoformat("2024-06-03T02:00+02:00")))
         2024-06-05 03:00:00+02:00
         """
-        _check_aware(opened_at, "opened_at")
+        check_aware(opened_at, "opened_at")
         day = self._local_date(opened_at)
         while self._at(day) > opened_at:
             day -= _ONE_DAY
@@ -251,10 +251,3 @@ class TimedCacheReloadTrigger(ScheduledTrigger):
             f"{type(self).__name__}(time_of_day={self._time.isoformat()}, "
             f"interval_in_days={self._days}, tz={zone_name(self._zone)!r})"
         )
-
-
-def _check_aware(value: datetime, name: str) -> None:
-    if not isinstance(value, datetime):
-        raise ConfigError(f"{name} must be an aware datetime.datetime, got {value!r}")
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise ConfigError(f"{name} must be timezone-aware, got naive {value!r}")
