@@ -14,7 +14,8 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,7 @@ from lookup.providers import (
     LookupFunctionProvider,
     LookupProvider,
 )
+from lookup.retry import Retries
 from spark_lookup.errors import ConfigError, LookupLoadError
 from spark_lookup.schema import to_arrow_schema
 
@@ -251,27 +253,40 @@ class _LoadingRuntime(LookupRuntime):
         tries = self._policy.retries(f"lookup of {len(keys[0])} key(s)",
                                      on_retry=self.metrics.inc_retries)
         for _ in tries:
-            started = time.perf_counter()
             try:
-                with counting_bad_values(function, self.metrics.inc_bad_values):
+                with self._one_load(function):
                     index, rows = function.lookup_arrow(keys)
-            except (ConfigError, TypeError):
-                self.metrics.inc_load_failures()
-                raise
             except Exception as exc:
                 if not tries.failed(exc):
                     break  # permanent (a missing table, a bad value): reported at once
                 continue
-            self.metrics.inc_loads()
-            self.metrics.record_load_time((time.perf_counter() - started) * 1000)
             return pa.array(index, pa.int64()), rows
+        raise self._failure(tries, len(keys[0]), _preview(_arrow_key_tuples(keys, 4)))
+
+    @contextmanager
+    def _one_load(self, function: object) -> Iterator[None]:
+        """One load by ``function``: its bad values counted, and when it succeeds, the
+        load and its time."""
+        started = time.perf_counter()
+        with counting_bad_values(function, self.metrics.inc_bad_values):
+            yield
+        self.metrics.inc_loads()
+        self.metrics.record_load_time((time.perf_counter() - started) * 1000)
+
+    def _failure(self, tries: Retries, count: int, shown: str) -> BaseException:
+        """Count a failed load; the error to raise: a key the source's types refuse
+        (ConfigError, TypeError) as it is, for retrying would repeat it; else a
+        LookupLoadError naming the keys and the last error."""
         self.metrics.inc_load_failures()
         error = tries.error
-        shown = _preview(_arrow_key_tuples(keys, 4))
-        raise LookupLoadError(
-            f"{self.provider.describe()}: lookup of {len(keys[0])} key(s) {shown} "
+        if isinstance(error, (ConfigError, TypeError)):
+            return error
+        failure = LookupLoadError(
+            f"{self.provider.describe()}: lookup of {count} key(s) {shown} "
             f"failed after {tries.tries} attempt(s): {type(error).__name__}: {error}"
-        ) from error
+        )
+        failure.__cause__ = error
+        return failure
 
     def lookup_batch(self, keys: Iterable[Key]) -> dict[Key, tuple[Row, ...]]:
         asked, nulls = self._distinct(keys)
@@ -353,14 +368,11 @@ class _LoadingRuntime(LookupRuntime):
         pending = keys
         tries = self._policy.retries(f"lookup of {len(keys)} key(s)",
                                      on_retry=self.metrics.inc_retries)
+        function = getattr(self.provider, "function", None)
         for _ in tries:
-            started = time.perf_counter()
             try:
-                loaded: Mapping[Key, Sequence[Row]] = self._load_counting(pending)
-            except (ConfigError, TypeError):
-                # A key that cannot match the column's type: retrying would repeat it.
-                self.metrics.inc_load_failures()
-                raise
+                with self._one_load(function):
+                    loaded: Mapping[Key, Sequence[Row]] = self._loader.load(pending)
             except PartialLoad as partial:
                 results.update(self._freeze(partial.results, pending))
                 pending = partial.failed
@@ -371,23 +383,9 @@ class _LoadingRuntime(LookupRuntime):
                 if not tries.failed(exc):
                     break  # permanent (a missing table, a bad value): reported at once
                 continue
-            self.metrics.inc_loads()
-            self.metrics.record_load_time((time.perf_counter() - started) * 1000)
             results.update(self._freeze(loaded, pending))
             return results
-        self.metrics.inc_load_failures()
-        error = tries.error
-        raise LookupLoadError(
-            f"{self.provider.describe()}: lookup of {len(pending)} key(s) {_preview(pending)} "
-            f"failed after {tries.tries} attempt(s): {type(error).__name__}: {error}"
-        ) from error
-
-    def _load_counting(self, keys: list[Key]) -> Mapping[Key, Sequence[Row]]:
-        """One load, counting the bad values the function met in it (a connector's
-        ``bad_value_count`` only grows; the runtime adds what it grew by)."""
-        function = getattr(self.provider, "function", None)
-        with counting_bad_values(function, self.metrics.inc_bad_values):
-            return self._loader.load(keys)
+        raise self._failure(tries, len(pending), _preview(pending))
 
     def _freeze(
         self, loaded: Mapping[Key, Sequence[Row]], asked: Sequence[Key]
