@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, overload
 
 __all__ = ["CacheMetrics"]
 
@@ -22,6 +22,27 @@ FIELDS: tuple[str, ...] = (*_COUNTERS, "latest_load_time", *_GAUGES)
 """Every metric, in :meth:`CacheMetrics.snapshot` order."""
 GAUGES: tuple[str, ...] = _GAUGES
 """The metrics that are a size now (not a count that only grows)."""
+
+
+class _Counter:
+    """A read-only metric of :class:`CacheMetrics`, read from its values by name."""
+
+    def __init__(self, doc: str) -> None:
+        self.__doc__ = doc
+        self._name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    @overload
+    def __get__(self, metrics: None, owner: type) -> _Counter: ...
+    @overload
+    def __get__(self, metrics: CacheMetrics, owner: type) -> int: ...
+    def __get__(self, metrics: CacheMetrics | None, owner: type) -> _Counter | int:
+        return self if metrics is None else metrics._values[self._name]
+
+    def __set__(self, metrics: CacheMetrics, value: object) -> None:
+        raise AttributeError(f"{self._name} is read-only: count with the inc_* methods")
 
 
 class CacheMetrics:
@@ -103,45 +124,14 @@ class CacheMetrics:
             return self._fixed_gauges[_GAUGES[index]]
         return int(gauges()[index])
 
-    @property
-    def hit_count(self) -> int:
-        """Keys answered from the cache."""
-        return self._values["hit_count"]
-
-    @property
-    def miss_count(self) -> int:
-        """Keys the cache could not answer."""
-        return self._values["miss_count"]
-
-    @property
-    def load_count(self) -> int:
-        """Loads from the source; one batched load of many keys counts once."""
-        return self._values["load_count"]
-
-    @property
-    def num_load_failures(self) -> int:
-        """Loads that failed after all retries."""
-        return self._values["num_load_failures"]
-
-    @property
-    def num_retries(self) -> int:
-        """Load attempts that failed and were retried."""
-        return self._values["num_retries"]
-
-    @property
-    def num_cache_errors(self) -> int:
-        """Remote cache operations that failed and were served as misses."""
-        return self._values["num_cache_errors"]
-
-    @property
-    def num_bad_values(self) -> int:
-        """Stored values that could not be read as their column's type."""
-        return self._values["num_bad_values"]
-
-    @property
-    def latest_load_time(self) -> int:
-        """Duration in ms of the latest load; -1 before any load."""
-        return self._values["latest_load_time"]
+    hit_count = _Counter("Keys answered from the cache.")
+    miss_count = _Counter("Keys the cache could not answer.")
+    load_count = _Counter("Loads from the source; one batched load of many keys counts once.")
+    num_load_failures = _Counter("Loads that failed after all retries.")
+    num_retries = _Counter("Load attempts that failed and were retried.")
+    num_cache_errors = _Counter("Remote cache operations that failed and were served as misses.")
+    num_bad_values = _Counter("Stored values that could not be read as their column's type.")
+    latest_load_time = _Counter("Duration in ms of the latest load; -1 before any load.")
 
     @property
     def num_cached_records(self) -> int:
