@@ -61,6 +61,20 @@ def _type_name(data_type: T.DataType) -> str:
     return str(data_type.simpleString())
 
 
+# Key column types after the integers: the Python type a value of it already is (the
+# fast path, none for an instant, which needs its zone checked) and the converter.
+_KINDS: tuple[tuple[type | tuple[type, ...], type | None, str], ...] = (
+    ((T.FloatType, T.DoubleType), float, "_floating"),
+    (T.DecimalType, Decimal, "_decimal"),
+    (T.BooleanType, bool, "_boolean"),
+    (_TEXT_TYPES, str, "_text"),
+    (T.BinaryType, bytes, "_binary"),
+    (T.DateType, date, "_date"),
+    (T.TimestampType, None, "_instant"),
+    (T.TimestampNTZType, datetime, "_wall_clock"),
+)
+
+
 class _Coercer:
     """Reads one key value as a value of a Spark type: the value, NO_MATCH, or raises
     a message (str) through :class:`_Refused`."""
@@ -75,31 +89,15 @@ class _Coercer:
             self.digits = len(str(self.high))
             self.fast_types = frozenset({int})
             self.convert = self._integral
-        elif isinstance(data_type, (T.FloatType, T.DoubleType)):
-            self.fast_types = frozenset({float})
-            self.convert = self._floating
-        elif isinstance(data_type, T.DecimalType):
-            self.fast_types = frozenset({Decimal})
-            self.convert = self._decimal
-        elif isinstance(data_type, T.BooleanType):
-            self.fast_types = frozenset({bool})
-            self.convert = self._boolean
-        elif isinstance(data_type, _TEXT_TYPES):
-            self.fast_types = frozenset({str})
-            self.convert = self._text
-        elif isinstance(data_type, T.BinaryType):
-            self.fast_types = frozenset({bytes})
-            self.convert = self._binary
-        elif isinstance(data_type, T.DateType):
-            self.fast_types = frozenset({date})
-            self.convert = self._date
-        elif isinstance(data_type, T.TimestampType):
-            self.convert = self._instant
-        elif isinstance(data_type, T.TimestampNTZType):
-            self.fast_types = frozenset({datetime})
-            self.convert = self._wall_clock
         else:
-            raise ConfigError(f"a {_type_name(data_type)} column cannot be a lookup key column")
+            found = next(((python, method) for spark, python, method in _KINDS
+                          if isinstance(data_type, spark)), None)
+            if found is None:
+                raise ConfigError(
+                    f"a {_type_name(data_type)} column cannot be a lookup key column")
+            python, method = found
+            self.fast_types = frozenset() if python is None else frozenset({python})
+            self.convert = getattr(self, method)
         self.arrow = to_arrow_type(data_type)
 
     def _wrong_kind(self, value: Any) -> _Refused:
