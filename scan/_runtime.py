@@ -14,6 +14,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor, Future
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from scan.enumerator import ReaderInfo, SplitEnumeratorContext
@@ -143,20 +144,15 @@ def run_async_handler(message: Message) -> None:
     handler(None if error is not None else future.result(), error)
 
 
+@dataclass(frozen=True)
 class ReaderContext(SourceReaderContext):
-    """A reader's view of the in-process coordinator."""
+    """A reader's view of the in-process coordinator: subtask ``_index`` of
+    ``_parallelism``, whose requests and events go to ``_post``."""
 
-    def __init__(
-        self,
-        index: int,
-        parallelism: int,
-        post: Callable[[Message], None],
-        options: ReaderOptions,
-    ) -> None:
-        self._index = index
-        self._parallelism = parallelism
-        self._post = post
-        self._options = options
+    _index: int
+    _parallelism: int
+    _post: Callable[[Message], None]
+    _options: ReaderOptions
 
     @property
     def index_of_subtask(self) -> int:
