@@ -11,10 +11,11 @@ import enum
 import logging
 import threading
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from spark_lookup.errors import BadValueError, ConfigError
 
-__all__ = ["BadValue", "BadValuePolicy", "BadValueStats"]
+__all__ = ["BadValue", "BadValuePolicy", "BadValueStats", "CountsBadValues"]
 
 log = logging.getLogger("connectors")
 
@@ -122,3 +123,16 @@ class BadValueStats:
                 "further bad values of %s are counted (metric num_bad_values), not logged",
                 self._table,
             )
+
+
+class CountsBadValues:
+    """Reports the bad values met in this process by the connector table it reads
+    through (held in the attribute :attr:`_COUNTED_BY` names)."""
+
+    _COUNTED_BY: ClassVar[str]
+
+    @property
+    def bad_value_count(self) -> int:
+        """Stored values this process could not read as their column's type."""
+        table: Any = getattr(self, self._COUNTED_BY)
+        return int(table.bad_value_count)

@@ -10,7 +10,7 @@ from pyspark.sql import types as T
 
 from cache.base import Key, Row
 from connectors.keys import KeyCodec
-from connectors.policy import BadValuePolicy
+from connectors.policy import BadValuePolicy, CountsBadValues
 from connectors.predicates import Predicate
 from connectors.redis import RedisTable
 from connectors.redis.client import redact_url
@@ -21,7 +21,7 @@ from spark_lookup.schema import SchemaLike
 __all__ = ["RedisLookupFunction"]
 
 
-class RedisLookupFunction(LookupFunction):
+class RedisLookupFunction(CountsBadValues, LookupFunction):
     """Looks dimension rows up in Redis, one Redis key per lookup key.
 
     Built on the driver and pickled as its configuration (URL, template, schema); the
@@ -105,6 +105,8 @@ class RedisLookupFunction(LookupFunction):
     'user:7'
     """
 
+    _COUNTED_BY = "_redis"
+
     def __init__(
         self,
         url: str,
@@ -146,11 +148,6 @@ class RedisLookupFunction(LookupFunction):
     def struct(self) -> T.StructType:
         """The dimension schema as a ``StructType``."""
         return self._struct
-
-    @property
-    def bad_value_count(self) -> int:
-        """Stored values this process could not read as their column's type."""
-        return self._redis.bad_value_count
 
     # --- lifecycle
 

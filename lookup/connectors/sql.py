@@ -13,7 +13,7 @@ from pyspark.sql import types as T
 
 from cache.base import Key, Row
 from connectors.keys import KeyCodec
-from connectors.policy import BadValuePolicy
+from connectors.policy import BadValuePolicy, CountsBadValues
 from connectors.predicates import Predicate
 from connectors.rows import group_rows, python_rows
 from connectors.sql import Session, SqlTable
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 ConnectionFactory = Callable[[], Any]
 
 
-class SqlLookupFunction(LookupFunction):
+class SqlLookupFunction(CountsBadValues, LookupFunction):
     """Looks rows of a database table up by key: PostgreSQL or SQLite over ADBC (Arrow
     end to end) or DB-API (psycopg, sqlite3), or another DB-API database given a schema.
 
@@ -124,6 +124,8 @@ class SqlLookupFunction(LookupFunction):
     ['id']
     """
 
+    _COUNTED_BY = "_sql"
+
     def __init__(
         self,
         connection_factory: ConnectionFactory,
@@ -177,11 +179,6 @@ class SqlLookupFunction(LookupFunction):
     def table(self) -> str:
         """The table name, as given."""
         return self._sql.table
-
-    @property
-    def bad_value_count(self) -> int:
-        """Stored values this process could not read as their column's type."""
-        return self._sql.bad_value_count
 
     def __getstate__(self) -> dict[str, Any]:
         # Configuration (and the resolved plan) only: connections are per process.

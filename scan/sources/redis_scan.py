@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import types as T
 
-from connectors.policy import BadValuePolicy
+from connectors.policy import BadValuePolicy, CountsBadValues
 from connectors.predicates import Predicate
 from connectors.redis import RedisTable
 from connectors.redis.client import redact_url, redis_client_from_url
@@ -171,7 +171,7 @@ class _SplitReader(QueueSplitReader[RedisKeysSplit]):
             client.close()
 
 
-class RedisScanSource(PullSource[RedisKeysSplit]):
+class RedisScanSource(CountsBadValues, PullSource[RedisKeysSplit]):
     """Redis keys matching a glob pattern (or made by a key template), read as rows.
 
     Built on the driver and picklable (it holds the URL, no client). The enumerator
@@ -237,6 +237,8 @@ class RedisScanSource(PullSource[RedisKeysSplit]):
     >>> table = read_arrow(source, parallelism=4)  # doctest: +SKIP
     """
 
+    _COUNTED_BY = "_table"
+
     ROWS_FIELD = "skip_rows"
 
     def __init__(
@@ -290,11 +292,6 @@ class RedisScanSource(PullSource[RedisKeysSplit]):
     def value_type(self) -> str:
         """``"hash"``, ``"string"`` or ``"json"``."""
         return self._table.value_type
-
-    @property
-    def bad_value_count(self) -> int:
-        """Stored values this process could not read as their column's type."""
-        return self._table.bad_value_count
 
     @property
     def schema(self) -> T.StructType:

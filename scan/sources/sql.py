@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import types as T
 
-from connectors.policy import BadValuePolicy
+from connectors.policy import BadValuePolicy, CountsBadValues
 from connectors.predicates import Predicate
 from connectors.sql import Session, SqlPlan, SqlTable
 from scan.connector.emitter import RecordEmitter
@@ -142,7 +142,7 @@ def _reads_as_stored(plan: SqlPlan, index: int) -> bool:
     ) and ("'text'" in read.expression) == isinstance(data_type, T.StringType)
 
 
-class SqlTableSource(PullSource[SqlChunkSplit]):
+class SqlTableSource(CountsBadValues, PullSource[SqlChunkSplit]):
     """A SQL table read in chunks of split-column ranges, as Flink CDC chunks a snapshot
     (see :mod:`scan.sources._sql_chunks`): PostgreSQL or SQLite over ADBC (Arrow end to
     end) or DB-API (psycopg, sqlite3), or another DB-API database given a schema.
@@ -222,6 +222,8 @@ class SqlTableSource(PullSource[SqlChunkSplit]):
     [{'id': 1, 'code': 'NL'}, {'id': 2, 'code': 'FR'}]
     """
 
+    _COUNTED_BY = "_sql"
+
     def __init__(
         self,
         connection_factory: Callable[[], Any],
@@ -265,11 +267,6 @@ class SqlTableSource(PullSource[SqlChunkSplit]):
     def chunk_size(self) -> int:
         """Rows per chunk."""
         return self._chunk_size
-
-    @property
-    def bad_value_count(self) -> int:
-        """Stored values this process could not read as their column's type."""
-        return self._sql.bad_value_count
 
     def read_plan(self) -> ChunkPlan:
         """The resolved chunk plan (split column, ordering, resume), reading the catalog
