@@ -391,8 +391,9 @@ def test_every_open_trigger_runs_on_the_one_process_scheduler(
 ) -> None:
     from triggers.scheduler import process_scheduler
 
-    triggers = [opened(PeriodicCacheReloadTrigger(timedelta(seconds=30), mode), make_context())
-                for mode in ScheduleMode]
+    # An interval no other test uses: the jobs' names (the triggers' reprs) are ours only.
+    triggers = [opened(PeriodicCacheReloadTrigger(timedelta(seconds=4321), mode),
+                       make_context()) for mode in ScheduleMode]
     # Each open trigger's next reload is a job on the scheduler every trigger shares.
     assert wait_until(lambda: all(t.next_reload_time() is not None for t in triggers))
     pending = process_scheduler().pending()
