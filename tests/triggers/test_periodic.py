@@ -395,7 +395,11 @@ def test_every_open_trigger_runs_on_the_one_process_scheduler(
     triggers = [opened(PeriodicCacheReloadTrigger(timedelta(seconds=4321), mode),
                        make_context()) for mode in ScheduleMode]
     # Each open trigger's next reload is a job on the scheduler every trigger shares.
-    assert wait_until(lambda: all(t.next_reload_time() is not None for t in triggers))
+    def scheduled_after_the_first_load() -> bool:
+        later = datetime.now(timezone.utc) + timedelta(seconds=4000)
+        return all((t.next_reload_time() or later) > later for t in triggers)
+
+    assert wait_until(scheduled_after_the_first_load)
     pending = process_scheduler().pending()
     assert all(pending.count(repr(t)) == 1 for t in triggers)
     for trigger in triggers:
