@@ -19,6 +19,7 @@ import numbers
 from collections.abc import Callable, Sequence
 from datetime import date, datetime, timezone
 from decimal import Decimal
+from types import MethodType
 from typing import Any
 
 import pyarrow as pa
@@ -61,20 +62,6 @@ def _type_name(data_type: T.DataType) -> str:
     return str(data_type.simpleString())
 
 
-# Key column types after the integers: the Python type a value of it already is (the
-# fast path, none for an instant, which needs its zone checked) and the converter.
-_KINDS: tuple[tuple[type | tuple[type, ...], type | None, str], ...] = (
-    ((T.FloatType, T.DoubleType), float, "_floating"),
-    (T.DecimalType, Decimal, "_decimal"),
-    (T.BooleanType, bool, "_boolean"),
-    (_TEXT_TYPES, str, "_text"),
-    (T.BinaryType, bytes, "_binary"),
-    (T.DateType, date, "_date"),
-    (T.TimestampType, None, "_instant"),
-    (T.TimestampNTZType, datetime, "_wall_clock"),
-)
-
-
 class _Coercer:
     """Reads one key value as a value of a Spark type: the value, NO_MATCH, or raises
     a message (str) through :class:`_Refused`."""
@@ -90,14 +77,14 @@ class _Coercer:
             self.fast_types = frozenset({int})
             self.convert = self._integral
         else:
-            found = next(((python, method) for spark, python, method in _KINDS
+            found = next(((python, convert) for spark, python, convert in _KINDS
                           if isinstance(data_type, spark)), None)
             if found is None:
                 raise ConfigError(
                     f"a {_type_name(data_type)} column cannot be a lookup key column")
-            python, method = found
+            python, convert = found
             self.fast_types = frozenset() if python is None else frozenset({python})
-            self.convert = getattr(self, method)
+            self.convert = MethodType(convert, self)
         self.arrow = to_arrow_type(data_type)
 
     def _wrong_kind(self, value: Any) -> _Refused:
@@ -236,6 +223,21 @@ class _Coercer:
                 "pass a naive datetime (local wall-clock time)"
             )
         return _plain_datetime(value)
+
+
+# Key column types after the integers: the Python type a value of it already is (the
+# fast path; none for an instant, which needs its zone checked) and the converter.
+_Converter = Callable[["_Coercer", Any], Any]
+_KINDS: tuple[tuple[type | tuple[type, ...], type | None, _Converter], ...] = (
+    ((T.FloatType, T.DoubleType), float, _Coercer._floating),
+    (T.DecimalType, Decimal, _Coercer._decimal),
+    (T.BooleanType, bool, _Coercer._boolean),
+    (_TEXT_TYPES, str, _Coercer._text),
+    (T.BinaryType, bytes, _Coercer._binary),
+    (T.DateType, date, _Coercer._date),
+    (T.TimestampType, None, _Coercer._instant),
+    (T.TimestampNTZType, datetime, _Coercer._wall_clock),
+)
 
 
 class _Refused(Exception):

@@ -69,7 +69,6 @@ class SourceReaderBase(SourceReader[SplitT], Generic[E, SplitT, StateT]):
         self._records_per_poll = context.options.records_per_poll
         self._split_states: dict[str, StateT] = {}
         self._current_fetch: RecordsWithSplitIds[E] | None = None
-        self._current_split_id: str | None = None
         self._current_state: StateT | None = None
         self._no_more_splits = False
 
@@ -133,7 +132,6 @@ class SourceReaderBase(SourceReader[SplitT], Generic[E, SplitT, StateT]):
                 raise SourceError(
                     f"fetched records of split {split_id!r}, which this reader does not own"
                 )
-            self._current_split_id = split_id
             self._current_state = next_state
 
     def is_available(self) -> Future[None]:
@@ -157,7 +155,6 @@ class SourceReaderBase(SourceReader[SplitT], Generic[E, SplitT, StateT]):
                 finished[split_id] = state
         fetch.recycle()
         self._current_fetch = None
-        self._current_split_id = None
         self._current_state = None
         if finished:
             self.on_split_finished(finished)
