@@ -37,7 +37,7 @@ from cache.metrics import CacheMetrics
 from connectors.rows import python_values
 from spark_lookup import options as opts
 from spark_lookup.errors import ConfigError
-from spark_lookup.options import check_int
+from spark_lookup.options import check_bool, check_int
 
 __all__ = ["DefaultLookupCache", "DefaultLookupCacheBuilder"]
 
@@ -129,8 +129,7 @@ class DefaultLookupCache(LookupCache):
         self._maximum_bytes = _bound(maximum_bytes, "maximum_bytes")
         self._expire_after_write = _duration(expire_after_write, "expire_after_write")
         self._expire_after_access = _duration(expire_after_access, "expire_after_access")
-        if not isinstance(cache_missing_key, bool):
-            raise ConfigError(f"cache_missing_key must be a bool, got {cache_missing_key!r}")
+        check_bool(cache_missing_key, "cache_missing_key")
         if not callable(timer):
             raise ConfigError(f"timer must be a zero-argument callable, got {timer!r}")
         expire_after_write, expire_after_access = (
@@ -835,9 +834,7 @@ class DefaultLookupCacheBuilder:
 
     def cache_missing_key(self, enabled: bool) -> DefaultLookupCacheBuilder:
         """Whether a key with no rows is cached as an empty result (default True)."""
-        if not isinstance(enabled, bool):
-            raise ConfigError(f"cache_missing_key must be a bool, got {enabled!r}")
-        self._cache_missing_key = enabled
+        self._cache_missing_key = check_bool(enabled, "cache_missing_key")
         return self
 
     def timer(self, timer: Timer) -> DefaultLookupCacheBuilder:

@@ -161,9 +161,7 @@ class RedisLookupCache(LookupCache):
         self._namespace = namespace
         self._ttl = opts.as_timedelta(ttl, "ttl")
         self._ttl_ms = max(1, math.ceil(self._ttl / timedelta(milliseconds=1)))
-        if not isinstance(cache_missing_key, bool):
-            raise ConfigError(f"cache_missing_key must be a bool, got {cache_missing_key!r}")
-        self._cache_missing_key = cache_missing_key
+        self._cache_missing_key = opts.check_bool(cache_missing_key, "cache_missing_key")
         self._socket_timeout = _seconds(socket_timeout, "socket_timeout")
         self._connect_timeout = _seconds(connect_timeout, "connect_timeout")
         self._cool_down = _seconds(cool_down, "cool_down", allow_zero=True)
@@ -171,12 +169,7 @@ class RedisLookupCache(LookupCache):
         if not callable(timer):
             raise ConfigError(f"timer must be a zero-argument callable, got {timer!r}")
         self._timer = timer
-        if (not isinstance(max_keys_per_command, int) or isinstance(max_keys_per_command, bool)
-                or max_keys_per_command < 1):
-            raise ConfigError(
-                f"max_keys_per_command must be a positive int, got {max_keys_per_command!r}"
-            )
-        self._max_keys = max_keys_per_command
+        self._max_keys = opts.check_int(max_keys_per_command, "max_keys_per_command")
         self._client_options = dict(client_options or {})
         self._lock = threading.Lock()
         self._client: Any = None

@@ -61,6 +61,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from spark_lookup.errors import ConfigError
+from spark_lookup.options import check_int
 
 __all__ = [
     "DEFAULT_RETENTION",
@@ -251,11 +252,7 @@ class SnapshotStore:
         if not isinstance(fingerprint, str):
             raise ConfigError(f"fingerprint must be a str, got {fingerprint!r}")
         self.fingerprint = fingerprint
-        if batch_rows is not None and (
-            not isinstance(batch_rows, int) or isinstance(batch_rows, bool) or batch_rows < 1
-        ):
-            raise ConfigError(f"batch_rows must be a positive int or None, got {batch_rows!r}")
-        self._batch_rows = batch_rows
+        self._batch_rows = None if batch_rows is None else check_int(batch_rows, "batch_rows")
         if not isinstance(retention, timedelta) or retention <= timedelta(0):
             raise ConfigError(f"retention must be a positive timedelta, got {retention!r}")
         self._retention = retention

@@ -15,6 +15,7 @@ from lookup._worker import metrics_report, worker_runtime
 from lookup.metrics import NOTE_PREFIX, REPORT_COLUMN, observe_metrics
 from lookup.providers import LookupProvider
 from spark_lookup.errors import ConfigError
+from spark_lookup.options import check_bool
 from spark_lookup.schema import to_arrow_type
 
 __all__ = ["lookup_join", "plan_join"]
@@ -539,8 +540,7 @@ def lookup_join(
     """
     if engine not in ("arrow", "pandas"):
         raise ConfigError(f"engine must be 'arrow' or 'pandas', got {engine!r}")
-    if not isinstance(metrics, bool):
-        raise ConfigError(f"metrics must be True or False, got {metrics!r}")
+    check_bool(metrics, "metrics")
     stream_schema = df.schema
     if REPORT_COLUMN in stream_schema.fieldNames():
         raise ConfigError(

@@ -59,7 +59,7 @@ from connectors.errors import should_retry
 from lookup._session import is_session
 from lookup.retry import RetryPolicy
 from spark_lookup.errors import ConfigError, LookupLoadError, SnapshotUnavailableError
-from spark_lookup.options import as_timedelta, check_enum
+from spark_lookup.options import as_timedelta, check_enum, check_int
 from spark_lookup.schema import parse_schema
 from triggers.scheduler import Scheduled, process_scheduler
 
@@ -281,12 +281,7 @@ class ScheduledTableRefresh:
                 f"view_name must be an identifier (a letter or _, then letters, digits or _; "
                 f"at most 100 characters), got {view_name!r}"
             )
-        if (
-            not isinstance(local_max_bytes, int)
-            or isinstance(local_max_bytes, bool)
-            or local_max_bytes < 0
-        ):
-            raise ConfigError(f"local_max_bytes must be an int >= 0, got {local_max_bytes!r}")
+        check_int(local_max_bytes, "local_max_bytes", min_value=0)
         if storage_level is None:
             storage_level = StorageLevel.MEMORY_AND_DISK_DESER
         elif not isinstance(storage_level, StorageLevel):

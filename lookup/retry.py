@@ -10,7 +10,7 @@ from datetime import timedelta
 
 from connectors.errors import should_retry
 from spark_lookup.errors import ConfigError
-from spark_lookup.options import as_timedelta
+from spark_lookup.options import as_timedelta, check_int
 
 __all__ = ["MissRetry", "Retries", "RetryPolicy"]
 
@@ -43,10 +43,7 @@ class RetryPolicy:
     sleep: Callable[[float], None] = field(default=time.sleep, compare=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.max_retries, int) or isinstance(self.max_retries, bool) or (
-            self.max_retries < 0
-        ):
-            raise ConfigError(f"max_retries must be an int >= 0, got {self.max_retries!r}")
+        check_int(self.max_retries, "max_retries", min_value=0)
         object.__setattr__(
             self, "initial_backoff", as_timedelta(self.initial_backoff, "initial_backoff",
                                                   allow_zero=True)
@@ -147,7 +144,4 @@ class MissRetry:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "delay", as_timedelta(self.delay, "delay", allow_zero=True))
-        if not isinstance(self.max_attempts, int) or isinstance(self.max_attempts, bool) or (
-            self.max_attempts < 1
-        ):
-            raise ConfigError(f"max_attempts must be an int >= 1, got {self.max_attempts!r}")
+        check_int(self.max_attempts, "max_attempts")

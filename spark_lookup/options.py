@@ -232,6 +232,13 @@ def check_int(value: object, name: str, *, min_value: int = 1) -> int:
     return value
 
 
+def check_bool(value: object, name: str) -> bool:
+    """A Python API argument that must be ``True`` or ``False`` (not a truthy value)."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name} must be True or False, got {_describe(value)}")
+    return value
+
+
 def parse_enum(value: object, key: str, enum_type: type[E]) -> E:
     """Parse an enum member by name, case-insensitively (``FIXED_DELAY``, ``partial``)."""
     member = _member(value, enum_type)
