@@ -37,7 +37,7 @@ from cache.metrics import CacheMetrics
 from connectors.rows import python_values
 from spark_lookup import options as opts
 from spark_lookup.errors import ConfigError
-from spark_lookup.options import check_bool, check_int
+from spark_lookup.options import check_bool, check_callable, check_int
 
 __all__ = ["DefaultLookupCache", "DefaultLookupCacheBuilder"]
 
@@ -130,8 +130,7 @@ class DefaultLookupCache(LookupCache):
         self._expire_after_write = _duration(expire_after_write, "expire_after_write")
         self._expire_after_access = _duration(expire_after_access, "expire_after_access")
         check_bool(cache_missing_key, "cache_missing_key")
-        if not callable(timer):
-            raise ConfigError(f"timer must be a zero-argument callable, got {timer!r}")
+        check_callable(timer, "timer")
         expire_after_write, expire_after_access = (
             self._expire_after_write, self._expire_after_access)
         self._write_ttl = _seconds(expire_after_write)
@@ -843,9 +842,7 @@ class DefaultLookupCacheBuilder:
         It must be picklable (a module-level function or an object) when the cache is
         shipped to Spark executors.
         """
-        if not callable(timer):
-            raise ConfigError(f"timer must be a zero-argument callable, got {timer!r}")
-        self._timer = timer
+        self._timer = check_callable(timer, "timer")
         return self
 
     def build(self) -> DefaultLookupCache:

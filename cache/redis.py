@@ -166,9 +166,7 @@ class RedisLookupCache(LookupCache):
         self._connect_timeout = _seconds(connect_timeout, "connect_timeout")
         self._cool_down = _seconds(cool_down, "cool_down", allow_zero=True)
         self._warn_interval = _seconds(warn_interval, "warn_interval", allow_zero=True)
-        if not callable(timer):
-            raise ConfigError(f"timer must be a zero-argument callable, got {timer!r}")
-        self._timer = timer
+        self._timer = opts.check_callable(timer, "timer")
         self._max_keys = opts.check_int(max_keys_per_command, "max_keys_per_command")
         self._client_options = dict(client_options or {})
         self._lock = threading.Lock()

@@ -20,7 +20,6 @@ from cache.full import FullSnapshot, LookupFullCache
 from cache.metrics import CacheMetrics
 from cache.snapshot_store import SnapshotStore, StoredSnapshot
 from spark_lookup import options as opts
-from spark_lookup.errors import ConfigError
 
 __all__ = ["DEFAULT_CHECK_INTERVAL", "SharedFullCache"]
 
@@ -72,8 +71,7 @@ class SharedFullCache(LookupFullCache):
             max_staleness=max_staleness,
             clock=clock,
         )
-        if not isinstance(store, SnapshotStore):
-            raise ConfigError(f"store must be a SnapshotStore, got {type(store).__name__}")
+        opts.check_instance(store, SnapshotStore, "store")
         self.store = store
         self.check_interval = opts.as_timedelta(
             check_interval, "check_interval", allow_zero=True

@@ -62,8 +62,7 @@ class LookupOptions:
     @classmethod
     def from_dict(cls, options: Mapping[str, Any]) -> LookupOptions:
         """Validate ``options`` (a dict of Flink keys to strings)."""
-        if not isinstance(options, Mapping):
-            raise ConfigError(f"options must be a mapping, got {type(options).__name__}")
+        opts.check_instance(options, Mapping, "options", "a mapping")
         opts.check_known_keys(options, [o.key for o in opts.LOOKUP_OPTIONS])
         cache_type = opts.CACHE.get(options) or "NONE"
         max_retries = opts.MAX_RETRIES.get(options)

@@ -26,7 +26,7 @@ from cache.base import LookupCache
 from lookup.function import AsyncLookupFunction, LookupFunction, LookupFunctionBase
 from lookup.retry import MissRetry, RetryPolicy
 from spark_lookup.errors import ConfigError
-from spark_lookup.options import as_timedelta, check_int
+from spark_lookup.options import as_timedelta, check_instance, check_int
 from spark_lookup.schema import SchemaLike, parse_schema
 
 __all__ = [
@@ -45,8 +45,7 @@ DEFAULT_ASYNC_TIMEOUT = timedelta(seconds=180)
 
 def _retry_policy(max_retries: int | None, retry_policy: RetryPolicy | None) -> RetryPolicy:
     if retry_policy is not None:
-        if not isinstance(retry_policy, RetryPolicy):
-            raise ConfigError(f"retry_policy must be a RetryPolicy, got {retry_policy!r}")
+        check_instance(retry_policy, RetryPolicy, "retry_policy")
         if max_retries is not None and max_retries != retry_policy.max_retries:
             raise ConfigError(
                 "give either max_retries or retry_policy (with its own max_retries), not both"
@@ -394,8 +393,7 @@ class FullCachingLookupProvider(LookupProvider):
         from scan import Source
         from triggers import CacheReloadTrigger
 
-        if not isinstance(source, Source):
-            raise ConfigError(f"source must be a scan.Source, got {type(source).__name__}")
+        check_instance(source, Source, "source", "a scan.Source")
         if not isinstance(reload_trigger, CacheReloadTrigger):
             raise ConfigError(
                 "reload_trigger must be a triggers.CacheReloadTrigger, "
@@ -471,9 +469,8 @@ def _source_schema(source: Any) -> SchemaLike:
 
 
 def _check_cache(cache: object) -> LookupCache:
-    if not isinstance(cache, LookupCache):
-        raise ConfigError(f"cache must be a cache.LookupCache, got {type(cache).__name__}")
-    return cache
+    checked: LookupCache = check_instance(cache, LookupCache, "cache", "a cache.LookupCache")
+    return checked
 
 
 def _miss_retry(value: object) -> MissRetry | None:

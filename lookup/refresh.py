@@ -59,7 +59,13 @@ from connectors.errors import should_retry
 from lookup._session import is_session
 from lookup.retry import RetryPolicy
 from spark_lookup.errors import ConfigError, LookupLoadError, SnapshotUnavailableError
-from spark_lookup.options import as_timedelta, check_enum, check_int
+from spark_lookup.options import (
+    as_timedelta,
+    check_callable,
+    check_enum,
+    check_instance,
+    check_int,
+)
 from spark_lookup.schema import parse_schema
 from triggers.scheduler import Scheduled, process_scheduler
 
@@ -290,10 +296,8 @@ class ScheduledTableRefresh:
             )
         if retry_policy is None:
             retry_policy = RetryPolicy()
-        elif not isinstance(retry_policy, RetryPolicy):
-            raise ConfigError(f"retry_policy must be a RetryPolicy, got {retry_policy!r}")
-        if not callable(clock):
-            raise ConfigError(f"clock must be a callable returning seconds, got {clock!r}")
+        check_instance(retry_policy, RetryPolicy, "retry_policy")
+        check_callable(clock, "clock", "a callable returning seconds")
         self._spark = spark
         self._source = source
         self._struct = parse_schema(source.schema, f"{type(source).__name__}.schema")

@@ -26,7 +26,7 @@ from scan.reader import InputStatus, ReaderOptions, SourceReader
 from scan.serializers import pack_versioned, unpack_versioned
 from scan.source import Boundedness, EnumStateT, Source, SplitT
 from spark_lookup.errors import ConfigError, SourceError
-from spark_lookup.options import check_int
+from spark_lookup.options import check_instance, check_int
 from spark_lookup.schema import parse_schema, to_arrow_schema
 
 if TYPE_CHECKING:
@@ -109,11 +109,10 @@ class LocalSourceRunner(Generic[SplitT, EnumStateT]):
         *,
         options: ReaderOptions | None = None,
     ) -> None:
-        if not isinstance(source, Source):
-            raise ConfigError(f"source must be a scan.Source, got {type(source).__name__}")
+        check_instance(source, Source, "source", "a scan.Source")
         check_int(parallelism, "parallelism")
-        if options is not None and not isinstance(options, ReaderOptions):
-            raise ConfigError(f"options must be a ReaderOptions, got {type(options).__name__}")
+        if options is not None:
+            check_instance(options, ReaderOptions, "options")
         self._source = source
         self._parallelism = parallelism
         self._options = options or ReaderOptions()

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Generic
 
 from scan.split import EnumStateT, SplitT
 from spark_lookup.errors import ConfigError
+from spark_lookup.options import check_instance
 
 if TYPE_CHECKING:
     from scan.enumerator import SplitEnumerator, SplitEnumeratorContext
@@ -96,9 +97,8 @@ class Source(ABC, Generic[SplitT, EnumStateT]):
 def check_bounded(source: object, user: str) -> Source[Any, Any]:
     """``source`` if it is a bounded :class:`Source`; else a ConfigError saying that
     ``user`` (what reads it whole) needs one."""
-    if not isinstance(source, Source):
-        raise ConfigError(f"source must be a scan.Source, got {type(source).__name__}")
-    if source.boundedness is not Boundedness.BOUNDED:
+    checked: Source[Any, Any] = check_instance(source, Source, "source", "a scan.Source")
+    if checked.boundedness is not Boundedness.BOUNDED:
         raise ConfigError(f"source {type(source).__name__} is unbounded; {user} needs a "
                           "bounded source (a table, a set of files)")
-    return source
+    return checked

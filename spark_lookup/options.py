@@ -232,6 +232,23 @@ def check_int(value: object, name: str, *, min_value: int = 1) -> int:
     return value
 
 
+def check_instance(value: Any, kind: type, name: str, described: str = "") -> Any:
+    """A Python API argument that must be a ``kind`` (``described``: how the message
+    names it, default ``a <kind>``)."""
+    if not isinstance(value, kind):
+        raise ConfigError(f"{name} must be {described or 'a ' + kind.__name__}, got "
+                          f"{type(value).__name__}")
+    return value
+
+
+def check_callable(value: object, name: str, described: str = "a zero-argument callable"
+                   ) -> Callable[..., Any]:
+    """A Python API argument that must be callable (a clock, a timer, a factory)."""
+    if not callable(value):
+        raise ConfigError(f"{name} must be {described}, got {_describe(value)}")
+    return value
+
+
 def check_bool(value: object, name: str) -> bool:
     """A Python API argument that must be ``True`` or ``False`` (not a truthy value)."""
     if not isinstance(value, bool):
