@@ -27,6 +27,7 @@ from connectors.redis.client import check_redis_url, redact_url, redis_client_fr
 from connectors.redis.template import KeyTemplate
 from connectors.redis.values import json_wire, parse_json, text_wire
 from spark_lookup import options as opts
+from spark_lookup._per_process import PerProcess
 from spark_lookup.errors import ConfigError
 from spark_lookup.options import check_int
 from spark_lookup.schema import SchemaLike, parse_schema, to_arrow_schema
@@ -45,7 +46,7 @@ _SAMPLES: dict[type[T.DataType], Any] = {
 }
 
 
-class RedisTable:
+class RedisTable(PerProcess):
     """Rows kept one per Redis key (``json``: one or many per key).
 
     Parameters
@@ -77,6 +78,8 @@ class RedisTable:
     ConfigError
         For an invalid URL, template, value type or schema.
     """
+
+    _PER_PROCESS = ("_lock", "_client", "stats", "conformer")
 
     def __init__(
         self,
@@ -174,16 +177,6 @@ class RedisTable:
             self.name, self.arrow_schema, [f.dataType.simpleString() for f in self.schema.fields],
             self.mode, self.stats,
         )
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        for name in ("_lock", "_client", "stats", "conformer"):
-            state.pop(name)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._init_runtime()
 
     @property
     def bad_value_count(self) -> int:

@@ -31,6 +31,7 @@ from connectors.predicates import Predicate, check_predicates, predicates_to_sql
 from connectors.sql.catalog import ColumnInfo, TableInfo, describe_table
 from connectors.sql.session import POSTGRES, SQLITE, Session, open_session
 from connectors.sql.types import ColumnRead, natural_type, read_column
+from spark_lookup._per_process import PerProcess
 from spark_lookup.errors import ConfigError
 from spark_lookup.options import as_timedelta
 from spark_lookup.schema import SchemaLike, parse_schema, to_arrow_schema
@@ -136,7 +137,7 @@ class SqlPlan:
         return predicates_to_sql(self.filters, self.column_sql, placeholder, first)
 
 
-class SqlTable:
+class SqlTable(PerProcess):
     """One table of a SQL database, with its schema and how each column is read.
 
     Built on the driver and picklable (the factory, names, and once resolved the plan);
@@ -164,6 +165,10 @@ class SqlTable:
         How long one statement may run (PostgreSQL and sqlite3; see
         :class:`~connectors.sql.session.Session`), or None.
     """
+
+    _PER_PROCESS = ("_runtime", "_pool")  # counters, the conformer, idle sessions
+    _runtime: _Runtime | None
+    _pool: SessionPool | None
 
     def __init__(
         self,
@@ -206,14 +211,7 @@ class SqlTable:
         )
         self.mode = BadValuePolicy.parse(mode)
         self._plan: SqlPlan | None = None
-        self._runtime: _Runtime | None = None
-        self._pool: SessionPool | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_runtime"] = None  # counters and the conformer are per process
-        state["_pool"] = None
-        return state
+        self._init_runtime()
 
     @property
     def what(self) -> str:

@@ -18,6 +18,7 @@ from connectors.predicates import Predicate
 from connectors.rows import group_rows, python_rows
 from connectors.sql import Session, SqlTable
 from lookup.function import LookupFunction
+from spark_lookup._per_process import PerProcess
 from spark_lookup.errors import TransientConnectorError
 from spark_lookup.options import check_int
 from spark_lookup.schema import SchemaLike
@@ -29,7 +30,7 @@ log = logging.getLogger(__name__)
 ConnectionFactory = Callable[[], Any]
 
 
-class SqlLookupFunction(CountsBadValues, LookupFunction):
+class SqlLookupFunction(PerProcess, CountsBadValues, LookupFunction):
     """Looks rows of a database table up by key: PostgreSQL or SQLite over ADBC (Arrow
     end to end) or DB-API (psycopg, sqlite3), or another DB-API database given a schema.
 
@@ -125,6 +126,7 @@ class SqlLookupFunction(CountsBadValues, LookupFunction):
     """
 
     _COUNTED_BY = "_sql"
+    _PER_PROCESS = ("_lock", "_local", "_open_sessions")  # connections are per process
 
     def __init__(
         self,
@@ -179,26 +181,6 @@ class SqlLookupFunction(CountsBadValues, LookupFunction):
     def table(self) -> str:
         """The table name, as given."""
         return self._sql.table
-
-    def __getstate__(self) -> dict[str, Any]:
-        # Configuration (and the resolved plan) only: connections are per process.
-        return {
-            "sql": self._sql,
-            "schema": self.schema,
-            "key_columns": list(self.key_columns),
-            "max_batch_size": self._max_batch_size,
-            "struct": self._struct,
-            "codec": self._codec,
-        }
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self._sql = state["sql"]
-        self.schema = state["schema"]
-        self.key_columns = state["key_columns"]
-        self._max_batch_size = state["max_batch_size"]
-        self._struct = state["struct"]
-        self._codec = state["codec"]
-        self._init_runtime()
 
     def __repr__(self) -> str:
         return (

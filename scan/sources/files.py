@@ -20,6 +20,7 @@ from scan.sources._enumerator import (
 from scan.sources._pull import PullSource, QueueSplitReader
 from scan.sources._types import arrow_to_spark
 from scan.split import SourceSplit
+from spark_lookup._per_process import PerProcess
 from spark_lookup.errors import ConfigError, ConnectorError, SourceError, SparkLookupError
 from spark_lookup.schema import SchemaLike, parse_schema, to_arrow_schema
 
@@ -321,7 +322,7 @@ def _csv_value_error(path: str, exc: ValueError) -> SparkLookupError:
     )
 
 
-class FileSource(PullSource[FileSplit]):
+class FileSource(PerProcess, PullSource[FileSplit]):
     """Parquet or CSV files read with pyarrow: one split per Parquet row group, one per
     CSV file.
 
@@ -384,6 +385,8 @@ class FileSource(PullSource[FileSplit]):
     """
 
     ROWS_FIELD = "offset"
+    _PER_PROCESS = ("_reading",)  # the counter of bad values
+    _reading: _Reading | None
 
     def __init__(
         self,
@@ -412,7 +415,7 @@ class FileSource(PullSource[FileSplit]):
             filters, self._schema.fieldNames() if self._schema is not None else
             [f.column for f in filters or []], "FileSource",
         )
-        self._reading: _Reading | None = None
+        self._init_runtime()
 
     @property
     def paths(self) -> list[str]:
@@ -470,11 +473,6 @@ class FileSource(PullSource[FileSplit]):
     def bad_value_count(self) -> int:
         """Values this process could not read as their column's type."""
         return 0 if self._reading is None else self._reading.stats.count
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_reading"] = None  # per process: the counter of bad values
-        return state
 
     def serializer(self) -> SimpleVersionedSerializer[FileSplit]:
         return _SplitSerializer()

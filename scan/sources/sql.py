@@ -19,6 +19,7 @@ from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
 from scan.sources._enumerator import SplitPlanner
 from scan.sources._pull import PullSource, QueueSplitReader
 from scan.sources._sql_chunks import ChunkPlan, SqlChunkPlanner, SqlChunkSplit, chunk_conditions
+from spark_lookup._per_process import PerProcess
 from spark_lookup.errors import ConfigError
 from spark_lookup.options import check_int
 from spark_lookup.schema import SchemaLike
@@ -142,7 +143,7 @@ def _reads_as_stored(plan: SqlPlan, index: int) -> bool:
     ) and ("'text'" in read.expression) == isinstance(data_type, T.StringType)
 
 
-class SqlTableSource(CountsBadValues, PullSource[SqlChunkSplit]):
+class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
     """A SQL table read in chunks of split-column ranges, as Flink CDC chunks a snapshot
     (see :mod:`scan.sources._sql_chunks`): PostgreSQL or SQLite over ADBC (Arrow end to
     end) or DB-API (psycopg, sqlite3), or another DB-API database given a schema.
@@ -223,6 +224,7 @@ class SqlTableSource(CountsBadValues, PullSource[SqlChunkSplit]):
     """
 
     _COUNTED_BY = "_sql"
+    _PER_PROCESS = ("_lock",)
 
     def __init__(
         self,
@@ -247,15 +249,9 @@ class SqlTableSource(CountsBadValues, PullSource[SqlChunkSplit]):
         self._split_column = split_column
         self._chunk_size = chunk_size
         self._chunks: ChunkPlan | None = None
-        self._lock = threading.Lock()
+        self._init_runtime()
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        del state["_lock"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+    def _init_runtime(self) -> None:
         self._lock = threading.Lock()
 
     @property
