@@ -299,6 +299,13 @@ class EncodedKeys:
             self._distinct = list(zip(*columns, strict=True)) if columns else []
         return self._distinct
 
+    def key_at(self, position: int) -> Key:
+        """The distinct key at ``position`` as a Python tuple, for messages (no other
+        key is turned into Python objects)."""
+        if self._distinct is not None:
+            return self._distinct[position]
+        return tuple(array[position].as_py() for array in self.arrays)
+
     def __len__(self) -> int:
         return len(self.arrays[0]) if self.arrays else 0
 

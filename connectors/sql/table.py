@@ -531,8 +531,11 @@ class SqlTable(PerProcess):
             else:
                 params = flavor.params([a.to_pylist() for a in chunk] + filter_values)
         else:
-            columns = [[_bindable(v, plan.backend) for v in a.to_pylist()] for a in chunk]
-            keys_json = _json_keys(columns) if plan.backend == SQLITE else None
+            keys_json = _json_integers(chunk) if plan.backend == SQLITE else None
+            columns = [] if keys_json is not None else [
+                [_bindable(v, plan.backend) for v in a.to_pylist()] for a in chunk]
+            if keys_json is None and plan.backend == SQLITE:
+                keys_json = _json_keys(columns)
             if keys_json is not None:
                 # One JSON text of every key, unnested by json_each: one parameter
                 # whatever the batch size, and faster than VALUES on both SQLite
@@ -578,10 +581,8 @@ class SqlTable(PerProcess):
         if flavor.escapes_percent:
             sql = _escape_percent(sql)
         wire = ([] if by_value else [pa.int64()]) + runtime.wire_types
-        purpose = f"lookup of {len(chunk[0])} key(s) (first key {_short(keys.distinct[start])})"
-        if positions is not None:
-            purpose = (f"lookup of {len(chunk[0])} key(s) (first key "
-                       f"{_short(keys.distinct[positions[start].as_py()])})")
+        first = start if positions is None else positions[start].as_py()
+        purpose = f"lookup of {len(chunk[0])} key(s) (first key {_short(keys.key_at(first))})"
         key_position = plan.schema.fieldNames().index(plan.key_columns[0])
         for wires, built_flags in session.arrays(sql, params, wire, purpose):
             if by_value:
@@ -606,7 +607,7 @@ class SqlTable(PerProcess):
                 sent_index = positions.take(sent_index)
 
             def describe_sent(row: int, sent_index: Any = sent_index) -> str:
-                return _short(keys.distinct[sent_index[row].as_py()])
+                return _short(keys.key_at(sent_index[row].as_py()))
 
             batch, keep = runtime.conform(wires[1:], built_flags[1:], describe_sent)
             index = sent_index if keep is None else sent_index.filter(keep)
@@ -843,6 +844,19 @@ def _json_keys(columns: list[list[Any]]) -> str | None:
                 return None
     data = columns[0] if len(columns) == 1 else [list(key) for key in zip(*columns, strict=True)]
     return json.dumps(data, ensure_ascii=False)
+
+
+def _json_integers(chunk: list[pa.Array]) -> str | None:
+    """Integer keys as the same JSON text as :func:`_json_keys`, built in Arrow (no
+    Python object per key); None for keys of other types."""
+    if not all(pa.types.is_integer(array.type) for array in chunk):
+        return None
+    texts = [pc.cast(array, pa.string()) for array in chunk]
+    items = texts[0] if len(texts) == 1 else pc.binary_join_element_wise(
+        "[", pc.binary_join_element_wise(*texts, ", "), "]", "")
+    joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(items)], pa.int32()),
+                                                     items), ", ")
+    return f"[{joined[0].as_py()}]"
 
 
 def _escape_percent(sql: str) -> str:

@@ -312,3 +312,24 @@ def test_fuzzed_keys_give_correct_rows_or_a_clear_error(
     fuzz_db: SqliteFactory, keys: list[tuple[Any, Any]]
 ) -> None:
     check_fuzzed_keys(SqlLookupFunction(fuzz_db, "f", ["n", "s"]), keys)
+
+
+@pytest.mark.parametrize("arrow_type", ["int8", "int16", "int32", "int64", "uint64"])
+def test_integer_keys_are_written_as_json_in_arrow_as_json_dumps_writes_them(
+    arrow_type: str,
+) -> None:
+    """The Arrow-built JSON of integer keys (no Python object per key) is the same text
+    json.dumps gives, for single and composite keys, at each type's extremes."""
+    import numpy as np
+    import pyarrow as pa
+
+    from connectors.sql.table import _json_integers, _json_keys
+
+    info = np.iinfo(np.dtype(arrow_type))
+    values = [int(info.min), int(info.min) + 1, int(info.max) - 1, int(info.max)]
+    first = pa.array(values, type=arrow_type)
+    second = pa.array(list(reversed(values)), type=arrow_type)
+    assert _json_integers([first]) == _json_keys([values])
+    assert _json_integers([first, second]) == _json_keys([values, list(reversed(values))])
+    assert _json_integers([pa.array(["1"])]) is None
+    assert _json_integers([first, pa.array([True] * 4)]) is None
