@@ -43,6 +43,8 @@ from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
 
+from spark_lookup._shown import shown
+
 __all__ = ["FORMAT_PREFIX", "CodecError", "decode_rows", "encode_key", "encode_rows"]
 
 FORMAT_PREFIX = b"sl1:"
@@ -161,7 +163,7 @@ def _untag(value: Any, depth: int) -> Any:
     if kind is list:
         return [_untag(v, depth + 1) for v in value]
     if kind is not dict or len(value) != 1:
-        raise CodecError(f"unexpected JSON value {value!r:.60}")
+        raise CodecError(f"unexpected JSON value {shown(value, 60)}")
     ((tag, body),) = value.items()
     if tag == "f" and body in _FLOAT_SPECIAL:
         return _FLOAT_SPECIAL[body]
@@ -189,7 +191,7 @@ def _untag(value: Any, depth: int) -> Any:
         days, seconds, micros = body
         if all(type(part) is int for part in body):
             return timedelta(days=days, seconds=seconds, microseconds=micros)
-    raise CodecError(f"unknown or malformed tag {tag!r:.20}")
+    raise CodecError(f"unknown or malformed tag {shown(tag, 20)}")
 
 
 def decode_rows(data: bytes) -> tuple[tuple[Any, ...], ...]:

@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from cache.metrics import CacheMetrics
+from spark_lookup._shown import shown
 
 __all__ = ["Key", "LookupCache", "Row", "Rows", "answers_to_arrow", "key_tuples",
            "row_ranges", "rows_to_table"]
@@ -193,7 +194,7 @@ def rows_to_table(rows: Sequence[Row], schema: pa.Schema) -> pa.Table:
             sample = next((v for v in values if v is not None), None)
             raise TypeError(
                 f"column {field.name!r} holds {type(sample).__name__} values "
-                f"(e.g. {sample!r:.60}) that do not convert to {field.type}: {exc}"
+                f"(e.g. {shown(sample, 60)}) that do not convert to {field.type}: {exc}"
             ) from exc
     return pa.Table.from_arrays(arrays, schema=schema)
 
@@ -201,7 +202,7 @@ def rows_to_table(rows: Sequence[Row], schema: pa.Schema) -> pa.Table:
 def check_key(key: object) -> Key:
     """Validate a key argument: a tuple, so a scalar is never mistaken for a 1-tuple."""
     if not isinstance(key, tuple):
-        raise TypeError(f"a lookup key must be a tuple, got {type(key).__name__}: {key!r:.80}")
+        raise TypeError(f"a lookup key must be a tuple, got {type(key).__name__}: {shown(key)}")
     return key
 
 
@@ -213,16 +214,16 @@ def freeze_rows(key: Key, rows: object) -> tuple[Row, ...]:
     elif type(rows) is list:
         frozen = tuple(rows)
     elif rows is None:
-        raise TypeError(f"rows for key {key!r:.80} must be a sequence of tuples, got None")
+        raise TypeError(f"rows for key {shown(key)} must be a sequence of tuples, got None")
     elif isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence):
         raise TypeError(
-            f"rows for key {key!r:.80} must be a sequence of tuples, got {type(rows).__name__}"
+            f"rows for key {shown(key)} must be a sequence of tuples, got {type(rows).__name__}"
         )
     else:
         frozen = tuple(rows)
     for row in frozen:
         if type(row) is not tuple:
             raise TypeError(
-                f"each row for key {key!r:.80} must be a tuple, got {type(row).__name__}"
+                f"each row for key {shown(key)} must be a tuple, got {type(row).__name__}"
             )
     return frozen

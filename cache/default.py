@@ -36,6 +36,7 @@ from cache.base import (
 from cache.metrics import CacheMetrics
 from connectors.rows import python_values
 from spark_lookup import options as opts
+from spark_lookup._shown import shown
 from spark_lookup.errors import ConfigError
 from spark_lookup.options import check_bool, check_callable, check_int
 
@@ -566,7 +567,7 @@ class DefaultLookupCache(LookupCache):
                     OverflowError) as exc:
                 if strict:
                     raise TypeError(
-                        f"key {key!r:.80} does not convert to the cache's key types "
+                        f"key {shown(key)} does not convert to the cache's key types "
                         f"{[str(t) for t in types]}: {exc}"
                     ) from None
                 continue

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import types as T
 
+from spark_lookup._shown import shown
 from spark_lookup.errors import ConfigError
 from spark_lookup.schema import to_arrow_type
 
@@ -91,13 +92,13 @@ class _Coercer:
         kind = type(value).__name__
         article = "an" if kind[:1] in "aeiou" else "a"
         return _Refused(
-            f"{article} {kind} value ({_short_repr(value)}) can never equal a value of a "
+            f"{article} {kind} value ({shown(value, 60)}) can never equal a value of a "
             f"{_type_name(self.data_type)} column"
         )
 
     def _cannot_hold(self, value: Any) -> _Refused:
-        shown = value if isinstance(value, str) else _short_repr(value)
-        return _Refused(f"{shown} is out of the range of {_type_name(self.data_type)}")
+        text = value if isinstance(value, str) else shown(value, 60)
+        return _Refused(f"{text} is out of the range of {_type_name(self.data_type)}")
 
     def _integral(self, value: Any) -> Any:
         if _is_bool(value):
@@ -219,7 +220,7 @@ class _Coercer:
             return NO_MATCH
         if value.tzinfo is not None:
             raise _Refused(
-                f"an aware datetime ({value!r:.60}) is no value of a timestamp_ntz column: "
+                f"an aware datetime ({shown(value, 60)}) is no value of a timestamp_ntz column: "
                 "pass a naive datetime (local wall-clock time)"
             )
         return _plain_datetime(value)
@@ -242,13 +243,6 @@ _KINDS: tuple[tuple[type | tuple[type, ...], type | None, _Converter], ...] = (
 
 class _Refused(Exception):
     """A key value refused by a coercer; the message says why."""
-
-
-def _short_repr(value: Any) -> str:
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
-        return f"an integer of {value.bit_length()} bits"  # its repr may not even exist
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _plain_datetime(value: datetime) -> datetime:
@@ -360,7 +354,7 @@ class KeyCodec:
             raise TypeError(f"a key must be a tuple of key values, got {type(key).__name__}")
         if len(key) != len(self.names):
             raise ConfigError(
-                f"key {_short_repr(key)} has {len(key)} value(s); {self.where} is looked up "
+                f"key {shown(key, 60)} has {len(key)} value(s); {self.where} is looked up "
                 f"by {len(self.names)}: {self.names}"
             )
 
@@ -383,7 +377,7 @@ class KeyCodec:
                 normalized = coercer.convert(value)
             except _Refused as exc:
                 raise KeyKindError(
-                    f"key {_short_repr(key)} for {self.where}, column {name!r}: {exc}"
+                    f"key {shown(key, 60)} for {self.where}, column {name!r}: {exc}"
                 ) from None
             if normalized is NO_MATCH:
                 matchable = False

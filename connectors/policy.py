@@ -13,6 +13,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from spark_lookup._shown import shown
 from spark_lookup.errors import BadValueError, ConfigError
 
 __all__ = ["BadValue", "BadValuePolicy", "BadValueStats", "CountsBadValues"]
@@ -61,7 +62,7 @@ class BadValuePolicy(enum.Enum):
             except KeyError:
                 pass
         raise ConfigError(
-            f"{what} must be one of {[p.value for p in cls]}, got {value!r:.60}"
+            f"{what} must be one of {[p.value for p in cls]}, got {shown(value, 60)}"
         )
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from spark_lookup._shown import shown
 from spark_lookup.errors import ConfigError
 from spark_lookup.sql import validate_identifier
 
@@ -65,7 +66,7 @@ class Predicate:
             if isinstance(self.value, (str, bytes)) or not isinstance(self.value, Sequence):
                 raise ConfigError(
                     f"predicate {self.column!r} {op} needs a list of values, "
-                    f"got {self.value!r:.60}"
+                    f"got {shown(self.value, 60)}"
                 )
             if not self.value:
                 raise ConfigError(f"predicate {self.column!r} {op} needs at least one value")
@@ -93,7 +94,7 @@ def check_predicates(
     if not isinstance(predicates, Sequence) or not all(
         isinstance(p, Predicate) for p in predicates
     ):
-        raise ConfigError(f"filters of {what} must be a list of Predicate, got {predicates!r:.80}")
+        raise ConfigError(f"filters of {what} must be a list of Predicate, got {shown(predicates)}")
     unknown = [p.column for p in predicates if p.column not in columns]
     if unknown:
         raise ConfigError(

@@ -10,18 +10,20 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from itertools import chain
 
 import numpy as np
 import pyarrow as pa
 
-from cache.base import Key, Row, rows_to_table
+from cache.base import Key, Row, answers_to_arrow, key_tuples
 from cache.metrics import CacheMetrics
 from lookup.providers import LookupProvider
+from spark_lookup._shown import shown
 from spark_lookup.errors import LookupLoadError
 from spark_lookup.schema import to_arrow_schema
 
-__all__ = ["LookupRuntime", "Probe", "counting_bad_values", "has_null"]
+__all__ = ["EMPTY", "LookupRuntime", "Probe", "counting_bad_values", "has_null"]
+
+EMPTY: tuple[Row, ...] = ()
 
 
 @contextmanager
@@ -86,6 +88,13 @@ class LookupRuntime:
 
     def lookup_batch(self, keys: Iterable[Key]) -> dict[Key, tuple[Row, ...]]:
         """Rows of each distinct key in ``keys`` (null keys and unmatched keys: empty)."""
+        valid, nulls = self._distinct(keys)
+        found = self._lookup_distinct(valid)
+        found.update(dict.fromkeys(nulls, EMPTY))
+        return found
+
+    def _lookup_distinct(self, keys: list[Key]) -> dict[Key, tuple[Row, ...]]:
+        """Rows of distinct, null-free keys."""
         raise NotImplementedError
 
     def probe(self, keys: Sequence[pa.Array], describe: str = "lookup") -> Probe:
@@ -102,24 +111,14 @@ class LookupRuntime:
             If rows do not convert to the schema's types (naming ``describe`` and the
             column), or a load failed.
         """
-        columns = [array.to_pylist() for array in keys]
-        tuples: list[Key] = list(zip(*columns, strict=True)) if columns else []
+        tuples = key_tuples(keys)
         found = self.lookup_batch(tuples)
-        per_key = [found[key] for key in tuples]
-        counts = np.fromiter(map(len, per_key), dtype=np.int64, count=len(tuples))
-        flat: list[Row] = list(chain.from_iterable(per_key))
-        offsets = np.zeros(len(tuples) + 1, dtype=np.int64)
-        np.cumsum(counts, out=offsets[1:])
-        groups = np.where(counts > 0, np.arange(len(tuples), dtype=np.int64), -1)
-        return Probe(groups, offsets, self._rows_table(flat, describe))
-
-    def _rows_table(self, rows: list[Row], describe: str) -> pa.Table:
-        """Rows as a table of the schema: one transposition, one conversion a column."""
         schema = to_arrow_schema(self.provider.schema).remove_metadata()
         try:
-            return rows_to_table(rows, schema)
+            _, groups, offsets, rows = answers_to_arrow(tuples, found, schema)
         except TypeError as exc:
             raise LookupLoadError(f"{describe}: {exc}") from exc
+        return Probe(groups, offsets, rows)
 
     def lookup(self, key: Key) -> tuple[Row, ...]:
         """Rows of one key."""
@@ -131,7 +130,7 @@ class LookupRuntime:
             names = ", ".join(self.provider.key_columns)
             raise TypeError(
                 f"a lookup key is a tuple of {self._arity} value(s) ({names}), "
-                f"got {type(key).__name__}: {key!r:.80}"
+                f"got {type(key).__name__}: {shown(key)}"
             )
         return key
 
@@ -146,7 +145,7 @@ class LookupRuntime:
                 distinct[key] = None
             except TypeError as exc:
                 raise TypeError(
-                    f"lookup keys must be hashable tuples of scalars, got {key!r:.80}: {exc}"
+                    f"lookup keys must be hashable tuples of scalars, got {shown(key)}: {exc}"
                 ) from None
         valid: list[Key] = []
         nulls: list[Key] = []

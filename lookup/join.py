@@ -14,6 +14,7 @@ from lookup._assemble import JoinShape, join_batch
 from lookup._worker import metrics_report, worker_runtime
 from lookup.metrics import NOTE_PREFIX, REPORT_COLUMN, observe_metrics
 from lookup.providers import LookupProvider
+from spark_lookup._shown import shown
 from spark_lookup.errors import ConfigError
 from spark_lookup.options import check_bool
 from spark_lookup.schema import to_arrow_type
@@ -65,7 +66,7 @@ def _normalize_on(
     else:
         raise ConfigError(
             "on must be a column name, a list of names, or a dict "
-            f"{{stream_column: dimension_key_column}}, got {on!r:.80}"
+            f"{{stream_column: dimension_key_column}}, got {shown(on)}"
         )
     if not pairs:
         raise ConfigError("on is empty: name the key columns")

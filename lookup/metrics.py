@@ -63,6 +63,7 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 from cache.metrics import FIELDS, GAUGES, CacheMetrics
 from lookup._session import is_connect
 from lookup.providers import FullCachingLookupProvider, LookupProvider
+from spark_lookup._shown import shown
 from spark_lookup.errors import ConfigError, MetricsUnavailableError
 
 __all__ = [
@@ -410,7 +411,7 @@ def _check_provider(provider: object) -> LookupProvider:
         raise ConfigError(
             "lookup_metrics takes the lookup provider given to lookup_join "
             f"(PartialCachingLookupProvider, FullCachingLookupProvider, ...), got "
-            f"{type(provider).__name__}: {provider!r:.80}"
+            f"{type(provider).__name__}: {shown(provider)}"
         )
     return provider
 

@@ -46,6 +46,7 @@ from lookup.providers import (
     LookupProvider,
 )
 from lookup.retry import Retries
+from spark_lookup._shown import shown
 from spark_lookup.errors import ConfigError, LookupLoadError
 from spark_lookup.schema import to_arrow_schema
 
@@ -57,9 +58,9 @@ _EMPTY: tuple[Row, ...] = ()
 
 
 def _preview(keys: Sequence[Key], limit: int = 3) -> str:
-    shown = ", ".join(repr(k)[:60] for k in keys[:limit])
+    first = ", ".join(shown(k, 60) for k in keys[:limit])
     more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
-    return f"[{shown}{more}]"
+    return f"[{first}{more}]"
 
 
 class _LoadingRuntime(LookupRuntime):
@@ -273,7 +274,7 @@ class _LoadingRuntime(LookupRuntime):
         self.metrics.inc_loads()
         self.metrics.record_load_time((time.perf_counter() - started) * 1000)
 
-    def _failure(self, tries: Retries, count: int, shown: str) -> BaseException:
+    def _failure(self, tries: Retries, count: int, keys_text: str) -> BaseException:
         """Count a failed load; the error to raise: a key the source's types refuse
         (ConfigError, TypeError) as it is, for retrying would repeat it; else a
         LookupLoadError naming the keys and the last error."""
@@ -282,7 +283,7 @@ class _LoadingRuntime(LookupRuntime):
         if isinstance(error, (ConfigError, TypeError)):
             return error
         failure = LookupLoadError(
-            f"{self.provider.describe()}: lookup of {count} key(s) {shown} "
+            f"{self.provider.describe()}: lookup of {count} key(s) {keys_text} "
             f"failed after {tries.tries} attempt(s): {type(error).__name__}: {error}"
         )
         failure.__cause__ = error
@@ -404,8 +405,8 @@ class _LoadingRuntime(LookupRuntime):
             for row in out:
                 if type(row) is not tuple or len(row) != width:
                     raise LookupLoadError(
-                        f"{self.provider.describe()}: the rows of key {key!r:.80} must be "
-                        f"tuples of {width} values (the schema's columns), got {row!r:.120}"
+                        f"{self.provider.describe()}: the rows of key {shown(key)} must be "
+                        f"tuples of {width} values (the schema's columns), got {shown(row, 120)}"
                     )
             frozen[key] = out
         return frozen

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from connectors.convert import cast_column, castable
 from connectors.rows import python_rows
+from spark_lookup._shown import shown
 from spark_lookup.errors import SourceError
 
 if TYPE_CHECKING:
@@ -171,7 +172,7 @@ def conform_to_schema(
                 position, reason = next(iter(bad.items()))
                 raise error(
                     f"{what}: column {field.name!r} of type {column.type} does not convert "
-                    f"to {field.type}: {column[position].as_py()!r:.60} ({reason})"
+                    f"to {field.type}: {shown(column[position].as_py(), 60)} ({reason})"
                 )
             column = converted
         if not field.nullable and column.null_count:

@@ -19,6 +19,7 @@ from abc import ABC, abstractmethod
 from decimal import Decimal
 from typing import Any, Generic, TypeVar
 
+from spark_lookup._shown import shown
 from spark_lookup.errors import SourceError
 
 __all__ = [
@@ -153,7 +154,7 @@ def encode_value(value: Any) -> Any:
         return {"$time": value.isoformat()}
     if isinstance(value, uuid.UUID):
         return {"$uuid": str(value)}
-    raise TypeError(f"cannot serialize a value of type {type(value).__name__}: {value!r:.80}")
+    raise TypeError(f"cannot serialize a value of type {type(value).__name__}: {shown(value)}")
 
 
 def decode_value(value: Any) -> Any:

@@ -28,6 +28,7 @@ from connectors.redis.template import KeyTemplate
 from connectors.redis.values import json_wire, parse_json, text_wire
 from spark_lookup import options as opts
 from spark_lookup._per_process import PerProcess
+from spark_lookup._shown import shown
 from spark_lookup.errors import ConfigError
 from spark_lookup.options import check_int
 from spark_lookup.schema import SchemaLike, parse_schema, to_arrow_schema
@@ -232,7 +233,7 @@ class RedisTable(PerProcess):
         except (redis.RedisError, OSError) as exc:
             first = redis_keys[0] if redis_keys else ""
             raise translate(
-                exc, f"Redis {what} of {len(redis_keys)} key(s) (first {first!r:.80}) at "
+                exc, f"Redis {what} of {len(redis_keys)} key(s) (first {shown(first)}) at "
                 f"{redact_url(self.url)} failed"
             ) from exc
 
@@ -402,7 +403,7 @@ class RedisTable(PerProcess):
                 self.stored
             )):
                 raise ConfigError(
-                    f"key {values!r:.80}: a part holds the key template's separator "
+                    f"key {shown(values)}: a part holds the key template's separator "
                     f"({self.template.template!r}) and the stored value cannot confirm it "
                     "belongs to this key; use escape=True (and the same encoding when writing)"
                 )

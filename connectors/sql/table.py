@@ -32,6 +32,7 @@ from connectors.sql.catalog import ColumnInfo, TableInfo, describe_table
 from connectors.sql.session import POSTGRES, SQLITE, Session, open_session
 from connectors.sql.types import ColumnRead, natural_type, read_column
 from spark_lookup._per_process import PerProcess
+from spark_lookup._shown import shown
 from spark_lookup.errors import ConfigError
 from spark_lookup.options import as_timedelta
 from spark_lookup.schema import SchemaLike, parse_schema, to_arrow_schema
@@ -582,7 +583,7 @@ class SqlTable(PerProcess):
             sql = _escape_percent(sql)
         wire = ([] if by_value else [pa.int64()]) + runtime.wire_types
         first = start if positions is None else positions[start].as_py()
-        purpose = f"lookup of {len(chunk[0])} key(s) (first key {_short(keys.key_at(first))})"
+        purpose = f"lookup of {len(chunk[0])} key(s) (first key {shown(keys.key_at(first))})"
         key_position = plan.schema.fieldNames().index(plan.key_columns[0])
         for wires, built_flags in session.arrays(sql, params, wire, purpose):
             if by_value:
@@ -590,7 +591,7 @@ class SqlTable(PerProcess):
                 key_wire = wires[key_position]
 
                 def describe(row: int, key_wire: Any = key_wire) -> str:
-                    return _short((key_wire[row].as_py(),))
+                    return shown((key_wire[row].as_py(),))
 
                 batch, _ = runtime.conform(wires, built_flags, describe)
                 found = pc.index_in(batch.column(key_position), value_set=chunk[0])
@@ -607,7 +608,7 @@ class SqlTable(PerProcess):
                 sent_index = positions.take(sent_index)
 
             def describe_sent(row: int, sent_index: Any = sent_index) -> str:
-                return _short(keys.key_at(sent_index[row].as_py()))
+                return shown(keys.key_at(sent_index[row].as_py()))
 
             batch, keep = runtime.conform(wires[1:], built_flags[1:], describe_sent)
             index = sent_index if keep is None else sent_index.filter(keep)
@@ -757,7 +758,7 @@ class _Runtime:
         def describe(row: int) -> str:
             if key_index is None:
                 return f"in row {row} of a read"
-            return _short(wires[key_index][row].as_py())
+            return shown(wires[key_index][row].as_py())
 
         return self.conform(wires, built_flags, describe)[0]
 
@@ -862,10 +863,5 @@ def _json_integers(chunk: list[pa.Array]) -> str | None:
 def _escape_percent(sql: str) -> str:
     """``%`` doubled for format-style drivers, placeholders kept."""
     return sql.replace("%", "%%").replace("%%s", "%s")
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 

@@ -17,6 +17,7 @@ from scan.serializers import (
     unpack_versioned,
 )
 from scan.source import SplitT
+from spark_lookup._shown import shown
 from spark_lookup.errors import SourceError
 
 
@@ -140,5 +141,5 @@ class ListPlanner(SplitPlanner[SplitT]):
             If ``progress`` is not what :meth:`snapshot` writes.
         """
         if not isinstance(progress, dict) or not isinstance(progress.get("position"), int):
-            raise SourceError(f"malformed split list progress: {progress!r:.80}")
+            raise SourceError(f"malformed split list progress: {shown(progress)}")
         return int(progress["position"])

@@ -28,6 +28,7 @@ from connectors.sql import Session, SqlTable
 from connectors.sql.session import POSTGRES
 from scan.sources._enumerator import SplitPlanner
 from scan.split import SourceSplit
+from spark_lookup._shown import shown
 from spark_lookup.errors import SourceError
 
 EVEN_FACTOR_LOWER = 0.05
@@ -119,7 +120,7 @@ class SqlChunkPlanner(SplitPlanner[SqlChunkSplit]):
         self._session: Session | None = None
         state: dict[str, Any] = dict(progress) if progress is not None else {"phase": "init"}
         if state.get("phase") not in ("init", "even", "uneven", "null", "done"):
-            raise SourceError(f"malformed SQL chunk planner progress: {progress!r:.120}")
+            raise SourceError(f"malformed SQL chunk planner progress: {shown(progress, 120)}")
         self._state = state
 
     def snapshot(self) -> Any:

@@ -21,6 +21,7 @@ from scan.sources._pull import PullSource, QueueSplitReader
 from scan.sources._types import arrow_to_spark
 from scan.split import SourceSplit
 from spark_lookup._per_process import PerProcess
+from spark_lookup._shown import shown
 from spark_lookup.errors import ConfigError, ConnectorError, SourceError, SparkLookupError
 from spark_lookup.schema import SchemaLike, parse_schema, to_arrow_schema
 
@@ -118,7 +119,7 @@ class _FilePlanner(SplitPlanner[FileSplit]):
         if progress is None:
             progress = {"paths": list(paths), "file": None, "next": 0, "groups": 0}
         if not isinstance(progress, dict) or not isinstance(progress.get("paths"), list):
-            raise SourceError(f"malformed FileSource planner progress: {progress!r:.120}")
+            raise SourceError(f"malformed FileSource planner progress: {shown(progress, 120)}")
         self._state: dict[str, Any] = dict(progress)
 
     def snapshot(self) -> Any:

@@ -176,10 +176,6 @@ def test_a_full_cache_never_matches_a_key_of_another_type() -> None:
             h.lookup(1)  # type: ignore[arg-type]
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason=(
-    "error messages format keys with %r; the repr of an int of more than 4300 digits "
-    "raises ValueError (Python's int/str conversion limit), which hides our TypeError. "
-    "About 30 messages format keys this way (lookup, cache, connectors)."))
 def test_a_malformed_key_holding_a_huge_int_is_still_our_type_error() -> None:
     with open_lookup(LookupFunctionProvider.of(DictLookup(dims.CUSTOMERS))) as h, \
             pytest.raises(TypeError, match="a lookup key is a tuple of 1 value"):
@@ -380,3 +376,29 @@ def test_hash_values_that_do_not_convert_name_the_key_and_field(
             h.lookup((1,))
         with pytest.raises(LookupLoadError, match=rf"key '{redis_prefix}h:2', column 'name'"):
             h.lookup((2,))
+
+
+def test_values_in_messages_never_hide_the_error() -> None:
+    """An integer past Python's digit limit has no repr; messages show its size instead,
+    inside keys and rows too, and normal values as their repr."""
+    from spark_lookup._shown import shown
+
+    huge = 10**5000
+    assert shown((huge, 1)) == f"(<an integer of {huge.bit_length()} bits>, 1)"
+    assert shown([huge]) == f"[<an integer of {huge.bit_length()} bits>]"
+    assert shown((huge,)) == f"(<an integer of {huge.bit_length()} bits>,)"
+    assert shown((1, "a")) == "(1, 'a')"
+    assert shown("x" * 100, 20) == repr("x" * 100)[:17] + "..."
+
+
+def test_a_sql_key_holding_a_huge_int_is_refused_with_our_error(tmp_path: Any) -> None:
+    import functools
+    import sqlite3
+
+    from lookup import SqlLookupFunction
+    from spark_lookup.errors import ConfigError
+
+    fn = SqlLookupFunction(functools.partial(sqlite3.connect, str(tmp_path / "d.db")), "t",
+                           key_columns=["id"], schema="id BIGINT, name STRING")
+    with pytest.raises(ConfigError, match="an integer of 16610 bits"):
+        fn.lookup_batch([(10**5000,)])
