@@ -25,30 +25,14 @@ __all__ = ["JoinShape", "expand", "factorize", "join_batch"]
 
 @dataclass(frozen=True)
 class JoinShape:
-    """What the driver decided about a join, shipped to executors (small, picklable).
+    """What the driver decided about a join, shipped to executors (small, picklable)."""
 
-    Attributes
-    ----------
-    stream_keys
-        Stream columns holding the key, in the provider's key order.
-    dim_columns
-        Dimension columns to output, in schema order (never the key columns).
-    out_names
-        Output names of ``dim_columns`` (after ``prefix``).
-    dim_types
-        Arrow types of ``dim_columns``.
-    dim_positions
-        Index of each of ``dim_columns`` in the dimension schema (rows are tuples).
-    how
-        ``"left"`` or ``"inner"``.
-    """
-
-    stream_keys: tuple[str, ...]
-    dim_columns: tuple[str, ...]
-    out_names: tuple[str, ...]
-    dim_types: tuple[pa.DataType, ...]
-    dim_positions: tuple[int, ...]
-    how: str
+    stream_keys: tuple[str, ...]  # stream columns holding the key, in the provider's order
+    dim_columns: tuple[str, ...]  # to output, in schema order (never the key columns)
+    out_names: tuple[str, ...]  # of ``dim_columns``, after ``prefix``
+    dim_types: tuple[pa.DataType, ...]  # Arrow types of ``dim_columns``
+    dim_positions: tuple[int, ...]  # of ``dim_columns`` in the dimension schema
+    how: str  # "left" or "inner"
 
 
 def factorize(arrays: Sequence[pa.Array | pa.ChunkedArray]) -> tuple[np.ndarray, list[pa.Array]]:
@@ -78,11 +62,8 @@ def factorize(arrays: Sequence[pa.Array | pa.ChunkedArray]) -> tuple[np.ndarray,
     frame = pd.DataFrame({str(i): a.to_pandas() for i, a in enumerate(arrays)})
     groups = frame.groupby(list(frame.columns), dropna=True, sort=False).ngroup()
     codes = groups.fillna(-1).to_numpy().astype(np.int64)
-    if not len(codes):
-        return codes, [a.slice(0, 0) for a in arrays]
     # The first row of each group carries its key values.
-    seen = codes >= 0
-    order = np.flatnonzero(seen)
+    order = np.flatnonzero(codes >= 0)
     first_rows = order[np.unique(codes[order], return_index=True)[1]]
     take = pa.array(first_rows, type=pa.int64())
     uniques = [(a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a).take(take)
@@ -110,15 +91,9 @@ def join_batch(batch: pa.RecordBatch, shape: JoinShape, runtime: LookupRuntime,
     """Join one stream batch with the dimension through ``runtime``."""
     codes, uniques = factorize([batch.column(name) for name in shape.stream_keys])
     probe = runtime.probe(uniques, describe)
-    unique_groups = probe.groups
     dim = probe.rows.select(list(shape.dim_columns))
     n = batch.num_rows
-    if not len(unique_groups):
-        groups = np.full(len(codes), -1, dtype=np.int64)
-    elif len(codes) and codes.min() < 0:
-        groups = np.where(codes >= 0, unique_groups[np.maximum(codes, 0)], -1)
-    else:
-        groups = unique_groups[codes]
+    groups = np.append(probe.groups, -1)[codes]  # code -1 (a null key) takes the -1 appended
     stream_part = batch
     if probe.one_row_each:
         # A group is its row: no ranges to expand, and a left join keeps the batch whole.
@@ -137,9 +112,7 @@ def join_batch(batch: pa.RecordBatch, shape: JoinShape, runtime: LookupRuntime,
                 rows = np.concatenate((rows, np.full(len(unmatched), -1, dtype=np.int64)))
                 order = np.argsort(positions, kind="stable")
                 positions, rows = positions[order], rows[order]
-        if not (len(positions) == n and (n == 0 or (
-                positions[0] == 0 and positions[-1] == n - 1
-                and bool(np.all(np.diff(positions) == 1))))):
+        if not np.array_equal(positions, np.arange(n)):
             stream_part = batch.take(pa.array(positions, type=pa.int64()))
     missing = rows < 0
     take_rows = pa.array(rows, type=pa.int64(), mask=missing if missing.any() else None)

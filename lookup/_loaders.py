@@ -68,9 +68,7 @@ class AsyncLoader:
 
     def open(self) -> None:
         loop = asyncio.new_event_loop()
-        thread = threading.Thread(
-            target=loop.run_forever, name="lookup-async-loop", daemon=True
-        )
+        thread = threading.Thread(target=loop.run_forever, name="lookup-async-loop", daemon=True)
         thread.start()
         self._loop, self._thread = loop, thread
         try:
@@ -121,26 +119,19 @@ class AsyncLoader:
         outcomes: list[Any] = await asyncio.gather(
             *(one(key) for key in keys), return_exceptions=True
         )
-        results: dict[Key, Sequence[Row]] = {}
-        failed: list[Key] = []
-        error: BaseException | None = None
-        for key, outcome in zip(keys, outcomes, strict=True):
-            if isinstance(outcome, BaseException):
-                failed.append(key)
-                error = error or outcome
-            else:
-                results[key] = outcome
-        if error is not None:
-            if isinstance(error, asyncio.TimeoutError):
-                error = TimeoutError(f"async lookup timed out after {self._timeout} s")
-            raise PartialLoad(results, failed, error)
-        return results
+        answers = dict(zip(keys, outcomes, strict=True))
+        results = {k: rows for k, rows in answers.items() if not isinstance(rows, BaseException)}
+        if len(results) == len(keys):
+            return results
+        failed = [key for key in keys if key not in results]
+        error = answers[failed[0]]
+        if isinstance(error, asyncio.TimeoutError):
+            error = TimeoutError(f"async lookup timed out after {self._timeout} s")
+        raise PartialLoad(results, failed, error)
 
 
 def loader_for(provider: LookupFunctionProvider | AsyncLookupFunctionProvider) -> Loader:
     """The loader of a function-backed provider."""
     if isinstance(provider, AsyncLookupFunctionProvider):
-        return AsyncLoader(
-            provider.function, provider.capacity, provider.timeout.total_seconds()
-        )
+        return AsyncLoader(provider.function, provider.capacity, provider.timeout.total_seconds())
     return SyncLoader(provider.function)

@@ -27,10 +27,11 @@ import copy
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
 from functools import partial
+from typing import Any
 
 import pyarrow as pa
 
@@ -47,8 +48,6 @@ from triggers.scheduler import Scheduled, process_scheduler
 __all__ = ["FullCachingRuntime"]
 
 log = logging.getLogger("lookup")
-
-_EMPTY: tuple[Row, ...] = ()
 
 _LOCK_POLL_SECONDS = 0.05
 """How often a process waiting for another's load looks for its publication."""
@@ -76,21 +75,14 @@ class FullCachingRuntime(LookupRuntime):
             store = SnapshotStore(
                 provider.snapshot_directory(), fingerprint=provider.snapshot_fingerprint()
             )
+        bounds: dict[str, Any] = {"initial_load_timeout": provider.initial_load_timeout,
+                                  "max_staleness": provider.max_staleness}
         self._shared: SharedFullCache | None = None
         if store is None:
-            self.cache = LookupFullCache(
-                provider.key_columns,
-                initial_load_timeout=provider.initial_load_timeout,
-                max_staleness=provider.max_staleness,
-            )
+            self.cache = LookupFullCache(provider.key_columns, **bounds)
         else:
             self._shared = SharedFullCache(
-                provider.key_columns,
-                store,
-                on_swap=self._arm_due_timer,
-                initial_load_timeout=provider.initial_load_timeout,
-                max_staleness=provider.max_staleness,
-            )
+                provider.key_columns, store, on_swap=self._arm_due_timer, **bounds)
             self.cache = self._shared
         # A private copy: the provider's trigger is configuration, and one provider may be
         # opened, closed and opened again in a process.
@@ -137,12 +129,13 @@ class FullCachingRuntime(LookupRuntime):
                 executor.shutdown(wait=False, cancel_futures=True)
             self.cache.close()
 
-    def _record(self, action: Callable[[], object]) -> bool:
-        """Run ``action`` (recording a load's outcome) unless closed; whether it ran."""
+    def _record(self, *actions: Callable[[], object]) -> bool:
+        """Run ``actions`` (recording a load's outcome) unless closed; whether they ran."""
         with self._recording:
             if self._closed.is_set():
                 return False
-            action()
+            for action in actions:
+                action()
             return True
 
     # --- ReloadContext
@@ -228,7 +221,9 @@ class FullCachingRuntime(LookupRuntime):
                     break  # permanent (a missing table, FAILFAST): no use repeating it
                 continue
             elapsed_ms = (time.perf_counter() - started) * 1000
-            if not self._record(partial(self._install, snapshot, elapsed_ms, install)):
+            if not self._record(self.metrics.inc_loads,
+                                partial(self.metrics.record_load_time, elapsed_ms),
+                                partial(install, snapshot)):
                 log.info("full cache of %s closed during a load; discarded version %d",
                          provider.describe(), version)
                 return
@@ -249,13 +244,6 @@ class FullCachingRuntime(LookupRuntime):
         )
         raise error
 
-    def _install(
-        self, snapshot: FullSnapshot, elapsed_ms: float, install: Callable[[FullSnapshot], object]
-    ) -> None:
-        self.metrics.inc_loads()
-        self.metrics.record_load_time(elapsed_ms)
-        install(snapshot)
-
     def _fail(self, error: BaseException) -> None:
         self.metrics.inc_load_failures()
         self.cache.record_failure(error)
@@ -271,8 +259,7 @@ class FullCachingRuntime(LookupRuntime):
         store = shared.store
         waited = False
         while not self._closed.is_set():
-            record = store.latest()
-            if record is not None and self._serves(record, fired_at) and self._adopt(record):
+            if self._serve(shared, store.latest(), fired_at):
                 return
             if waited:
                 failure = store.last_failure()
@@ -288,20 +275,15 @@ class FullCachingRuntime(LookupRuntime):
                     raise error
             with store.try_lock() as locked:
                 if locked:
-                    self._load_and_publish(shared, store.latest(), fired_at)
+                    # The process that held the lock before us may have just published.
+                    record = store.latest()
+                    if not self._serve(shared, record, fired_at):
+                        version = max(0 if record is None else record.version, self._version())
+                        self._load(version + 1, partial(self._publish, shared))
                     return
             waited = True
             # Another process is loading; keep serving the current version meanwhile.
             self._closed.wait(_LOCK_POLL_SECONDS)
-
-    def _load_and_publish(
-        self, shared: SharedFullCache, record: StoredSnapshot | None, fired_at: float
-    ) -> None:
-        # Under the lock: the process that held it before us may have just published.
-        if record is not None and self._serves(record, fired_at) and self._adopt(record):
-            return
-        version = max(0 if record is None else record.version, self._version()) + 1
-        self._load(version, partial(self._publish, shared))
 
     def _publish(self, shared: SharedFullCache, snapshot: FullSnapshot) -> None:
         try:
@@ -316,24 +298,24 @@ class FullCachingRuntime(LookupRuntime):
             )
             shared.swap(snapshot)
 
-    def _adopt(self, record: StoredSnapshot) -> bool:
-        """Serve ``record`` (or a newer version); False when it cannot be read."""
-        shared = self._shared
-        assert shared is not None
+    def _serve(
+        self, shared: SharedFullCache, record: StoredSnapshot | None, fired_at: float
+    ) -> bool:
+        """Serve the published ``record`` (or a newer version) if it satisfies a firing at
+        ``fired_at``: loaded after the firing, or not yet due on the trigger's schedule.
+        False when it does not, or cannot be read."""
+        if record is None:
+            return False
+        if record.loaded_at < fired_at:
+            due = self._due(record.loaded_at)
+            if due is None or due <= fired_at:
+                return False
         # A no-op when it is the version served already; never once closed.
         if not self._record(shared.adopt):
             return False
         current = shared.current()
         return current is not None and (current.loaded_at, current.version) >= (
             record.loaded_at, record.version)
-
-    def _serves(self, record: StoredSnapshot, fired_at: float) -> bool:
-        """Whether a firing at ``fired_at`` is satisfied by the published ``record``:
-        loaded after the firing, or not yet due on the trigger's schedule."""
-        if record.loaded_at >= fired_at:
-            return True
-        due = self._due(record.loaded_at)
-        return due is not None and due > fired_at
 
     def _due(self, loaded_at: float) -> float | None:
         due = self._trigger.next_reload_after(datetime.fromtimestamp(loaded_at, timezone.utc))
@@ -376,32 +358,15 @@ class FullCachingRuntime(LookupRuntime):
 
     # --- lookups
 
-    def _retry_first_load(self) -> None:
+    def _before_lookups(self) -> None:
         """With no snapshot yet and a first load that failed for a passing reason (the
         database was down), a lookup starts another load (or joins the one running)
         and waits for it, bounded; a permanent failure is reported at once instead."""
-        cache = self.cache
-        error = cache.last_error
-        if cache.current() is not None or error is None or not should_retry(error):
-            return
         running = self._running
-        if running is None or running.done():
-            self.trigger_reload()
-
-    def probe(self, keys: Sequence[pa.Array], describe: str = "lookup") -> Probe:
-        """The distinct keys' groups in the snapshot's index (one vectorized probe), its
-        offsets and rows; hits and misses counted."""
-        self._retry_first_load()
-        self._yield_to_a_reload()
-        snapshot = self.cache.snapshot()
-        groups = snapshot.groups(keys)
-        hits = int((groups >= 0).sum())
-        self.metrics.inc_hits(hits)
-        self.metrics.inc_misses(len(groups) - hits)
-        return Probe(groups, snapshot.offsets, snapshot.table, one_row_each=snapshot.unique)
-
-    def _yield_to_a_reload(self) -> None:
-        running = self._running
+        error = self.cache.last_error
+        if (self.cache.current() is None and error is not None and should_retry(error)
+                and (running is None or running.done())):
+            running = self.trigger_reload()
         if running is not None and not running.done():
             # Hand the GIL to the loader once per batch. A CPU-bound lookup thread only
             # lets go of it every switch interval, and the loader needs it after each of
@@ -409,15 +374,21 @@ class FullCachingRuntime(LookupRuntime):
             # PostgreSQL took 25-40 s next to one busy lookup thread, 0.05 s with this.
             time.sleep(0)
 
-    def lookup_batch(self, keys: Iterable[Key]) -> dict[Key, tuple[Row, ...]]:
-        self._retry_first_load()
-        self._yield_to_a_reload()
-        valid, nulls = self._distinct(keys)
-        found = self.cache.get_all(valid) if valid else {}
-        result: dict[Key, tuple[Row, ...]] = {key: tuple(found[key]) for key in valid}
-        for key in nulls:
-            result[key] = _EMPTY
-        return result
+    def probe(self, keys: Sequence[pa.Array], describe: str = "lookup") -> Probe:
+        """The distinct keys' groups in the snapshot's index (one vectorized probe), its
+        offsets and rows; hits and misses counted."""
+        self._before_lookups()
+        snapshot = self.cache.snapshot()
+        groups = snapshot.groups(keys)
+        hits = int((groups >= 0).sum())
+        self.metrics.inc_hits(hits)
+        self.metrics.inc_misses(len(groups) - hits)
+        return Probe(groups, snapshot.offsets, snapshot.table, one_row_each=snapshot.unique)
+
+    def _lookup_distinct(self, keys: list[Key]) -> dict[Key, tuple[Row, ...]]:
+        self._before_lookups()
+        found = self.cache.get_all(keys) if keys else {}
+        return {key: tuple(found[key]) for key in keys}
 
 
 def _relay(outcome: Future[None], work: Future[None]) -> None:

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 from pyspark.sql.types import StructType
 
-from cache.base import Key, Row
+from cache.base import Key, Row, key_tuples
 from spark_lookup.errors import ConfigError
 from spark_lookup.schema import SchemaLike, parse_schema
 
@@ -47,28 +47,26 @@ class LookupFunctionBase:
         ConfigError
             When no key column is declared, one is not in the schema, or one repeats.
         """
-        name = type(self).__name__
-        columns = self.key_columns
-        if isinstance(columns, str):
-            columns = [columns]
-        columns = list(columns or ())
-        if not columns:
-            raise ConfigError(f"{name}.key_columns is empty: declare the dimension key columns")
-        fields = self.struct.fieldNames()
-        for column in columns:
-            if column not in fields:
-                raise ConfigError(
-                    f"{name}.key_columns: {column!r} is not a column of the schema {fields}"
-                )
-        if len(set(columns)) != len(columns):
-            raise ConfigError(f"{name}.key_columns repeats a column: {columns}")
-        return columns
+        return check_key_columns(
+            self.key_columns, self.struct.fieldNames(), f"{type(self).__name__}.key_columns",
+            "declare the dimension key columns", "the schema",
+        )
 
 
-def arrow_keys_to_tuples(keys: Sequence[Any]) -> list[Key]:
-    """Key arrays (one per key column) as key tuples."""
-    columns = [array.to_pylist() for array in keys]
-    return list(zip(*columns, strict=True)) if columns else []
+def check_key_columns(
+    columns: Sequence[str] | str | None, fields: list[str], label: str, hint: str, schema: str
+) -> list[str]:
+    """``columns`` (one name or several) as a list of distinct fields of ``schema``; errors
+    name them ``label``, and ``hint`` says what to give instead of none."""
+    columns = [columns] if isinstance(columns, str) else list(columns or ())
+    if not columns:
+        raise ConfigError(f"{label} is empty: {hint}")
+    for column in columns:
+        if column not in fields:
+            raise ConfigError(f"{label}: {column!r} is not a column of {schema} {fields}")
+    if len(set(columns)) != len(columns):
+        raise ConfigError(f"{label} repeats a column: {columns}")
+    return columns
 
 
 class LookupFunction(LookupFunctionBase, ABC):
@@ -109,7 +107,7 @@ class LookupFunction(LookupFunctionBase, ABC):
 
         from spark_lookup.schema import to_arrow_schema
 
-        tuples = arrow_keys_to_tuples(keys)
+        tuples = key_tuples(keys)
         found = self.lookup_batch(tuples)
         positions: list[int] = []
         rows: list[Row] = []

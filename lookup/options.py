@@ -22,9 +22,7 @@ from spark_lookup.errors import ConfigError
 
 __all__ = ["LookupOptions"]
 
-_PARTIAL_PREFIX = "lookup.partial-cache."
-_FULL_PREFIX = "lookup.full-cache."
-_ASYNC_PREFIX = "lookup.async."
+_MODE_PREFIXES = {"PARTIAL": "lookup.partial-cache.", "FULL": "lookup.full-cache."}
 
 
 @dataclass(frozen=True)
@@ -68,10 +66,8 @@ class LookupOptions:
         max_retries = opts.MAX_RETRIES.get(options)
         assert max_retries is not None
         for key in options:
-            misplaced = (key.startswith(_PARTIAL_PREFIX) and cache_type != "PARTIAL") or (
-                key.startswith(_FULL_PREFIX) and cache_type != "FULL"
-            )
-            if misplaced:
+            if any(key.startswith(prefix) and mode != cache_type
+                   for mode, prefix in _MODE_PREFIXES.items()):
                 raise ConfigError(
                     f"option {key!r} does not apply when 'lookup.cache' is {cache_type}"
                 )

@@ -20,14 +20,20 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pyspark import TaskContext
 from pyspark.sql.types import StructType
 
 from cache.base import LookupCache
-from lookup.function import AsyncLookupFunction, LookupFunction, LookupFunctionBase
+from lookup.function import (
+    AsyncLookupFunction,
+    LookupFunction,
+    LookupFunctionBase,
+    check_key_columns,
+)
 from lookup.retry import MissRetry, RetryPolicy
 from spark_lookup.errors import ConfigError
 from spark_lookup.options import as_timedelta, check_instance, check_int
-from spark_lookup.schema import SchemaLike, parse_schema
+from spark_lookup.schema import parse_schema
 
 __all__ = [
     "AsyncLookupFunctionProvider",
@@ -82,21 +88,6 @@ class LookupProvider:
         return f"{type(self).__name__}(key_columns={list(self.key_columns)})"
 
 
-def _function_parts(
-    fn: LookupFunctionBase, wanted: type[LookupFunctionBase]
-) -> tuple[StructType, tuple[str, ...]]:
-    if not isinstance(fn, wanted):
-        raise ConfigError(
-            f"expected a {wanted.__name__}, got {type(fn).__name__}"
-            + (
-                " (use the Async provider for an AsyncLookupFunction)"
-                if isinstance(fn, AsyncLookupFunction)
-                else ""
-            )
-        )
-    return fn.struct, tuple(fn.key_fields())
-
-
 _P = TypeVar("_P", bound=LookupProvider)
 
 
@@ -111,12 +102,21 @@ def _built(
     **extra: Any,
 ) -> _P:
     """The one builder behind the function providers' ``of``: checks ``fn`` (an
-    instance of ``base``) and the shared options, then ``extra`` as given."""
-    schema, keys = _function_parts(fn, base)
+    instance of ``base``), the shared options and a ``cache``, then ``extra`` as given."""
+    if not isinstance(fn, base):
+        is_async = isinstance(fn, AsyncLookupFunction)
+        raise ConfigError(
+            f"expected a {base.__name__}, got {type(fn).__name__}"
+            + (" (use the Async provider for an AsyncLookupFunction)" if is_async else "")
+        )
+    if retry_on_miss is not None and not isinstance(retry_on_miss, MissRetry):
+        raise ConfigError(f"retry_on_miss must be a MissRetry or None, got {retry_on_miss!r}")
+    if "cache" in extra:
+        check_instance(extra["cache"], LookupCache, "cache", "a cache.LookupCache")
     build: Any = cls  # each caller's class has function and batch_size fields
     provider: _P = build(
-        schema, keys, _retry_policy(max_retries, retry_policy), _miss_retry(retry_on_miss),
-        function=fn, batch_size=check_int(batch_size, "batch_size"), **extra,
+        fn.struct, tuple(fn.key_fields()), _retry_policy(max_retries, retry_policy),
+        retry_on_miss, function=fn, batch_size=check_int(batch_size, "batch_size"), **extra,
     )
     return provider
 
@@ -203,7 +203,7 @@ class PartialCachingLookupProvider(LookupFunctionProvider):
         ('PARTIAL', ('n',))
         """
         return _built(cls, fn, LookupFunction, max_retries, retry_policy, retry_on_miss,
-                      batch_size, cache=_check_cache(cache))
+                      batch_size, cache=cache)
 
 
 @dataclass(frozen=True)
@@ -271,7 +271,7 @@ class PartialCachingAsyncLookupProvider(AsyncLookupFunctionProvider):
         :meth:`AsyncLookupFunctionProvider.of`."""
         return _built(cls, fn, AsyncLookupFunction, max_retries, retry_policy, retry_on_miss,
                       batch_size, capacity=check_int(capacity, "capacity"),
-                      timeout=as_timedelta(timeout, "timeout"), cache=_check_cache(cache))
+                      timeout=as_timedelta(timeout, "timeout"), cache=cache)
 
 
 @dataclass(frozen=True)
@@ -308,7 +308,7 @@ class FullCachingLookupProvider(LookupProvider):
         """
         if self.share_across_workers is not None:
             return self.share_across_workers
-        return _in_spark_task()
+        return TaskContext.get() is not None
 
     def snapshot_directory(self) -> Path:
         """The store directory of this table on this host:
@@ -399,18 +399,11 @@ class FullCachingLookupProvider(LookupProvider):
                 "reload_trigger must be a triggers.CacheReloadTrigger, "
                 f"got {type(reload_trigger).__name__}"
             )
-        schema = parse_schema(_source_schema(source), f"{type(source).__name__}.schema")
-        keys = [key_columns] if isinstance(key_columns, str) else list(key_columns)
-        if not keys:
-            raise ConfigError("key_columns is empty: name the columns lookups match on")
-        for key in keys:
-            if key not in schema.fieldNames():
-                raise ConfigError(
-                    f"key_columns: {key!r} is not a column of the source schema "
-                    f"{schema.fieldNames()}"
-                )
-        if len(set(keys)) != len(keys):
-            raise ConfigError(f"key_columns repeats a column: {keys}")
+        if getattr(source, "schema", None) is None:
+            raise ConfigError(f"{type(source).__name__} declares no schema; pass schema=...")
+        schema = parse_schema(source.schema, f"{type(source).__name__}.schema")
+        keys = check_key_columns(key_columns, schema.fieldNames(), "key_columns",
+                                 "name the columns lookups match on", "the source schema")
         share, directory = _sharing(share_across_workers, snapshot_dir, snapshot_name)
         return cls(
             schema,
@@ -451,29 +444,3 @@ def _sharing(
             )
         share = True
     return share, path
-
-
-def _in_spark_task() -> bool:
-    try:
-        from pyspark import TaskContext
-    except ImportError:  # pragma: no cover - pyspark is a dependency
-        return False
-    return TaskContext.get() is not None
-
-
-def _source_schema(source: Any) -> SchemaLike:
-    schema = getattr(source, "schema", None)
-    if schema is None:
-        raise ConfigError(f"{type(source).__name__} declares no schema; pass schema=...")
-    return schema
-
-
-def _check_cache(cache: object) -> LookupCache:
-    checked: LookupCache = check_instance(cache, LookupCache, "cache", "a cache.LookupCache")
-    return checked
-
-
-def _miss_retry(value: object) -> MissRetry | None:
-    if value is not None and not isinstance(value, MissRetry):
-        raise ConfigError(f"retry_on_miss must be a MissRetry or None, got {value!r}")
-    return value

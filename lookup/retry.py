@@ -44,13 +44,8 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         check_int(self.max_retries, "max_retries", min_value=0)
-        object.__setattr__(
-            self, "initial_backoff", as_timedelta(self.initial_backoff, "initial_backoff",
-                                                  allow_zero=True)
-        )
-        object.__setattr__(
-            self, "max_backoff", as_timedelta(self.max_backoff, "max_backoff", allow_zero=True)
-        )
+        for name in ("initial_backoff", "max_backoff"):
+            object.__setattr__(self, name, as_timedelta(getattr(self, name), name, allow_zero=True))
         if not isinstance(self.multiplier, (int, float)) or not self.multiplier >= 1:
             raise ConfigError(f"multiplier must be a number >= 1, got {self.multiplier!r}")
 
@@ -72,6 +67,7 @@ class RetryPolicy:
         return Retries(self, what, on_retry, wait, retryable)
 
 
+@dataclass(eq=False)
 class Retries:
     """The one retry loop of every caller: iterate it (once per try), report a failed
     try with :meth:`failed`, and break out on success or when it says the error is not
@@ -80,22 +76,14 @@ class Retries:
     ``wait(seconds)``, which ends the tries by returning True (a closing runtime).
     """
 
-    def __init__(
-        self,
-        policy: RetryPolicy,
-        what: str,
-        on_retry: Callable[[], object] | None,
-        wait: Callable[[float], bool] | None,
-        retryable: Callable[[BaseException], bool] = should_retry,
-    ) -> None:
-        self.policy = policy
-        self.what = what
-        self.tries = 0
-        self.error: BaseException | None = None
-        """The error of the latest failed try."""
-        self._on_retry = on_retry
-        self._wait = wait
-        self._retryable = retryable
+    policy: RetryPolicy
+    what: str
+    on_retry: Callable[[], object] | None
+    wait: Callable[[float], bool] | None
+    retryable: Callable[[BaseException], bool] = should_retry
+    tries: int = field(default=0, init=False)
+    error: BaseException | None = field(default=None, init=False)
+    """The error of the latest failed try."""
 
     def __iter__(self) -> Iterator[int]:
         policy = self.policy
@@ -104,11 +92,11 @@ class Retries:
                 seconds = policy.backoff(number)
                 log.warning("%s failed (%r); retry %d of %d in %.3f s", self.what, self.error,
                             number, policy.max_retries, seconds)
-                if self._on_retry is not None:
-                    self._on_retry()
-                if self._wait is None:
+                if self.on_retry is not None:
+                    self.on_retry()
+                if self.wait is None:
                     policy.sleep(seconds)
-                elif self._wait(seconds):
+                elif self.wait(seconds):
                     return
             self.tries = number + 1
             yield number
@@ -125,7 +113,7 @@ class Retries:
         self.error = error
         if what is not None:
             self.what = what
-        return self._retryable(error)
+        return self.retryable(error)
 
 
 @dataclass(frozen=True)

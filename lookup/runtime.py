@@ -36,7 +36,7 @@ from cache.default import DefaultLookupCache
 from cache.metrics import CacheMetrics
 from connectors.keys import KeyCodec
 from lookup._loaders import Loader, PartialLoad, loader_for
-from lookup._runtime_base import LookupRuntime, Probe, counting_bad_values, has_null
+from lookup._runtime_base import EMPTY, LookupRuntime, Probe, counting_bad_values, has_null
 from lookup.full_caching import FullCachingRuntime
 from lookup.function import LookupFunction
 from lookup.providers import (
@@ -53,8 +53,6 @@ from spark_lookup.schema import to_arrow_schema
 __all__ = ["LookupHandle", "LookupRuntime", "Probe", "has_null", "open_lookup"]
 
 log = logging.getLogger("lookup")
-
-_EMPTY: tuple[Row, ...] = ()
 
 
 def _preview(keys: Sequence[Key], limit: int = 3) -> str:
@@ -74,13 +72,14 @@ class _LoadingRuntime(LookupRuntime):
         self._check_cached = not isinstance(self._cache, DefaultLookupCache)
         self._loader: Loader = loader_for(provider)
         self._policy = provider.retry_policy
-        self._miss_retry = provider.retry_on_miss
+        miss_retry = provider.retry_on_miss
+        self._miss_attempts = 1 if miss_retry is None else miss_retry.max_attempts
+        self._miss_delay = 0.0 if miss_retry is None else miss_retry.delay.total_seconds()
         self._batch_size = provider.batch_size
         self._schema = to_arrow_schema(provider.schema)
-        struct = provider.schema
         table = getattr(provider.function, "table", None)
         self._codec = KeyCodec(
-            list(provider.key_columns), [struct[name].dataType for name in provider.key_columns],
+            list(provider.key_columns), provider.key_types,
             f"table {table!r}" if isinstance(table, str) else provider.describe(),
         )
         # Synchronous functions answer a batch in Arrow (lookup_arrow); asynchronous
@@ -90,7 +89,18 @@ class _LoadingRuntime(LookupRuntime):
         )
 
     def open(self) -> None:
-        self._open_loader()
+        # Retried as a failed load is: a worker that starts during an outage (Spark hands
+        # a batch to any idle worker, or starts one) waits it out instead of failing its
+        # task at once. ConfigError and TypeError are raised at once.
+        tries = self._policy.retries(f"opening {self.provider.describe()}",
+                                     on_retry=self.metrics.inc_retries)
+        for _ in tries:
+            try:
+                self._loader.open()
+                break
+            except Exception as exc:
+                if not tries.failed(exc) or tries.last:
+                    raise
         if self._cache is not None:
             try:
                 self._cache.bind(self._schema, list(self.provider.key_columns))
@@ -98,21 +108,6 @@ class _LoadingRuntime(LookupRuntime):
             except BaseException:
                 self._loader.close()
                 raise
-
-    def _open_loader(self) -> None:
-        """Open the function, retrying a failure as a failed load is retried: a Python
-        worker that starts during an outage (Spark hands a batch to any idle worker, or
-        starts one) waits it out instead of failing its task at once. Raises the last
-        error once the retries are spent, and ConfigError or TypeError at once."""
-        tries = self._policy.retries(f"opening {self.provider.describe()}",
-                                     on_retry=self.metrics.inc_retries)
-        for _ in tries:
-            try:
-                self._loader.open()
-                return
-            except Exception as exc:
-                if not tries.failed(exc) or tries.last:
-                    raise
 
     def close(self) -> None:
         try:
@@ -180,10 +175,7 @@ class _LoadingRuntime(LookupRuntime):
     def _cached(
         self, cache: LookupCache, arrays: list[pa.Array]
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, pa.Table]:
-        """The cache's answers in Arrow. A cache other than the in-process one may hold
-        what another process (or anyone with write access) stored: its entries are
-        checked, and one that is not rows of the schema is a miss (reloaded and
-        overwritten) counted as a cache error."""
+        """The cache's answers in Arrow, checked unless the cache is the in-process one."""
         if not self._check_cached:
             return cache.get_arrow(arrays)
         keys = key_tuples(arrays)
@@ -199,53 +191,38 @@ class _LoadingRuntime(LookupRuntime):
                 rows_to_table(rows, self._schema)
             except TypeError:
                 bad.append(key)
-        for key in bad:
-            del found[key]
-        self.metrics.inc_cache_errors(len(bad))
-        log.warning(
-            "%s: %d cached entries hold values not of the schema's types (e.g. key %.80r); "
-            "reloading them", self.provider.describe(), len(bad), bad[0] if bad else None,
-        )
+        self._drop_cached(found, bad, "hold values not of the schema's types")
         return answers_to_arrow(keys, found, self._schema)
 
     def _load_arrow(
         self, function: LookupFunction, keys: list[pa.Array]
     ) -> tuple[pa.Array, pa.Table]:
-        """The rows of distinct keys (one array per key column): ``batch_size`` keys per
-        call, failures retried as the policy says, keys without rows looked up again as
-        ``retry_on_miss`` says."""
+        """The rows of distinct keys (one array per key column), misses retried as configured."""
         index, rows = self._load_arrow_chunked(function, keys)
-        retry = self._miss_retry
-        if retry is not None:
-            for _ in range(retry.max_attempts - 1):
-                answered = np.zeros(len(keys[0]), dtype=bool)
-                answered[index.to_numpy(zero_copy_only=False)] = True
-                missing = np.flatnonzero(~answered)
-                if not len(missing):
-                    break
-                self._policy.sleep(retry.delay.total_seconds())
-                take = pa.array(missing, type=pa.int64())
-                more_index, more = self._load_arrow_chunked(
-                    function, [array.take(take) for array in keys]
-                )
-                index = pa.concat_arrays([index, take.take(more_index)])
-                rows = pa.concat_tables([rows, more])
+        for _ in range(self._miss_attempts - 1):
+            answered = np.zeros(len(keys[0]), dtype=bool)
+            answered[index.to_numpy(zero_copy_only=False)] = True
+            missing = np.flatnonzero(~answered)
+            if not len(missing):
+                break
+            self._policy.sleep(self._miss_delay)
+            take = pa.array(missing, type=pa.int64())
+            more_index, more = self._load_arrow_chunked(function, [a.take(take) for a in keys])
+            index = pa.concat_arrays([index, take.take(more_index)])
+            rows = pa.concat_tables([rows, more])
         return index, rows
 
     def _load_arrow_chunked(
         self, function: LookupFunction, keys: list[pa.Array]
     ) -> tuple[pa.Array, pa.Table]:
         size = self._batch_size
-        count = len(keys[0])
         indices: list[pa.Array] = []
         tables: list[pa.Table] = []
-        for start in range(0, count, size):
-            chunk = [array.slice(start, size) for array in keys]
-            index, rows = self._load_arrow_with_retries(function, chunk)
+        for start in range(0, len(keys[0]), size):
+            index, rows = self._load_arrow_with_retries(
+                function, [array.slice(start, size) for array in keys])
             indices.append(pc.add(index, start) if start else index)
             tables.append(_as_table(rows, self._schema))
-        if not tables:
-            return pa.array([], pa.int64()), self._schema.empty_table()
         return pa.concat_arrays(indices), pa.concat_tables(tables)
 
     def _load_arrow_with_retries(
@@ -262,12 +239,12 @@ class _LoadingRuntime(LookupRuntime):
                     break  # permanent (a missing table, a bad value): reported at once
                 continue
             return pa.array(index, pa.int64()), rows
-        raise self._failure(tries, len(keys[0]), _preview(_arrow_key_tuples(keys, 4)))
+        first = key_tuples([array.slice(0, 4) for array in keys])
+        raise self._failure(tries, len(keys[0]), _preview(first))
 
     @contextmanager
     def _one_load(self, function: object) -> Iterator[None]:
-        """One load by ``function``: its bad values counted, and when it succeeds, the
-        load and its time."""
+        """Count ``function``'s bad values, and the load and its time if it succeeds."""
         started = time.perf_counter()
         with counting_bad_values(function, self.metrics.inc_bad_values):
             yield
@@ -275,9 +252,7 @@ class _LoadingRuntime(LookupRuntime):
         self.metrics.record_load_time((time.perf_counter() - started) * 1000)
 
     def _failure(self, tries: Retries, count: int, keys_text: str) -> BaseException:
-        """Count a failed load; the error to raise: a key the source's types refuse
-        (ConfigError, TypeError) as it is, for retrying would repeat it; else a
-        LookupLoadError naming the keys and the last error."""
+        """Count a failed load; the error to raise (ConfigError, TypeError: as they are)."""
         self.metrics.inc_load_failures()
         error = tries.error
         if isinstance(error, (ConfigError, TypeError)):
@@ -289,79 +264,59 @@ class _LoadingRuntime(LookupRuntime):
         failure.__cause__ = error
         return failure
 
-    def lookup_batch(self, keys: Iterable[Key]) -> dict[Key, tuple[Row, ...]]:
-        asked, nulls = self._distinct(keys)
+    def _lookup_distinct(self, keys: list[Key]) -> dict[Key, tuple[Row, ...]]:
         # Keys are values of their columns' types: True is no key of a STRING column,
         # 1.0 is the BIGINT 1, np.uint64(7) the BIGINT 7; the cache and the function see
         # the normalized key, never the Python object as given.
-        normal: dict[Key, Key | None] = {key: self._codec.normalize(key) for key in asked}
+        normal: dict[Key, Key | None] = {key: self._codec.normalize(key) for key in keys}
         valid = list(dict.fromkeys(k for k in normal.values() if k is not None))
-        found_normal = self._lookup_normalized(valid)
-        result = {
-            key: (found_normal[n] if n is not None else _EMPTY) for key, n in normal.items()
-        }
-        for key in nulls:
-            result[key] = _EMPTY
-        return result
-
-    def _lookup_normalized(self, valid: list[Key]) -> dict[Key, tuple[Row, ...]]:
         cache = self._cache
-        if cache is not None:
-            found: dict[Key, Any] = cache.get_all(valid) if valid else {}
-            if found and self._check_cached:
-                self._drop_malformed(found)
-            misses = [key for key in valid if key not in found]
-        else:
-            found = {}
-            misses = valid
+        found: dict[Key, Any] = {}
+        if cache is None:
             self.metrics.inc_misses(len(valid))
+        elif valid:
+            found = cache.get_all(valid)
+            if self._check_cached:
+                self._drop_malformed(found)
+        misses = [key for key in valid if key not in found]
         if misses:
             loaded = self._load(misses)
             if cache is not None:
                 cache.put_all(loaded)
             found.update(loaded)
-        return {key: tuple(found[key]) for key in valid}
+        return {key: EMPTY if n is None else tuple(found[n]) for key, n in normal.items()}
 
     def _drop_malformed(self, found: dict[Key, Any]) -> None:
-        """Make misses (reloaded, and overwritten in the cache) of cached entries whose
-        rows are not tuples of the schema's width, counting each as a cache error: a
-        shared cache serves what any process (or anyone with write access) stored, and a
-        well-encoded value of the wrong shape must not reach the join."""
+        """Drop cached entries whose rows are not tuples of the schema's width."""
         width = self._width
-        bad: list[Key] = []
-        for key, rows in found.items():
-            for row in rows:
-                if type(row) is not tuple or len(row) != width:
-                    bad.append(key)
-                    break
-        if bad:
-            for key in bad:
-                del found[key]
-            self.metrics.inc_cache_errors(len(bad))
-            log.warning(
-                "%s: %d cached entries are not rows of %d column(s) (e.g. key %.80r); "
-                "reloading them", self.provider.describe(), len(bad), width, bad[0],
-            )
+        bad = [key for key, rows in found.items()
+               if any(type(row) is not tuple or len(row) != width for row in rows)]
+        self._drop_cached(found, bad, f"are not rows of {width} column(s)")
+
+    def _drop_cached(self, found: dict[Key, Any], bad: list[Key], problem: str) -> None:
+        """Reload ``bad`` entries: a shared cache serves what anyone with write access stored."""
+        if not bad:
+            return
+        for key in bad:
+            del found[key]
+        self.metrics.inc_cache_errors(len(bad))
+        log.warning("%s: %d cached entries %s (e.g. key %.80r); reloading them",
+                    self.provider.describe(), len(bad), problem, bad[0])
 
     # --- loading
 
     def _load(self, keys: list[Key]) -> dict[Key, tuple[Row, ...]]:
-        results = self._load_chunked(keys)
-        retry = self._miss_retry
-        if retry is not None:
-            for _ in range(retry.max_attempts - 1):
-                missing = [key for key in keys if not results[key]]
-                if not missing:
-                    break
-                self._policy.sleep(retry.delay.total_seconds())
-                results.update(self._load_chunked(missing))
-        return results
-
-    def _load_chunked(self, keys: list[Key]) -> dict[Key, tuple[Row, ...]]:
+        """Rows of null-free keys, ``batch_size`` a call, misses retried as configured."""
         results: dict[Key, tuple[Row, ...]] = {}
         size = self._batch_size
-        for start in range(0, len(keys), size):
-            results.update(self._load_with_retries(keys[start : start + size]))
+        for attempt in range(self._miss_attempts):
+            if attempt:
+                keys = [key for key in keys if not results[key]]
+                if not keys:
+                    break
+                self._policy.sleep(self._miss_delay)
+            for start in range(0, len(keys), size):
+                results.update(self._load_with_retries(keys[start : start + size]))
         return results
 
     def _load_with_retries(self, keys: list[Key]) -> dict[Key, tuple[Row, ...]]:
@@ -400,7 +355,7 @@ class _LoadingRuntime(LookupRuntime):
         width = self._width
         frozen: dict[Key, tuple[Row, ...]] = {}
         for key in asked:
-            rows = loaded.get(key) or _EMPTY
+            rows = loaded.get(key) or EMPTY
             out = tuple(rows) if type(rows) is not tuple else rows
             for row in out:
                 if type(row) is not tuple or len(row) != width:
@@ -413,17 +368,10 @@ class _LoadingRuntime(LookupRuntime):
 
 
 def _as_table(data: Any, schema: pa.Schema) -> pa.Table:
-    """Rows (a table or record batch) as a table of exactly ``schema`` (a function's
-    own schema may differ from the provider's only in nullability or metadata)."""
+    """A table or record batch as a table of exactly ``schema`` (a function's own schema
+    may differ from the provider's only in nullability or metadata)."""
     table = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
-    if table.schema.equals(schema):
-        return table
-    return table.cast(schema)
-
-
-def _arrow_key_tuples(keys: Sequence[pa.Array], limit: int) -> list[Key]:
-    columns = [array.slice(0, limit).to_pylist() for array in keys]
-    return list(zip(*columns, strict=True))
+    return table if table.schema.equals(schema) else table.cast(schema)
 
 
 def _new_runtime(provider: LookupProvider) -> LookupRuntime:
