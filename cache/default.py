@@ -170,36 +170,23 @@ class DefaultLookupCache(LookupCache):
             raise ConfigError(
                 f"option 'lookup.cache' must be PARTIAL for DefaultLookupCache, got {cache_type}"
             )
-        partial_keys: list[opts.ConfigOption[Any]] = [
-            opts.PARTIAL_CACHE_MAX_ROWS,
-            opts.PARTIAL_CACHE_MAX_BYTES,
-            opts.PARTIAL_CACHE_EXPIRE_AFTER_WRITE,
-            opts.PARTIAL_CACHE_EXPIRE_AFTER_ACCESS,
-            opts.PARTIAL_CACHE_CACHE_MISSING_KEY,
-        ]
-        opts.check_known_keys(options, [o.key for o in partial_keys], "lookup.partial-cache.")
-        builder = cls.new_builder()
-        max_rows = opts.PARTIAL_CACHE_MAX_ROWS.get(options)
-        max_bytes = opts.PARTIAL_CACHE_MAX_BYTES.get(options)
-        write = opts.PARTIAL_CACHE_EXPIRE_AFTER_WRITE.get(options)
-        access = opts.PARTIAL_CACHE_EXPIRE_AFTER_ACCESS.get(options)
-        if max_rows is None and max_bytes is None and write is None and access is None:
+        limits: dict[str, opts.ConfigOption[Any]] = {
+            "maximum_size": opts.PARTIAL_CACHE_MAX_ROWS,
+            "maximum_bytes": opts.PARTIAL_CACHE_MAX_BYTES,
+            "expire_after_write": opts.PARTIAL_CACHE_EXPIRE_AFTER_WRITE,
+            "expire_after_access": opts.PARTIAL_CACHE_EXPIRE_AFTER_ACCESS,
+        }
+        missing_key = opts.PARTIAL_CACHE_CACHE_MISSING_KEY
+        known = [o.key for o in limits.values()] + [missing_key.key]
+        opts.check_known_keys(options, known, "lookup.partial-cache.")
+        values: dict[str, Any] = {name: option.get(options) for name, option in limits.items()}
+        if all(value is None for value in values.values()):
             raise ConfigError(
                 "a PARTIAL lookup cache needs at least one of 'lookup.partial-cache.max-rows', "
                 "'lookup.partial-cache.max-bytes', 'lookup.partial-cache.expire-after-write' "
                 "or 'lookup.partial-cache.expire-after-access'"
             )
-        if max_rows is not None:
-            builder.maximum_size(max_rows)
-        if max_bytes is not None:
-            builder.maximum_bytes(max_bytes)
-        if write is not None:
-            builder.expire_after_write(write)
-        if access is not None:
-            builder.expire_after_access(access)
-        missing = opts.PARTIAL_CACHE_CACHE_MISSING_KEY.get(options)
-        builder.cache_missing_key(True if missing is None else missing)
-        return builder.build()
+        return cls(**values, cache_missing_key=missing_key.get(options) is not False)
 
     def __getstate__(self) -> dict[str, Any]:
         # Configuration only: a cache shipped to executors starts empty there.

@@ -355,9 +355,7 @@ class RedisLookupCache(LookupCache):
         if value is None:
             self._round_trip("DEL", lambda client: client.delete(redis_key))
         else:
-            self._round_trip(
-                "SET", lambda client: client.set(redis_key, value, px=self._ttl_ms)
-            )
+            self._round_trip("SET", lambda client: client.set(redis_key, value, px=self._ttl_ms))
 
     def put_all(self, entries: Mapping[Key, Rows]) -> None:
         """:meth:`put` every entry, in one pipelined round trip."""

@@ -61,9 +61,7 @@ class BadValuePolicy(enum.Enum):
                 return cls[value.strip().upper()]
             except KeyError:
                 pass
-        raise ConfigError(
-            f"{what} must be one of {[p.value for p in cls]}, got {shown(value, 60)}"
-        )
+        raise ConfigError(f"{what} must be one of {[p.value for p in cls]}, got {shown(value, 60)}")
 
 
 @dataclass(frozen=True)

@@ -198,9 +198,7 @@ def plan_join(
     clashes = [name for name in out_names if name in stream_fields]
     if clashes:
         hint = "choose another prefix" if prefix else "pass prefix= (or columns=)"
-        raise ConfigError(
-            f"output column(s) {clashes} exist in the stream DataFrame too; {hint}"
-        )
+        raise ConfigError(f"output column(s) {clashes} exist in the stream DataFrame too; {hint}")
     out_fields = list(stream_schema.fields)
     for name, out_name in zip(chosen, out_names, strict=True):
         field = dim_schema[name]

@@ -206,9 +206,7 @@ class _ConnectObservation:
     it after every action that runs it; it is read without waiting, and a last time
     when the DataFrames holding it are gone."""
 
-    def __init__(
-        self, registry: _Registry, provider_id: str, name: str, observation: Any
-    ) -> None:
+    def __init__(self, registry: _Registry, provider_id: str, name: str, observation: Any) -> None:
         self.registry = registry
         self.provider_id = provider_id
         self.name = name

@@ -423,9 +423,7 @@ class FullCachingLookupProvider(LookupProvider):
         )
 
 
-def _sharing(
-    share: object, directory: object, name: object
-) -> tuple[bool | None, str | None]:
+def _sharing(share: object, directory: object, name: object) -> tuple[bool | None, str | None]:
     if share is not None and not isinstance(share, bool):
         raise ConfigError(f"share_across_workers must be True, False or None, got {share!r}")
     path: str | None = None

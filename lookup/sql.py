@@ -319,9 +319,7 @@ class _LookupTableFunction:
         return runtime.lookup(key)
 
 
-def _make_analyze(
-    name: str, provider: LookupProvider, schema: T.StructType
-) -> Callable[..., Any]:
+def _make_analyze(name: str, provider: LookupProvider, schema: T.StructType) -> Callable[..., Any]:
     def analyze(*arguments: Any) -> Any:
         from pyspark.sql.udtf import AnalyzeResult
 

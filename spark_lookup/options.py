@@ -326,9 +326,7 @@ def parse_iso_time(value: object, key: str) -> time:
                 raise ConfigError(f"option {key!r}: offset out of range in {value!r}")
             tzinfo = timezone(sign * offset)
     try:
-        return time(
-            int(hh), int(mm), int(ss or 0), int((frac or "0").ljust(6, "0")), tzinfo=tzinfo
-        )
+        return time(int(hh), int(mm), int(ss or 0), int((frac or "0").ljust(6, "0")), tzinfo=tzinfo)
     except ValueError as exc:
         raise ConfigError(f"option {key!r}: invalid time {value!r}: {exc}") from exc
 

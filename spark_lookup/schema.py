@@ -233,9 +233,7 @@ def to_arrow_type(data_type: T.DataType) -> pa.DataType:
     try:
         return spark_to_arrow_type(_plain_strings(data_type), timezone="UTC")
     except (PySparkException, TypeError) as exc:
-        raise ConfigError(
-            f"type {data_type.simpleString()} has no Arrow mapping: {exc}"
-        ) from exc
+        raise ConfigError(f"type {data_type.simpleString()} has no Arrow mapping: {exc}") from exc
 
 
 def _plain_strings(data_type: T.DataType) -> T.DataType:

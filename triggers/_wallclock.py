@@ -58,9 +58,7 @@ def resolve_zone(time_of_day: time, tz: str | tzinfo | None) -> tzinfo:
     elif isinstance(tz, tzinfo):
         zone = tz
     else:
-        raise ConfigError(
-            f"tz must be an IANA zone name, a datetime.tzinfo or None, got {tz!r}"
-        )
+        raise ConfigError(f"tz must be an IANA zone name, a datetime.tzinfo or None, got {tz!r}")
     _check_zone(zone, f"time zone {zone!r}", "pass an IANA name such as tz='Europe/Berlin'")
     return zone
 

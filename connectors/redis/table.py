@@ -214,9 +214,7 @@ class RedisTable(PerProcess):
         if client is not None:
             client.close()
 
-    def _fetch(
-        self, redis_keys: Sequence[str | bytes], what: str, client: Any = None
-    ) -> list[Any]:
+    def _fetch(self, redis_keys: Sequence[str | bytes], what: str, client: Any = None) -> list[Any]:
         """The stored values of ``redis_keys`` in one round trip (a pipeline)."""
         client = client or self.client()
         import redis  # installed: the client exists
@@ -456,9 +454,7 @@ class RedisTable(PerProcess):
                     key_values[column] = pc.cast(wire, target)
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                     key_values[column] = _cast_each(wire, target)
-        batch, _ = self._conform(
-            redis_keys, owners, wires, flags, key_values, parsed_ok, malformed
-        )
+        batch, _ = self._conform(redis_keys, owners, wires, flags, key_values, parsed_ok, malformed)
         return batch
 
 

@@ -46,9 +46,7 @@ _POSTGRES_MAX_KEYS = 100_000
 """Keys per PostgreSQL lookup statement (they travel as one array per key column)."""
 _SQLITE_DEFAULT_MAX_PARAMS = 32766  # SQLITE_MAX_VARIABLE_NUMBER since sqlite 3.32.0
 _OTHER_MAX_PARAMS = 999
-_UUID = (
-    r"^([0-9a-fA-F]{4}-?){7}[0-9a-fA-F]{4}$|^\{([0-9a-fA-F]{4}-?){7}[0-9a-fA-F]{4}\}$"
-)
+_UUID = r"^([0-9a-fA-F]{4}-?){7}[0-9a-fA-F]{4}$|^\{([0-9a-fA-F]{4}-?){7}[0-9a-fA-F]{4}\}$"
 _PG_KEY_TYPES: dict[type[T.DataType], str] = {
     T.ByteType: "int2", T.ShortType: "int2", T.IntegerType: "int4", T.LongType: "int8",
     T.FloatType: "float4", T.DoubleType: "float8", T.DecimalType: "numeric",
@@ -526,9 +524,7 @@ class SqlTable(PerProcess):
                     pa.ListArray.from_arrays(pa.array([0, len(a)], pa.int32()), a)
                     for a in chunk
                 ] + [pa.array([v]) for v in filter_values]
-                params: Any = pa.record_batch(
-                    arrays, names=[f"p{i}" for i in range(len(arrays))]
-                )
+                params: Any = pa.record_batch(arrays, names=[f"p{i}" for i in range(len(arrays))])
             else:
                 params = flavor.params([a.to_pylist() for a in chunk] + filter_values)
         else:
@@ -574,9 +570,7 @@ class SqlTable(PerProcess):
                     f'SELECT "_lk"."_lk_i", {select} FROM "_lk" '
                     f"JOIN {plan.table_sql} AS {_ALIAS} ON {join}"
                 )
-                params = flavor.params(
-                    values + [_bindable(v, plan.backend) for v in filter_values]
-                )
+                params = flavor.params(values + [_bindable(v, plan.backend) for v in filter_values])
         if filters:
             sql += (" AND " if by_value else " WHERE ") + " AND ".join(filters)
         if flavor.escapes_percent:

@@ -162,9 +162,7 @@ class SqlLookupFunction(PerProcess, CountsBadValues, LookupFunction):
         self.key_columns = keys
         self._struct: T.StructType = struct
         self.key_fields()
-        self._codec = KeyCodec(
-            keys, [struct[name].dataType for name in keys], f"table {table!r}"
-        )
+        self._codec = KeyCodec(keys, [struct[name].dataType for name in keys], f"table {table!r}")
         self._init_runtime()
 
     def _init_runtime(self) -> None:

@@ -197,9 +197,7 @@ class _Reading:
                     f"{path!r}: column {field.name!r} holds {wire.type} values, which cannot be "
                     f"read as {field.type}"
                 )
-        columns, keep = self._conformer.conform(
-            wires, lambda row: f"row {start + row}", where=path
-        )
+        columns, keep = self._conformer.conform(wires, lambda row: f"row {start + row}", where=path)
         out = pa.RecordBatch.from_arrays(columns, schema=self.schema)
         if keep is not None:
             out = out.filter(keep)
@@ -318,9 +316,7 @@ def _csv_value_error(path: str, exc: ValueError) -> SparkLookupError:
     header = _csv_header(path)
     index = int(match.group(1))
     column = header[index] if index < len(header) else f"#{index}"
-    return SourceError(
-        f"{path!r}: column {column!r} does not convert to {match.group(2)}: {exc}"
-    )
+    return SourceError(f"{path!r}: column {column!r} does not convert to {match.group(2)}: {exc}")
 
 
 class FileSource(PerProcess, PullSource[FileSplit]):

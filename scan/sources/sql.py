@@ -107,9 +107,7 @@ class _SplitReader(QueueSplitReader[SqlChunkSplit]):
             self._session = self._table.acquire()
         if self._batches is None:
             plan = self._plan
-            conditions, values = chunk_conditions(
-                plan, split, self._session.flavor.placeholder
-            )
+            conditions, values = chunk_conditions(plan, split, self._session.flavor.placeholder)
             self._batches = self._table.scan(
                 self._session, conditions, values, plan.order_sql, offset=split.skip,
                 key_column=plan.split_column,
