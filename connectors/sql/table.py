@@ -54,6 +54,10 @@ _PG_KEY_TYPES: dict[type[T.DataType], str] = {
 _ALIAS = '"_lt"'
 
 
+def _column_sql(name: str) -> str:
+    return f"{_ALIAS}.{quote_identifier(name, 'column name')}"
+
+
 def check_factory(factory: object, what: str) -> ConnectionFactory:
     """``factory`` if it is a zero-argument callable that can travel to executors.
 
@@ -121,7 +125,7 @@ class SqlPlan:
 
     def column_sql(self, name: str) -> str:
         """A column, quoted and qualified by the table's alias in every statement."""
-        return f"{_ALIAS}.{quote_identifier(name, 'column name')}"
+        return _column_sql(name)
 
     def select_sql(self) -> str:
         """The SELECT list: every column's read as ``"_c<i>"``, then SQLite's flags."""
@@ -313,28 +317,22 @@ class SqlTable(PerProcess):
             )
         check_predicates(self.filters, known or names, self.what)
         schema = self.declared or self._inferred(info, names)
-        reads = []
         rowid = (
             info.backend == SQLITE and len(info.primary_key) == 1
             and (info.column(info.primary_key[0]) or ColumnInfo("", "", False)).type_name
             == "INTEGER"
         )
-        for field in schema.fields:
-            column = info.column(field.name)
-            is_rowid = rowid and field.name == info.primary_key[0]
-            reads.append(
-                read_column(
-                    info.backend, self.table, column,
-                    f"{_ALIAS}.{quote_identifier(field.name, 'column name')}",
-                    field.dataType, rowid=is_rowid,
-                )
-            )
+        reads = tuple(
+            read_column(info.backend, self.table, info.column(f.name), _column_sql(f.name),
+                        f.dataType, rowid=rowid and f.name == info.primary_key[0])
+            for f in schema.fields
+        )
         return SqlPlan(
             table=self.table,
             table_sql=self.table_sql,
             backend=info.backend,
             schema=schema,
-            reads=tuple(reads),
+            reads=reads,
             primary_key=info.primary_key,
             unique_columns=info.unique_columns,
             not_null=frozenset(c.name for c in info.columns if c.not_null),
@@ -444,12 +442,8 @@ class SqlTable(PerProcess):
         if not plan.key_columns:
             raise ConfigError(f"{self.what} has no key columns to look rows up by")
         runtime = self.runtime()
-        sent = _sendable(plan, keys.arrays)
-        if sent is None:
-            arrays, positions = keys.arrays, None
-        else:
-            positions = sent
-            arrays = [array.take(sent) for array in keys.arrays]
+        positions = _sendable(plan, keys.arrays)
+        arrays = keys.arrays if positions is None else [a.take(positions) for a in keys.arrays]
         count = len(arrays[0]) if arrays else 0
         per_statement = self._max_keys(session, plan)
         if max_keys is not None:
@@ -579,6 +573,11 @@ class SqlTable(PerProcess):
         first = start if positions is None else positions[start].as_py()
         purpose = f"lookup of {len(chunk[0])} key(s) (first key {shown(keys.key_at(first))})"
         key_position = plan.schema.fieldNames().index(plan.key_columns[0])
+
+        def to_sent(found: Any) -> Any:
+            index = pc.add(pc.cast(found, pa.int64()), start)
+            return index if positions is None else positions.take(index)
+
         for wires, built_flags in session.arrays(sql, params, wire, purpose):
             if by_value:
                 # The rows' own keys say which key asked (exact for these types).
@@ -592,14 +591,9 @@ class SqlTable(PerProcess):
                 matched = pc.is_valid(found)
                 if not pc.all(matched).as_py():  # a key value read as null: unmatchable
                     batch, found = batch.filter(matched), found.filter(matched)
-                sent_index = pc.add(pc.cast(found, pa.int64()), start)
-                if positions is not None:
-                    sent_index = positions.take(sent_index)
-                yield pa.array(sent_index, pa.int64()), batch
+                yield pa.array(to_sent(found), pa.int64()), batch
                 continue
-            sent_index = pc.add(pc.cast(wires[0], pa.int64()), start)
-            if positions is not None:
-                sent_index = positions.take(sent_index)
+            sent_index = to_sent(wires[0])
 
             def describe_sent(row: int, sent_index: Any = sent_index) -> str:
                 return shown(keys.key_at(sent_index[row].as_py()))
