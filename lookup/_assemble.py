@@ -31,7 +31,6 @@ class JoinShape:
     dim_columns: tuple[str, ...]  # to output, in schema order (never the key columns)
     out_names: tuple[str, ...]  # of ``dim_columns``, after ``prefix``
     dim_types: tuple[pa.DataType, ...]  # Arrow types of ``dim_columns``
-    dim_positions: tuple[int, ...]  # of ``dim_columns`` in the dimension schema
     how: str  # "left" or "inner"
 
 

@@ -52,7 +52,6 @@ from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from functools import partial
-from types import TracebackType
 from typing import Any
 
 from connectors.errors import should_retry
@@ -290,10 +289,7 @@ class ScheduledTableRefresh:
         check_int(local_max_bytes, "local_max_bytes", min_value=0)
         if storage_level is None:
             storage_level = StorageLevel.MEMORY_AND_DISK_DESER
-        elif not isinstance(storage_level, StorageLevel):
-            raise ConfigError(
-                f"storage_level must be a pyspark.StorageLevel, got {storage_level!r}"
-            )
+        check_instance(storage_level, StorageLevel, "storage_level", "a pyspark.StorageLevel")
         if retry_policy is None:
             retry_policy = RetryPolicy()
         check_instance(retry_policy, RetryPolicy, "retry_policy")
@@ -661,12 +657,10 @@ class ScheduledTableRefresh:
             if self._state != "open" or current is None or current.number != number:
                 return  # a newer version was swapped in meanwhile
             status = self._status
-            message = (
-                f"spark-lookup: temp view {self._view!r} is stale: version {number} "
-                f"finished loading at {status.last_success_at}, more than max_staleness="
-                f"{self._max_staleness} ago; last reload error: {status.last_error}"
-            )
-            _stale_frame(self._spark, self._struct, message).createOrReplaceTempView(self._view)
+            message = self._placeholder(
+                f"is stale: version {number} finished loading at {status.last_success_at}, "
+                f"more than max_staleness={self._max_staleness} ago; last reload error: "
+                f"{status.last_error}")
             self._current = None
             self._retire(current)
             self._update(stale=True)
@@ -674,10 +668,12 @@ class ScheduledTableRefresh:
 
     # --- helpers
 
-    def _placeholder(self, why: str) -> None:
-        """Serve, as the view, a frame of its schema whose every query fails with ``why``."""
+    def _placeholder(self, why: str) -> str:
+        """Serve, as the view, a frame of its schema whose every query fails with ``why``;
+        returns the message."""
         message = f"spark-lookup: temp view {self._view!r} {why}"
         _stale_frame(self._spark, self._struct, message).createOrReplaceTempView(self._view)
+        return message
 
     def _update(self, **changes: Any) -> None:
         self._status = replace(self._status, **changes)
@@ -690,12 +686,7 @@ class ScheduledTableRefresh:
             self.open()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
@@ -754,11 +745,8 @@ def _stale_frame(spark: Any, struct: Any, message: str) -> Any:
     )
 
 
-def _settle(
-    future: Future[RefreshStatus],
-    result: RefreshStatus | None = None,
-    error: BaseException | None = None,
-) -> None:
+def _settle(future: Future[RefreshStatus], result: RefreshStatus | None = None,
+            error: BaseException | None = None) -> None:
     """Complete ``future`` unless another thread already did."""
     try:
         if error is not None:

@@ -148,7 +148,6 @@ class _StructLookup:
             dim_columns=names,
             out_names=names,
             dim_types=tuple(to_arrow_type(f.dataType) for f in schema.fields),
-            dim_positions=tuple(range(len(names))),
             how="left",
         )
         self.struct_type = pa.struct(

@@ -4,15 +4,12 @@ types by PySpark's own mapping."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
 from pyspark.sql import types as T
 
 from spark_lookup.errors import ConfigError
-
-Converter = Callable[[Any], Any]
 
 
 def infer_python_type(value: Any, where: str) -> T.DataType:
