@@ -295,23 +295,14 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
                 f"{list(plan.known_columns)}"
             )
         split_name = quote_identifier(split_column, "split column")
-        reads_as_stored = split_column in names and _reads_as_stored(
-            plan, names.index(split_column)
-        )
+        reads_as_stored = (split_column in names
+                           and _reads_as_stored(plan, names.index(split_column)))
         unique = split_column in plan.unique_columns
-        if unique:
-            order = [plan.column_sql(split_column)]
-        elif plan.primary_key:
-            # The primary key orders the rows totally, so skipping rows is exact.
-            order = [plan.column_sql(split_column)] + [
-                plan.column_sql(c) for c in plan.primary_key if c != split_column
-            ]
-        else:
-            # Rows equal in every selected column are interchangeable: skipping n of them
-            # emits the same multiset, whichever n the database picks.
-            order = [plan.column_sql(split_column)] + [
-                plan.column_sql(c) for c in names if c != split_column
-            ]
+        # The primary key orders the rows totally, so skipping rows is exact. Without one,
+        # rows equal in every selected column are interchangeable: skipping n of them
+        # emits the same multiset, whichever n the database picks.
+        ties = [] if unique else [c for c in plan.primary_key or names if c != split_column]
+        order = [plan.column_sql(c) for c in (split_column, *ties)]
         return ChunkPlan(
             table=self._table,
             table_sql=plan.table_sql,
