@@ -19,6 +19,7 @@ from datetime import time, timedelta, timezone
 from decimal import Decimal, InvalidOperation
 from typing import Any, Generic, TypeVar
 
+from spark_lookup._shown import shown
 from spark_lookup.errors import ConfigError
 
 T = TypeVar("T")
@@ -54,8 +55,7 @@ __all__ = [
 ]
 
 # Flink's TimeUtils unit labels (org.apache.flink.util.TimeUtils.TimeUnit).
-_UNITS: dict[str, Decimal] = {}
-for _labels, _seconds in (
+_UNITS: dict[str, Decimal] = {label: seconds for labels, seconds in (
     (("ns", "nano", "nanos", "nanosecond", "nanoseconds"), Decimal("1e-9")),
     (("us", "µs", "micro", "micros", "microsecond", "microseconds"), Decimal("1e-6")),
     (("ms", "milli", "millis", "millisecond", "milliseconds"), Decimal("1e-3")),
@@ -63,9 +63,7 @@ for _labels, _seconds in (
     (("m", "min", "mins", "minute", "minutes"), Decimal(60)),
     (("h", "hour", "hours"), Decimal(3600)),
     (("d", "day", "days"), Decimal(86400)),
-):
-    for _label in _labels:
-        _UNITS[_label] = _seconds
+) for label in labels}
 
 _FLINK_DURATION = re.compile(r"^\s*([0-9]+)\s*([a-zµ]*)\s*$", re.IGNORECASE)
 _ISO_DURATION = re.compile(
@@ -73,10 +71,6 @@ _ISO_DURATION = re.compile(
     r"(?:T(?:([-+]?[0-9]+)H)?(?:([-+]?[0-9]+)M)?(?:([-+]?[0-9]+(?:[.,][0-9]{0,9})?)S)?)?$",
     re.IGNORECASE,
 )
-
-
-def _describe(value: object) -> str:
-    return repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
 
 
 def parse_duration(value: object, key: str) -> timedelta:
@@ -100,7 +94,7 @@ def parse_duration(value: object, key: str) -> timedelta:
             f"('{value} s', '{value} ms') or pass a datetime.timedelta"
         )
     if not isinstance(value, str):
-        raise ConfigError(f"option {key!r}: expected a duration, got {_describe(value)}")
+        raise ConfigError(f"option {key!r}: expected a duration, got {shown(value)}")
     text = value.strip()
     match = _FLINK_DURATION.match(text)
     if match:
@@ -157,7 +151,7 @@ def as_timedelta(value: object, name: str, *, allow_zero: bool = False) -> timed
     else:
         raise ConfigError(
             f"{name} must be a datetime.timedelta or a number of seconds, "
-            f"got {_describe(value)}"
+            f"got {shown(value)}"
         )
     if delta < timedelta(0) or (delta == timedelta(0) and not allow_zero):
         bound = "non-negative" if allow_zero else "positive"
@@ -166,16 +160,13 @@ def as_timedelta(value: object, name: str, *, allow_zero: bool = False) -> timed
 
 
 # Flink's MemorySize unit labels (powers of 1024).
-_MEMORY_UNITS: dict[str, int] = {}
-for _names, _factor in (
+_MEMORY_UNITS: dict[str, int] = {name: factor for names, factor in (
     (("b", "bytes"), 1),
     (("k", "kb", "kibibytes"), 1 << 10),
     (("m", "mb", "mebibytes"), 1 << 20),
     (("g", "gb", "gibibytes"), 1 << 30),
     (("t", "tb", "tebibytes"), 1 << 40),
-):
-    for _name in _names:
-        _MEMORY_UNITS[_name] = _factor
+) for name in names}
 _MEMORY = re.compile(r"\s*(\d+)\s*([a-zA-Z]*)\s*")
 
 
@@ -194,7 +185,7 @@ def parse_memory_size(value: object, key: str) -> int:
         count = int(match.group(1)) * _MEMORY_UNITS[unit]
     else:
         raise ConfigError(
-            f"option {key!r}: expected a memory size such as '64 mb', got {_describe(value)}"
+            f"option {key!r}: expected a memory size such as '64 mb', got {shown(value)}"
         )
     if count < 1:
         raise ConfigError(f"option {key!r}: must be positive, got {value!r}")
@@ -207,7 +198,7 @@ def parse_bool(value: object, key: str) -> bool:
         return value
     if isinstance(value, str) and value.strip().lower() in ("true", "false"):
         return value.strip().lower() == "true"
-    raise ConfigError(f"option {key!r}: expected 'true' or 'false', got {_describe(value)}")
+    raise ConfigError(f"option {key!r}: expected 'true' or 'false', got {shown(value)}")
 
 
 def parse_int(value: object, key: str, *, min_value: int | None = None) -> int:
@@ -218,7 +209,7 @@ def parse_int(value: object, key: str, *, min_value: int | None = None) -> int:
     elif isinstance(value, str) and re.fullmatch(r"\s*[-+]?[0-9]+\s*", value):
         result = int(value)
     else:
-        raise ConfigError(f"option {key!r}: expected an integer, got {_describe(value)}")
+        raise ConfigError(f"option {key!r}: expected an integer, got {shown(value)}")
     if min_value is not None and result < min_value:
         raise ConfigError(f"option {key!r}: must be >= {min_value}, got {result}")
     return result
@@ -228,7 +219,7 @@ def check_int(value: object, name: str, *, min_value: int = 1) -> int:
     """A Python API argument that must be an ``int`` (not a bool, not a string) of at
     least ``min_value``: the check every constructor shares."""
     if isinstance(value, bool) or not isinstance(value, int) or value < min_value:
-        raise ConfigError(f"{name} must be an int >= {min_value}, got {_describe(value)}")
+        raise ConfigError(f"{name} must be an int >= {min_value}, got {shown(value)}")
     return value
 
 
@@ -245,14 +236,14 @@ def check_callable(value: object, name: str, described: str = "a zero-argument c
                    ) -> Callable[..., Any]:
     """A Python API argument that must be callable (a clock, a timer, a factory)."""
     if not callable(value):
-        raise ConfigError(f"{name} must be {described}, got {_describe(value)}")
+        raise ConfigError(f"{name} must be {described}, got {shown(value)}")
     return value
 
 
 def check_bool(value: object, name: str) -> bool:
     """A Python API argument that must be ``True`` or ``False`` (not a truthy value)."""
     if not isinstance(value, bool):
-        raise ConfigError(f"{name} must be True or False, got {_describe(value)}")
+        raise ConfigError(f"{name} must be True or False, got {shown(value)}")
     return value
 
 
@@ -261,7 +252,7 @@ def parse_enum(value: object, key: str, enum_type: type[E]) -> E:
     member = _member(value, enum_type)
     if member is None:
         raise ConfigError(f"option {key!r}: expected one of {_member_names(enum_type)}, got "
-                          f"{_describe(value)}")
+                          f"{shown(value)}")
     return member
 
 
@@ -271,7 +262,7 @@ def check_enum(value: object, name: str, enum_type: type[E]) -> E:
     member = _member(value, enum_type)
     if member is None:
         raise ConfigError(
-            f"{name} must be one of {_member_names(enum_type)}, got {_describe(value)}")
+            f"{name} must be one of {_member_names(enum_type)}, got {shown(value)}")
     return member
 
 
@@ -306,7 +297,7 @@ def parse_iso_time(value: object, key: str) -> time:
     if isinstance(value, time):
         return value
     if not isinstance(value, str):
-        raise ConfigError(f"option {key!r}: expected a time like '10:15', got {_describe(value)}")
+        raise ConfigError(f"option {key!r}: expected a time like '10:15', got {shown(value)}")
     match = _ISO_TIME.match(value.strip())
     if not match:
         raise ConfigError(
@@ -363,7 +354,7 @@ def check_known_keys(
     """
     for key in options:
         if not isinstance(key, str):
-            raise ConfigError(f"option keys must be strings, got {_describe(key)}")
+            raise ConfigError(f"option keys must be strings, got {shown(key)}")
         if key.startswith(prefix) and key not in known:
             close = difflib.get_close_matches(key, list(known), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
