@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors.policy import BadValue, BadValuePolicy, BadValueStats
+from spark_lookup._shown import shown
 
 __all__ = ["Conformer", "cast_column", "castable"]
 
@@ -179,11 +179,6 @@ def _mask(length: int, positions: Sequence[int] | dict[int, str]) -> pa.BooleanA
     return pa.array(flags, pa.bool_())
 
 
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
 @dataclass(frozen=True)
 class _Column:
     name: str
@@ -262,7 +257,7 @@ class Conformer:
             converted, reasons = cast_column(wire, column.target)
             flags = None if flagged is None else flagged[index]
             found: dict[int, tuple[str, str]] = {
-                position: (_shown(wire[position].as_py()), reason)
+                position: (shown(wire[position].as_py()), reason)
                 for position, reason in reasons.items()
             }
             if flags is not None and flags.null_count < len(flags):
