@@ -132,10 +132,8 @@ class DefaultLookupCache(LookupCache):
         self._expire_after_access = _duration(expire_after_access, "expire_after_access")
         check_bool(cache_missing_key, "cache_missing_key")
         check_callable(timer, "timer")
-        expire_after_write, expire_after_access = (
-            self._expire_after_write, self._expire_after_access)
-        self._write_ttl = _seconds(expire_after_write)
-        self._access_ttl = _seconds(expire_after_access)
+        self._write_ttl = _seconds(self._expire_after_write)
+        self._access_ttl = _seconds(self._expire_after_access)
         self._timed = self._write_ttl != _NEVER or self._access_ttl != _NEVER
         self._cache_missing_key = cache_missing_key
         self._timer = timer
@@ -791,37 +789,33 @@ class DefaultLookupCacheBuilder:
     """Builder of :class:`DefaultLookupCache` (Flink's ``DefaultLookupCache.Builder``)."""
 
     def __init__(self) -> None:
-        self._maximum_size: int | None = None
-        self._maximum_bytes: int | None = None
-        self._expire_after_write: timedelta | None = None
-        self._expire_after_access: timedelta | None = None
-        self._cache_missing_key = True
-        self._timer: Timer = time.monotonic
+        self._arguments: dict[str, Any] = {}  # of DefaultLookupCache, checked
 
     def maximum_size(self, n: int) -> DefaultLookupCacheBuilder:
         """Keep at most ``n`` keys (least recently used evicted first); ``n >= 1``."""
-        self._maximum_size = check_int(n, "maximum_size")
+        self._arguments["maximum_size"] = check_int(n, "maximum_size")
         return self
 
     def maximum_bytes(self, n: int) -> DefaultLookupCacheBuilder:
         """Hold at most ``n`` bytes (``num_cached_bytes``; least recently used evicted
         first); beyond Flink, which bounds rows only."""
-        self._maximum_bytes = check_int(n, "maximum_bytes")
+        self._arguments["maximum_bytes"] = check_int(n, "maximum_bytes")
         return self
 
     def expire_after_write(self, duration: timedelta | float) -> DefaultLookupCacheBuilder:
         """Expire entries this long (a ``timedelta`` or seconds) after they were put."""
-        self._expire_after_write = opts.as_timedelta(duration, "expire_after_write")
+        self._arguments["expire_after_write"] = opts.as_timedelta(duration, "expire_after_write")
         return self
 
     def expire_after_access(self, duration: timedelta | float) -> DefaultLookupCacheBuilder:
         """Expire entries this long (a ``timedelta`` or seconds) after their last read or put."""
-        self._expire_after_access = opts.as_timedelta(duration, "expire_after_access")
+        self._arguments["expire_after_access"] = opts.as_timedelta(
+            duration, "expire_after_access")
         return self
 
     def cache_missing_key(self, enabled: bool) -> DefaultLookupCacheBuilder:
         """Whether a key with no rows is cached as an empty result (default True)."""
-        self._cache_missing_key = check_bool(enabled, "cache_missing_key")
+        self._arguments["cache_missing_key"] = check_bool(enabled, "cache_missing_key")
         return self
 
     def timer(self, timer: Timer) -> DefaultLookupCacheBuilder:
@@ -830,7 +824,7 @@ class DefaultLookupCacheBuilder:
         It must be picklable (a module-level function or an object) when the cache is
         shipped to Spark executors.
         """
-        self._timer = check_callable(timer, "timer")
+        self._arguments["timer"] = check_callable(timer, "timer")
         return self
 
     def build(self) -> DefaultLookupCache:
@@ -841,11 +835,4 @@ class DefaultLookupCacheBuilder:
         ConfigError
             (a ``ValueError``) when none of the limits is set.
         """
-        return DefaultLookupCache(
-            maximum_size=self._maximum_size,
-            maximum_bytes=self._maximum_bytes,
-            expire_after_write=self._expire_after_write,
-            expire_after_access=self._expire_after_access,
-            cache_missing_key=self._cache_missing_key,
-            timer=self._timer,
-        )
+        return DefaultLookupCache(**self._arguments)
