@@ -135,7 +135,7 @@ def parse_report(text: object) -> WorkerReport | None:
     try:
         data = json.loads(text)
         values = data["m"]
-        report = WorkerReport(
+        return WorkerReport(
             provider_id=str(data["p"]),
             worker=str(data["w"]),
             sequence=int(data["s"]),
@@ -145,7 +145,6 @@ def parse_report(text: object) -> WorkerReport | None:
     except (ValueError, TypeError, KeyError) as exc:
         log.debug("ignoring a malformed metrics report %.200r: %s", text, exc)
         return None
-    return report
 
 
 class _ProviderReports:
@@ -256,10 +255,7 @@ class _Registry:
             weakref.WeakKeyDictionary())
 
     def _reports(self, provider_id: str) -> _ProviderReports:
-        reports = self._providers.get(provider_id)
-        if reports is None:
-            reports = self._providers[provider_id] = _ProviderReports()
-        return reports
+        return self._providers.setdefault(provider_id, _ProviderReports())
 
     # --- receiving (any thread)
 
