@@ -91,16 +91,9 @@ class LookupProvider:
 _P = TypeVar("_P", bound=LookupProvider)
 
 
-def _built(
-    cls: type[_P],
-    fn: Any,
-    base: type[LookupFunctionBase],
-    max_retries: int | None,
-    retry_policy: RetryPolicy | None,
-    retry_on_miss: MissRetry | None,
-    batch_size: int,
-    **extra: Any,
-) -> _P:
+def _built(cls: type[_P], fn: Any, base: type[LookupFunctionBase], max_retries: int | None,
+           retry_policy: RetryPolicy | None, retry_on_miss: MissRetry | None, batch_size: int,
+           **extra: Any) -> _P:
     """The one builder behind the function providers' ``of``: checks ``fn`` (an
     instance of ``base``), the shared options and a ``cache``, then ``extra`` as given."""
     if not isinstance(fn, base):
@@ -114,11 +107,10 @@ def _built(
     if "cache" in extra:
         check_instance(extra["cache"], LookupCache, "cache", "a cache.LookupCache")
     build: Any = cls  # each caller's class has function and batch_size fields
-    provider: _P = build(
+    return build(  # type: ignore[no-any-return]
         fn.struct, tuple(fn.key_fields()), _retry_policy(max_retries, retry_policy),
         retry_on_miss, function=fn, batch_size=check_int(batch_size, "batch_size"), **extra,
     )
-    return provider
 
 
 @dataclass(frozen=True)
@@ -394,11 +386,8 @@ class FullCachingLookupProvider(LookupProvider):
         from triggers import CacheReloadTrigger
 
         check_instance(source, Source, "source", "a scan.Source")
-        if not isinstance(reload_trigger, CacheReloadTrigger):
-            raise ConfigError(
-                "reload_trigger must be a triggers.CacheReloadTrigger, "
-                f"got {type(reload_trigger).__name__}"
-            )
+        check_instance(reload_trigger, CacheReloadTrigger, "reload_trigger",
+                       "a triggers.CacheReloadTrigger")
         if getattr(source, "schema", None) is None:
             raise ConfigError(f"{type(source).__name__} declares no schema; pass schema=...")
         schema = parse_schema(source.schema, f"{type(source).__name__}.schema")
@@ -406,17 +395,12 @@ class FullCachingLookupProvider(LookupProvider):
                                  "name the columns lookups match on", "the source schema")
         share, directory = _sharing(share_across_workers, snapshot_dir, snapshot_name)
         return cls(
-            schema,
-            tuple(keys),
-            _retry_policy(max_retries, retry_policy),
-            None,
-            source=source,
+            schema, tuple(keys), _retry_policy(max_retries, retry_policy), None, source=source,
             reload_trigger=reload_trigger,
             parallelism=check_int(parallelism, "parallelism"),
             initial_load_timeout=as_timedelta(initial_load_timeout, "initial_load_timeout"),
-            max_staleness=None
-            if max_staleness is None
-            else as_timedelta(max_staleness, "max_staleness"),
+            max_staleness=(None if max_staleness is None
+                           else as_timedelta(max_staleness, "max_staleness")),
             share_across_workers=share,
             snapshot_dir=directory,
             snapshot_name=None if snapshot_name is None else check_store_name(snapshot_name),

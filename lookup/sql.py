@@ -92,10 +92,8 @@ def _check_name(spark: Any, name: object) -> str:
 
 
 def _key_signature(provider: LookupProvider) -> str:
-    return ", ".join(
-        f"{column} {provider.schema[column].dataType.simpleString()}"
-        for column in provider.key_columns
-    )
+    schema = provider.schema
+    return ", ".join(f"{c} {schema[c].dataType.simpleString()}" for c in provider.key_columns)
 
 
 def _argument_error(
@@ -119,16 +117,11 @@ def _arity_error(name: str, provider: LookupProvider, given: int) -> str | None:
     arity = len(provider.key_columns)
     if given == arity:
         return None
-    return (
-        f"{name} takes {arity} key argument(s) ({_key_signature(provider)}), "
-        f"got {given}"
-    )
+    return f"{name} takes {arity} key argument(s) ({_key_signature(provider)}), got {given}"
 
 
 def _nullable(schema: T.StructType) -> T.StructType:
-    return T.StructType(
-        [T.StructField(f.name, f.dataType, True, f.metadata) for f in schema.fields]
-    )
+    return T.StructType([T.StructField(f.name, f.dataType, True, f.metadata) for f in schema])
 
 
 # --- scalar function ----------------------------------------------------------------
