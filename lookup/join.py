@@ -227,10 +227,8 @@ class _JoinFunction:
     drops it.
     """
 
-    def __init__(
-        self, provider: LookupProvider, shape: JoinShape,
-        report_nullable: tuple[bool, ...] | None = None,
-    ) -> None:
+    def __init__(self, provider: LookupProvider, shape: JoinShape,
+                 report_nullable: tuple[bool, ...] | None = None) -> None:
         self.provider = provider
         self.shape = shape
         self.report_nullable = report_nullable

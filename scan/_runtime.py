@@ -69,13 +69,8 @@ def deliver(reader: SourceReader[Any], mailbox: Mailbox) -> None:
 class EnumeratorContext(SplitEnumeratorContext[SplitT]):
     """The enumerator's view of in-process readers."""
 
-    def __init__(
-        self,
-        parallelism: int,
-        mailboxes: Sequence[Mailbox],
-        post: Callable[[Message], None],
-        executor: Callable[[], Executor],
-    ) -> None:
+    def __init__(self, parallelism: int, mailboxes: Sequence[Mailbox],
+                 post: Callable[[Message], None], executor: Callable[[], Executor]) -> None:
         self._parallelism = parallelism
         self._mailboxes = mailboxes
         self._post = post

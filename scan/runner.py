@@ -494,14 +494,8 @@ class LocalSourceRunner(Generic[SplitT, EnumStateT]):
         self._bulk_threads.clear()
         self._bulk_stop = None
 
-    def _bulk_reader(
-        self,
-        index: int,
-        schema: pa.Schema,
-        max_batch_rows: int,
-        stop: threading.Event,
-        slots: threading.Semaphore,
-    ) -> None:
+    def _bulk_reader(self, index: int, schema: pa.Schema, max_batch_rows: int,
+                     stop: threading.Event, slots: threading.Semaphore) -> None:
         reader = self._readers[index]
         mailbox = self._mailboxes[index]
         output = ArrowBatchOutput(schema, max_batch_rows, self._what)

@@ -45,10 +45,8 @@ class ScheduledTrigger(CacheReloadTrigger):
     """The ``lookup.full-cache.reload-strategy`` this trigger implements."""
 
     @classmethod
-    def from_options(
-        cls: type[_T], options: Mapping[str, Any], *,
-        close_timeout: timedelta | float = DEFAULT_CLOSE_TIMEOUT,
-    ) -> _T:
+    def from_options(cls: type[_T], options: Mapping[str, Any], *,
+                     close_timeout: timedelta | float = DEFAULT_CLOSE_TIMEOUT) -> _T:
         """Build from Flink's option keys, on the driver.
 
         Reads ``lookup.cache`` (must be ``FULL``), ``lookup.full-cache.reload-strategy``

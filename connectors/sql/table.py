@@ -471,16 +471,9 @@ class SqlTable(PerProcess):
             return max(1, limit // width)  # the position is a literal, not a parameter
         return max(1, _OTHER_MAX_PARAMS // width)
 
-    def _lookup_chunk(
-        self,
-        session: Session,
-        plan: SqlPlan,
-        runtime: _Runtime,
-        chunk: list[pa.Array],
-        keys: EncodedKeys,
-        start: int,
-        positions: pa.Array | None,
-    ) -> Iterator[tuple[pa.Int64Array, pa.RecordBatch]]:
+    def _lookup_chunk(self, session: Session, plan: SqlPlan, runtime: _Runtime,
+                      chunk: list[pa.Array], keys: EncodedKeys, start: int,
+                      positions: pa.Array | None) -> Iterator[tuple[pa.Int64Array, pa.RecordBatch]]:
         flavor = session.flavor
         width = len(plan.key_columns)
         join = " AND ".join(
@@ -715,12 +708,8 @@ class _Runtime:
         self._flagged = [i for i, read in enumerate(plan.reads) if read.flag]
         self._width = len(plan.reads)
 
-    def conform(
-        self,
-        wires: Sequence[pa.Array],
-        built_flags: Sequence[pa.Array | None],
-        describe: Callable[[int], str],
-    ) -> tuple[pa.RecordBatch, pa.BooleanArray | None]:
+    def conform(self, wires: Sequence[pa.Array], built_flags: Sequence[pa.Array | None],
+                describe: Callable[[int], str]) -> tuple[pa.RecordBatch, pa.BooleanArray | None]:
         values = list(wires[: self._width])
         flags: list[pa.Array | None] = list(built_flags[: self._width])
         for offset, column in enumerate(self._flagged):
@@ -737,12 +726,8 @@ class _Runtime:
             batch = batch.filter(keep)
         return batch, keep
 
-    def to_batch(
-        self,
-        wires: Sequence[pa.Array],
-        built_flags: Sequence[pa.Array | None],
-        key_index: int | None,
-    ) -> pa.RecordBatch:
+    def to_batch(self, wires: Sequence[pa.Array], built_flags: Sequence[pa.Array | None],
+                 key_index: int | None) -> pa.RecordBatch:
         def describe(row: int) -> str:
             if key_index is None:
                 return f"in row {row} of a read"

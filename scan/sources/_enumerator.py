@@ -48,12 +48,8 @@ class PullSplitEnumerator(SplitEnumerator[SplitT, PullEnumeratorState[SplitT]]):
     """Answers each split request with a pending split, else the planner's next one,
     else no-more-splits (at most once per reader registration, by the context)."""
 
-    def __init__(
-        self,
-        context: SplitEnumeratorContext[SplitT],
-        planner: SplitPlanner[SplitT],
-        pending: Sequence[SplitT] = (),
-    ) -> None:
+    def __init__(self, context: SplitEnumeratorContext[SplitT], planner: SplitPlanner[SplitT],
+                 pending: Sequence[SplitT] = ()) -> None:
         self._context = context
         self._planner = planner
         self._pending: deque[SplitT] = deque(pending)

@@ -107,13 +107,8 @@ class _FilePlanner(SplitPlanner[FileSplit]):
     groups of one file at a time, read from its footer (where the declared columns are
     checked, so a file that lacks one fails at planning, on the driver)."""
 
-    def __init__(
-        self,
-        paths: Sequence[str],
-        file_format: str,
-        columns: Sequence[str],
-        progress: Any = None,
-    ) -> None:
+    def __init__(self, paths: Sequence[str], file_format: str, columns: Sequence[str],
+                 progress: Any = None) -> None:
         self._format = file_format
         self._columns = list(columns)
         if progress is None:
