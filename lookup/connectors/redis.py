@@ -6,22 +6,21 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from pyspark.sql import types as T
+import pyarrow as pa
 
-from cache.base import Key, Row
-from connectors.keys import KeyCodec
-from connectors.policy import BadValuePolicy, CountsBadValues
+from cache.base import Key
+from connectors.keys import EncodedKeys, KeyCodec
+from connectors.policy import BadValuePolicy
 from connectors.predicates import Predicate
 from connectors.redis import RedisTable
 from connectors.redis.client import redact_url
-from connectors.rows import group_rows, python_rows
-from lookup.function import LookupFunction
+from lookup.connectors._keyed import KeyedLookupFunction
 from spark_lookup.schema import SchemaLike
 
 __all__ = ["RedisLookupFunction"]
 
 
-class RedisLookupFunction(CountsBadValues, LookupFunction):
+class RedisLookupFunction(KeyedLookupFunction):
     """Looks dimension rows up in Redis, one Redis key per lookup key.
 
     Built on the driver and pickled as its configuration (URL, template, schema); the
@@ -144,11 +143,6 @@ class RedisLookupFunction(CountsBadValues, LookupFunction):
             f"value_type={self._redis.value_type!r})"
         )
 
-    @property
-    def struct(self) -> T.StructType:
-        """The dimension schema as a ``StructType``."""
-        return self._struct
-
     # --- lifecycle
 
     def open(self) -> None:
@@ -177,41 +171,5 @@ class RedisLookupFunction(CountsBadValues, LookupFunction):
 
     # --- lookups
 
-    def lookup(self, key: Key) -> Sequence[Row]:
-        """The rows of ``key``; one round trip. Raises as :meth:`lookup_batch` does."""
-        return self.lookup_batch([key])[key]
-
-    def lookup_arrow(self, keys: Sequence[Any]) -> tuple[Any, Any]:
-        """A batched lookup with Arrow keys and rows (see ``SqlLookupFunction``); one
-        round trip. Raises as :meth:`lookup_batch` does."""
-        import pyarrow as pa
-
-        encoded = self._codec.encode_arrays(keys)
-        if not len(encoded):
-            schema = self._redis.arrow_schema
-            return pa.array([], pa.int64()), pa.RecordBatch.from_arrays(
-                [pa.array([], f.type) for f in schema], schema=schema)
-        index, batch = self._redis.lookup(encoded, self.key_columns)
-        return encoded.original_positions(index), batch
-
-    def lookup_batch(self, keys: Sequence[Key]) -> Mapping[Key, Sequence[Row]]:
-        """The rows of every key of ``keys`` (an entry for each, empty for no match), in
-        one round trip.
-
-        Runs on executors, possibly from several threads.
-
-        Raises
-        ------
-        ConfigError
-            For a key of the wrong length or a value of the wrong kind, or an ambiguous
-            key part that the stored value cannot confirm.
-        ConnectorError
-            If Redis fails (transient or permanent); names the Redis key.
-        BadValueError
-            Under ``mode="FAILFAST"``, for a stored value that cannot be read.
-        """
-        encoded = self._codec.encode(keys)
-        if not len(encoded):
-            return {key: [] for key in keys}
-        index, batch = self._redis.lookup(encoded, self.key_columns)
-        return group_rows(keys, encoded.positions, index.to_pylist(), python_rows(batch))
+    def _query(self, encoded: EncodedKeys) -> tuple[pa.Int64Array, pa.RecordBatch]:
+        return self._redis.lookup(encoded, self.key_columns)

@@ -4,20 +4,18 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import types as T
 
-from cache.base import Key, Row
-from connectors.keys import KeyCodec
-from connectors.policy import BadValuePolicy, CountsBadValues
+from connectors.keys import EncodedKeys, KeyCodec
+from connectors.policy import BadValuePolicy
 from connectors.predicates import Predicate
-from connectors.rows import group_rows, python_rows
 from connectors.sql import Session, SqlTable
-from lookup.function import LookupFunction
+from lookup.connectors._keyed import KeyedLookupFunction
 from spark_lookup._per_process import PerProcess
 from spark_lookup.errors import TransientConnectorError
 from spark_lookup.options import check_int
@@ -30,7 +28,7 @@ log = logging.getLogger(__name__)
 ConnectionFactory = Callable[[], Any]
 
 
-class SqlLookupFunction(PerProcess, CountsBadValues, LookupFunction):
+class SqlLookupFunction(PerProcess, KeyedLookupFunction):
     """Looks rows of a database table up by key: PostgreSQL or SQLite over ADBC (Arrow
     end to end) or DB-API (psycopg, sqlite3), or another DB-API database given a schema.
 
@@ -171,11 +169,6 @@ class SqlLookupFunction(PerProcess, CountsBadValues, LookupFunction):
         self._open_sessions: list[Session] = []
 
     @property
-    def struct(self) -> T.StructType:
-        """The dimension schema as a ``StructType``."""
-        return self._struct
-
-    @property
     def table(self) -> str:
         """The table name, as given."""
         return self._sql.table
@@ -227,51 +220,7 @@ class SqlLookupFunction(PerProcess, CountsBadValues, LookupFunction):
 
     # --- lookups
 
-    def lookup(self, key: Key) -> Sequence[Row]:
-        """The rows whose key columns equal ``key``; one query.
-
-        Runs on executors. Raises as :meth:`lookup_batch` does.
-        """
-        return self.lookup_batch([key])[key]
-
-    def lookup_batch(self, keys: Sequence[Key]) -> Mapping[Key, Sequence[Row]]:
-        """The rows of every key of ``keys`` (an entry for each, empty for no match), in
-        one statement per batch.
-
-        Runs on executors, possibly from several threads (each has its connection).
-
-        Raises
-        ------
-        ConfigError
-            For a key of the wrong length, a key value of a kind that can never equal
-            its column's, or one its column's type cannot hold (naming key and column).
-        ConnectorError
-            If the database fails (transient or permanent); names the table and a key.
-        BadValueError
-            Under ``mode="FAILFAST"``, for a stored value that cannot be read.
-        TypeError
-            If a key is not a tuple.
-        """
-        encoded = self._codec.encode(keys)
-        if not len(encoded):
-            return {key: [] for key in keys}
-        index, batch = self._query(encoded)
-        return group_rows(keys, encoded.positions, index.to_pylist(), python_rows(batch))
-
-    def lookup_arrow(self, keys: Sequence[pa.Array]) -> tuple[pa.Int64Array, pa.RecordBatch]:
-        """A batched lookup in Arrow end to end: ``keys`` are one array per key column
-        (distinct keys, no nulls, cast here to the key columns' types), the result the
-        position of each row's key and the rows, with no Python object per key or row.
-
-        Runs on executors. Raises as :meth:`lookup_batch` does.
-        """
-        encoded = self._codec.encode_arrays(keys)
-        if not len(encoded):
-            return pa.array([], pa.int64()), self._sql.runtime().empty()
-        index, batch = self._query(encoded)
-        return encoded.original_positions(index), batch
-
-    def _query(self, encoded: Any) -> tuple[pa.Int64Array, pa.RecordBatch]:
+    def _query(self, encoded: EncodedKeys) -> tuple[pa.Int64Array, pa.RecordBatch]:
         for attempt in (1, 2):
             session, fresh = self._acquire()
             try:
