@@ -357,7 +357,7 @@ class RedisTable(PerProcess):
             ordered_wires, describe,
             ordered_flags if any(f is not None for f in ordered_flags) else None,
         )
-        mask = [True] * count if keep is None else keep.to_pylist()
+        keep_mask = pa.repeat(True, count) if keep is None else keep
         names_list = self.schema.fieldNames()
         for name, expected in key_values.items():
             index = names_list.index(name)
@@ -368,10 +368,9 @@ class RedisTable(PerProcess):
             # is ambiguous (and so cannot be checked).
             same = pc.fill_null(pc.equal(stored, expected), False)
             verified = pc.if_else(present, same, pa.array(key_present, pa.bool_()))
-            mask = [m and v for m, v in zip(mask, verified.to_pylist(), strict=True)]
+            keep_mask = pc.and_(keep_mask, verified)
             columns[index] = pc.if_else(present, stored, expected)
         batch = pa.RecordBatch.from_arrays(columns, schema=self.arrow_schema)
-        keep_mask = pa.array(mask, pa.bool_())
         if self.filters:
             keep_mask = pc.and_(keep_mask, predicates_mask(batch, self.filters))
         if pc.all(keep_mask).as_py():
@@ -408,9 +407,7 @@ class RedisTable(PerProcess):
             redis_keys.append(redis_key)
             ambiguous.append(unsure)
         if not redis_keys:
-            empty = pa.RecordBatch.from_arrays(
-                [pa.array([], f.type) for f in self.arrow_schema], schema=self.arrow_schema)
-            return pa.array([], pa.int64()), empty
+            return pa.array([], pa.int64()), pa.RecordBatch.from_pylist([], self.arrow_schema)
         replies = self._fetch(redis_keys, "lookup")
         owners, wires, flags, malformed = self._rows(redis_keys, replies)
         owner_array = pa.array(owners, pa.int64())
