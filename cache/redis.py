@@ -20,6 +20,7 @@ from cache.base import Key, LookupCache, Rows, check_key, freeze_rows
 from cache.metrics import CacheMetrics
 from connectors.redis.client import check_redis_url, redact_url, redis_client_from_url
 from spark_lookup import options as opts
+from spark_lookup._per_process import PerProcess
 from spark_lookup.errors import ConfigError
 
 __all__ = ["RedisLookupCache", "check_redis_url", "redact_url", "redis_client_from_url"]
@@ -66,7 +67,7 @@ class _Failed:
 _FAILED = _Failed()
 
 
-class RedisLookupCache(LookupCache):
+class RedisLookupCache(PerProcess, LookupCache):
     """A lookup cache in Redis, shared by every executor: N workers pay a miss once.
 
     Built on the driver; pickles as its configuration only (URL, namespace, TTL,
@@ -169,31 +170,17 @@ class RedisLookupCache(LookupCache):
         self._timer = opts.check_callable(timer, "timer")
         self._max_keys = opts.check_int(max_keys_per_command, "max_keys_per_command")
         self._client_options = dict(client_options or {})
+        self._init_runtime()
+
+    # Configuration only travels: the client stays behind; the entries are in Redis.
+    _PER_PROCESS = ("_lock", "_client", "_skip_until", "_metrics", "_warn")
+
+    def _init_runtime(self) -> None:
         self._lock = threading.Lock()
         self._client: Any = None
         self._skip_until = -math.inf
         self._metrics = CacheMetrics()
-        self._warn = _RateLimitedWarning(self._warn_interval, timer)
-
-    def __getstate__(self) -> dict[str, Any]:
-        # Configuration only: the client stays behind; the entries are in Redis.
-        return {
-            "url": self._url,
-            "namespace": self._namespace,
-            "ttl": self._ttl,
-            "cache_missing_key": self._cache_missing_key,
-            "socket_timeout": self._socket_timeout,
-            "connect_timeout": self._connect_timeout,
-            "cool_down": self._cool_down,
-            "warn_interval": self._warn_interval,
-            "timer": self._timer,
-            "max_keys_per_command": self._max_keys,
-            "client_options": self._client_options,
-        }
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        url, namespace, ttl = state.pop("url"), state.pop("namespace"), state.pop("ttl")
-        self.__init__(url, namespace, ttl, **state)  # type: ignore[misc]
+        self._warn = _RateLimitedWarning(self._warn_interval, self._timer)
 
     def __repr__(self) -> str:
         return (
@@ -347,15 +334,7 @@ class RedisLookupCache(LookupCache):
     def put(self, key: Key, rows: Rows) -> None:
         """Store ``rows`` for ``key`` with the TTL; an empty ``rows`` is stored only if
         missing keys are cached, and otherwise removes any stale entry."""
-        frozen = freeze_rows(check_key(key), rows)
-        redis_key = self._redis_key(key)
-        if redis_key is None:
-            return
-        value = self._encode(key, frozen)
-        if value is None:
-            self._round_trip("DEL", lambda client: client.delete(redis_key))
-        else:
-            self._round_trip("SET", lambda client: client.set(redis_key, value, px=self._ttl_ms))
+        self.put_all({check_key(key): rows})
 
     def put_all(self, entries: Mapping[Key, Rows]) -> None:
         """:meth:`put` every entry, in one pipelined round trip."""
