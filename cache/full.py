@@ -29,6 +29,7 @@ from cache._key_hash import hash_keys
 from cache.base import Key, LookupCache, Row, Rows, check_key
 from cache.metrics import CacheMetrics
 from connectors.rows import python_values
+from spark_lookup._per_process import PerProcess
 from spark_lookup.errors import ConfigError, SnapshotUnavailableError
 
 __all__ = ["FullSnapshot", "LookupFullCache"]
@@ -330,7 +331,7 @@ class FullSnapshot:
         return self._columns_cache
 
 
-class LookupFullCache(LookupCache):
+class LookupFullCache(PerProcess, LookupCache):
     """Serves lookups from the latest :class:`FullSnapshot` (Flink's LookupFullCache).
 
     Thread-safe and lock-free on the read path: the current snapshot is one reference,
@@ -363,23 +364,15 @@ class LookupFullCache(LookupCache):
         self.initial_load_timeout = initial_load_timeout
         self.max_staleness = max_staleness
         self.clock = clock
+        self._init_runtime()
+
+    _PER_PROCESS = ("_snapshot", "_settled", "_metrics", "last_error")
+
+    def _init_runtime(self) -> None:
         self._snapshot: FullSnapshot | None = None
-        self._ready = threading.Event()
         self._settled = threading.Event()
         self._metrics = CacheMetrics()
         self.last_error: BaseException | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {
-            "key_columns": self.key_columns,
-            "initial_load_timeout": self.initial_load_timeout,
-            "max_staleness": self.max_staleness,
-            "clock": self.clock,
-        }
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        key_columns = state.pop("key_columns")
-        self.__init__(key_columns, **state)  # type: ignore[misc]
 
     # --- snapshot management
 
@@ -391,7 +384,6 @@ class LookupFullCache(LookupCache):
             )
         self._snapshot = snapshot
         self.last_error = None
-        self._ready.set()
         self._settled.set()
 
     def current(self) -> FullSnapshot | None:
@@ -501,7 +493,6 @@ class LookupFullCache(LookupCache):
     def close(self) -> None:
         """Drop the snapshot."""
         self._snapshot = None
-        self._ready.clear()
         self._settled.clear()
 
 
