@@ -12,7 +12,7 @@ import pyarrow as pa
 from cache.metrics import CacheMetrics
 from spark_lookup._shown import shown
 
-__all__ = ["Key", "LookupCache", "Row", "Rows", "answers_to_arrow", "key_tuples",
+__all__ = ["Key", "LookupCache", "Row", "Rows", "answers_to_arrow", "expand", "key_tuples",
            "row_ranges", "rows_to_table"]
 
 Key = tuple[Any, ...]
@@ -163,6 +163,18 @@ def answers_to_arrow(
     groups = np.where(counts > 0, np.arange(len(keys), dtype=np.int64), -1)
     rows = [row for key in keys for row in found.get(key, ())]
     return hit, groups, offsets, rows_to_table(rows, schema)
+
+
+def expand(groups: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-probe group numbers (-1: no match) and group row ranges ``offsets`` ->
+    parallel (probe position, row index) arrays, one pair per matching row."""
+    matched = np.flatnonzero(groups >= 0)
+    found = groups[matched]
+    starts = offsets[found]
+    counts = offsets[found + 1] - starts
+    rows = row_ranges(starts, counts)
+    positions = matched if len(rows) == len(matched) else np.repeat(matched, counts)
+    return positions.astype(np.int64), rows
 
 
 def row_ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:

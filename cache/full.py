@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 from cache._dense_keys import DenseKeys
 from cache._hash_table import HashTable
 from cache._key_hash import hash_keys
-from cache.base import Key, LookupCache, Row, Rows, check_key
+from cache.base import Key, LookupCache, Row, Rows, check_key, expand
 from cache.metrics import CacheMetrics
 from connectors.rows import python_values
 from spark_lookup._per_process import PerProcess
@@ -306,17 +306,10 @@ class FullSnapshot:
 
     def expand(self, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Turn per-probe group numbers (-1: no match) into (probe, row) index pairs."""
-        matched = np.flatnonzero(groups >= 0)
-        found = groups[matched]
-        starts = self.offsets[found]
         if self.unique:
-            return matched.astype(np.int64), starts
-        counts = self.offsets[found + 1] - starts
-        probe_positions = np.repeat(matched, counts)
-        # Row ranges [start, start + count) laid end to end, without a Python loop.
-        shifts = np.repeat(starts - np.cumsum(counts) + counts, counts)
-        row_indices = np.arange(int(counts.sum()), dtype=np.int64) + shifts
-        return probe_positions.astype(np.int64), row_indices.astype(np.int64)
+            matched = np.flatnonzero(groups >= 0)
+            return matched.astype(np.int64), self.offsets[groups[matched]]
+        return expand(groups, self.offsets)
 
     def rows(self, row_indices: np.ndarray) -> list[Row]:
         """Table rows as Python tuples in schema order."""

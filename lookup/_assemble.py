@@ -18,9 +18,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from cache.base import expand
 from lookup.runtime import LookupRuntime
 
-__all__ = ["JoinShape", "expand", "factorize", "join_batch"]
+__all__ = ["JoinShape", "factorize", "join_batch"]
 
 
 @dataclass(frozen=True)
@@ -68,21 +69,6 @@ def factorize(arrays: Sequence[pa.Array | pa.ChunkedArray]) -> tuple[np.ndarray,
     uniques = [(a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a).take(take)
                for a in arrays]
     return codes, uniques
-
-
-def expand(groups: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-probe group numbers (-1: no match) and group row ranges ``offsets`` ->
-    parallel (probe position, row index) arrays, one pair per matching row."""
-    matched = np.flatnonzero(groups >= 0)
-    found = groups[matched]
-    starts = offsets[found]
-    counts = offsets[found + 1] - starts
-    if len(counts) and int(counts.max()) == 1 and int(counts.min()) == 1:
-        return matched.astype(np.int64), starts.astype(np.int64)
-    positions = np.repeat(matched, counts)
-    shifts = np.repeat(starts - np.cumsum(counts) + counts, counts)
-    rows = np.arange(int(counts.sum()), dtype=np.int64) + shifts
-    return positions.astype(np.int64), rows
 
 
 def join_batch(batch: pa.RecordBatch, shape: JoinShape, runtime: LookupRuntime,
