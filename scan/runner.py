@@ -241,13 +241,8 @@ class LocalSourceRunner(Generic[SplitT, EnumStateT]):
                 self._enumerator.snapshot_state(checkpoint_id),
             )
             serializer = self._source.split_serializer
-            readers = [
-                [
-                    pack_versioned(serializer, split)
-                    for split in reader.snapshot_state(checkpoint_id)
-                ]
-                for reader in self._readers
-            ]
+            readers = [[pack_versioned(serializer, s) for s in r.snapshot_state(checkpoint_id)]
+                       for r in self._readers]
             blob = encode_checkpoint(
                 CheckpointData(_source_type(self._source), checkpoint_id, enumerator_state, readers)
             )
@@ -395,10 +390,7 @@ class LocalSourceRunner(Generic[SplitT, EnumStateT]):
         flat: list[SplitT] = []
         for rank in range(max(map(len, saved), default=0)):
             flat.extend(splits[rank] for splits in saved if rank < len(splits))
-        per_reader: list[list[SplitT]] = [[] for _ in range(self._parallelism)]
-        for position, split in enumerate(flat):
-            per_reader[position % self._parallelism].append(split)
-        return per_reader
+        return [flat[i :: self._parallelism] for i in range(self._parallelism)]
 
     # --- coordination
 
@@ -447,11 +439,8 @@ class LocalSourceRunner(Generic[SplitT, EnumStateT]):
             for index in range(self._parallelism):
                 if not self._finished[index]:
                     thread = threading.Thread(
-                        target=self._bulk_reader,
-                        args=(index, schema, max_batch_rows, stop, slots),
-                        name=f"scan-reader-{index}",
-                        daemon=True,
-                    )
+                        target=self._bulk_reader, args=(index, schema, max_batch_rows, stop, slots),
+                        name=f"scan-reader-{index}", daemon=True)
                     threads.append(thread)
                     thread.start()
             running = len(threads)

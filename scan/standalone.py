@@ -77,9 +77,8 @@ def plan_splits(source: Source[SplitT, Any]) -> list[SplitT]:
         raise ConfigError("plan_splits() needs a bounded source")
     pending: queue.SimpleQueue[Message] = queue.SimpleQueue()
     mailbox = Mailbox(lambda: None)
-    context: EnumeratorContext[SplitT] = EnumeratorContext(
-        1, [mailbox], pending.put, _InlineExecutor
-    )
+    context: EnumeratorContext[SplitT] = EnumeratorContext(1, [mailbox], pending.put,
+                                                           _InlineExecutor)
     enumerator = source.create_enumerator(context)
     splits: list[SplitT] = []
     try:
@@ -110,12 +109,9 @@ def plan_splits(source: Source[SplitT, Any]) -> list[SplitT]:
         enumerator.close()
 
 
-def _drive(
-    source: Source[SplitT, Any],
-    splits: list[SplitT],
-    output: RowListOutput | ArrowBatchOutput,
-    options: ReaderOptions | None,
-) -> Iterator[None]:
+def _drive(source: Source[SplitT, Any], splits: list[SplitT],
+           output: RowListOutput | ArrowBatchOutput, options: ReaderOptions | None
+           ) -> Iterator[None]:
     # A reader alone, subtask 0 of 1: its split requests and events have no one to go to.
     context = ReaderContext(0, 1, lambda message: None, options or ReaderOptions())
     reader = source.create_reader(context)
