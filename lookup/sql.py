@@ -189,11 +189,7 @@ class _StructLookup:
         missing = groups < 0
         first = np.where(missing, -1, offsets[np.maximum(groups, 0)])
         take = pa.array(first, type=pa.int64(), mask=missing)
-        children = []
-        for i in range(dim.num_columns):
-            column = dim.column(i).take(take)
-            children.append(column.combine_chunks() if isinstance(column, pa.ChunkedArray)
-                            else column)
+        children = [column.take(take).combine_chunks() for column in dim.columns]
         return pa.StructArray.from_arrays(
             children, fields=list(self.struct_type), mask=pa.array(missing, type=pa.bool_())
         )
