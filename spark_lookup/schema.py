@@ -29,28 +29,20 @@ __all__ = ["SchemaLike", "parse_schema", "to_arrow_schema", "to_arrow_type"]
 SchemaLike = Any
 """A Spark DDL string (``"id BIGINT, name STRING"``) or a ``pyspark.sql.types.StructType``."""
 
-_SIMPLE: dict[str, T.DataType] = {
-    "boolean": T.BooleanType(),
-    "bool": T.BooleanType(),
-    "tinyint": T.ByteType(),
-    "byte": T.ByteType(),
-    "smallint": T.ShortType(),
-    "short": T.ShortType(),
-    "int": T.IntegerType(),
-    "integer": T.IntegerType(),
-    "bigint": T.LongType(),
-    "long": T.LongType(),
-    "float": T.FloatType(),
-    "real": T.FloatType(),
-    "double": T.DoubleType(),
-    "string": T.StringType(),
-    "text": T.StringType(),
-    "binary": T.BinaryType(),
-    "date": T.DateType(),
-    "timestamp": T.TimestampType(),
-    "timestamp_ltz": T.TimestampType(),
-    "timestamp_ntz": T.TimestampNTZType(),
-}
+_SIMPLE: dict[str, T.DataType] = {name: data_type for names, data_type in (
+    (("boolean", "bool"), T.BooleanType()),
+    (("tinyint", "byte"), T.ByteType()),
+    (("smallint", "short"), T.ShortType()),
+    (("int", "integer"), T.IntegerType()),
+    (("bigint", "long"), T.LongType()),
+    (("float", "real"), T.FloatType()),
+    (("double",), T.DoubleType()),
+    (("string", "text"), T.StringType()),
+    (("binary",), T.BinaryType()),
+    (("date",), T.DateType()),
+    (("timestamp", "timestamp_ltz"), T.TimestampType()),
+    (("timestamp_ntz",), T.TimestampNTZType()),
+) for name in names}
 
 _TOKEN = re.compile(
     r"\s*(?:(`(?:[^`]|``)+`)|('(?:[^'\\]|\\.)*')|([A-Za-z_][A-Za-z0-9_]*)|([0-9]+)|(.))",
@@ -194,7 +186,7 @@ def parse_schema(schema: SchemaLike, what: str = "schema") -> T.StructType:
         parser = _Parser(schema)
         if parser.peek() is None:
             raise ConfigError(f"{what} must not be empty")
-        if parser.peek() is not None and parser.peek().lower() == "struct":  # type: ignore[union-attr]
+        if (parser.peek() or "").lower() == "struct":
             data_type = parser.data_type()
             assert isinstance(data_type, T.StructType)
             struct = data_type
@@ -255,14 +247,9 @@ def _plain_strings(data_type: T.DataType) -> T.DataType:
     return data_type
 
 
-def _arrow_fields(struct: T.StructType) -> list[pa.Field]:
-    import pyarrow as pa
-
-    return [pa.field(f.name, to_arrow_type(f.dataType), nullable=f.nullable) for f in struct]
-
-
 def to_arrow_schema(schema: SchemaLike) -> pa.Schema:
     """The Arrow schema matching a Spark schema (a DDL string or ``StructType``)."""
     import pyarrow as pa
 
-    return pa.schema(_arrow_fields(parse_schema(schema)))
+    return pa.schema([pa.field(f.name, to_arrow_type(f.dataType), nullable=f.nullable)
+                      for f in parse_schema(schema)])
