@@ -83,28 +83,16 @@ def _pg_natural(column: ColumnInfo) -> T.DataType:
     return _pg_scalar(column.type_name, column.db_type)
 
 
-def _pg_reads_as_text(type_name: str) -> bool:
-    """Whether the driver's own value of this type is not the Spark value, so the
-    column is read as the text PostgreSQL prints."""
-    return type_name not in _PG_DIRECT
-
-
 def _pg_read(column: ColumnInfo, quoted: str, target: T.DataType) -> ColumnRead:
-    if isinstance(target, _STRING_TYPES):
-        if column.type_name in _PG_TEXTUAL:
-            return ColumnRead(quoted, pa.string())
-        return ColumnRead(f"{quoted}::text", pa.string())
-    if isinstance(target, T.DecimalType):
-        # The exact digits: a decimal never goes through a double.
-        return ColumnRead(f"{quoted}::text", pa.string())
+    if isinstance(target, (*_STRING_TYPES, T.DecimalType)):
+        # A decimal as its exact digits: it never goes through a double.
+        textual = isinstance(target, _STRING_TYPES) and column.type_name in _PG_TEXTUAL
+        return ColumnRead(quoted if textual else f"{quoted}::text", pa.string())
     if column.category == "A" and column.element:
-        if isinstance(target, T.ArrayType) and (
-            isinstance(target.elementType, (*_STRING_TYPES, T.DecimalType))
-            or _pg_reads_as_text(column.element)
-        ):
-            return ColumnRead(f"{quoted}::text[]", pa.list_(pa.string()))
+        # An element type the driver does not give as Spark's value is read as text.
         element = _PG_DIRECT.get(column.element)
-        if element is None:
+        if element is None or (isinstance(target, T.ArrayType) and isinstance(
+                target.elementType, (*_STRING_TYPES, T.DecimalType))):
             return ColumnRead(f"{quoted}::text[]", pa.list_(pa.string()))
         return ColumnRead(quoted, pa.list_(to_arrow_type(element)))
     if column.type_name == "numeric" and isinstance(target, (T.FloatType, T.DoubleType)):
