@@ -144,12 +144,8 @@ def encode_rows(rows: Sequence[tuple[Any, ...]]) -> bytes:
     CodecError
         If a value has no encoding.
     """
-    structure = []
-    for row in rows:
-        if _is_plain(row):
-            structure.append(row)  # the common case: json writes the tuple as an array
-        else:
-            structure.append(tuple(_tag(v, 0) for v in row))
+    # A plain row, the common case, needs no tags: json writes the tuple as an array.
+    structure = [row if _is_plain(row) else tuple(_tag(v, 0) for v in row) for row in rows]
     # surrogatepass: a str with lone surrogates is still a str Python can hold.
     return FORMAT_PREFIX + _dumps(structure, ascii_only=False).encode("utf-8", "surrogatepass")
 
@@ -209,12 +205,9 @@ def decode_rows(data: bytes) -> tuple[tuple[Any, ...], ...]:
         )
         if type(structure) is not list:
             raise CodecError("stored value is not a list of rows")
-        rows = []
-        for row in structure:
-            if type(row) is not list:
-                raise CodecError("stored row is not a list")
-            rows.append(tuple(_untag(v, 0) for v in row))
-        return tuple(rows)
+        if any(type(row) is not list for row in structure):
+            raise CodecError("stored row is not a list")
+        return tuple(tuple(_untag(v, 0) for v in row) for row in structure)
     except CodecError:
         raise
     # Malformed input surfaces as any of these (bad UTF-8, JSON, base64, ISO text,
