@@ -37,6 +37,8 @@ _ADBC_SQLITE_BATCH_ROWS = str(2**30)
 later batch that disagrees (a column NULL in the first 1024 rows and text later): one
 statement, one batch, so every value is seen by the inference."""
 _ADBC_MODULES = ("adbc_driver_manager", "adbc_driver_sqlite", "adbc_driver_postgresql")
+_PLACEHOLDERS = {"dollar": "${n}", "qmark": "?", "format": "%s", "pyformat": "%s",
+                 "numeric": ":{n}", "named": ":p{i}"}  # i: 0-based, n: 1-based
 
 
 @dataclass(frozen=True)
@@ -53,18 +55,10 @@ class Flavor:
 
     def placeholder(self, index: int) -> str:
         """The placeholder of the ``index``-th (0-based) parameter."""
-        style = self.paramstyle
-        if style == "dollar":
-            return f"${index + 1}"
-        if style == "qmark":
-            return "?"
-        if style in ("format", "pyformat"):
-            return "%s"
-        if style == "numeric":
-            return f":{index + 1}"
-        if style == "named":
-            return f":p{index}"
-        raise ConfigError(f"unsupported DB-API paramstyle {style!r}")
+        template = _PLACEHOLDERS.get(self.paramstyle)
+        if template is None:
+            raise ConfigError(f"unsupported DB-API paramstyle {self.paramstyle!r}")
+        return template.format(i=index, n=index + 1)
 
     def params(self, values: Sequence[Any]) -> Any:
         """``values`` in the shape the driver takes for this style."""
@@ -329,14 +323,9 @@ class Session:
             rows = cursor.fetchmany(_FETCH_ROWS)
             if not rows:
                 return
-            columns = list(zip(*rows, strict=True)) if rows else []
-            arrays: list[pa.Array] = []
-            flags: list[pa.Array | None] = []
-            for values, wire_type in zip(columns, wire, strict=True):
-                array, flagged = build_column(values, wire_type)
-                arrays.append(array)
-                flags.append(flagged)
-            yield arrays, flags
+            built = [build_column(values, wire_type)
+                     for values, wire_type in zip(zip(*rows, strict=True), wire, strict=True)]
+            yield [array for array, _ in built], [flags for _, flags in built]
             if len(rows) < _FETCH_ROWS:
                 return
 
