@@ -58,13 +58,7 @@ from connectors.errors import should_retry
 from lookup._session import is_session
 from lookup.retry import RetryPolicy
 from spark_lookup.errors import ConfigError, LookupLoadError, SnapshotUnavailableError
-from spark_lookup.options import (
-    as_timedelta,
-    check_callable,
-    check_enum,
-    check_instance,
-    check_int,
-)
+from spark_lookup.options import as_timedelta, check_callable, check_enum, check_instance, check_int
 from spark_lookup.schema import parse_schema
 from triggers.scheduler import Scheduled, process_scheduler
 

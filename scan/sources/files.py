@@ -14,9 +14,7 @@ from connectors.convert import Conformer, castable
 from connectors.policy import BadValuePolicy, BadValueStats
 from connectors.predicates import Predicate, check_predicates, predicates_mask
 from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
-from scan.sources._enumerator import (
-    SplitPlanner,
-)
+from scan.sources._enumerator import SplitPlanner
 from scan.sources._pull import PullSource, QueueSplitReader
 from scan.sources._types import arrow_to_spark
 from scan.split import SourceSplit

@@ -16,9 +16,7 @@ from connectors.predicates import Predicate
 from connectors.redis import RedisTable
 from connectors.redis.client import redact_url, redis_client_from_url
 from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
-from scan.sources._enumerator import (
-    SplitPlanner,
-)
+from scan.sources._enumerator import SplitPlanner
 from scan.sources._pull import PullSource, QueueSplitReader
 from scan.split import SourceSplit
 from spark_lookup.errors import ConfigError, ConnectorError, SourceError
@@ -29,8 +27,6 @@ __all__ = ["RedisKeysSplit", "RedisScanSource"]
 
 Row = tuple[Any, ...]
 
-_VALUE_TYPES = ("hash", "string", "json")
-_URL_SCHEMES = ("redis", "rediss", "unix")
 # Keys read per round trip (one pipeline) on a reader.
 _READ_BATCH = 256
 
@@ -102,12 +98,8 @@ class _KeyPlanner(SplitPlanner[RedisKeysSplit]):
                 raise SourceError(f"malformed Redis SCAN progress: {exc}") from exc
 
     def snapshot(self) -> Any:
-        return {
-            "cursor": self._cursor,
-            "done": self._done,
-            "index": self._index,
-            "seen": sorted(_b64(k) for k in self._seen),
-        }
+        return {"cursor": self._cursor, "done": self._done, "index": self._index,
+                "seen": sorted(_b64(k) for k in self._seen)}
 
     def next_split(self) -> RedisKeysSplit | None:
         while not self._done:
