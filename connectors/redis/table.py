@@ -306,16 +306,10 @@ class RedisTable(PerProcess):
             )
         return owners, wires, flags, malformed
 
-    def _conform(
-        self,
-        names: Sequence[str | bytes],
-        owners: list[int],
-        wires: dict[str, pa.Array],
-        flags: dict[str, list[str | None] | None],
-        key_values: Mapping[str, pa.Array],
-        key_present: Sequence[bool],
-        malformed: dict[int, str],
-    ) -> tuple[pa.RecordBatch, pa.BooleanArray | None]:
+    def _conform(self, names: Sequence[str | bytes], owners: list[int], wires: dict[str, pa.Array],
+                 flags: dict[str, list[str | None] | None], key_values: Mapping[str, pa.Array],
+                 key_present: Sequence[bool],
+                 malformed: dict[int, str]) -> tuple[pa.RecordBatch, pa.BooleanArray | None]:
         """Conform the rows; ``key_values`` (aligned with the rows) fill or check the key
         columns; rows whose stored key differs from theirs, or that cannot be checked
         when the key is ambiguous (``key_present`` False), are dropped."""

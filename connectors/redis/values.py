@@ -108,10 +108,9 @@ def json_wire(
     return array, flags if any(f is not None for f in flags) else None
 
 
-def _members(
-    owner: Sequence[int], values: Sequence[Any], flags: list[str | None],
-    container: type[list[Any]] | type[dict[Any, Any]], kind: str,
-) -> tuple[pa.Array, pa.Array, list[Any], list[int]]:
+def _members(owner: Sequence[int], values: Sequence[Any], flags: list[str | None],
+             container: type[list[Any]] | type[dict[Any, Any]],
+             kind: str) -> tuple[pa.Array, pa.Array, list[Any], list[int]]:
     """The offsets, null mask, members (items of an object) and members' rows of JSON
     arrays or objects; a value of another kind is flagged and read as null."""
     offsets, nulls, rows = [0], [], []

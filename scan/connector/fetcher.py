@@ -122,18 +122,12 @@ class SplitFetcher(Generic[E, SplitT]):
             try:
                 self._split_reader.close()
             except Exception as exc:
-                _log.warning(
-                    "closing split reader of fetcher %d failed", self.fetcher_id, exc_info=exc
-                )
+                _log.warning("closing split reader of fetcher %d failed", self.fetcher_id,
+                             exc_info=exc)
 
     def _run_once(self) -> bool:
         with self._cond:
-            while (
-                not self._closed
-                and not self._tasks
-                and not self._assigned
-                and self._pending is None
-            ):
+            while not (self._closed or self._tasks or self._assigned or self._pending is not None):
                 self._cond.wait()
             if self._closed:
                 return False

@@ -107,13 +107,8 @@ class SqlChunkPlanner(SplitPlanner[SqlChunkSplit]):
     """Makes the chunks of a table one at a time (see the module); opens its own
     connection on first use, on the coordinator."""
 
-    def __init__(
-        self,
-        table: SqlTable,
-        plan: ChunkPlan,
-        chunk_size: int,
-        progress: Any = None,
-    ) -> None:
+    def __init__(self, table: SqlTable, plan: ChunkPlan, chunk_size: int,
+                 progress: Any = None) -> None:
         self._table = table
         self._plan = plan
         self._chunk_size = chunk_size
