@@ -22,9 +22,8 @@ __all__ = ["AsyncLoader", "Loader", "PartialLoad", "SyncLoader", "loader_for"]
 class PartialLoad(Exception):
     """Some keys of a load were answered, others failed with ``error``."""
 
-    def __init__(
-        self, results: Mapping[Key, Sequence[Row]], failed: list[Key], error: BaseException
-    ) -> None:
+    def __init__(self, results: Mapping[Key, Sequence[Row]], failed: list[Key], error: BaseException
+                 ) -> None:
         super().__init__(f"{len(failed)} key(s) failed: {error!r}")
         self.results = results
         self.failed = failed

@@ -298,9 +298,8 @@ class FullCachingRuntime(LookupRuntime):
             )
             shared.swap(snapshot)
 
-    def _serve(
-        self, shared: SharedFullCache, record: StoredSnapshot | None, fired_at: float
-    ) -> bool:
+    def _serve(self, shared: SharedFullCache, record: StoredSnapshot | None, fired_at: float
+               ) -> bool:
         """Serve the published ``record`` (or a newer version) if it satisfies a firing at
         ``fired_at``: loaded after the firing, or not yet due on the trigger's schedule.
         False when it does not, or cannot be read."""

@@ -49,9 +49,8 @@ def keys_compatible(stream_type: T.DataType, dim_type: T.DataType) -> bool:
     return family is not None and family == _family(dim_type)
 
 
-def _normalize_on(
-    on: object, provider: LookupProvider, stream_columns: Sequence[str]
-) -> list[tuple[str, str]]:
+def _normalize_on(on: object, provider: LookupProvider, stream_columns: Sequence[str]
+                  ) -> list[tuple[str, str]]:
     """``on`` as (stream column, dimension key column) pairs in the provider's key order.
 
     Each side is checked against its own columns, so the error names the side that lacks

@@ -172,9 +172,8 @@ class _LoadingRuntime(LookupRuntime):
             groups[encoded.kept.to_numpy(zero_copy_only=False)] = groups_kept
         return Probe(groups, offsets, rows)
 
-    def _cached(
-        self, cache: LookupCache, arrays: list[pa.Array]
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, pa.Table]:
+    def _cached(self, cache: LookupCache, arrays: list[pa.Array]
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, pa.Table]:
         """The cache's answers in Arrow, checked unless the cache is the in-process one."""
         if not self._check_cached:
             return cache.get_arrow(arrays)
@@ -194,9 +193,8 @@ class _LoadingRuntime(LookupRuntime):
         self._drop_cached(found, bad, "hold values not of the schema's types")
         return answers_to_arrow(keys, found, self._schema)
 
-    def _load_arrow(
-        self, function: LookupFunction, keys: list[pa.Array]
-    ) -> tuple[pa.Array, pa.Table]:
+    def _load_arrow(self, function: LookupFunction, keys: list[pa.Array]
+                    ) -> tuple[pa.Array, pa.Table]:
         """The rows of distinct keys (one array per key column), misses retried as configured."""
         index, rows = self._load_arrow_chunked(function, keys)
         for _ in range(self._miss_attempts - 1):
@@ -212,9 +210,8 @@ class _LoadingRuntime(LookupRuntime):
             rows = pa.concat_tables([rows, more])
         return index, rows
 
-    def _load_arrow_chunked(
-        self, function: LookupFunction, keys: list[pa.Array]
-    ) -> tuple[pa.Array, pa.Table]:
+    def _load_arrow_chunked(self, function: LookupFunction, keys: list[pa.Array]
+                            ) -> tuple[pa.Array, pa.Table]:
         size = self._batch_size
         indices: list[pa.Array] = []
         tables: list[pa.Table] = []
@@ -225,9 +222,8 @@ class _LoadingRuntime(LookupRuntime):
             tables.append(_as_table(rows, self._schema))
         return pa.concat_arrays(indices), pa.concat_tables(tables)
 
-    def _load_arrow_with_retries(
-        self, function: LookupFunction, keys: list[pa.Array]
-    ) -> tuple[pa.Array, Any]:
+    def _load_arrow_with_retries(self, function: LookupFunction, keys: list[pa.Array]
+                                 ) -> tuple[pa.Array, Any]:
         tries = self._policy.retries(f"lookup of {len(keys[0])} key(s)",
                                      on_retry=self.metrics.inc_retries)
         for _ in tries:
@@ -343,9 +339,8 @@ class _LoadingRuntime(LookupRuntime):
             return results
         raise self._failure(tries, len(pending), _preview(pending))
 
-    def _freeze(
-        self, loaded: Mapping[Key, Sequence[Row]], asked: Sequence[Key]
-    ) -> dict[Key, tuple[Row, ...]]:
+    def _freeze(self, loaded: Mapping[Key, Sequence[Row]], asked: Sequence[Key]
+                ) -> dict[Key, tuple[Row, ...]]:
         """Rows of every asked key as tuples of tuples, checked against the schema width."""
         if not isinstance(loaded, Mapping):
             raise LookupLoadError(

@@ -96,9 +96,8 @@ def _key_signature(provider: LookupProvider) -> str:
     return ", ".join(f"{c} {schema[c].dataType.simpleString()}" for c in provider.key_columns)
 
 
-def _argument_error(
-    name: str, provider: LookupProvider, position: int, actual: T.DataType
-) -> str | None:
+def _argument_error(name: str, provider: LookupProvider, position: int, actual: T.DataType
+                    ) -> str | None:
     """Why argument ``position`` (0-based) of type ``actual`` cannot be a key, or None."""
     if isinstance(actual, T.NullType):  # a NULL literal: never matches, is fine
         return None

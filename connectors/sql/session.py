@@ -301,9 +301,8 @@ class Session:
             self.broken = self.broken or not finished
             _close_quietly(cursor)
 
-    def _adbc_arrays(
-        self, cursor: Any, sql: str, params: Any, width: int
-    ) -> Iterator[tuple[list[pa.Array], list[pa.Array | None]]]:
+    def _adbc_arrays(self, cursor: Any, sql: str, params: Any, width: int
+                     ) -> Iterator[tuple[list[pa.Array], list[pa.Array | None]]]:
         if self.flavor.backend == SQLITE:
             cursor.adbc_statement.set_options(
                 **{"adbc.sqlite.query.batch_rows": _ADBC_SQLITE_BATCH_ROWS}
@@ -315,9 +314,8 @@ class Session:
             if batch.num_rows:
                 yield list(batch.columns), nothing
 
-    def _dbapi_arrays(
-        self, cursor: Any, sql: str, params: Any, wire: Sequence[pa.DataType]
-    ) -> Iterator[tuple[list[pa.Array], list[pa.Array | None]]]:
+    def _dbapi_arrays(self, cursor: Any, sql: str, params: Any, wire: Sequence[pa.DataType]
+                      ) -> Iterator[tuple[list[pa.Array], list[pa.Array | None]]]:
         cursor.execute(sql, params)
         while True:
             rows = cursor.fetchmany(_FETCH_ROWS)

@@ -83,9 +83,8 @@ class PullEnumeratorStateSerializer(JsonVersionedSerializer[PullEnumeratorState[
     """Writes pending splits with the source's split serializer (each with its own
     version) and the planner progress as tagged JSON."""
 
-    def __init__(
-        self, split_serializer: SimpleVersionedSerializer[SplitT], version: int, what: str
-    ) -> None:
+    def __init__(self, split_serializer: SimpleVersionedSerializer[SplitT], version: int, what: str
+                 ) -> None:
         self._splits = split_serializer
         self._version = version
         self.WHAT = what

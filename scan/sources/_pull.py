@@ -129,9 +129,8 @@ class PullSource(Source[SplitT, PullEnumeratorState[SplitT]]):
     def boundedness(self) -> Boundedness:
         return Boundedness.BOUNDED
 
-    def create_enumerator(
-        self, context: SplitEnumeratorContext[SplitT]
-    ) -> SplitEnumerator[SplitT, PullEnumeratorState[SplitT]]:
+    def create_enumerator(self, context: SplitEnumeratorContext[SplitT]
+                          ) -> SplitEnumerator[SplitT, PullEnumeratorState[SplitT]]:
         return PullSplitEnumerator(context, self.planner(None))
 
     def restore_enumerator(

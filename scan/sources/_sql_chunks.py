@@ -77,9 +77,8 @@ class ChunkPlan:
     split_nullable: bool
 
 
-def chunk_conditions(
-    plan: ChunkPlan, split: SqlChunkSplit, placeholder: Any
-) -> tuple[list[str], list[Any]]:
+def chunk_conditions(plan: ChunkPlan, split: SqlChunkSplit, placeholder: Any
+                     ) -> tuple[list[str], list[Any]]:
     """The WHERE conditions of one chunk and their values (numbered from 0)."""
     key = plan.split_sql
     conditions: list[str] = []
@@ -165,8 +164,7 @@ class SqlChunkPlanner(SplitPlanner[SqlChunkSplit]):
         state.update(index=0, max=high, cursor=None)
         if low is None:
             # No non-null key now: one unbounded chunk still reads what is there then.
-            state["phase"] = "uneven"
-            state["last"] = True
+            state.update(phase="uneven", last=True)
             return
         rows = self._row_count()
         integral = all(isinstance(v, int) and not isinstance(v, bool) for v in (low, high))

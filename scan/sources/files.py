@@ -165,9 +165,8 @@ class _Reading:
     layer (the same casts and bad-value policy as every other source), then the
     filters. Per process (its counter); shared by the source's readers."""
 
-    def __init__(
-        self, schema: T.StructType, mode: BadValuePolicy, filters: Sequence[Predicate]
-    ) -> None:
+    def __init__(self, schema: T.StructType, mode: BadValuePolicy,
+                 filters: Sequence[Predicate]) -> None:
         self.schema = to_arrow_schema(schema)
         self.stats = BadValueStats("FileSource")
         self._conformer = Conformer(
@@ -232,9 +231,7 @@ class _SplitReader(QueueSplitReader[FileSplit]):
         self._batches = None
 
     def _open(self, split: FileSplit) -> Iterator[pa.RecordBatch]:
-        if self._format == "parquet":
-            return self._parquet(split)
-        return self._csv(split)
+        return self._parquet(split) if self._format == "parquet" else self._csv(split)
 
     def _open_parquet(self, path: str) -> Any:
         import pyarrow.parquet as pq
@@ -254,9 +251,8 @@ class _SplitReader(QueueSplitReader[FileSplit]):
         yield from self._after_offset(split, parquet.iter_batches(
             batch_size=_DECODE_ROWS, row_groups=[split.row_group], columns=self._schema.names))
 
-    def _after_offset(
-        self, split: FileSplit, batches: Iterable[pa.RecordBatch]
-    ) -> Iterator[pa.RecordBatch]:
+    def _after_offset(self, split: FileSplit, batches: Iterable[pa.RecordBatch]
+                      ) -> Iterator[pa.RecordBatch]:
         """The decoded batches conformed, less the rows emitted before the checkpoint:
         converted and filtered first, since the offset counts rows emitted."""
         skip = split.offset
