@@ -398,9 +398,7 @@ class SnapshotStore:
         try:
             raw = json.loads((self._dir / _FAILED).read_bytes())
             return float(raw["at"]), str(raw["error"])
-        except FileNotFoundError:
-            return None
-        except (ValueError, KeyError, TypeError):
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
             return None
 
     # --- writing
@@ -452,13 +450,8 @@ class SnapshotStore:
         if self._lock_fd is None:
             raise RuntimeError(f"{self!r}: publish() needs the lock (use try_lock())")
         record = StoredSnapshot(
-            version=version,
-            loaded_at=loaded_at,
-            file=f"v{version:010d}-{round(loaded_at * 1000)}.arrow",
-            num_rows=table.num_rows,
-            unique=unique,
-            fingerprint=self.fingerprint,
-        )
+            version=version, loaded_at=loaded_at, num_rows=table.num_rows, unique=unique,
+            file=f"v{version:010d}-{round(loaded_at * 1000)}.arrow", fingerprint=self.fingerprint)
         self._remove_files(lambda name: name.startswith((_TMP_PREFIX, _DAMAGED_PREFIX)))
         metadata = {**(table.schema.metadata or {}), _META_KEY: record.to_json()}
         data = self._dir / record.file
