@@ -224,12 +224,10 @@ class RedisLookupCache(PerProcess, LookupCache):
         if client is None:
             with self._lock:
                 if self._client is None:
-                    self._client = redis_client_from_url(
-                        self._url,
-                        socket_timeout=self._socket_timeout,
-                        connect_timeout=self._connect_timeout,
-                        client_options=self._client_options,
-                    )
+                    self._client = redis_client_from_url(self._url,
+                                                         socket_timeout=self._socket_timeout,
+                                                         connect_timeout=self._connect_timeout,
+                                                         client_options=self._client_options)
                 client = self._client
         return client
 
@@ -245,11 +243,9 @@ class RedisLookupCache(PerProcess, LookupCache):
             self._metrics.inc_cache_errors()
             if _is_outage(exc):
                 self._skip_until = self._timer() + self._cool_down
-                self._warn(
-                    "Redis cache %s at %s failed (%s: %s); serving misses%s",
-                    what, redact_url(self._url), type(exc).__name__, exc,
-                    f", Redis skipped for {self._cool_down:g} s" if self._cool_down else "",
-                )
+                self._warn("Redis cache %s at %s failed (%s: %s); serving misses%s",
+                           what, redact_url(self._url), type(exc).__name__, exc,
+                           f", Redis skipped for {self._cool_down:g} s" if self._cool_down else "")
             else:
                 self._warn(
                     "Redis cache %s in namespace %r failed: %s: %s",

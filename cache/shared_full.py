@@ -65,17 +65,12 @@ class SharedFullCache(LookupFullCache):
         clock: Callable[[], float] = time.time,
         timer: Callable[[], float] = time.monotonic,
     ) -> None:
-        super().__init__(
-            key_columns,
-            initial_load_timeout=initial_load_timeout,
-            max_staleness=max_staleness,
-            clock=clock,
-        )
+        super().__init__(key_columns, initial_load_timeout=initial_load_timeout,
+                         max_staleness=max_staleness, clock=clock)
         opts.check_instance(store, SnapshotStore, "store")
         self.store = store
-        self.check_interval = opts.as_timedelta(
-            check_interval, "check_interval", allow_zero=True
-        ).total_seconds()
+        interval = opts.as_timedelta(check_interval, "check_interval", allow_zero=True)
+        self.check_interval = interval.total_seconds()
         self._on_swap = on_swap
         self._timer = timer
         self._switch_lock = threading.Lock()
@@ -146,20 +141,10 @@ class SharedFullCache(LookupFullCache):
         own table, so this process shares the pages with the others too; the key index
         is ``snapshot``'s (same rows, same order), not built again.
         """
-        record = self.store.publish(
-            snapshot.table,
-            version=snapshot.version,
-            loaded_at=snapshot.loaded_at,
-            unique=snapshot.unique,
-        )
-        mapped = FullSnapshot(
-            self.store.read(record),
-            self.key_columns,
-            snapshot.index,
-            snapshot.offsets,
-            snapshot.loaded_at,
-            snapshot.version,
-        )
+        record = self.store.publish(snapshot.table, version=snapshot.version,
+                                    loaded_at=snapshot.loaded_at, unique=snapshot.unique)
+        mapped = FullSnapshot(self.store.read(record), self.key_columns, snapshot.index,
+                              snapshot.offsets, snapshot.loaded_at, snapshot.version)
         with self._switch_lock:
             self.swap(mapped)
             self._seen = self.store.pointer_key()
@@ -178,13 +163,8 @@ class SharedFullCache(LookupFullCache):
             self._seen = key
             if current is not None and not _is_newer(record, current):
                 return None
-            snapshot = FullSnapshot.from_sorted(
-                table,
-                self.key_columns,
-                loaded_at=record.loaded_at,
-                version=record.version,
-                unique=record.unique,
-            )
+            snapshot = FullSnapshot.from_sorted(table, self.key_columns, loaded_at=record.loaded_at,
+                                                version=record.version, unique=record.unique)
             self.swap(snapshot)
             return snapshot
         finally:

@@ -227,21 +227,17 @@ class FullCachingRuntime(LookupRuntime):
                 log.info("full cache of %s closed during a load; discarded version %d",
                          provider.describe(), version)
                 return
-            log.info(
-                "full cache of %s loaded version %d: %d rows, %d keys in %.0f ms",
-                provider.describe(), snapshot.version, snapshot.num_rows, snapshot.num_keys,
-                elapsed_ms,
-            )
+            log.info("full cache of %s loaded version %d: %d rows, %d keys in %.0f ms",
+                     provider.describe(), snapshot.version, snapshot.num_rows, snapshot.num_keys,
+                     elapsed_ms)
             return
         error = tries.error
         if error is None or not self._record(partial(self._fail, error)):
             return  # closed while waiting to retry: nothing more is recorded
         current = self.cache.current()
-        log.error(
-            "full cache reload of %s failed after %d attempt(s): %r; %s",
-            provider.describe(), tries.tries, error,
-            f"still serving version {current.version}" if current else "no snapshot yet",
-        )
+        log.error("full cache reload of %s failed after %d attempt(s): %r; %s",
+                  provider.describe(), tries.tries, error,
+                  f"still serving version {current.version}" if current else "no snapshot yet")
         raise error
 
     def _fail(self, error: BaseException) -> None:

@@ -203,13 +203,10 @@ def plan_join(
         field = dim_schema[name]
         nullable = True if how == "left" else field.nullable
         out_fields.append(T.StructField(out_name, field.dataType, nullable, field.metadata))
-    shape = JoinShape(
-        stream_keys=tuple(s for s, _ in pairs),
-        dim_columns=tuple(chosen),
-        out_names=tuple(out_names),
-        dim_types=tuple(to_arrow_type(dim_schema[n].dataType) for n in chosen),
-        how=how,
-    )
+    shape = JoinShape(stream_keys=tuple(s for s, _ in pairs), dim_columns=tuple(chosen),
+                      out_names=tuple(out_names),
+                      dim_types=tuple(to_arrow_type(dim_schema[n].dataType) for n in chosen),
+                      how=how)
     return JoinPlan(shape, T.StructType(out_fields))
 
 

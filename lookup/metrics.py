@@ -135,13 +135,9 @@ def parse_report(text: object) -> WorkerReport | None:
     try:
         data = json.loads(text)
         values = data["m"]
-        return WorkerReport(
-            provider_id=str(data["p"]),
-            worker=str(data["w"]),
-            sequence=int(data["s"]),
-            at=int(data["t"]),
-            values={name: int(values[name]) for name in FIELDS if name in values},
-        )
+        return WorkerReport(provider_id=str(data["p"]), worker=str(data["w"]),
+                            sequence=int(data["s"]), at=int(data["t"]),
+                            values={name: int(values[name]) for name in FIELDS if name in values})
     except (ValueError, TypeError, KeyError) as exc:
         log.debug("ignoring a malformed metrics report %.200r: %s", text, exc)
         return None

@@ -544,11 +544,8 @@ class ScheduledTableRefresh:
         if error is None or self._stop.is_set():
             raise RuntimeError(f"{self!r} closed during a reload")
         with self._lock:
-            self._update(
-                num_load_failures=self._status.num_load_failures + 1,
-                last_error=_summary(error),
-                last_failure_at=self._now(),
-            )
+            self._update(num_load_failures=self._status.num_load_failures + 1,
+                         last_error=_summary(error), last_failure_at=self._now())
             served = self._status.version
         log.error("reload of temp view %r failed after %d attempt(s): %s; %s", self._view,
                   tries.tries, _summary(error),
@@ -594,16 +591,10 @@ class ScheduledTableRefresh:
             # One catalog call: a query resolves either the old or the new version.
             version.df.createOrReplaceTempView(self._view)
             previous, self._current = self._current, version
-            self._update(
-                version=version.number,
-                materialization=version.mode.value,
-                rows=version.rows,
-                bytes=version.bytes,
-                last_load_time=elapsed_ms,
-                last_success_at=self._now(),
-                num_loads=self._status.num_loads + 1,
-                stale=False,
-            )
+            self._update(version=version.number, materialization=version.mode.value,
+                         rows=version.rows, bytes=version.bytes, last_load_time=elapsed_ms,
+                         last_success_at=self._now(), num_loads=self._status.num_loads + 1,
+                         stale=False)
             if previous is not None:
                 self._retire(previous)
             self._arm_staleness()

@@ -135,13 +135,10 @@ class _StructLookup:
         self.provider = provider
         schema = provider.schema
         names = tuple(f.name for f in schema.fields)
-        self.shape = JoinShape(
-            stream_keys=tuple(provider.key_columns),
-            dim_columns=names,
-            out_names=names,
-            dim_types=tuple(to_arrow_type(f.dataType) for f in schema.fields),
-            how="left",
-        )
+        self.shape = JoinShape(stream_keys=tuple(provider.key_columns), dim_columns=names,
+                               out_names=names,
+                               dim_types=tuple(to_arrow_type(f.dataType) for f in schema.fields),
+                               how="left")
         self.struct_type = pa.struct(
             [pa.field(n, t) for n, t in zip(names, self.shape.dim_types, strict=True)]
         )

@@ -71,12 +71,10 @@ def decode_checkpoint(blob: bytes) -> CheckpointData:
         )
     try:
         payload = json.loads(blob[_HEADER.size :].decode("utf-8"))
-        data = CheckpointData(
-            source=str(payload["source"]),
-            checkpoint_id=int(payload["checkpoint_id"]),
-            enumerator=dict(payload["enumerator"]),
-            readers=[list(splits) for splits in payload["readers"]],
-        )
+        data = CheckpointData(source=str(payload["source"]),
+                              checkpoint_id=int(payload["checkpoint_id"]),
+                              enumerator=dict(payload["enumerator"]),
+                              readers=[list(splits) for splits in payload["readers"]])
     except (ValueError, TypeError, KeyError) as exc:
         raise SourceError(f"the checkpoint is malformed: {exc}") from exc
     return data

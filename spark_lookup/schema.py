@@ -235,11 +235,8 @@ def _plain_strings(data_type: T.DataType) -> T.DataType:
     if isinstance(data_type, T.ArrayType):
         return T.ArrayType(_plain_strings(data_type.elementType), data_type.containsNull)
     if isinstance(data_type, T.MapType):
-        return T.MapType(
-            _plain_strings(data_type.keyType),
-            _plain_strings(data_type.valueType),
-            data_type.valueContainsNull,
-        )
+        return T.MapType(_plain_strings(data_type.keyType), _plain_strings(data_type.valueType),
+                         data_type.valueContainsNull)
     if isinstance(data_type, T.StructType):
         return T.StructType(
             [T.StructField(f.name, _plain_strings(f.dataType), f.nullable) for f in data_type]

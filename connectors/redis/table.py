@@ -189,13 +189,9 @@ class RedisTable(PerProcess):
     def new_client(self) -> Any:
         """A new client (connections are made at its first command); the caller closes
         it."""
-        return redis_client_from_url(
-            self.url,
-            socket_timeout=self.socket_timeout.total_seconds(),
-            connect_timeout=self.connect_timeout.total_seconds(),
-            retries=self.retries,
-            client_options=self.client_options,
-        )
+        return redis_client_from_url(self.url, socket_timeout=self.socket_timeout.total_seconds(),
+                                     connect_timeout=self.connect_timeout.total_seconds(),
+                                     retries=self.retries, client_options=self.client_options)
 
     def client(self) -> Any:
         """This process's shared client (thread-safe: redis-py pools connections)."""

@@ -106,11 +106,8 @@ def _describe_sqlite(session: Session, table: str) -> TableInfo:
     for index_name, is_unique, partial in indexes:
         if not is_unique or partial:
             continue
-        info = session.rows(
-            f"SELECT name FROM pragma_index_info({p(0)}, {p(1)})",
-            session.flavor.params([index_name, schema]),
-            "reading the indexes",
-        )
+        info = session.rows(f"SELECT name FROM pragma_index_info({p(0)}, {p(1)})",
+                            session.flavor.params([index_name, schema]), "reading the indexes")
         if len(info) == 1 and info[0][0] is not None:
             unique.add(str(info[0][0]))
     return TableInfo(SQLITE, tuple(columns), primary_key, frozenset(unique))
@@ -170,13 +167,11 @@ def _describe_postgres(session: Session, table: str, table_sql: str) -> TableInf
             "search_path when unqualified)"
         )
     columns = tuple(
-        ColumnInfo(
-            name=str(name), db_type=str(formatted), not_null=bool(not_null),
-            type_name=str(typname), type_kind=str(typtype), category=str(category),
-            cast_name=str(cast_name), element=str(element), element_kind=str(element_kind),
-            element_category=str(element_category),
-            enum_labels=tuple(str(labels).split("\n")) if labels else (),
-        )
+        ColumnInfo(name=str(name), db_type=str(formatted), not_null=bool(not_null),
+                   type_name=str(typname), type_kind=str(typtype), category=str(category),
+                   cast_name=str(cast_name), element=str(element), element_kind=str(element_kind),
+                   element_category=str(element_category),
+                   enum_labels=tuple(str(labels).split("\n")) if labels else ())
         for (name, formatted, not_null, typname, typtype, category, cast_name, element,
              element_kind, element_category, labels) in rows
     )

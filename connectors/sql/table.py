@@ -747,13 +747,10 @@ def _key_binding(info: TableInfo, column: ColumnInfo | None, spark: T.DataType) 
     exact = (column.type_name in ("int2", "int4", "int8") and isinstance(spark, _INTEGERS)) or (
         (column.type_name, type(spark)) in _EXACT_PAIRS
     )
-    return KeyBinding(
-        array_type=array_type,
-        uuid=column.type_name == "uuid",
-        enum_labels=column.enum_labels if column.type_kind == "e" else (),
-        text=isinstance(spark, (T.StringType, T.VarcharType, T.CharType)),
-        exact=exact,
-    )
+    return KeyBinding(array_type=array_type, uuid=column.type_name == "uuid",
+                      enum_labels=column.enum_labels if column.type_kind == "e" else (),
+                      text=isinstance(spark, (T.StringType, T.VarcharType, T.CharType)),
+                      exact=exact)
 
 
 _INTEGERS = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)

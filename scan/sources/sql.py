@@ -46,15 +46,10 @@ class _SplitSerializer(JsonVersionedSerializer[SqlChunkSplit]):
 
     def from_json(self, version: int, value: Any) -> SqlChunkSplit:
         after = value["after"]
-        return SqlChunkSplit(
-            index=int(value["index"]),
-            lo=value["lo"],
-            hi=value["hi"],
-            null_chunk=bool(value["null"]),
-            resume_after=after[0] if after is not None else None,
-            resumed=after is not None,
-            skip=int(value["skip"]),
-        )
+        return SqlChunkSplit(index=int(value["index"]), lo=value["lo"], hi=value["hi"],
+                             null_chunk=bool(value["null"]),
+                             resume_after=after[0] if after is not None else None,
+                             resumed=after is not None, skip=int(value["skip"]))
 
 
 class _ChunkState:
