@@ -85,10 +85,8 @@ def _tag(value: Any, depth: int) -> Any:
         return {"n": str(value)}
     if isinstance(value, datetime):
         # Subclasses (pandas.Timestamp) may print nanoseconds; a plain datetime does not.
-        plain = datetime(
-            value.year, value.month, value.day, value.hour, value.minute, value.second,
-            value.microsecond, value.tzinfo, fold=value.fold,
-        )
+        plain = datetime(value.year, value.month, value.day, value.hour, value.minute, value.second,
+                         value.microsecond, value.tzinfo, fold=value.fold)
         return {"dt": plain.isoformat()}
     if isinstance(value, date):
         return {"d": date(value.year, value.month, value.day).isoformat()}
@@ -199,10 +197,8 @@ def decode_rows(data: bytes) -> tuple[tuple[Any, ...], ...]:
     if not isinstance(data, bytes) or not data.startswith(FORMAT_PREFIX):
         raise CodecError("not a spark-lookup cache value (unknown format prefix)")
     try:
-        structure = json.loads(
-            data[len(FORMAT_PREFIX) :].decode("utf-8", "surrogatepass"),
-            parse_constant=_refuse_constant,
-        )
+        structure = json.loads(data[len(FORMAT_PREFIX) :].decode("utf-8", "surrogatepass"),
+                               parse_constant=_refuse_constant)
         if type(structure) is not list:
             raise CodecError("stored value is not a list of rows")
         if any(type(row) is not list for row in structure):

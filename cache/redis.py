@@ -247,10 +247,8 @@ class RedisLookupCache(PerProcess, LookupCache):
                            what, redact_url(self._url), type(exc).__name__, exc,
                            f", Redis skipped for {self._cool_down:g} s" if self._cool_down else "")
             else:
-                self._warn(
-                    "Redis cache %s in namespace %r failed: %s: %s",
-                    what, self._namespace, type(exc).__name__, exc,
-                )
+                self._warn("Redis cache %s in namespace %r failed: %s: %s",
+                           what, self._namespace, type(exc).__name__, exc)
             return _FAILED
 
     def _redis_key(self, key: Key) -> str | None:

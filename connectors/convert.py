@@ -270,10 +270,8 @@ class Conformer:
                 continue
             for position in sorted(found):
                 raw, reason = found[position]
-                value = BadValue(
-                    where or self.table, describe_key(position), column.name, raw,
-                    column.spark, reason,
-                )
+                value = BadValue(where or self.table, describe_key(position), column.name, raw,
+                                 column.spark, reason)
                 if self.policy is BadValuePolicy.FAILFAST:
                     self.stats.record([value], self.policy)
                     raise value.error()

@@ -249,10 +249,8 @@ def _plain_datetime(value: datetime) -> datetime:
     if type(value) is datetime:
         return value
     # pandas.Timestamp and other subclasses: the plain datetime of the same instant.
-    return datetime(
-        value.year, value.month, value.day, value.hour, value.minute, value.second,
-        value.microsecond, value.tzinfo, fold=value.fold,
-    )
+    return datetime(value.year, value.month, value.day, value.hour, value.minute, value.second,
+                    value.microsecond, value.tzinfo, fold=value.fold)
 
 
 class EncodedKeys:

@@ -118,10 +118,8 @@ class BadValueStats:
                 policy.value, value.message(),
             )
         if before < _LOGGED_PER_TABLE <= before + len(values):
-            log.warning(
-                "further bad values of %s are counted (metric num_bad_values), not logged",
-                self._table,
-            )
+            log.warning("further bad values of %s are counted (metric num_bad_values), not logged",
+                        self._table)
 
 
 class CountsBadValues:

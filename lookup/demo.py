@@ -88,10 +88,8 @@ class Change:
     def apply(self, connection: sqlite3.Connection) -> None:
         """Run the UPDATE on ``connection`` and commit it."""
         # Identifiers come from the constants below, never from input; values are bound.
-        connection.execute(
-            f"UPDATE {self.table} SET {self.column} = ? WHERE {self.key_column} = ?",
-            (self.new, self.key),
-        )
+        connection.execute(f"UPDATE {self.table} SET {self.column} = ? WHERE {self.key_column} = ?",
+                           (self.new, self.key))
         connection.commit()
 
 

@@ -277,10 +277,8 @@ class _JoinFunction:
             for arrow_type, nullable in zip(
                 self.shape.dim_types, self.report_nullable, strict=True)
         ]
-        row = pa.RecordBatch.from_arrays(
-            [*sample.columns, *dims],
-            names=[*sample.schema.names, *self.shape.out_names],
-        )
+        row = pa.RecordBatch.from_arrays([*sample.columns, *dims],
+                                         names=[*sample.schema.names, *self.shape.out_names])
         return _with_report(row, pa.array([report], pa.string()))
 
 

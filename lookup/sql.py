@@ -256,10 +256,8 @@ def register_lookup_function(spark: Any, name: str, provider: LookupProvider) ->
         # callable); PySpark would rather read it from type hints.
         warnings.filterwarnings("ignore", "It is preferred to specify type hints", UserWarning)
         # (PySpark's stubs leave out struct return types, which it supports.)
-        udf = cast(Any, arrow_udf)(
-            function, returnType=_nullable(provider.schema),
-            functionType=ArrowUDFType.SCALAR_ITER,
-        )
+        udf = cast(Any, arrow_udf)(function, returnType=_nullable(provider.schema),
+                                   functionType=ArrowUDFType.SCALAR_ITER)
     return spark.udf.register(name, udf)
 
 

@@ -236,10 +236,8 @@ class LocalSourceRunner(Generic[SplitT, EnumStateT]):
             checkpoint_id = self._next_checkpoint_id
             self._next_checkpoint_id += 1
             assert self._enumerator is not None
-            enumerator_state = pack_versioned(
-                self._source.enumerator_state_serializer,
-                self._enumerator.snapshot_state(checkpoint_id),
-            )
+            enumerator_state = pack_versioned(self._source.enumerator_state_serializer,
+                                              self._enumerator.snapshot_state(checkpoint_id))
             serializer = self._source.split_serializer
             readers = [[pack_versioned(serializer, s) for s in r.snapshot_state(checkpoint_id)]
                        for r in self._readers]

@@ -405,10 +405,8 @@ class RedisTable(PerProcess):
             name: keys.arrays[key_names.index(name)].take(owner_array)
             for name in self.key_columns
         }
-        batch, keep = self._conform(
-            redis_keys, owners, wires, flags, key_values,
-            [not ambiguous[i] for i in owners], malformed,
-        )
+        batch, keep = self._conform(redis_keys, owners, wires, flags, key_values,
+                                    [not ambiguous[i] for i in owners], malformed)
         return (owner_array if keep is None else owner_array.filter(keep)), batch
 
     def read_keys(self, redis_keys: Sequence[bytes], client: Any = None) -> pa.RecordBatch:

@@ -228,10 +228,8 @@ class SqlLookupFunction(PerProcess, KeyedLookupFunction):
             except TransientConnectorError as exc:
                 self._discard(session)
                 if attempt == 1 and not fresh:
-                    log.info(
-                        "connection to the database of table %r broke (%s); reconnecting",
-                        self.table, exc,
-                    )
+                    log.info("connection to the database of table %r broke (%s); reconnecting",
+                             self.table, exc)
                     continue
                 raise
             except BaseException:
