@@ -551,10 +551,8 @@ class DefaultLookupCache(LookupCache):
             except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError,
                     OverflowError) as exc:
                 if strict:
-                    raise TypeError(
-                        f"key {shown(key)} does not convert to the cache's key types "
-                        f"{[str(t) for t in types]}: {exc}"
-                    ) from None
+                    raise TypeError(f"key {shown(key)} does not convert to the cache's key types "
+                                    f"{[str(t) for t in types]}: {exc}") from None
                 continue
             good.append(position)
         picked = np.asarray(good, dtype=np.int64)

@@ -78,10 +78,8 @@ class SharedFullCache(LookupFullCache):
         self._seen: tuple[int, int] | None = None
 
     def __reduce__(self) -> NoReturn:
-        raise TypeError(
-            "a SharedFullCache holds open files and is built where it is used; "
-            "ship the provider, not the cache"
-        )
+        raise TypeError("a SharedFullCache holds open files and is built where it is used; "
+                        "ship the provider, not the cache")
 
     # --- lifecycle
 

@@ -172,10 +172,8 @@ class StoredSnapshot:
             raise ValueError("not a snapshot record: not a JSON object")
         fmt = raw.pop("format", None)
         if not isinstance(fmt, int) or fmt > FORMAT_VERSION:
-            raise ValueError(
-                f"snapshot record format {fmt!r} is newer than the supported "
-                f"{FORMAT_VERSION}: a newer spark-lookup wrote it"
-            )
+            raise ValueError(f"snapshot record format {fmt!r} is newer than the supported "
+                             f"{FORMAT_VERSION}: a newer spark-lookup wrote it")
         if fmt < FORMAT_VERSION:
             raise ValueError(f"snapshot record format {fmt} carries no checksum")
         types: dict[str, type | tuple[type, ...]] = {

@@ -64,10 +64,8 @@ def _cast(array: pa.Array, target: pa.DataType) -> pa.Array:
         except pa.ArrowInvalid:
             return pc.cast(array, target)  # not a number: the decimal parser says why
         if pc.any(pc.greater_equal(magnitude, limit)).as_py():
-            raise pa.ArrowInvalid(
-                f"more integer digits than {target.precision - target.scale} "
-                f"(decimal({target.precision},{target.scale}))"
-            )
+            raise pa.ArrowInvalid(f"more integer digits than {target.precision - target.scale} "
+                                  f"(decimal({target.precision},{target.scale}))")
         return pc.cast(array, target)
     if pa.types.is_integer(wire) and pa.types.is_floating(target):
         return pc.cast(array, target, safe=False)  # rounds, as Spark's cast does

@@ -91,10 +91,8 @@ class _Coercer:
     def _wrong_kind(self, value: Any) -> _Refused:
         kind = type(value).__name__
         article = "an" if kind[:1] in "aeiou" else "a"
-        return _Refused(
-            f"{article} {kind} value ({shown(value, 60)}) can never equal a value of a "
-            f"{_type_name(self.data_type)} column"
-        )
+        return _Refused(f"{article} {kind} value ({shown(value, 60)}) can never equal a value of a "
+                        f"{_type_name(self.data_type)} column")
 
     def _cannot_hold(self, value: Any) -> _Refused:
         text = value if isinstance(value, str) else shown(value, 60)

@@ -64,10 +64,8 @@ class Predicate:
                 raise ConfigError(f"predicate {self.column!r} {op} takes no value")
         elif op in ("in", "not in"):
             if isinstance(self.value, (str, bytes)) or not isinstance(self.value, Sequence):
-                raise ConfigError(
-                    f"predicate {self.column!r} {op} needs a list of values, "
-                    f"got {shown(self.value, 60)}"
-                )
+                raise ConfigError(f"predicate {self.column!r} {op} needs a list of values, "
+                                  f"got {shown(self.value, 60)}")
             if not self.value:
                 raise ConfigError(f"predicate {self.column!r} {op} needs at least one value")
             object.__setattr__(self, "value", tuple(self.value))

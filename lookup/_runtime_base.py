@@ -128,10 +128,8 @@ class LookupRuntime:
     def _check_key(self, key: object) -> Key:
         if type(key) is not tuple or len(key) != self._arity:
             names = ", ".join(self.provider.key_columns)
-            raise TypeError(
-                f"a lookup key is a tuple of {self._arity} value(s) ({names}), "
-                f"got {type(key).__name__}: {shown(key)}"
-            )
+            raise TypeError(f"a lookup key is a tuple of {self._arity} value(s) ({names}), "
+                            f"got {type(key).__name__}: {shown(key)}")
         return key
 
     def _distinct(self, keys: Iterable[Key]) -> tuple[list[Key], list[Key]]:

@@ -63,10 +63,8 @@ def _normalize_on(on: object, provider: LookupProvider, stream_columns: Sequence
     elif isinstance(on, Sequence) and all(isinstance(c, str) for c in on):
         pairs = [(c, c) for c in on]
     else:
-        raise ConfigError(
-            "on must be a column name, a list of names, or a dict "
-            f"{{stream_column: dimension_key_column}}, got {shown(on)}"
-        )
+        raise ConfigError("on must be a column name, a list of names, or a dict "
+                          f"{{stream_column: dimension_key_column}}, got {shown(on)}")
     if not pairs:
         raise ConfigError("on is empty: name the key columns")
     absent = [s for s, _ in pairs if s not in stream_columns]

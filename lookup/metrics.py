@@ -398,11 +398,9 @@ def observe_metrics(mapped: Any, provider: LookupProvider, *, report_rows: bool 
 
 def _check_provider(provider: object) -> LookupProvider:
     if not isinstance(provider, LookupProvider):
-        raise ConfigError(
-            "lookup_metrics takes the lookup provider given to lookup_join "
-            f"(PartialCachingLookupProvider, FullCachingLookupProvider, ...), got "
-            f"{type(provider).__name__}: {shown(provider)}"
-        )
+        raise ConfigError("lookup_metrics takes the lookup provider given to lookup_join "
+                          f"(PartialCachingLookupProvider, FullCachingLookupProvider, ...), got "
+                          f"{type(provider).__name__}: {shown(provider)}")
     return provider
 
 

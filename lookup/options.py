@@ -123,10 +123,8 @@ class LookupOptions:
                 target, self.build_trigger(), key_columns, max_retries=retries, **kwargs
             )
         if not isinstance(target, (LookupFunction, AsyncLookupFunction)):
-            raise ConfigError(
-                f"lookup.cache={self.cache_type} needs a LookupFunction or "
-                f"AsyncLookupFunction, got {type(target).__name__}"
-            )
+            raise ConfigError(f"lookup.cache={self.cache_type} needs a LookupFunction or "
+                              f"AsyncLookupFunction, got {type(target).__name__}")
         if key_columns is not None:
             # The same call for every mode: a function's keys may be restated, not changed.
             # key_fields() reads the function's declaration as the providers do (a single

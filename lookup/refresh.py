@@ -264,10 +264,8 @@ class ScheduledTableRefresh:
         from triggers import CacheReloadTrigger
 
         if not is_session(spark):
-            raise ConfigError(
-                f"spark must be a SparkSession (classic or Spark Connect), got "
-                f"{type(spark).__name__}"
-            )
+            raise ConfigError(f"spark must be a SparkSession (classic or Spark Connect), got "
+                              f"{type(spark).__name__}")
         check_bounded(source, "a refreshed view")
         if getattr(source, "schema", None) is None:
             raise ConfigError(f"source {type(source).__name__} declares no schema")
@@ -356,10 +354,8 @@ class ScheduledTableRefresh:
                 raise RuntimeError(f"{self!r} was already opened; build a new refresh")
             with _claims_lock:
                 if key in _claims:
-                    raise ConfigError(
-                        f"temp view {self._view!r} is already served by another open "
-                        "ScheduledTableRefresh of this session"
-                    )
+                    raise ConfigError(f"temp view {self._view!r} is already served by another open "
+                                      "ScheduledTableRefresh of this session")
                 _claims.add(key)
             self._state = "open"
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="lookup-view-refresh")
@@ -550,10 +546,8 @@ class ScheduledTableRefresh:
         log.error("reload of temp view %r failed after %d attempt(s): %s; %s", self._view,
                   tries.tries, _summary(error),
                   f"still serving version {served}" if served else "no version yet")
-        raise LookupLoadError(
-            f"reload of temp view {self._view!r} failed after {tries.tries} "
-            f"attempt(s): {_summary(error)}"
-        ) from error
+        raise LookupLoadError(f"reload of temp view {self._view!r} failed after {tries.tries} "
+                              f"attempt(s): {_summary(error)}") from error
 
     def _materialize(self) -> _Version:
         """Read the source through its data source (executors read the splits) and hold

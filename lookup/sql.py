@@ -63,10 +63,8 @@ def _checked(spark: Any, name: object, provider: object) -> tuple[str, LookupPro
 
 def _check_provider(provider: object) -> LookupProvider:
     if not isinstance(provider, LookupProvider):
-        raise ConfigError(
-            f"provider must be a lookup provider (PartialCachingLookupProvider, "
-            f"FullCachingLookupProvider, ...), got {type(provider).__name__}"
-        )
+        raise ConfigError(f"provider must be a lookup provider (PartialCachingLookupProvider, "
+                          f"FullCachingLookupProvider, ...), got {type(provider).__name__}")
     for field in provider.schema.fields:
         to_arrow_type(field.dataType)  # ConfigError for a type with no Arrow mapping
     return provider
@@ -76,18 +74,14 @@ def _check_name(spark: Any, name: object) -> str:
     """A plain SQL identifier that does not name a built-in function (Spark resolves
     built-ins first, so a function registered under such a name would never be called)."""
     if not isinstance(name, str) or not _FUNCTION_NAME.match(name):
-        raise ConfigError(
-            f"invalid SQL function name {name!r}: use letters, digits and '_', not "
-            "starting with a digit, at most 128 characters"
-        )
+        raise ConfigError(f"invalid SQL function name {name!r}: use letters, digits and '_', not "
+                          "starting with a digit, at most 128 characters")
     if spark.catalog.functionExists(name):
         existing = spark.catalog.getFunction(name)
         class_name = existing.className or ""
         if class_name.startswith("org.apache.spark.sql.catalyst."):
-            raise ConfigError(
-                f"{name!r} is a built-in Spark SQL function; Spark would call the "
-                "built-in instead: choose another name"
-            )
+            raise ConfigError(f"{name!r} is a built-in Spark SQL function; Spark would call the "
+                              "built-in instead: choose another name")
     return name
 
 

@@ -93,10 +93,8 @@ class EnumeratorContext(SplitEnumeratorContext[SplitT]):
 
     def _check_registered(self, subtask_id: int, action: str) -> None:
         if subtask_id not in self._registered:
-            raise SourceError(
-                f"cannot {action} subtask {subtask_id!r}: registered readers are "
-                f"{sorted(self._registered)}"
-            )
+            raise SourceError(f"cannot {action} subtask {subtask_id!r}: registered readers are "
+                              f"{sorted(self._registered)}")
 
     def assign_splits(self, assignment: Mapping[int, Sequence[SplitT]]) -> None:
         for subtask_id in assignment:

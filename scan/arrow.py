@@ -119,10 +119,8 @@ def check_batch_schema(batch: Any, schema: pa.Schema, what: str) -> None:
     import pyarrow as pa
 
     if not isinstance(batch, pa.RecordBatch):
-        raise SourceError(
-            f"{what} emitted a {type(batch).__name__} to collect_arrow, expected a "
-            "pyarrow.RecordBatch"
-        )
+        raise SourceError(f"{what} emitted a {type(batch).__name__} to collect_arrow, expected a "
+                          "pyarrow.RecordBatch")
     if not batch.schema.equals(schema):
         raise SourceError(
             f"{what} emitted a record batch of schema ({describe_schema(batch.schema)}), "
@@ -170,10 +168,8 @@ def conform_to_schema(
             converted, bad = cast_column(column, field.type)
             if bad:
                 position, reason = next(iter(bad.items()))
-                raise error(
-                    f"{what}: column {field.name!r} of type {column.type} does not convert "
-                    f"to {field.type}: {shown(column[position].as_py(), 60)} ({reason})"
-                )
+                raise error(f"{what}: column {field.name!r} of type {column.type} does not convert "
+                            f"to {field.type}: {shown(column[position].as_py(), 60)} ({reason})")
             column = converted
         if not field.nullable and column.null_count:
             raise error(f"{what}: column {field.name!r} is NOT NULL but holds nulls")

@@ -149,10 +149,8 @@ def as_timedelta(value: object, name: str, *, allow_zero: bool = False) -> timed
         except OverflowError as exc:
             raise ConfigError(f"{name}={value!r} is out of range") from exc
     else:
-        raise ConfigError(
-            f"{name} must be a datetime.timedelta or a number of seconds, "
-            f"got {shown(value)}"
-        )
+        raise ConfigError(f"{name} must be a datetime.timedelta or a number of seconds, "
+                          f"got {shown(value)}")
     if delta < timedelta(0) or (delta == timedelta(0) and not allow_zero):
         bound = "non-negative" if allow_zero else "positive"
         raise ConfigError(f"{name} must be {bound}, got {delta!r}")

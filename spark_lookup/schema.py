@@ -195,10 +195,8 @@ def parse_schema(schema: SchemaLike, what: str = "schema") -> T.StructType:
         if parser.peek() is not None:
             raise parser.error("unexpected trailing text")
     else:
-        raise ConfigError(
-            f"{what} must be a Spark DDL string or a pyspark StructType, "
-            f"got {type(schema).__name__}"
-        )
+        raise ConfigError(f"{what} must be a Spark DDL string or a pyspark StructType, "
+                          f"got {type(schema).__name__}")
     names = [f.name for f in struct.fields]
     if not names:
         raise ConfigError(f"{what} has no fields")

@@ -25,10 +25,8 @@ def validate_identifier(name: object, what: str = "identifier") -> str:
     not starting with a digit; at most 63 characters), else raise :class:`ConfigError`."""
     # fullmatch: a trailing newline passes a match of ``...$``.
     if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name):
-        raise ConfigError(
-            f"invalid {what} {name!r}: use letters, digits, '_' or '$', not starting "
-            "with a digit, at most 63 characters"
-        )
+        raise ConfigError(f"invalid {what} {name!r}: use letters, digits, '_' or '$', not starting "
+                          "with a digit, at most 63 characters")
     return name
 
 

@@ -73,7 +73,5 @@ def check_strategy_options(options: Mapping[str, Any], strategy: str, built: str
             continue
         for foreign in keys:
             if options.get(foreign) is not None:
-                raise ConfigError(
-                    f"option {foreign!r} applies to reload strategy {other}, but "
-                    f"{key!r} is {strategy}; remove it or change the strategy"
-                )
+                raise ConfigError(f"option {foreign!r} applies to reload strategy {other}, but "
+                                  f"{key!r} is {strategy}; remove it or change the strategy")

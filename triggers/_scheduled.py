@@ -92,10 +92,8 @@ class ScheduledTrigger(CacheReloadTrigger):
             If the trigger is already open.
         """
         if not isinstance(context, ReloadContext):
-            raise TypeError(
-                "context must implement triggers.ReloadContext (trigger_reload() and "
-                f"current_processing_time()), got {type(context).__name__}"
-            )
+            raise TypeError("context must implement triggers.ReloadContext (trigger_reload() and "
+                            f"current_processing_time()), got {type(context).__name__}")
         with self._lifecycle:
             if self._session is not None:
                 raise RuntimeError(f"{self!r} is already open; close() it before re-opening")

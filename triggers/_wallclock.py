@@ -72,10 +72,8 @@ def _named_zone(name: str) -> ZoneInfo:
 
 def _check_zone(zone: tzinfo, what: str, hint: str) -> None:
     if hasattr(zone, "localize") and hasattr(zone, "normalize"):
-        raise ConfigError(
-            f"{what} is a pytz zone, which ignores PEP 495 folds and would break DST "
-            f"arithmetic; {hint}"
-        )
+        raise ConfigError(f"{what} is a pytz zone, which ignores PEP 495 folds and would break DST "
+                          f"arithmetic; {hint}")
     try:
         pickle.dumps(zone)
     except Exception as exc:

@@ -131,10 +131,8 @@ class RedisTable(PerProcess):
             if key_field not in names:
                 key_field = None  # the schema does not ask for the Redis key
             elif not isinstance(self.schema[key_field].dataType, (T.StringType, T.BinaryType)):
-                raise ConfigError(
-                    f"the key field {key_field!r} must be STRING or BINARY, "
-                    f"got {self.schema[key_field].dataType.simpleString()}"
-                )
+                raise ConfigError(f"the key field {key_field!r} must be STRING or BINARY, "
+                                  f"got {self.schema[key_field].dataType.simpleString()}")
         self.key_field = key_field
         self.stored = [n for n in names if n != key_field]
         """The columns read from values (all but the Redis key's own column)."""

@@ -70,10 +70,8 @@ def check_factory(factory: object, what: str) -> ConnectionFactory:
         If it is not callable or cannot be pickled.
     """
     if not callable(factory):
-        raise ConfigError(
-            f"the connection factory of {what} must be a zero-argument callable, got "
-            f"{type(factory).__name__}"
-        )
+        raise ConfigError(f"the connection factory of {what} must be a zero-argument callable, got "
+                          f"{type(factory).__name__}")
     from pyspark import cloudpickle
 
     try:
@@ -301,10 +299,8 @@ class SqlTable(PerProcess):
         elif known:
             names = known
         else:
-            raise ConfigError(
-                f"the columns of {self.what} cannot be discovered over "
-                f"{type(session.raw).__module__} connections: pass schema"
-            )
+            raise ConfigError(f"the columns of {self.what} cannot be discovered over "
+                              f"{type(session.raw).__module__} connections: pass schema")
         if known:
             missing = [n for n in names if n not in known]
             if missing:
@@ -356,10 +352,8 @@ class SqlTable(PerProcess):
                 continue
             fields.append(T.StructField(name, spark, not column.not_null))
         if unmapped:
-            raise ConfigError(
-                f"cannot infer the Spark type of column(s) {', '.join(unmapped)} of "
-                f"{self.what}: pass schema, or columns without them"
-            )
+            raise ConfigError(f"cannot infer the Spark type of column(s) {', '.join(unmapped)} of "
+                              f"{self.what}: pass schema, or columns without them")
         return T.StructType(fields)
 
     # --- the per-process part: counters and the conformer
@@ -476,10 +470,8 @@ class SqlTable(PerProcess):
                       positions: pa.Array | None) -> Iterator[tuple[pa.Int64Array, pa.RecordBatch]]:
         flavor = session.flavor
         width = len(plan.key_columns)
-        join = " AND ".join(
-            f'{plan.column_sql(name)} = "_lk"."_lk_{i}"'
-            for i, name in enumerate(plan.key_columns)
-        )
+        join = " AND ".join(f'{plan.column_sql(name)} = "_lk"."_lk_{i}"'
+                            for i, name in enumerate(plan.key_columns))
         names = ", ".join(f'"_lk_{i}"' for i in range(width))
         select = plan.select_sql()
         by_value = plan.backend == POSTGRES and width == 1 and plan.key_bindings[0].exact
@@ -498,10 +490,8 @@ class SqlTable(PerProcess):
                 # The keys travel as one array per key column; ORDINALITY tags each key,
                 # so rows come back to the key that asked, whatever PostgreSQL's
                 # comparison rules (collations, char(n) padding, citext).
-                unnest = ", ".join(
-                    f"{flavor.placeholder(i)}::{binding.array_type}[]"
-                    for i, binding in enumerate(plan.key_bindings)
-                )
+                unnest = ", ".join(f"{flavor.placeholder(i)}::{binding.array_type}[]"
+                                   for i, binding in enumerate(plan.key_bindings))
                 sql = (
                     f'SELECT "_lk"."_lk_i" - 1, {select} FROM unnest({unnest}) WITH ORDINALITY '
                     f'AS "_lk"({names}, "_lk_i") JOIN {plan.table_sql} AS {_ALIAS} ON {join}'
@@ -528,10 +518,8 @@ class SqlTable(PerProcess):
                     parts = ['"_lk"."value"']
                 else:
                     parts = [f"json_extract(\"_lk\".\"value\", '$[{i}]')" for i in range(width)]
-                join = " AND ".join(
-                    f"{plan.column_sql(name)} = {part}"
-                    for name, part in zip(plan.key_columns, parts, strict=True)
-                )
+                join = " AND ".join(f"{plan.column_sql(name)} = {part}"
+                                    for name, part in zip(plan.key_columns, parts, strict=True))
                 filters, filter_values = plan.filter_sql(flavor.placeholder, 1)
                 sql = (
                     f'SELECT "_lk"."key", {select} FROM json_each({flavor.placeholder(0)}) '

@@ -156,10 +156,8 @@ class SqlChunkPlanner(SplitPlanner[SqlChunkSplit]):
         low = self._first(
             f"SELECT {key} FROM {plan.table_sql} WHERE {key} IS NOT NULL ORDER BY {key} LIMIT 1"
         )
-        high = self._first(
-            f"SELECT {key} FROM {plan.table_sql} WHERE {key} IS NOT NULL "
-            f"ORDER BY {key} DESC LIMIT 1"
-        )
+        high = self._first(f"SELECT {key} FROM {plan.table_sql} WHERE {key} IS NOT NULL "
+                           f"ORDER BY {key} DESC LIMIT 1")
         state = self._state
         state.update(index=0, max=high, cursor=None)
         if low is None:

@@ -285,10 +285,8 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
                 raise ConfigError(f"table {self._table!r} has no primary key; pass split_column")
             split_column = plan.primary_key[0]
         elif plan.known_columns and split_column not in plan.known_columns:
-            raise ConfigError(
-                f"table {self._table!r} has no split column {split_column!r}; it has "
-                f"{list(plan.known_columns)}"
-            )
+            raise ConfigError(f"table {self._table!r} has no split column {split_column!r}; it has "
+                              f"{list(plan.known_columns)}")
         split_name = quote_identifier(split_column, "split column")
         reads_as_stored = (split_column in names
                            and _reads_as_stored(plan, names.index(split_column)))
