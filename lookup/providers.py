@@ -158,15 +158,20 @@ class LookupFunctionProvider(LookupProvider):
 
 
 @dataclass(frozen=True)
-class PartialCachingLookupProvider(LookupFunctionProvider):
-    """Looks keys up in ``cache`` first and loads the misses from the function
-    (Flink's ``PartialCachingLookupProvider``)."""
+class _PartiallyCached:
+    """A function provider whose results are cached in ``cache``."""
 
     cache: LookupCache = field(kw_only=True)
 
     @property
     def kind(self) -> str:
         return "PARTIAL"
+
+
+@dataclass(frozen=True)
+class PartialCachingLookupProvider(_PartiallyCached, LookupFunctionProvider):
+    """Looks keys up in ``cache`` first and loads the misses from the function
+    (Flink's ``PartialCachingLookupProvider``)."""
 
     @classmethod
     def of(  # type: ignore[override]
@@ -236,15 +241,9 @@ class AsyncLookupFunctionProvider(LookupProvider):
 
 
 @dataclass(frozen=True)
-class PartialCachingAsyncLookupProvider(AsyncLookupFunctionProvider):
+class PartialCachingAsyncLookupProvider(_PartiallyCached, AsyncLookupFunctionProvider):
     """An async lookup function behind a partial cache
     (Flink's ``PartialCachingAsyncLookupProvider``)."""
-
-    cache: LookupCache = field(kw_only=True)
-
-    @property
-    def kind(self) -> str:
-        return "PARTIAL"
 
     @classmethod
     def of(  # type: ignore[override]

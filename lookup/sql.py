@@ -328,26 +328,13 @@ def register_lookup_table_function(spark: Any, name: str, provider: LookupProvid
 
     The output columns are all dimension columns in schema order (key columns included).
 
-    Parameters
-    ----------
-    spark
-        The ``SparkSession`` to register in.
-    name
-        The SQL function name: letters, digits and ``_``, not a built-in function's name.
-    provider
-        A lookup provider; the function takes its key columns as arguments, in
-        ``provider.key_columns`` order.
+    ``spark``, ``name`` and ``provider`` are as for :func:`register_lookup_function`,
+    and so are the errors raised on the driver.
 
     Returns
     -------
     pyspark.sql.udtf.UserDefinedTableFunction
         The registered table function.
-
-    Raises
-    ------
-    ConfigError
-        (a ``ValueError``) on the driver for an invalid or built-in ``name``, or a
-        ``provider`` that is not a lookup provider.
 
     Notes
     -----
