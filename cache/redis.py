@@ -1,8 +1,4 @@
-"""RedisLookupCache: a lookup cache shared by every executor, kept in Redis.
-
-Also home of the small Redis URL/client helpers that the Redis lookup connector shares
-(``lookup`` depends on ``cache``, never the other way round).
-"""
+"""RedisLookupCache: a lookup cache shared by every executor, kept in Redis."""
 
 from __future__ import annotations
 
@@ -18,12 +14,12 @@ from typing import Any, TypeVar
 from cache._codec import CodecError, decode_rows, encode_key, encode_rows
 from cache.base import Key, LookupCache, Rows, check_key, freeze_rows
 from cache.metrics import CacheMetrics
-from connectors.redis.client import check_redis_url, redact_url, redis_client_from_url
+from connectors.redis.client import SharedClient, check_redis_url, redact_url, redis_client_from_url
 from spark_lookup import options as opts
 from spark_lookup._per_process import PerProcess
 from spark_lookup.errors import ConfigError
 
-__all__ = ["RedisLookupCache", "check_redis_url", "redact_url", "redis_client_from_url"]
+__all__ = ["RedisLookupCache"]
 
 log = logging.getLogger(__name__)
 
@@ -173,11 +169,12 @@ class RedisLookupCache(PerProcess, LookupCache):
         self._init_runtime()
 
     # Configuration only travels: the client stays behind; the entries are in Redis.
-    _PER_PROCESS = ("_lock", "_client", "_skip_until", "_metrics", "_warn")
+    _PER_PROCESS = ("_client", "_skip_until", "_metrics", "_warn")
 
     def _init_runtime(self) -> None:
-        self._lock = threading.Lock()
-        self._client: Any = None
+        self._client = SharedClient(lambda: redis_client_from_url(
+            self._url, socket_timeout=self._socket_timeout,
+            connect_timeout=self._connect_timeout, client_options=self._client_options))
         self._skip_until = -math.inf
         self._metrics = CacheMetrics()
         self._warn = _RateLimitedWarning(self._warn_interval, self._timer)
@@ -205,31 +202,16 @@ class RedisLookupCache(PerProcess, LookupCache):
         down at this point only makes the first operations misses). Never raises."""
         super().open(metrics)
         try:
-            self._get_client()
+            self._client.get()
         except Exception as exc:  # the first operation tries again, and counts it
             self._warn("Redis cache client for %s not created: %s", redact_url(self._url), exc)
 
     def close(self) -> None:
         """Close this worker's client; the shared entries stay in Redis."""
-        with self._lock:
-            client, self._client = self._client, None
-        if client is not None:
-            try:
-                client.close()
-            except Exception:  # closing a dead connection may fail; harmless
-                log.debug("closing the Redis client failed", exc_info=True)
-
-    def _get_client(self) -> Any:
-        client = self._client
-        if client is None:
-            with self._lock:
-                if self._client is None:
-                    self._client = redis_client_from_url(self._url,
-                                                         socket_timeout=self._socket_timeout,
-                                                         connect_timeout=self._connect_timeout,
-                                                         client_options=self._client_options)
-                client = self._client
-        return client
+        try:
+            self._client.close()
+        except Exception:  # closing a dead connection may fail; harmless
+            log.debug("closing the Redis client failed", exc_info=True)
 
     # --- the Redis boundary: nothing raised below here reaches the caller
 
@@ -238,7 +220,7 @@ class RedisLookupCache(PerProcess, LookupCache):
             self._metrics.inc_cache_errors()
             return _FAILED
         try:
-            return call(self._get_client())
+            return call(self._client.get())
         except Exception as exc:  # a cache never fails its caller
             self._metrics.inc_cache_errors()
             if _is_outage(exc):

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from spark_lookup.errors import ConfigError
 
-__all__ = ["check_redis_url", "redact_url", "redis_client_from_url"]
+__all__ = ["SharedClient", "check_redis_url", "redact_url", "redis_client_from_url"]
 
 _SCHEMES = ("redis", "rediss", "unix")
 
@@ -88,3 +89,30 @@ def redis_client_from_url(
     }
     kwargs.update(client_options or {})
     return redis.Redis.from_url(url, **kwargs)
+
+
+class SharedClient:
+    """One process's Redis client, made by ``make`` at first use and shared by its
+    threads (redis-py pools connections)."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make = make
+        self._lock = threading.Lock()
+        self._client: Any = None
+
+    def get(self) -> Any:
+        """The client, made now if there is none."""
+        client = self._client
+        if client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = self._make()
+                client = self._client
+        return client
+
+    def close(self) -> None:
+        """Close the client if one was made; the next :meth:`get` makes another."""
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()

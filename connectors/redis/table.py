@@ -8,7 +8,6 @@ are thin layers over it. Nothing read from Redis is ever unpickled.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping, Sequence
 from datetime import date, datetime, timedelta
 from decimal import Decimal
@@ -23,7 +22,7 @@ from connectors.errors import translate
 from connectors.keys import EncodedKeys
 from connectors.policy import BadValue, BadValuePolicy, BadValueStats
 from connectors.predicates import Predicate, check_predicates, predicates_mask
-from connectors.redis.client import check_redis_url, redact_url, redis_client_from_url
+from connectors.redis.client import SharedClient, check_redis_url, redact_url, redis_client_from_url
 from connectors.redis.template import KeyTemplate
 from connectors.redis.values import json_wire, parse_json, text_wire
 from spark_lookup import options as opts
@@ -80,7 +79,7 @@ class RedisTable(PerProcess):
         For an invalid URL, template, value type or schema.
     """
 
-    _PER_PROCESS = ("_lock", "_client", "stats", "conformer")
+    _PER_PROCESS = ("_client", "stats", "conformer")
 
     def __init__(
         self,
@@ -169,8 +168,7 @@ class RedisTable(PerProcess):
         self._init_runtime()
 
     def _init_runtime(self) -> None:
-        self._lock = threading.Lock()
-        self._client: Any = None
+        self._client = SharedClient(self.new_client)
         self.stats = BadValueStats(f"Redis table {self.name!r}")
         self.conformer = Conformer(
             self.name, self.arrow_schema, [f.dataType.simpleString() for f in self.schema.fields],
@@ -193,20 +191,11 @@ class RedisTable(PerProcess):
 
     def client(self) -> Any:
         """This process's shared client (thread-safe: redis-py pools connections)."""
-        client = self._client
-        if client is None:
-            with self._lock:
-                if self._client is None:
-                    self._client = self.new_client()
-                client = self._client
-        return client
+        return self._client.get()
 
     def close(self) -> None:
         """Close the client and its connections."""
-        with self._lock:
-            client, self._client = self._client, None
-        if client is not None:
-            client.close()
+        self._client.close()
 
     def _fetch(self, redis_keys: Sequence[str | bytes], what: str, client: Any = None) -> list[Any]:
         """The stored values of ``redis_keys`` in one round trip (a pipeline)."""

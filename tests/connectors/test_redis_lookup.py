@@ -195,7 +195,7 @@ def test_keys_are_normalized_checked_and_never_sent_when_hopeless(
 
 def test_pickles_as_configuration(users: RedisLookupFunction) -> None:
     copy = pickle.loads(pickle.dumps(users))
-    assert copy._redis._client is None
+    assert copy._redis._client._client is None
     assert copy.lookup((2,)) == [(2, "Bob", None, None, None, None)]
     copy.close()
 
