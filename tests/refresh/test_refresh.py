@@ -21,6 +21,14 @@ from triggers import PeriodicCacheReloadTrigger
 pytestmark = pytest.mark.spark
 
 HOUR = timedelta(hours=1)  # a trigger that only loads on open: reloads are driven explicitly
+
+
+@pytest.fixture
+def short_close_waits(monkeypatch: pytest.MonkeyPatch) -> PeriodicCacheReloadTrigger:
+    """A trigger like ``HOUR``'s, with the waits of ``close()`` for a held load cut from
+    10 s to 1 s each (the tests that hold a load open would spend them all)."""
+    monkeypatch.setattr("lookup.refresh._LOAD_STOP_WAIT", 1.0)
+    return PeriodicCacheReloadTrigger(HOUR, close_timeout=1.0)
 FAST_RETRY = RetryPolicy(max_retries=1, initial_backoff=timedelta(milliseconds=10))
 LOAD_TIMEOUT = 120
 
@@ -248,12 +256,14 @@ def test_close_stops_the_schedule(spark: Any, db: Path) -> None:
     refresh.close()  # idempotent
 
 
-def test_a_load_in_progress_at_close_never_swaps(spark: Any, db: Path, tmp_path: Path) -> None:
+def test_a_load_in_progress_at_close_never_swaps(
+    spark: Any, db: Path, tmp_path: Path, short_close_waits: PeriodicCacheReloadTrigger
+) -> None:
     gate = tmp_path / "gate"
     gate.touch()
     # LOCAL: a CACHE or AUTO load holds its cache's lock in Spark's CacheManager while the
     # source plans its splits, and dropTempView would wait for the held planning.
-    refresh = ScheduledTableRefresh(spark, countries(db, gate), PeriodicCacheReloadTrigger(HOUR),
+    refresh = ScheduledTableRefresh(spark, countries(db, gate), short_close_waits,
                                     "rv_closing", materialization="LOCAL").open()
     gate.unlink()
     running = refresh.trigger_reload()
@@ -294,10 +304,10 @@ def test_a_failing_first_load_fails_open(spark: Any, db: Path) -> None:
 
 
 def test_a_first_load_slower_than_initial_load_timeout_fails_open(
-    spark: Any, db: Path, tmp_path: Path
+    spark: Any, db: Path, tmp_path: Path, short_close_waits: PeriodicCacheReloadTrigger
 ) -> None:
     gate = tmp_path / "gate"  # absent: the first load waits in the source
-    trigger = PeriodicCacheReloadTrigger(HOUR)
+    trigger = short_close_waits
     refresh = ScheduledTableRefresh(spark, countries(db, gate), trigger, "rv_slow",
                                     materialization="LOCAL", initial_load_timeout=1.0)
     try:
