@@ -115,14 +115,15 @@ def test_a_namespace_with_other_characters_is_refused(redis_url: str, namespace:
 
 
 def test_redis_enforces_the_ttl(make: Any, redis_client: Any, redis_prefix: str) -> None:
-    cache = make(ttl=timedelta(milliseconds=80))
+    # Redis expires by its own clock: the TTL leaves room for a busy machine's stalls.
+    cache = make(ttl=timedelta(milliseconds=400))
     cache.put((1,), [(1,)])
     cache.put_all({(2,): [(2,)], (3,): []})
     names = sorted(redis_client.scan_iter(match=redis_prefix + "*"))
     assert len(names) == 3
-    assert all(0 < redis_client.pttl(name) <= 80 for name in names)
+    assert all(0 < redis_client.pttl(name) <= 400 for name in names)
     assert cache.get_if_present((2,)) == ((2,),)
-    time.sleep(0.15)
+    time.sleep(0.5)
     assert cache.get_all([(1,), (2,), (3,)]) == {}
     long = make(ttl=3600)
     long.put((1,), [(1,)])
