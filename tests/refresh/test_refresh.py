@@ -21,6 +21,8 @@ from triggers import PeriodicCacheReloadTrigger
 pytestmark = pytest.mark.spark
 
 HOUR = timedelta(hours=1)  # a trigger that only loads on open: reloads are driven explicitly
+FAST_RETRY = RetryPolicy(max_retries=1, initial_backoff=timedelta(milliseconds=10))
+LOAD_TIMEOUT = 120
 
 
 @pytest.fixture
@@ -29,8 +31,6 @@ def short_close_waits(monkeypatch: pytest.MonkeyPatch) -> PeriodicCacheReloadTri
     10 s to 1 s each (the tests that hold a load open would spend them all)."""
     monkeypatch.setattr("lookup.refresh._LOAD_STOP_WAIT", 1.0)
     return PeriodicCacheReloadTrigger(HOUR, close_timeout=1.0)
-FAST_RETRY = RetryPolicy(max_retries=1, initial_backoff=timedelta(milliseconds=10))
-LOAD_TIMEOUT = 120
 
 
 def refresh_of(spark: Any, db: Path, view: str, **options: Any) -> ScheduledTableRefresh:
