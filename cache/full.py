@@ -29,6 +29,7 @@ from cache._key_hash import hash_keys
 from cache.base import Key, LookupCache, Row, Rows, check_key, expand
 from cache.metrics import CacheMetrics
 from connectors.rows import python_values
+from spark_lookup._load_priority import loading, lookup_turn
 from spark_lookup._per_process import PerProcess
 from spark_lookup.errors import ConfigError, SnapshotUnavailableError
 
@@ -145,6 +146,7 @@ class FullSnapshot:
         self.nbytes = int(table.nbytes + offsets.nbytes + index.memory_usage(deep=True)) + extra
 
     @classmethod
+    @loading()  # lookups of this process take turns meanwhile (spark_lookup._load_priority)
     def build(
         cls,
         table: pa.Table,
@@ -452,10 +454,11 @@ class LookupFullCache(PerProcess, LookupCache):
     def get_all(self, keys: Iterable[Key]) -> dict[Key, Rows]:
         """Rows of every key (empty for absent ones); one vectorized probe."""
         probes = [check_key(key) for key in keys]
-        snapshot = self.snapshot()
-        probe_positions, row_indices = snapshot.locate(probes)
+        with lookup_turn():
+            snapshot = self.snapshot()
+            probe_positions, row_indices = snapshot.locate(probes)
+            rows = snapshot.rows(row_indices)
         found: dict[Key, list[Row]] = {}
-        rows = snapshot.rows(row_indices)
         for position, row in zip(probe_positions.tolist(), rows, strict=True):
             found.setdefault(probes[position], []).append(row)
         result: dict[Key, Rows] = dict.fromkeys(probes, _EMPTY)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -42,6 +43,7 @@ from cache.snapshot_store import SnapshotStore, StoredSnapshot
 from connectors.errors import should_retry
 from lookup._runtime_base import LookupRuntime, Probe, counting_bad_values
 from lookup.providers import FullCachingLookupProvider
+from spark_lookup._load_priority import loading, lookup_turn
 from spark_lookup.errors import LookupLoadError
 from triggers.scheduler import Scheduled, process_scheduler
 
@@ -51,6 +53,12 @@ log = logging.getLogger("lookup")
 
 _LOCK_POLL_SECONDS = 0.05
 """How often a process waiting for another's load looks for its publication."""
+
+_DUE_MARGIN_SECONDS = 0.2
+"""Lookups take turns from this long before a scheduled load (its threads must wake)."""
+
+_DUE_RECHECK_SECONDS = 0.05
+"""How often a lookup asks the trigger for its next load time (a lock and a clock)."""
 
 
 class FullCachingRuntime(LookupRuntime):
@@ -95,6 +103,8 @@ class FullCachingRuntime(LookupRuntime):
         self._running: Future[None] | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._due_timer: Scheduled | None = None
+        self._due_checked_until = -math.inf
+        self._due_soon_from = math.inf
 
     @property
     def shared(self) -> bool:
@@ -208,7 +218,7 @@ class FullCachingRuntime(LookupRuntime):
             loaded_at = self.cache.clock()
             started = time.perf_counter()
             try:
-                with counting_bad_values(provider.source, lambda grown: self._record(
+                with loading(), counting_bad_values(provider.source, lambda grown: self._record(
                         partial(self.metrics.inc_bad_values, grown))):
                     # The loaded table is handed over, not kept here: the snapshot's own
                     # copy (its columns combined) is then the only one left.
@@ -361,20 +371,39 @@ class FullCachingRuntime(LookupRuntime):
         error = self.cache.last_error
         if (self.cache.current() is None and error is not None and should_retry(error)
                 and (running is None or running.done())):
-            running = self.trigger_reload()
+            self.trigger_reload()
+
+    def _load_coming(self) -> bool:
+        """Whether a load was submitted, or the trigger's next one starts within
+        :data:`_DUE_MARGIN_SECONDS`: lookups take turns already (see
+        :func:`~spark_lookup._load_priority.lookup_turn`), so that the threads that
+        start it wake in time."""
+        running = self._running
         if running is not None and not running.done():
-            # Hand the GIL to the loader once per batch. A CPU-bound lookup thread only
-            # lets go of it every switch interval, and the loader needs it after each of
-            # its many I/O waits (CPython's convoy effect): a 17k-row reload from
-            # PostgreSQL took 25-40 s next to one busy lookup thread, 0.05 s with this.
-            time.sleep(0)
+            return True
+        now = time.monotonic()
+        if now >= self._due_checked_until:
+            due = self._trigger_due()
+            self._due_checked_until = now + _DUE_RECHECK_SECONDS
+            self._due_soon_from = (math.inf if due is None
+                                   else now + due - _DUE_MARGIN_SECONDS)
+        return now >= self._due_soon_from
+
+    def _trigger_due(self) -> float | None:
+        """Seconds until the trigger's next load (None: none scheduled, or unknown)."""
+        next_time = getattr(self._trigger, "next_reload_time", None)
+        when = next_time() if callable(next_time) else None
+        if not isinstance(when, datetime):
+            return None
+        return (when - datetime.now(timezone.utc)).total_seconds()
 
     def probe(self, keys: Sequence[pa.Array], describe: str = "lookup") -> Probe:
         """The distinct keys' groups in the snapshot's index (one vectorized probe), its
         offsets and rows; hits and misses counted."""
         self._before_lookups()
-        snapshot = self.cache.snapshot()
-        groups = snapshot.groups(keys)
+        with lookup_turn(self._load_coming()):
+            snapshot = self.cache.snapshot()
+            groups = snapshot.groups(keys)
         hits = int((groups >= 0).sum())
         self.metrics.inc_hits(hits)
         self.metrics.inc_misses(len(groups) - hits)
@@ -382,7 +411,8 @@ class FullCachingRuntime(LookupRuntime):
 
     def _lookup_distinct(self, keys: list[Key]) -> dict[Key, tuple[Row, ...]]:
         self._before_lookups()
-        found = self.cache.get_all(keys) if keys else {}
+        with lookup_turn(self._load_coming()):
+            found = self.cache.get_all(keys) if keys else {}
         return {key: tuple(found[key]) for key in keys}
 
 
