@@ -7,11 +7,14 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
+import pyarrow as pa
+
 from cache._codec import CodecError, decode_rows, encode_key, encode_rows
+from cache._fit import misfit_check
 from cache.base import Key, LookupCache, Rows, check_key, freeze_rows
 from cache.metrics import CacheMetrics
 from connectors.redis.client import SharedClient, check_redis_url, redact_url, redis_client_from_url
@@ -78,8 +81,12 @@ class RedisLookupCache(PerProcess, LookupCache):
     Values are compact JSON with type tags (date, datetime, time, timedelta, Decimal,
     bytes, NaN/infinity, tuples, lists, dicts), never pickle: a value that was altered
     or written by someone else decodes to nothing, is served as a miss, and counts as a
-    cache error. A row holding a type without a safe encoding is not cached (the old
-    entry is removed, so no stale rows survive) and counts as a cache error.
+    cache error. Once bound to a schema (the lookup runtime binds it), an entry whose
+    rows are not exactly values of the schema's types (``1.5`` or ``True`` in a BIGINT,
+    an integer beyond its range, ``55`` in a STRING; see ``cache._fit``) is a miss and a
+    cache error too, on every path, so the runtime loads the key again and overwrites it.
+    A row holding a type without a safe encoding is not cached (the old entry is
+    removed, so no stale rows survive) and counts as a cache error.
 
     Redis enforces the TTL (``SET ... PX``); every put renews it. ``get_all`` is one
     round trip (``MGET``), and so is ``put_all`` (pipelined ``SET``). Not for Redis
@@ -169,9 +176,11 @@ class RedisLookupCache(PerProcess, LookupCache):
         self._init_runtime()
 
     # Configuration only travels: the client stays behind; the entries are in Redis.
-    _PER_PROCESS = ("_client", "_skip_until", "_metrics", "_warn")
+    _PER_PROCESS = ("_client", "_skip_until", "_metrics", "_warn", "_misfit")
 
     def _init_runtime(self) -> None:
+        bound = getattr(self, "_bound", None)
+        self._misfit = None if bound is None else misfit_check(bound[0])
         self._client = SharedClient(lambda: redis_client_from_url(
             self._url, socket_timeout=self._socket_timeout,
             connect_timeout=self._connect_timeout, client_options=self._client_options))
@@ -194,6 +203,11 @@ class RedisLookupCache(PerProcess, LookupCache):
     def ttl(self) -> timedelta:
         """Time to live of each entry, as given."""
         return self._ttl
+
+    def bind(self, schema: pa.Schema, key_columns: Sequence[str]) -> None:
+        """Check every entry read from now on against ``schema`` (see the class notes)."""
+        super().bind(schema, key_columns)
+        self._misfit = misfit_check(schema)
 
     # --- lifecycle
 
@@ -245,11 +259,18 @@ class RedisLookupCache(PerProcess, LookupCache):
         if data is None:
             return None
         try:
-            return decode_rows(data)  # type: ignore[arg-type]
+            rows = decode_rows(data)  # type: ignore[arg-type]
         except CodecError as exc:
             self._metrics.inc_cache_errors()
             self._warn("Redis cache value at %.120r is not readable (%s); a miss", redis_key, exc)
             return None
+        problem = None if self._misfit is None else self._misfit(rows)
+        if problem is not None:
+            self._metrics.inc_cache_errors()
+            self._warn("Redis cache value at %.120r does not fit the schema (%s); a miss",
+                       redis_key, problem)
+            return None
+        return rows
 
     def _encode(self, key: Key, rows: tuple[tuple[Any, ...], ...]) -> bytes | None:
         """The value to store, or None when nothing is to be stored for ``key``."""

@@ -116,14 +116,16 @@ def should_retry(exc: BaseException) -> bool:
     """Whether a failed load is worth another attempt.
 
     Our own errors say it themselves: a :class:`~spark_lookup.TransientConnectorError`
-    is retried; bad configuration, bad keys, bad values (``BadValueError``) and other
-    permanent connector errors are not. A driver's error that reached us untranslated
-    (from a user's lookup function) is classified like ours. Anything else a user's
-    function raises is retried, as Flink retries every failed lookup.
+    is retried; bad configuration, bad keys, bad values (``BadValueError``), other
+    permanent connector errors and ``RecursionError`` (input nested too deep) are not.
+    A driver's error that reached us untranslated (from a user's lookup function) is
+    classified like ours. Anything else a user's function raises is retried, as Flink
+    retries every failed lookup.
     """
     if isinstance(exc, TransientConnectorError):
         return True
-    if isinstance(exc, (SparkLookupError, TypeError)):
+    # The same input recurses as deep again: a retry cannot help.
+    if isinstance(exc, (SparkLookupError, TypeError, RecursionError)):
         return False
     if type(exc).__module__.split(".")[0] in _DRIVER_MODULES:
         return is_transient(exc)

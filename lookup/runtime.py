@@ -23,15 +23,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cache.base import (
-    Key,
-    LookupCache,
-    Row,
-    answers_to_arrow,
-    key_tuples,
-    row_ranges,
-    rows_to_table,
-)
+from cache._fit import misfit_check
+from cache.base import Key, LookupCache, Row, answers_to_arrow, key_tuples, row_ranges
 from cache.default import DefaultLookupCache
 from cache.metrics import CacheMetrics
 from connectors.keys import KeyCodec
@@ -77,6 +70,7 @@ class _LoadingRuntime(LookupRuntime):
         self._miss_delay = 0.0 if miss_retry is None else miss_retry.delay.total_seconds()
         self._batch_size = provider.batch_size
         self._schema = to_arrow_schema(provider.schema)
+        self._misfit = misfit_check(self._schema)
         table = getattr(provider.function, "table", None)
         self._codec = KeyCodec(
             list(provider.key_columns), provider.key_types,
@@ -180,17 +174,6 @@ class _LoadingRuntime(LookupRuntime):
         keys = key_tuples(arrays)
         found: dict[Key, Any] = cache.get_all(keys)
         self._drop_malformed(found)
-        try:
-            return answers_to_arrow(keys, found, self._schema)
-        except TypeError:
-            pass
-        bad = []
-        for key, rows in found.items():
-            try:
-                rows_to_table(rows, self._schema)
-            except TypeError:
-                bad.append(key)
-        self._drop_cached(found, bad, "hold values not of the schema's types")
         return answers_to_arrow(keys, found, self._schema)
 
     def _load_arrow(self, function: LookupFunction, keys: list[pa.Array]
@@ -283,11 +266,12 @@ class _LoadingRuntime(LookupRuntime):
         return {key: EMPTY if n is None else tuple(found[n]) for key, n in normal.items()}
 
     def _drop_malformed(self, found: dict[Key, Any]) -> None:
-        """Drop cached entries whose rows are not tuples of the schema's width."""
-        width = self._width
-        bad = [key for key, rows in found.items()
-               if any(type(row) is not tuple or len(row) != width for row in rows)]
-        self._drop_cached(found, bad, f"are not rows of {width} column(s)")
+        """Drop cached entries whose rows are not exactly values of the schema's types
+        (no truncation, no bool as int, no int as text, nothing out of range)."""
+        problems = {key: self._misfit(rows) for key, rows in found.items()}
+        bad = [key for key, problem in problems.items() if problem is not None]
+        if bad:
+            self._drop_cached(found, bad, f"do not fit the schema ({problems[bad[0]]})")
 
     def _drop_cached(self, found: dict[Key, Any], bad: list[Key], problem: str) -> None:
         """Reload ``bad`` entries: a shared cache serves what anyone with write access stored."""

@@ -412,9 +412,7 @@ class RedisTable(PerProcess):
         if self.template is not None and self.key_columns:
             parts: dict[str, list[str | None]] = {name: [] for name in self.key_columns}
             for row, owner in enumerate(owners):
-                name = redis_keys[owner]
-                text = name.decode("utf-8", "replace") if isinstance(name, bytes) else name
-                parsed = self.template.parse(text)
+                parsed = _parse_key(self.template, redis_keys[owner])
                 if parsed is None:
                     parsed_ok[row] = False
                 for column in self.key_columns:
@@ -428,6 +426,17 @@ class RedisTable(PerProcess):
                     key_values[column] = _cast_each(wire, target)
         batch, _ = self._conform(redis_keys, owners, wires, flags, key_values, parsed_ok, malformed)
         return batch
+
+
+def _parse_key(template: KeyTemplate, name: str | bytes) -> dict[str, str] | None:
+    """The key parts of a scanned Redis key; None for one the template cannot have made
+    (such as bytes that are no UTF-8: a replacement character would name another key)."""
+    if isinstance(name, bytes):
+        try:
+            name = name.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return template.parse(name)
 
 
 def _cast_each(wire: pa.Array, target: pa.DataType) -> pa.Array:

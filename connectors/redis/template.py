@@ -8,10 +8,18 @@ Two different lookup keys must never read each other's Redis key. With plain par
 ``tenant:{t}:{id}`` gives ``tenant:a:b:c`` for ``("a:b", "c")`` and for ``("a", "b:c")``.
 So a part containing the literal text that separates placeholders (``:`` here) is
 *ambiguous*: a connector reads it only where the stored value carries the key columns
-and can be checked against the key (see ``RedisTable``); elsewhere it is refused. The
-opt-in ``escape=True`` percent-encodes ``%`` and every character of the separators in
-each part (``a:b`` -> ``a%3Ab``): no part is ambiguous, and writers use
-``RedisLookupFunction.redis_key`` (or the same encoding) to name their keys.
+and can be checked against the key (see ``RedisTable``); elsewhere it is refused.
+
+The opt-in ``escape=True`` percent-encodes, in one pass over each part, every ``%`` and
+every character that occurs in a separator, each as the UTF-8 bytes of that character,
+``%XX`` per byte with upper-case hex digits (``a:b`` -> ``a%3Ab``, ``x→y`` with separator
+``→`` -> ``x%E2%86%92y``); no other character is encoded. Separators may then hold any
+character but ``%``. Why that is unambiguous: an escaped part holds no separator
+character except inside ``%XX`` codes, and a separator holds no ``%``, so every ``%`` of
+a key starts a code of a part and the separators can be told apart from the parts in
+one way only. :meth:`KeyTemplate.parse` accepts exactly the keys :meth:`KeyTemplate.format`
+makes (the canonical encoding), so a scan reads a key back as the parts that name it.
+Writers use ``RedisLookupFunction.redis_key`` (or this encoding) to name their keys.
 """
 
 from __future__ import annotations
@@ -45,7 +53,8 @@ class KeyTemplate:
     ------
     ConfigError
         For a malformed template, a placeholder that is not a key column, a key column
-        without a placeholder, or two placeholders with no literal text between them.
+        without a placeholder, two placeholders with no literal text between them, or
+        (with ``escape``) a separator holding ``%``.
     """
 
     def __init__(self, template: object, key_columns: Sequence[str], escape: bool = False) -> None:
@@ -58,11 +67,14 @@ class KeyTemplate:
         self.template = template
         self.escape = bool(escape)
         self.fields: list[str] = []
-        literals: list[str] = []
+        # literals[i] precedes placeholder i, literals[-1] follows the last one; the
+        # parser splits a literal at each '{{' or '}}', so its pieces are joined here.
+        literals = [""]
         for literal, field, spec, conversion in parsed:
-            literals.append(literal)
+            literals[-1] += literal
             if field is None:
                 continue
+            literals.append("")
             # Only bare key-column names: '{id.__class__}' or '{0}' would reach into values.
             if field not in key_columns:
                 raise ConfigError(
@@ -83,8 +95,6 @@ class KeyTemplate:
             )
         if len(set(self.fields)) != len(self.fields):
             raise ConfigError(f"key_template {template!r} repeats a placeholder")
-        # literals[i] precedes placeholder i; the text after the last one is literals[-1]
-        # when the template ends with text.
         separators = literals[1 : len(self.fields)]
         if any(not text for text in separators):
             raise ConfigError(
@@ -92,7 +102,17 @@ class KeyTemplate:
                 "or one key could be read as another"
             )
         self.separators = tuple(separators)
-        self._escaped = sorted({"%", *"".join(separators)})
+        if self.escape and any("%" in text for text in separators):
+            # A '%' in a separator could be read as the start of a part's escape code:
+            # ("x", "25%") and ("x%", "25") would both be "x%25%25" with separator "%".
+            raise ConfigError(
+                f"key_template {template!r}: with escape=True the text between placeholders "
+                "may not contain '%' (it starts the escape codes of key parts)"
+            )
+        special = "".join(re.escape(c) for c in sorted({"%", *"".join(separators)}))
+        self._special = re.compile(f"[{special}]")
+        # A part's text: characters no separator holds, and escape codes.
+        part_regex = f"((?:[^{special}]|%[0-9A-F]{{2}})*)"
         self._specs = {
             field: spec or "" for _, field, spec, _ in parsed if field is not None
         }
@@ -102,7 +122,10 @@ class KeyTemplate:
             pattern += re.escape(literal)
             glob += _GLOB_SPECIAL.sub(r"\\\1", literal)
             if field is not None:
-                pattern += "(.*)" if self.escape or len(self.fields) == 1 else "(.*?)"
+                if self.escape:
+                    pattern += part_regex
+                else:
+                    pattern += "(.*)" if len(self.fields) == 1 else "(.*?)"
                 glob += "*"
         # Matched with fullmatch: a final '$' also matches before a trailing newline, so
         # "user:1\n" would have been read as the key of "user:1".
@@ -113,10 +136,7 @@ class KeyTemplate:
     def part(self, field: str, value: Any) -> str:
         """The text of one key part (escaped when asked)."""
         text = format(value, self._specs[field])
-        if self.escape:
-            for char in self._escaped:
-                text = text.replace(char, f"%{ord(char):02X}")
-        return text
+        return self._special.sub(_percent, text) if self.escape else text
 
     def ambiguous(self, parts: Sequence[str]) -> bool:
         """Whether unescaped parts could be read as another key's (a part holds a
@@ -144,7 +164,15 @@ class KeyTemplate:
         if self.ambiguous(parts):
             return None
         if self.escape:
-            parts = [_unescape(p) for p in parts]
+            texts = []
+            for part in parts:
+                text = _unescape(part)
+                # Only the canonical encoding names a key: "%41" is not "A"'s (a lookup
+                # of "A" reads "A"), so a scan files no row under a key nobody wrote.
+                if text is None or self._special.sub(_percent, text) != part:
+                    return None
+                texts.append(text)
+            parts = texts
         return dict(zip(self.fields, parts, strict=True))
 
     def check_formats(self, samples: Mapping[str, Any]) -> None:
@@ -174,5 +202,20 @@ def _plain(template: str) -> str:
     return "".join(out)
 
 
-def _unescape(text: str) -> str:
-    return re.sub(r"%([0-9A-F]{2})", lambda m: chr(int(m.group(1), 16)), text)
+def _percent(match: re.Match[str]) -> str:
+    # surrogatepass: a lone surrogate is a str Python holds; it round-trips as well.
+    return "".join(f"%{byte:02X}" for byte in match.group().encode("utf-8", "surrogatepass"))
+
+
+_CODES = re.compile(r"(?:%[0-9A-F]{2})+")
+
+
+def _unescape(text: str) -> str | None:
+    """``text`` with its runs of escape codes decoded as UTF-8; None if one is no UTF-8."""
+    try:
+        return _CODES.sub(
+            lambda m: bytes.fromhex(m.group().replace("%", "")).decode("utf-8", "surrogatepass"),
+            text,
+        )
+    except UnicodeDecodeError:
+        return None

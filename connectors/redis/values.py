@@ -13,7 +13,9 @@ BOOLEAN only; dates and timestamps
 are ISO 8601 strings; BINARY is base64; arrays, objects (maps, with text keys) and
 nested objects (structs) suit ARRAY, MAP and STRUCT columns, leaf by leaf. A STRING
 column takes any JSON value: a non-string as its JSON text (``{"a": 1}``, numbers as
-written).
+written). A value nested deeper than :data:`MAX_DEPTH` arrays and objects is a bad
+value of its column, as any unreadable one (reading it would recurse past Python's
+limit, an error that says nothing about Redis and would be retried).
 """
 
 from __future__ import annotations
@@ -28,7 +30,10 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import types as T
 
-__all__ = ["json_text", "json_wire", "parse_json", "text_wire"]
+__all__ = ["MAX_DEPTH", "json_text", "json_wire", "parse_json", "text_wire"]
+
+MAX_DEPTH = 128
+"""The deepest nesting of arrays and objects a JSON member's value may have."""
 
 _STRING_TYPES = (T.StringType, T.VarcharType, T.CharType)
 _NUMBER_TYPES = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType,
@@ -104,8 +109,29 @@ def json_wire(
     """Decoded JSON values (None: null or missing) as a wire column for ``target``,
     with the flags of values of the wrong kind (their JSON text)."""
     flags: list[str | None] = [None] * len(values)
+    if any(isinstance(v, (list, dict)) for v in values):
+        values = list(values)
+        for row, value in enumerate(values):
+            if _too_deep(value):
+                values[row] = None
+                flags[row] = f"a JSON value nested deeper than {MAX_DEPTH} levels"
     array = _wire(values, target, flags)
     return array, flags if any(f is not None for f in flags) else None
+
+
+def _too_deep(value: Any) -> bool:
+    """Whether ``value`` nests arrays and objects deeper than :data:`MAX_DEPTH` (found
+    without recursion, so any depth can be measured)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, dict)):
+            if depth > MAX_DEPTH:
+                return True
+            members = item.values() if isinstance(item, dict) else item
+            stack.extend((member, depth + 1) for member in members
+                         if isinstance(member, (list, dict)))
+    return False
 
 
 def _members(owner: Sequence[int], values: Sequence[Any], flags: list[str | None],

@@ -105,6 +105,8 @@ def test_driver_errors_are_classified_transient_or_permanent() -> None:
     assert not should_retry(BadValueError("x"))
     assert not should_retry(ConfigError("x"))
     assert should_retry(RuntimeError("a user's function failed"))  # as Flink retries
+    # Input nested too deep recurses as deep on every attempt (issue 26, item 10).
+    assert not should_retry(RecursionError("maximum recursion depth exceeded"))
 
 
 @pytest.mark.postgres

@@ -13,11 +13,14 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
-from cache import CacheMetrics, LookupCache, RedisLookupCache
-from cache._codec import FORMAT_PREFIX
+from cache import CacheMetrics, DefaultLookupCache, LookupCache, RedisLookupCache, TieredLookupCache
+from cache._codec import FORMAT_PREFIX, decode_rows, encode_key
+from lookup import PartialCachingLookupProvider, RedisLookupFunction, open_lookup
 from spark_lookup.errors import ConfigError
+from spark_lookup.schema import to_arrow_schema
 from tests.cache.contract import LookupCacheContract
 from tests.clock import FakeTimer
 from tests.connectors.conftest import RedisServer, free_port
@@ -163,6 +166,75 @@ def test_a_tampered_value_is_a_counted_miss(make: Any, redis_client: Any,
     assert metrics.num_cache_errors == 7
     cache.put((1,), [(1, "b")])  # overwrites whatever is there
     assert cache.get_if_present((1,)) == ((1, "b"),)
+
+
+# Entries another writer left in the tier, in the codec's format, for a row of
+# "id BIGINT, n BIGINT, s STRING" (issue 26, items 6 and 7).
+FOREIGN_ENTRIES = {
+    "beyond BIGINT": b'[[1, 99999999999999999999999, "x"]]',
+    "a fraction in BIGINT": b'[[1, 1.5, "x"]]',
+    "a boolean in BIGINT": b'[[1, true, "x"]]',
+    "text in BIGINT": b'[[1, "20", "x"]]',
+    "an integer in STRING": b"[[1, 5, 55]]",
+    "a boolean in STRING": b"[[1, 5, true]]",
+    "another writer's row": b'[[1, 5, "y"]]',  # of the schema's types: it is served
+    "a short row": b"[[1, 5]]",
+}
+
+
+@pytest.mark.parametrize("tiered", [False, True], ids=["redis", "tiered"])
+@pytest.mark.parametrize("entry", list(FOREIGN_ENTRIES), ids=list(FOREIGN_ENTRIES))
+@pytest.mark.parametrize("path", ["lookup", "lookup_batch", "probe"])
+def test_an_entry_not_of_the_schemas_types_is_reloaded_on_every_path(
+    redis_url: str, redis_prefix: str, redis_client: Any, tiered: bool, entry: str, path: str
+) -> None:
+    redis_client.hset(f"{redis_prefix}u:1", mapping={"id": "1", "n": "7", "s": "x"})
+    function = RedisLookupFunction(redis_url, redis_prefix + "u:{id}",
+                                   "id BIGINT, n BIGINT, s STRING", ["id"])
+    far = RedisLookupCache(redis_url, namespace_of(redis_prefix) + ":tier", ttl=60)
+    cache = (TieredLookupCache(DefaultLookupCache.new_builder().maximum_size(10).build(), far)
+             if tiered else far)
+    name = f"{far.namespace}:{encode_key((1,))}"
+    stored = FORMAT_PREFIX + FOREIGN_ENTRIES[entry]
+    redis_client.set(name, stored)
+    with open_lookup(PartialCachingLookupProvider.of(function, cache)) as handle:
+        if path == "lookup":
+            rows = list(handle.lookup((1,)))
+        elif path == "lookup_batch":
+            rows = list(handle.lookup_batch([(1,)])[(1,)])
+        else:
+            probe = handle.runtime.probe([pa.array([1], pa.int64())])
+            rows = [tuple(r.values()) for r in probe.rows.take(
+                pa.array(range(probe.offsets[probe.groups[0]],
+                               probe.offsets[probe.groups[0] + 1]))).to_pylist()]
+        errors = handle.metrics.num_cache_errors
+    if entry == "another writer's row":
+        assert (rows, errors) == ([(1, 5, "y")], 0)
+        assert redis_client.get(name) == stored
+        return
+    assert rows == [(1, 7, "x")]  # loaded again ...
+    assert errors >= 1  # ... counted ...
+    assert decode_rows(redis_client.get(name)) == ((1, 7, "x"),)  # ... and overwritten
+
+
+def test_a_bound_cache_checks_entries_for_every_caller(make: Any, redis_client: Any,
+                                                       redis_prefix: str) -> None:
+    metrics = CacheMetrics()
+    cache = make(metrics)
+    cache.bind(to_arrow_schema("id BIGINT, n DOUBLE, d DECIMAL(4,2), t TIMESTAMP"), ["id"])
+    good = (1, 2.0, Decimal("1.50"), datetime(2024, 1, 1, tzinfo=timezone.utc))
+    cache.put((1,), [good])
+    assert cache.get_if_present((1,)) == (good,)
+    name = _only_key(redis_client, redis_prefix)
+    for foreign in (b'[[1, 2, {"n": "1.5"}, null]]',  # an integer in DOUBLE
+                    b'[[1, 2.0, {"n": "1.505"}, null]]',  # a digit beyond the scale
+                    b'[[1, 2.0, {"n": "100"}, null]]',  # beyond the precision
+                    b'[[1, 2.0, null, {"dt": "2024-01-01T00:00:00"}]]'):  # no zone
+        redis_client.set(name, FORMAT_PREFIX + foreign)
+        assert cache.get_if_present((1,)) is None
+        assert cache.get_all([(1,)]) == {}
+    assert metrics.num_cache_errors == 8
+    assert pickle.loads(pickle.dumps(cache)).get_all([(1,)]) == {}  # a copy checks too
 
 
 class Sentinel:

@@ -6,18 +6,26 @@ import json
 import math
 import pickle
 import shutil
-from datetime import date, datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cache import RedisLookupCache
+from cache import DefaultLookupCache, RedisLookupCache
 from connectors.policy import BadValuePolicy
-from lookup import RedisLookupFunction
+from connectors.redis.values import MAX_DEPTH
+from lookup import (
+    FullCachingLookupProvider,
+    PartialCachingLookupProvider,
+    RedisLookupFunction,
+    open_lookup,
+)
+from scan import RedisScanSource, read_arrow
 from spark_lookup.errors import BadValueError, ConfigError, ConnectorError
 from tests.connectors.conftest import RedisServer, free_port
+from triggers import PeriodicCacheReloadTrigger
 
 pytestmark = pytest.mark.redis
 
@@ -114,6 +122,64 @@ def test_bad_json_names_the_key(redis_url: str, redis_prefix: str, redis_client:
                                      "id", value_type="json")
     assert permissive.lookup(("x",))[0][1] is None
     assert permissive.bad_value_count == 1
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize("depth", [400, 900])
+@pytest.mark.parametrize("column", ["STRING", "ARRAY<STRING>"])
+def test_a_deeply_nested_json_value_is_a_bad_value_never_a_failure(
+    redis_url: str, redis_prefix: str, redis_client: Any, depth: int, column: str
+) -> None:
+    # Reading it recursed past Python's limit: a RecursionError, retried 3 times, then
+    # the lookup failed (issue 26, item 10).
+    redis_client.set(f"{redis_prefix}j:x", f'{{"id": "x", "doc": {_nested(depth)}}}')
+    redis_client.set(f"{redis_prefix}j:y", '{"id": "y", "doc": [[]]}')
+    schema = f"id STRING, doc {column}"
+    shallow = "[[]]" if column == "STRING" else ["[]"]
+
+    def function(mode: str) -> RedisLookupFunction:
+        return RedisLookupFunction(redis_url, redis_prefix + "j:{id}", schema, "id",
+                                   value_type="json", mode=mode)
+
+    permissive = function("PERMISSIVE")
+    with open_lookup(PartialCachingLookupProvider.of(
+            permissive, DefaultLookupCache.new_builder().maximum_size(10).build(),
+            max_retries=3)) as handle:
+        found = handle.lookup_batch([("x",), ("y",)])
+        assert found == {("x",): (("x", None),), ("y",): (("y", shallow),)}
+        assert (handle.metrics.num_bad_values, handle.metrics.num_retries) == (1, 0)
+        assert handle.metrics.num_load_failures == 0
+    assert function("DROPMALFORMED").lookup_batch([("x",), ("y",)]) == {
+        ("x",): [], ("y",): [("y", shallow)]}
+    with pytest.raises(BadValueError, match=rf"'{redis_prefix}j:x'.*column 'doc'.*"
+                                            rf"nested deeper than {MAX_DEPTH} levels"):
+        function("FAILFAST").lookup(("x",))
+
+
+def test_a_deeply_nested_json_value_costs_a_full_cache_one_value(
+    redis_url: str, redis_prefix: str, redis_client: Any
+) -> None:
+    # One such value made the whole load fail, so a full cache never had a snapshot.
+    redis_client.set(f"{redis_prefix}j:x", f'{{"id": "x", "doc": {_nested(600)}}}')
+    redis_client.set(f"{redis_prefix}j:y", '{"id": "y", "doc": [[1]]}')
+    source = RedisScanSource(redis_url, value_type="json", schema="id STRING, doc STRING",
+                             key_template=redis_prefix + "j:{id}", key_columns=["id"])
+    assert sorted(read_arrow(source, parallelism=2).to_pylist(), key=lambda r: r["id"]) == [
+        {"id": "x", "doc": None}, {"id": "y", "doc": "[[1]]"}]
+    provider = FullCachingLookupProvider.of(
+        source, PeriodicCacheReloadTrigger(timedelta(hours=1)), ["id"],
+        share_across_workers=False)
+    with open_lookup(provider) as handle:
+        assert handle.lookup_batch([("x",), ("y",)]) == {
+            ("x",): (("x", None),), ("y",): (("y", "[[1]]"),)}
+        assert handle.metrics.num_bad_values == 1
+    with pytest.raises(BadValueError, match=r"j:x'.*column 'doc'.*nested deeper"):
+        read_arrow(RedisScanSource(redis_url, value_type="json", schema="id STRING, doc STRING",
+                                   key_template=redis_prefix + "j:{id}", key_columns=["id"],
+                                   mode="FAILFAST"))
 
 
 def test_string_values(redis_url: str, redis_prefix: str, redis_client: Any) -> None:
