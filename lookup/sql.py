@@ -37,8 +37,8 @@ from pyspark.sql import types as T
 
 from cache.base import Key, Row
 from lookup._assemble import JoinShape, factorize
+from lookup._join_plan import keys_compatible
 from lookup._worker import worker_runtime
-from lookup.join import keys_compatible
 from lookup.providers import LookupProvider
 from lookup.runtime import LookupRuntime
 from spark_lookup.errors import ConfigError

@@ -12,7 +12,9 @@ import pytest
 
 from cache.metrics import FIELDS, GAUGES
 from lookup import _worker
-from lookup.join import _JoinFunction, placeholder, plan_join
+from lookup._join_report import placeholder
+from lookup._join_worker import JoinFunction
+from lookup.join import plan_join
 from lookup.metrics import (
     _NOTE,
     NOTE_PREFIX,
@@ -116,7 +118,7 @@ def test_the_report_row_follows_the_joined_rows() -> None:
     stream = T.StructType([T.StructField("id", T.LongType(), False),
                            T.StructField("label", T.StringType(), False)])
     plan = plan_join(stream, provider, on="id", how="inner")
-    function = _JoinFunction(provider, plan.shape, (False, False))
+    function = JoinFunction(provider, plan.shape, (False, False))
     batches = [pa.record_batch({"id": pa.array([1, 2], pa.int64()),
                                 "label": pa.array(["x", "y"])}),
                pa.record_batch({"id": pa.array([3], pa.int64()), "label": pa.array(["z"])})]
@@ -147,7 +149,7 @@ def test_a_left_join_carries_its_report_on_its_last_joined_row() -> None:
         PeriodicCacheReloadTrigger(dt.timedelta(hours=1)), ["id"])
     stream = T.StructType([T.StructField("id", T.LongType())])
     plan = plan_join(stream, provider, on="id", how="left")
-    function = _JoinFunction(provider, plan.shape, (True,))
+    function = JoinFunction(provider, plan.shape, (True,))
     batches = [pa.record_batch({"id": pa.array([1, 5], pa.int64())}),
                pa.record_batch({"id": pa.array([], pa.int64())}),
                pa.record_batch({"id": pa.array([2, None, 1], pa.int64())}),
@@ -180,7 +182,7 @@ def test_a_failing_task_notes_its_report_on_the_error() -> None:
     plan = plan_join(T.StructType([T.StructField("id", T.LongType())]), provider, on="id")
     try:
         with pytest.raises(Exception, match="database is down") as failure:
-            list(_JoinFunction(provider, plan.shape, (True,))(iter([stream])))
+            list(JoinFunction(provider, plan.shape, (True,))(iter([stream])))
     finally:
         _worker._reset_for_tests()
     notes = getattr(failure.value, "__notes__", [])

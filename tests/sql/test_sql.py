@@ -217,7 +217,8 @@ def test_registration_is_validated_on_the_driver(
 
 def test_sql_and_lookup_join_share_the_worker_runtime(spark: Any) -> None:
     from lookup import _worker
-    from lookup.join import _JoinFunction, plan_join
+    from lookup._join_worker import JoinFunction
+    from lookup.join import plan_join
     from lookup.metrics import REPORT_COLUMN, parse_report
     from lookup.sql import _StructLookup
 
@@ -226,7 +227,7 @@ def test_sql_and_lookup_join_share_the_worker_runtime(spark: Any) -> None:
     stream = pa.record_batch({"id": pa.array([1, 2, 4, None], pa.int64())})
     plan = plan_join(spark.table("orders").select("id").schema, provider, on="id")
     try:
-        joined = list(_JoinFunction(provider, plan.shape, (True,))(iter([stream])))
+        joined = list(JoinFunction(provider, plan.shape, (True,))(iter([stream])))
         struct = list(_StructLookup("customer", provider)(iter([stream["id"]])))
         handler = register_lookup_table_function(spark, "customer_rows", provider).func
         table_function = handler()
