@@ -156,13 +156,16 @@ class DefaultLookupCache(LookupCache):
         """Build from Flink option keys (``lookup.cache`` must be ``PARTIAL``).
 
         Reads ``lookup.partial-cache.max-rows``, ``.max-bytes`` (beyond Flink),
-        ``.expire-after-write``, ``.expire-after-access`` and ``.cache-missing-key``.
+        ``.expire-after-write``, ``.expire-after-access`` and ``.cache-missing-key``, and
+        Flink's deprecated ``lookup.cache.max-rows``, ``lookup.cache.ttl`` and
+        ``lookup.cache.caching-missing-key`` in their place (with a ``FutureWarning``).
 
         Raises
         ------
         ConfigError
             (a ``ValueError``) naming the key that is missing, unknown or invalid.
         """
+        options = opts.with_current_keys(options)
         cache_type = opts.CACHE.get(options)
         if cache_type != "PARTIAL":
             raise ConfigError(

@@ -59,8 +59,12 @@ class LookupOptions:
 
     @classmethod
     def from_dict(cls, options: Mapping[str, Any]) -> LookupOptions:
-        """Validate ``options`` (a dict of Flink keys to strings)."""
+        """Validate ``options`` (a dict of Flink keys to strings). Flink's deprecated
+        lookup-cache keys (``lookup.cache.max-rows``, ``lookup.cache.ttl``,
+        ``lookup.cache.caching-missing-key``) are accepted as Flink accepts them, with a
+        ``FutureWarning`` naming the current key."""
         opts.check_instance(options, Mapping, "options", "a mapping")
+        options = opts.with_current_keys(options)
         opts.check_known_keys(options, [o.key for o in opts.LOOKUP_OPTIONS])
         cache_type = opts.CACHE.get(options) or "NONE"
         max_retries = opts.MAX_RETRIES.get(options)

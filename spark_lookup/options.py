@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import enum
 import re
+import warnings
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import time, timedelta, timezone
@@ -467,3 +468,34 @@ LOOKUP_OPTIONS: tuple[ConfigOption[Any], ...] = (
     ASYNC_TIMEOUT,
 )
 """Every ``lookup.*`` key the library understands, in documentation order."""
+
+DEPRECATED_KEYS: Mapping[str, str] = {
+    "lookup.cache.max-rows": PARTIAL_CACHE_MAX_ROWS.key,
+    "lookup.cache.ttl": PARTIAL_CACHE_EXPIRE_AFTER_WRITE.key,
+    "lookup.cache.caching-missing-key": PARTIAL_CACHE_CACHE_MISSING_KEY.key,
+}
+"""Flink's legacy JDBC lookup-cache keys, still in many DDLs, and the keys that replaced
+them (Flink still accepts them as fallbacks)."""
+
+
+def with_current_keys(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` with Flink's deprecated keys (:data:`DEPRECATED_KEYS`) renamed, each
+    with a ``FutureWarning`` naming its replacement; as in Flink, a current key given
+    too wins, and a legacy row bound or TTL without ``lookup.cache`` means PARTIAL."""
+    current = dict(options)
+    renamed = []
+    for old, new in DEPRECATED_KEYS.items():
+        if old not in current:
+            continue
+        value = current.pop(old)
+        ignored = new in current
+        warnings.warn(
+            f"option {old!r} is deprecated (Flink's legacy lookup-cache key): use {new!r}"
+            + (f"; {new!r} is given too and wins" if ignored else ""),
+            FutureWarning, stacklevel=3)
+        if not ignored:
+            current[new] = value
+            renamed.append(old)
+    if CACHE.key not in current and set(renamed) & {"lookup.cache.max-rows", "lookup.cache.ttl"}:
+        current[CACHE.key] = "PARTIAL"
+    return current

@@ -92,3 +92,35 @@ def test_a_source_given_to_a_partial_cache_is_refused_as_no_function() -> None:
                                           "AsyncLookupFunction, got CollectionSource"):
         options.provider(CollectionSource(ROWS, schema="id BIGINT, name STRING"),
                          key_columns=["id"])
+
+
+# --- Flink's deprecated lookup-cache keys (issue 27) --------------------------------------
+
+
+def test_flinks_legacy_cache_keys_give_a_partial_cache_with_a_warning() -> None:
+    from cache import DefaultLookupCache
+
+    legacy = {"connector": "jdbc", "lookup.cache.max-rows": "500", "lookup.cache.ttl": "10 min",
+              "lookup.cache.caching-missing-key": "false"}
+    with pytest.warns(FutureWarning) as caught:
+        options = LookupOptions.from_dict(legacy)
+    messages = [str(w.message) for w in caught]
+    assert any("'lookup.cache.max-rows' is deprecated" in m
+               and "'lookup.partial-cache.max-rows'" in m for m in messages)
+    assert any("'lookup.cache.ttl' is deprecated" in m
+               and "'lookup.partial-cache.expire-after-write'" in m for m in messages)
+    assert any("'lookup.partial-cache.cache-missing-key'" in m for m in messages)
+    assert options.cache_type == "PARTIAL"  # as Flink's JDBC connector reads them
+    cache = options.build_cache()  # the options kept are the current keys: no warning again
+    assert isinstance(cache, DefaultLookupCache)
+    assert "maximum_size=500" in repr(cache)
+    assert "expire_after_write=0:10:00" in repr(cache)
+    assert "cache_missing_key=False" in repr(cache)
+
+
+def test_a_current_key_given_beside_its_legacy_one_wins() -> None:
+    with pytest.warns(FutureWarning, match="given too and wins"):
+        options = LookupOptions.from_dict({"lookup.cache": "PARTIAL",
+                                           "lookup.cache.max-rows": "5",
+                                           "lookup.partial-cache.max-rows": "7"})
+    assert "maximum_size=7" in repr(options.build_cache())
