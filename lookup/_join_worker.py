@@ -20,12 +20,13 @@ class JoinFunction:
 
     With ``report_nullable`` (the nullability of each added dimension column), the
     output has one more column, :data:`lookup.metrics.REPORT_COLUMN`, holding the
-    worker's cumulative metrics (see :mod:`lookup.metrics`) in one row of the task and
-    null in every other. A left join puts them on its last joined row. An inner join may
-    have none, so it adds a *report row* after its last batch instead, which holds
-    valid values in every column (a stream row and placeholder dimension values)
-    because Spark reads it as a row of the declared schema before the plan's filter
-    drops it.
+    worker's cumulative metrics (see :mod:`lookup.metrics`) as of each batch, on the
+    batch's *first* row, null in every other: an action that reads only part of the
+    output (``show``, ``limit``) still reads a report. A left join writes it on the
+    first joined row of each batch. An inner join may have none, so it writes a *report
+    row* before each batch's rows instead, which holds valid values in every column (a
+    stream row and placeholder dimension values) because Spark reads it as a row of
+    the declared schema before the plan's filter drops it.
     """
 
     def __init__(self, provider: LookupProvider, shape: JoinShape,
@@ -36,14 +37,8 @@ class JoinFunction:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         runtime = None
-        sample: pa.RecordBatch | None = None  # one stream row, for the report row
         describe = self.provider.describe()
         reporting = self.report_nullable is not None
-        # A left join has a row for every stream row: the report rides on the task's
-        # last one, so the plan needs no filter. The last batch is known only when the
-        # input ends, so each one is held until the next arrives.
-        riding = reporting and self.shape.how == "left"
-        held: pa.RecordBatch | None = None
         try:
             for batch in batches:
                 if runtime is None:
@@ -52,30 +47,30 @@ class JoinFunction:
                 if not reporting:
                     yield out
                     continue
-                if batch.num_rows:
-                    sample = batch.slice(batch.num_rows - 1, 1)
-                if riding:
+                if self.shape.how == "left":
+                    # A left join has a row for every stream row: no row of its own.
                     if out.num_rows:
-                        if held is not None:
-                            yield with_report(held, pa.nulls(held.num_rows, pa.string()))
-                        held = out
+                        yield with_report(out, self._first_row_report(out.num_rows))
                     continue
-                yield with_report(out, pa.nulls(out.num_rows, pa.string()))
+                if batch.num_rows:
+                    yield self._report_row(batch.slice(0, 1), self._report())
+                if out.num_rows:
+                    yield with_report(out, pa.nulls(out.num_rows, pa.string()))
         except Exception as exc:
             if runtime is not None:
                 attach_report(exc, self.provider)
             raise
-        report = metrics_report(self.provider) if reporting and runtime is not None else None
-        if held is not None:
-            last = pa.array([report], pa.string())
-            yield with_report(held, pa.concat_arrays(
-                [pa.nulls(held.num_rows - 1, pa.string()), last]))
-        elif report is not None and sample is not None and not riding:
-            yield self._report_row(sample, report)
-        # Otherwise (only empty batches) the report waits for this worker's next task:
-        # reports are cumulative.
+        # Only empty batches: the report waits for this worker's next task (reports are
+        # cumulative).
 
-    def _report_row(self, sample: pa.RecordBatch, report: str) -> pa.RecordBatch:
+    def _report(self) -> str | None:
+        return metrics_report(self.provider)
+
+    def _first_row_report(self, rows: int) -> pa.Array:
+        first = pa.array([self._report()], pa.string())
+        return first if rows == 1 else pa.concat_arrays([first, pa.nulls(rows - 1, pa.string())])
+
+    def _report_row(self, sample: pa.RecordBatch, report: str | None) -> pa.RecordBatch:
         assert self.report_nullable is not None
         dims = [
             pa.nulls(1, arrow_type) if nullable else placeholder(arrow_type)

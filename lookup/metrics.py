@@ -3,14 +3,19 @@
 The same mechanism serves classic and Spark Connect sessions; it needs no
 ``SparkContext``.
 
-**Worker side.** At the end of each task (the end of its input), the function that
-``mapInArrow`` / ``mapInPandas`` runs for :func:`lookup.lookup_join` writes the
-worker's cumulative metrics of the provider as JSON
-(:func:`lookup._worker.metrics_report`: worker id, sequence number, time, and every
-field of :meth:`cache.CacheMetrics.snapshot` by name) into one more column,
-:data:`REPORT_COLUMN`, null everywhere else. A left join writes them on the task's last
-joined row. An inner join may have no row to write them on, so it emits one more row
-after its last batch, a *report row*.
+**Opt-in.** The channel costs throughput, so it is off unless asked:
+``lookup_join(..., metrics=True)`` for one join, or the session setting
+:data:`METRICS_ENABLED` for every join built after it. :func:`lookup_metrics` of a
+provider no join asked metrics of says how to turn them on.
+
+**Worker side.** After joining each Arrow batch, the function that ``mapInArrow`` /
+``mapInPandas`` runs for :func:`lookup.lookup_join` writes the worker's cumulative
+metrics of the provider as JSON (:func:`lookup._worker.metrics_report`: worker id,
+sequence number, time, and every field of :meth:`cache.CacheMetrics.snapshot` by name)
+into one more column, :data:`REPORT_COLUMN`, on the batch's first row, null everywhere
+else: an action that reads only part of a task's output (``show``, ``limit``) still
+reads a report. A left join writes it on the batch's first joined row. An inner join
+may have no row to write it on, so it emits a *report row* before the batch's rows.
 
 **In the plan.** Right after the map, ``observe`` collects the column's non-null values
 (``collect_list``); for an inner join a filter drops the report rows (metrics column
@@ -67,9 +72,11 @@ from spark_lookup._shown import shown
 from spark_lookup.errors import ConfigError, MetricsUnavailableError
 
 __all__ = [
+    "METRICS_ENABLED",
     "REPORT_COLUMN",
     "WorkerReport",
     "lookup_metrics",
+    "metrics_enabled",
     "observe_metrics",
     "parse_report",
     "stop_metrics_listener",
@@ -77,6 +84,13 @@ __all__ = [
 ]
 
 log = logging.getLogger("lookup")
+
+METRICS_ENABLED = "spark.lookup.metrics.enabled"
+"""The session setting that turns metrics on for every ``lookup_join`` built after it
+(``"true"``/``"false"``, default false); ``lookup_join(..., metrics=...)`` overrides it."""
+
+METRICS_COST = "about 10-25% of a full-cache join's throughput"
+"""What the channel costs, measured by ``benchmarks/join_throughput.py`` (in messages)."""
 
 REPORT_COLUMN = "__spark_lookup_metrics"
 """The column of the report rows between the map and the filter; a stream DataFrame
@@ -249,6 +263,7 @@ class _Registry:
         self._connect: dict[str, _ConnectObservation] = {}
         self._listeners: weakref.WeakKeyDictionary[Any, _ProgressListener] = (
             weakref.WeakKeyDictionary())
+        self.observed: set[str] = set()  # providers some join asked metrics of
 
     def _reports(self, provider_id: str) -> _ProviderReports:
         return self._providers.setdefault(provider_id, _ProviderReports())
@@ -382,6 +397,8 @@ def observe_metrics(mapped: Any, provider: LookupProvider, *, report_rows: bool 
     from pyspark.sql import functions as F
 
     spark = mapped.sparkSession
+    with _REGISTRY._lock:
+        _REGISTRY.observed.add(provider.provider_id)
     name = f"{_NAME_PREFIX}{uuid.uuid4().hex}"
     reports = F.collect_list(F.col(REPORT_COLUMN)).alias("reports")
     if mapped.isStreaming:
@@ -404,7 +421,34 @@ def _check_provider(provider: object) -> LookupProvider:
     return provider
 
 
+def metrics_enabled(spark: Any) -> bool:
+    """Whether :data:`METRICS_ENABLED` is on in ``spark`` (classic or Connect). Runs on
+    the driver, when a join is built.
+
+    Raises
+    ------
+    ConfigError
+        For a value other than ``true`` or ``false`` (any case).
+    """
+    value = spark.conf.get(METRICS_ENABLED, "false")
+    text = str(value).strip().lower()
+    if text not in ("true", "false"):
+        raise ConfigError(f"the session setting {METRICS_ENABLED} must be true or false, "
+                          f"got {shown(value)}")
+    return text == "true"
+
+
 def _unavailable(provider: LookupProvider) -> MetricsUnavailableError:
+    with _REGISTRY._lock:
+        asked = provider.provider_id in _REGISTRY.observed
+    if not asked:
+        return MetricsUnavailableError(
+            f"metrics of {provider.describe()} are off: no lookup_join with it asked for "
+            "them. Turn them on for one join with lookup_join(..., metrics=True), or for "
+            f"every join built afterwards with spark.conf.set({METRICS_ENABLED!r}, 'true'); "
+            f"they cost {METRICS_COST} (an observed column the plan collects and drops); "
+            "SQL functions report none in any case"
+        )
     return MetricsUnavailableError(
         f"no metrics of {provider.describe()} have reached the driver yet: they arrive "
         "when an action on a lookup_join DataFrame using it finishes (batch) or with a "

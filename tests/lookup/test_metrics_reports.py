@@ -104,7 +104,7 @@ def test_placeholders_are_one_non_null_value(arrow_type: pa.DataType) -> None:
         assert all(value.field(i).null_count == 0 for i in range(arrow_type.num_fields))
 
 
-def test_the_report_row_follows_the_joined_rows() -> None:
+def test_an_inner_join_writes_a_report_row_before_each_batch() -> None:
     from pyspark.sql import types as T
 
     from lookup import FullCachingLookupProvider
@@ -126,8 +126,13 @@ def test_the_report_row_follows_the_joined_rows() -> None:
         out = list(function(iter(batches)))
     finally:
         _worker._reset_for_tests()
-    assert [b.num_rows for b in out] == [1, 0, 1]  # the joined batches, then the report
-    assert out[0].column(REPORT_COLUMN).null_count == 1
+    # A report row, then the batch's joined rows; a batch that joined none has its
+    # report row only: an action that stops early has read a report all the same.
+    assert [b.num_rows for b in out] == [1, 1, 1]
+    assert out[1].column(REPORT_COLUMN).null_count == 1
+    first = parse_report(out[0].to_pylist()[0][REPORT_COLUMN])
+    assert first is not None
+    assert (first.values["hit_count"], first.values["miss_count"]) == (1, 1)
     row = out[-1].to_pylist()[0]
     # A stream row of the task and placeholder dimension values; only the plan sees it.
     assert (row["id"], row["label"], row["day"], row["amount"]) == (
@@ -137,7 +142,7 @@ def test_the_report_row_follows_the_joined_rows() -> None:
     assert (parsed.values["hit_count"], parsed.values["miss_count"]) == (1, 2)
 
 
-def test_a_left_join_carries_its_report_on_its_last_joined_row() -> None:
+def test_a_left_join_carries_its_report_on_the_first_row_of_each_batch() -> None:
     from pyspark.sql import types as T
 
     from lookup import FullCachingLookupProvider
@@ -164,10 +169,10 @@ def test_a_left_join_carries_its_report_on_its_last_joined_row() -> None:
     assert [(r["id"], r["name"]) for r in rows] == [(1, "a"), (5, None), (2, "b"), (None, None),
                                                     (1, "a")]
     reports = [r[REPORT_COLUMN] for r in rows]
-    assert reports[:-1] == [None] * 4
-    parsed = parse_report(reports[-1])
-    assert parsed is not None
-    assert (parsed.values["hit_count"], parsed.values["miss_count"]) == (3, 1)
+    assert [r is None for r in reports] == [False, True, False, True, True]
+    parsed = [parse_report(reports[0]), parse_report(reports[2])]
+    assert [(p.values["hit_count"], p.values["miss_count"]) for p in parsed if p] == [
+        (1, 1), (3, 1)]  # cumulative, as of the end of each batch
 
 
 def test_a_failing_task_notes_its_report_on_the_error() -> None:

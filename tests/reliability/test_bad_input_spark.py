@@ -156,7 +156,8 @@ def test_tampered_cache_values_give_correct_rows_and_never_run(
     provider = PartialCachingLookupProvider.of(
         fn, RedisLookupCache(redis_url, namespace, ttl=60), max_retries=0)
     df = spark.createDataFrame([(i, i) for i in range(1, 13)], "order_id INT, id BIGINT")
-    out = lookup_join(df.coalesce(1), provider, on="id")  # one task: one worker reads them
+    # One task: one worker reads them.
+    out = lookup_join(df.coalesce(1), provider, on="id", metrics=True)
     assert sorted(tuple(r) for r in out.collect()) == [
         (i, i, f"c{i}" if i <= 20 else None) for i in range(1, 13)]
     assert not marker.exists()  # no executor unpickled anything

@@ -132,7 +132,8 @@ def test_postgres_outages_during_a_streaming_join(
     #    during the outage; the open is retried like a load, not failed at once.
     assert pg_role.outage() == 0
     ending = after_retry(recording_sleep, pg_role.allow_logins)
-    joined = lookup_join(stream_of(spark, inbox), provider, on={"customer_id": "id"})
+    joined = lookup_join(stream_of(spark, inbox), provider, on={"customer_id": "id"},
+                         metrics=True)
     query, table = start_memory_query(spark, joined, tmp_path, queries)
     inbox.add(orders(batch_keys(range(40), (), 1000), 0))
     expected = expected_left_join(inbox.rows, customers)
@@ -238,7 +239,8 @@ def test_redis_source_killed_and_restarted_during_a_streaming_join(
     rows = dimension()
     seed_redis(redis_server, rows)
     provider = redis_provider(redis_server, patient_policy(recording_sleep))
-    joined = lookup_join(stream_of(spark, inbox), provider, on={"customer_id": "id"})
+    joined = lookup_join(stream_of(spark, inbox), provider, on={"customer_id": "id"},
+                         metrics=True)
     query, table = start_memory_query(spark, joined, tmp_path, queries)
 
     inbox.add(orders(batch_keys(range(50), (), 1000), 0))
@@ -295,7 +297,8 @@ def test_exhausted_retries_fail_the_query_and_a_restart_completes_it_exactly_onc
     out, checkpoint = tmp_path / "out", tmp_path / "chk"
 
     def start() -> Any:
-        joined = lookup_join(stream_of(spark, inbox), provider, on={"customer_id": "id"})
+        joined = lookup_join(stream_of(spark, inbox), provider, on={"customer_id": "id"},
+                         metrics=True)
         query = (joined.writeStream.format("parquet").option("path", str(out))
                  .option("checkpointLocation", str(checkpoint))
                  .trigger(processingTime="200 milliseconds").start())

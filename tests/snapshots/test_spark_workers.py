@@ -26,7 +26,7 @@ def test_two_python_workers_share_one_snapshot(spark: Any, tmp_path: Path) -> No
                  trigger=PeriodicCacheReloadTrigger(timedelta(hours=1)),
                  share_across_workers=None, snapshot_dir=tmp_path / "snapshots")
     stream = spark.range(0, 2000, numPartitions=2).selectExpr("id % 600 AS id")
-    out = lookup_join(stream, p, on="id", columns=["tier"])
+    out = lookup_join(stream, p, on="id", columns=["tier"], metrics=True)
     rows = out.collect()
     assert len(rows) == 2000
     assert {r.tier for r in rows if r.id < 500} == {"v1"}

@@ -54,7 +54,7 @@ def main() -> None:
                                                                   "id % 120 AS customer_id")
         results = {}
         for name, provider in (("partial", partial), ("full", full)):
-            joined = lookup_join(stream, provider, on={"customer_id": "id"})
+            joined = lookup_join(stream, provider, on={"customer_id": "id"}, metrics=True)
             rows = joined.collect()
             matched = sum(1 for r in rows if r["name"] is not None)
             wrong = sum(1 for r in rows

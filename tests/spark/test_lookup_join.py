@@ -133,7 +133,7 @@ def test_integer_widths_are_compatible(spark: Any) -> None:
 def test_metrics_are_summed_on_the_driver(spark: Any) -> None:
     provider = partial([(i, f"n{i}") for i in range(100)])
     df = spark.range(0, 1000, numPartitions=2).selectExpr("id % 120 AS id")
-    assert lookup_join(df, provider, on="id").count() == 1000
+    assert lookup_join(df, provider, on="id", metrics=True).count() == 1000
     metrics = lookup_metrics(provider)
     # Each worker looks up each distinct key once per batch; 120 distinct keys per batch.
     assert metrics.hit_count + metrics.miss_count >= 120
@@ -141,7 +141,7 @@ def test_metrics_are_summed_on_the_driver(spark: Any) -> None:
     assert metrics.load_count >= 1
     assert metrics.num_cached_records >= 120  # missing keys are cached as empty
     assert metrics.num_cached_bytes > 0
-    lookup_join(df, provider, on="id").count()
+    lookup_join(df, provider, on="id", metrics=True).count()
     again = lookup_metrics(provider)
     assert again.hit_count > metrics.hit_count  # the second job found the keys cached
     assert again.miss_count == metrics.miss_count or again.miss_count < 2 * metrics.miss_count
@@ -183,7 +183,7 @@ def test_streaming_rate_source_processing_time(spark: Any, tmp_path: Path) -> No
               .option("numPartitions", 2).load()
               .selectExpr("value", "value % 5 AS customer_id"))
     provider = partial()
-    query = (lookup_join(stream, provider, on={"customer_id": "id"})
+    query = (lookup_join(stream, provider, on={"customer_id": "id"}, metrics=True)
              .writeStream.format("memory").queryName("enriched_rate")
              .option("checkpointLocation", str(tmp_path / "chk"))
              .trigger(processingTime="500 milliseconds").start())

@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -24,7 +24,7 @@ from lookup import (
     lookup_join,
     lookup_metrics,
 )
-from lookup.metrics import REPORT_COLUMN, worker_reports
+from lookup.metrics import METRICS_ENABLED, REPORT_COLUMN, worker_reports
 from scan import CollectionSource
 from spark_lookup.errors import ConfigError, MetricsUnavailableError
 from tests.lookup.functions import DictLookup
@@ -47,6 +47,17 @@ def full(rows: list[tuple[Any, ...]] = TABLE, schema: str = "id BIGINT, name STR
 def partial(rows: list[tuple[Any, ...]] = TABLE) -> PartialCachingLookupProvider:
     return PartialCachingLookupProvider.of(
         DictLookup(rows), DefaultLookupCache.new_builder().maximum_size(1000).build())
+
+
+@pytest.fixture(autouse=True)
+def metrics_on(spark: Any) -> Iterator[None]:
+    """These tests read metrics: on for every join built in them, through the session
+    setting (so the setting is exercised on both kinds of session)."""
+    spark.conf.set(METRICS_ENABLED, "true")
+    try:
+        yield
+    finally:
+        spark.conf.unset(METRICS_ENABLED)
 
 
 def wait_for(condition: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
@@ -169,6 +180,61 @@ def test_metrics_false_leaves_a_bare_map(spark: Any) -> None:
     assert lookup_metrics(provider).hit_count == 10  # the observed run's task only
 
 
+def test_metrics_are_off_unless_asked(spark: Any) -> None:
+    """Off by default: a bare map, and lookup_metrics says how to turn them on."""
+    spark.conf.unset(METRICS_ENABLED)
+    provider = full()
+    df = spark.range(0, 10, numPartitions=1)
+    plain = lookup_join(df, provider, on="id")
+    assert "CollectMetrics" not in plan_text(plain)
+    assert len(plain.collect()) == 10
+    with pytest.raises(MetricsUnavailableError,
+                       match=r"are off.*metrics=True.*spark.lookup.metrics.enabled.*cost"):
+        lookup_metrics(provider)
+    asked = lookup_join(df, provider, on="id", metrics=True)  # one join, the setting off
+    assert "CollectMetrics" in plan_text(asked)
+    assert len(asked.collect()) == 10
+    assert lookup_metrics(provider).hit_count >= 10
+
+
+def test_the_session_setting_is_read_when_the_join_is_built(spark: Any) -> None:
+    provider = full()
+    df = spark.range(0, 10, numPartitions=1)
+    spark.conf.set(METRICS_ENABLED, "false")
+    off = lookup_join(df, provider, on="id")
+    spark.conf.set(METRICS_ENABLED, "TRUE")
+    on = lookup_join(df, provider, on="id")
+    forced_off = lookup_join(df, provider, on="id", metrics=False)
+    assert "CollectMetrics" not in plan_text(off)
+    assert "CollectMetrics" in plan_text(on)
+    assert "CollectMetrics" not in plan_text(forced_off)
+    spark.conf.set(METRICS_ENABLED, "yes")
+    with pytest.raises(ConfigError, match=r"spark.lookup.metrics.enabled must be true or false"):
+        lookup_join(df, provider, on="id")
+
+
+def test_metrics_survive_a_limited_action_first(spark: Any) -> None:
+    """``show`` reads a few rows of a task and stops: the report rides on the first row
+    of each batch, so even that action reports (a classic Observation keeps the first
+    action's metrics only)."""
+    provider = partial()
+    df = spark.range(0, 1000, numPartitions=2).selectExpr("id % 30 AS id")
+    enriched = lookup_join(df, provider, on="id")
+    enriched.show(5)
+    assert len(enriched.collect()) == 1000
+    assert lookup_metrics(provider).hit_count + lookup_metrics(provider).miss_count > 0
+
+
+def plan_text(df: Any) -> str:
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        df.explain(True)
+    return out.getvalue()
+
+
 # --- what cannot be reported, and misuse ----------------------------------------------
 
 
@@ -176,11 +242,12 @@ def test_lookup_metrics_refuses_what_it_cannot_answer(spark: Any) -> None:
     with pytest.raises(ConfigError, match="takes the lookup provider.*got function"):
         lookup_metrics(lookup_join)  # type: ignore[arg-type]
     never_used = full()
-    with pytest.raises(MetricsUnavailableError, match="no metrics of FullCachingLookupProvider"):
+    with pytest.raises(MetricsUnavailableError,
+                       match=r"metrics of FullCachingLookupProvider.*are off"):
         lookup_metrics(never_used)
     never_run = full()
     lookup_join(spark.range(3), never_run, on="id")  # built, never run
-    with pytest.raises(MetricsUnavailableError):
+    with pytest.raises(MetricsUnavailableError, match="no metrics of .* have reached"):
         lookup_metrics(never_run)
 
 

@@ -153,7 +153,7 @@ def test_sql_functions_report_no_metrics_of_their_own(spark: Any, orders: str) -
     with pytest.raises(MetricsUnavailableError, match="SQL functions report none"):
         lookup_metrics(provider)
 
-    lookup_join(spark.table("orders"), provider, on="id").collect()
+    lookup_join(spark.table("orders"), provider, on="id", metrics=True).collect()
     total = lookup_metrics(provider)
     # The join's one task reports its worker's runtime, which the SQL lookups share:
     # 3 distinct keys per run, for each earlier run that ran in the same worker too (a
@@ -215,7 +215,7 @@ def test_registration_is_validated_on_the_driver(
 # --- sharing with lookup_join (in this process, as a Python worker runs it) ------------
 
 
-def test_sql_and_lookup_join_share_the_worker_runtime(spark: Any) -> None:
+def test_sql_and_lookup_join_share_the_worker_runtime(spark: Any, orders: str) -> None:
     from lookup import _worker
     from lookup._join_worker import JoinFunction
     from lookup.join import plan_join
@@ -240,8 +240,8 @@ def test_sql_and_lookup_join_share_the_worker_runtime(spark: Any) -> None:
     assert rows.num_rows == 5
     reports = rows.column(REPORT_COLUMN)
     assert reports.null_count == 4
-    # A left join's task writes its worker's metrics at that moment on its last row.
-    at_join = parse_report(reports[4].as_py())
+    # A left join writes its worker's metrics after each batch on the batch's first row.
+    at_join = parse_report(reports[0].as_py())
     assert at_join is not None
     assert (at_join.values["hit_count"], at_join.values["miss_count"]) == (0, 3)
     assert struct[0].to_pylist() == [
