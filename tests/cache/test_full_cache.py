@@ -196,14 +196,19 @@ def test_concurrent_lookups_never_see_a_half_loaded_table() -> None:
             if len(versions) != 1 or any(not rows for rows in got.values()):
                 errors.append(f"mixed or missing: {sorted(versions)[:3]}")
 
-    readers = [threading.Thread(target=read) for _ in range(4)]
-    for reader in readers:
-        reader.start()
-    for version in range(1, 40):
-        cache.swap(snapshot([(i, f"v{version}") for i in range(500)], version=version))
-    stop.set()
-    for reader in readers:
-        reader.join()
+    readers = [threading.Thread(target=read, daemon=True) for _ in range(4)]
+    try:
+        for reader in readers:
+            reader.start()
+        # Built while four readers spin: builds are loads, and readers take turns while
+        # one runs (spark_lookup._load_priority), so this no longer starves.
+        for version in range(1, 40):
+            cache.swap(snapshot([(i, f"v{version}") for i in range(500)], version=version))
+    finally:
+        stop.set()
+        for reader in readers:
+            reader.join(timeout=30)
+    assert not any(reader.is_alive() for reader in readers)
     assert errors == []
 
 
