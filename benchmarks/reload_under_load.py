@@ -3,13 +3,14 @@
 A full cache reloads on a background thread whose scan needs the GIL back after every
 I/O wait (fetcher hand-offs, driver socket waits, SQLite row steps). A lookup thread
 that is CPU-bound gives the GIL up only every switch interval (5 ms), so each of those
-waits can cost 5 ms or more. ``FullCachingRuntime.lookup_batch`` therefore yields the
-GIL once per batch while a reload runs. This script times reloads side by side:
+waits can cost 5 ms or more. While a load runs, lookups therefore take turns and hand
+the GIL over after each (``spark_lookup._load_priority``). This script times reloads
+side by side:
 
     a. no lookup thread (the floor)
-    b. N threads calling ``lookup_batch`` (1-50 random keys) in a loop, with the yield
-    c. the same, the yield disabled (``time.sleep`` patched out of ``lookup.full_caching``
-       for this case only): the behaviour before the fix
+    b. N threads calling ``lookup_batch`` (1-50 random keys) in a loop, taking turns
+    c. the same, turns disabled (``lookup_turn`` replaced by a no-op in
+       ``lookup.full_caching`` and ``cache.full`` for this case only): no priority at all
 
 Rounds run a, b, c in turn (``--repeats`` rounds); a case's figure is the median of its
 reload times.
@@ -74,6 +75,7 @@ def _postgres_table(rows: int) -> Iterator[tuple[Callable[[], Any], str]]:
 
 def _time_reload(handle: Any, threads: int, keys: int, yield_gil: bool) -> float:
     """Seconds of one reload with ``threads`` busy lookup threads."""
+    import cache.full as full_cache
     import lookup.full_caching as full_caching
 
     stop = threading.Event()
@@ -84,9 +86,9 @@ def _time_reload(handle: Any, threads: int, keys: int, yield_gil: bool) -> float
             handle.lookup_batch([(rng.randrange(keys),) for _ in range(rng.randint(1, 50))])
 
     workers = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(threads)]
-    real_time = full_caching.time
+    real_turns = full_caching.lookup_turn, full_cache.lookup_turn
     if not yield_gil:
-        full_caching.time = _NoSleep(real_time)  # type: ignore[assignment]
+        full_caching.lookup_turn = full_cache.lookup_turn = _no_turns  # type: ignore[assignment]
     try:
         for worker in workers:
             worker.start()
@@ -97,20 +99,13 @@ def _time_reload(handle: Any, threads: int, keys: int, yield_gil: bool) -> float
         stop.set()
         for worker in workers:
             worker.join()
-        full_caching.time = real_time
+        full_caching.lookup_turn, full_cache.lookup_turn = real_turns  # type: ignore[assignment]
 
 
-class _NoSleep:
-    """The ``time`` module without ``sleep``: the runtime as it was before the fix."""
-
-    def __init__(self, module: Any) -> None:
-        self._module = module
-
-    def sleep(self, seconds: float) -> None:
-        pass
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._module, name)
+@contextmanager
+def _no_turns(soon: bool = False) -> Iterator[None]:
+    """``lookup_turn`` without turns: lookups free running during loads."""
+    yield
 
 
 def main() -> None:
@@ -128,8 +123,8 @@ def main() -> None:
 
     cases = {
         "a. no lookup thread": (0, True),
-        f"b. {args.threads} busy lookup thread(s), yield on": (args.threads, True),
-        f"c. {args.threads} busy lookup thread(s), yield off (before)": (args.threads, False),
+        f"b. {args.threads} busy lookup thread(s), taking turns": (args.threads, True),
+        f"c. {args.threads} busy lookup thread(s), no turns": (args.threads, False),
     }
     times: dict[str, list[float]] = {name: [] for name in cases}
     with tempfile.TemporaryDirectory() as tmp, _source(args, Path(tmp)) as (factory, table):
