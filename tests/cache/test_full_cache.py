@@ -84,7 +84,9 @@ def test_composite_keys_and_nan() -> None:
 def test_probe_values_of_another_type_never_match() -> None:
     snap = snapshot([(1, "a")])
     positions, _ = snap.locate([(True,), ("1",), (1.0,), (Decimal(1),), (np.int64(1),)])
-    assert positions.tolist() == [4]
+    # Numbers among numbers (1.0 is the BIGINT 1, as in the partial cache and the
+    # connectors); other kinds never.
+    assert positions.tolist() == [2, 3, 4]
     strings = pa.schema([("id", pa.string()), ("name", pa.string())])
     snap = snapshot([("1", "a")], schema=strings)
     assert snap.locate([(1,), ("1",)])[0].tolist() == [1]
