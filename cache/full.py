@@ -432,9 +432,13 @@ class LookupFullCache(PerProcess, LookupCache):
         snapshot = self.snapshot()
         probe_positions, row_indices = snapshot.locate(probes)
         found: dict[Key, list[Row]] = {}
+        answered_by: dict[Key, int] = {}
         rows = snapshot.rows(row_indices)
         for position, row in zip(probe_positions.tolist(), rows, strict=True):
-            found.setdefault(probes[position], []).append(row)
+            key = probes[position]
+            # A key asked twice (or 1 and 1.0) gets its rows once, from its first probe.
+            if answered_by.setdefault(key, position) == position:
+                found.setdefault(key, []).append(row)
         result: dict[Key, Rows] = dict.fromkeys(probes, _EMPTY)
         for key, key_rows in found.items():
             result[key] = tuple(key_rows)

@@ -56,7 +56,8 @@ _FLOAT32_MAX = 3.4028234663852886e38
 
 
 def _is_bool(value: object) -> bool:
-    return isinstance(value, bool) or type(value).__name__ == "bool_"  # numpy.bool_
+    # numpy.bool_, named "bool" since numpy 2
+    return isinstance(value, bool) or type(value).__name__ in ("bool_", "bool")
 
 
 def _type_name(data_type: T.DataType) -> str:
@@ -512,10 +513,17 @@ class KeyCodec:
                         f"keys of type {array.type} for {self.where}, column {name!r}, can "
                         f"never equal its {target} values"
                     )
+                given = array
                 array, _ = cast_column(array, target)  # what does not fit never matches
+                if pa.types.is_float32(target):
+                    # Arrow rounds a number beyond the FLOAT range to infinity, which is
+                    # no key it was: only an infinity stays one.
+                    array = pc.if_else(pc.and_(pc.is_inf(array), pc.is_finite(given)),
+                                       pa.scalar(None, target), array)
             ok = pc.is_valid(array)
             if pa.types.is_floating(array.type):
-                ok = pc.and_(ok, pc.invert(pc.is_nan(array)))
+                # Kleene: a null's is_nan is null, and a null must not pass as usable.
+                ok = pc.and_kleene(ok, pc.invert(pc.is_nan(array)))
             usable = ok if usable is None else pc.and_(usable, ok)
             cast.append(array)
         if usable is None or pc.all(usable).as_py():
@@ -557,6 +565,9 @@ class KeyCodec:
                 return False
             if float in kinds and any(v != v for v in column):  # NaN never matches
                 return False
+            if float in kinds and isinstance(coercer.data_type, T.FloatType) and any(
+                    _FLOAT32_MAX < abs(v) < math.inf for v in column):
+                return False  # beyond FLOAT: refused value by value, not made infinite
             if Decimal in kinds and not all(v.is_finite() for v in column):
                 return False
             if datetime in kinds and any(v.tzinfo is not None for v in column):
