@@ -75,9 +75,12 @@ class DefaultLookupCache(LookupCache):
 
     Keys and rows are stored as Arrow columns of the types :meth:`bind` gives (the lookup
     runtime binds the dimension schema); an unbound cache infers them from its first
-    ``put``. Keys are values of those types: a key that does not convert to its
-    column's type is never present (``True`` is no key of a text column, ``1`` and
-    ``1.0`` are one key of a numeric column), and a key holding a null is never cached.
+    ``put``. Keys are values of those types, converted by the connectors' exact rules
+    (:class:`connectors.keys.KeyCodec`): a key that is no value of its column's type is
+    never present and ``put`` refuses it (``True`` is no key of a text column, ``1.5``
+    none of an integer column, a ``datetime`` none of a date column), ``1`` and ``1.0``
+    are one key of a numeric column, a FLOAT key is its value as a float (``0.1`` is the
+    FLOAT ``0.1``), and a key holding a null or NaN is never cached.
 
     Eviction, checked a batch at a time (each ``get_all``/``put_all``/Arrow call is one
     batch, each per-key call too):
