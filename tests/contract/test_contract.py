@@ -95,12 +95,7 @@ def view_rows(spark: Any, source: Any, schema: str) -> list[tuple[Any, ...]]:
     return python_rows(table.cast(to_arrow_schema(schema)))
 
 
-BAD_CASE_PARAMS = [
-    pytest.param(case, id=case.name, marks=pytest.mark.xfail(
-        strict=False, reason="deep JSON fix lands with the Redis branch"))
-    if case.name == "deep" else pytest.param(case, id=case.name)
-    for case in BAD_CASES
-]
+BAD_CASE_PARAMS = [pytest.param(case, id=case.name) for case in BAD_CASES]
 
 
 def odd_table(backend: Backend, case: BadCase) -> str:
