@@ -21,7 +21,16 @@ _M2 = np.uint64(0x94D049BB133111EB)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _BASE = np.uint64(0x100000001B3)  # FNV's 64-bit prime, as the polynomial's base
 _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
-_powers = np.ones(1, dtype=np.uint64)
+# BASE**p is _LOW[p % 4096] * (BASE**4096)**(p // 4096): two small tables, not one
+# entry per byte of the longest key (80 MB, kept for good, for one 10 MB key).
+_LOW_BITS = 12
+_LOW_MASK = (1 << _LOW_BITS) - 1
+_LOW = np.cumprod(np.concatenate(([np.uint64(1)], np.full(_LOW_MASK, _BASE, dtype=np.uint64))),
+                  dtype=np.uint64)  # wraps modulo 2**64, as meant
+_STRIDE = np.uint64(int(_LOW[-1]) * int(_BASE) & (2**64 - 1))  # BASE**4096
+# Bytes hashed per pass: the temporaries (about 50 bytes a byte) stay a few MiB however
+# long the keys, and a batch of short keys is still one or two passes.
+_BLOCK = 1 << 16
 
 
 def spread(values: np.ndarray) -> np.ndarray:
@@ -50,18 +59,16 @@ def is_exact(types: Sequence[pa.DataType]) -> bool:
     return _integer_like(only) or pa.types.is_floating(only)
 
 
-def _powers_to(length: int) -> np.ndarray:
-    global _powers
-    if len(_powers) <= length:
-        size = max(length + 1, 2 * len(_powers))
-        grown = np.full(size, _BASE, dtype=np.uint64)
-        grown[0] = 1
-        _powers = np.cumprod(grown, dtype=np.uint64)  # wraps modulo 2**64, as meant
-    return _powers
+def _high_powers(length: int) -> np.ndarray:
+    """``(BASE**4096)**k`` for every ``k`` a position below ``length`` needs."""
+    grown = np.full((length >> _LOW_BITS) + 1, _STRIDE, dtype=np.uint64)
+    grown[0] = 1
+    return np.cumprod(grown, dtype=np.uint64)
 
 
 def _bytes_hash(array: pa.Array) -> np.ndarray:
-    """A polynomial hash of each value's bytes (modulo 2**64), mixed with its length."""
+    """A polynomial hash of each value's bytes (modulo 2**64), mixed with its length:
+    the sum of ``(byte + 1) * BASE**position``, summed a block of bytes at a time."""
     large = pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type)
     _, offsets_buffer, data_buffer = array.buffers()[:3]
     n = len(array)
@@ -70,16 +77,31 @@ def _bytes_hash(array: pa.Array) -> np.ndarray:
     first = int(offsets[0]) if n else 0
     lengths = np.diff(offsets)
     total = int(offsets[-1]) - first if n else 0
+    hashes = np.zeros(n, dtype=np.uint64)
     if total:
         data = np.frombuffer(data_buffer, dtype=np.uint8)[first : first + total]
-        relative = offsets - first
-        position = np.arange(total, dtype=np.int64) - np.repeat(relative[:-1], lengths)
-        terms = (data.astype(np.uint64) + np.uint64(1)) * _powers_to(int(lengths.max()))[position]
-        sums = np.zeros(total + 1, dtype=np.uint64)
-        np.cumsum(terms, out=sums[1:])
-        hashes = sums[relative[1:]] - sums[relative[:-1]]
-    else:
-        hashes = np.zeros(n, dtype=np.uint64)
+        starts = offsets[:-1] - first
+        ends = offsets[1:] - first
+        high = _high_powers(int(lengths.max()))
+        for low in range(0, total, _BLOCK):
+            top = min(low + _BLOCK, total)
+            # The keys with bytes in [low, top): a run of them (empty ones included).
+            k0 = int(np.searchsorted(starts, low, side="right")) - 1
+            k1 = int(np.searchsorted(starts, top - 1, side="right"))
+            begin = np.clip(starts[k0:k1], low, top)
+            end = np.clip(ends[k0:k1], low, top)
+            position = np.arange(low, top, dtype=np.int64)
+            position -= np.repeat(starts[k0:k1], end - begin)
+            terms = data[low:top].astype(np.uint64)
+            terms += np.uint64(1)
+            terms *= _LOW[position & _LOW_MASK]
+            position >>= _LOW_BITS
+            terms *= high[position]
+            del position
+            sums = np.zeros(top - low + 1, dtype=np.uint64)
+            np.cumsum(terms, out=sums[1:])
+            del terms
+            hashes[k0:k1] += sums[end - low] - sums[begin - low]
     return spread(hashes ^ (lengths.astype(np.uint64) * _GOLDEN))
 
 

@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 
 from cache._hash_table import HashTable
 from cache._key_hash import hash_keys, is_exact
+from cache._keys import CacheKeys, matchable
 from cache._segments import Segments
 from cache.base import (
     Key,
@@ -74,9 +75,12 @@ class DefaultLookupCache(LookupCache):
 
     Keys and rows are stored as Arrow columns of the types :meth:`bind` gives (the lookup
     runtime binds the dimension schema); an unbound cache infers them from its first
-    ``put``. Keys are values of those types: a key that does not convert to its
-    column's type is never present (``True`` is no key of a text column, ``1`` and
-    ``1.0`` are one key of a numeric column), and a key holding a null is never cached.
+    ``put``. Keys are values of those types, converted by the connectors' exact rules
+    (:class:`connectors.keys.KeyCodec`): a key that is no value of its column's type is
+    never present and ``put`` refuses it (``True`` is no key of a text column, ``1.5``
+    none of an integer column, a ``datetime`` none of a date column), ``1`` and ``1.0``
+    are one key of a numeric column, a FLOAT key is its value as a float (``0.1`` is the
+    FLOAT ``0.1``), and a key holding a null or NaN is never cached.
 
     Eviction, checked a batch at a time (each ``get_all``/``put_all``/Arrow call is one
     batch, each per-key call too):
@@ -140,6 +144,7 @@ class DefaultLookupCache(LookupCache):
         self._lock = threading.Lock()
         self._metrics = CacheMetrics()
         self._key_types: list[pa.DataType] | None = None
+        self._key_names: list[str] = []
         self._schema: pa.Schema | None = None
         self._bound_by_caller = False
         self._reset()
@@ -222,6 +227,8 @@ class DefaultLookupCache(LookupCache):
         self._table = HashTable()
         self._rows: Segments | None = Segments(self._schema) if self._schema is not None else None
         self._exact = self._key_types is not None and is_exact(self._key_types)
+        self._converter = (None if self._key_types is None
+                           else CacheKeys(self._key_names, self._key_types))
         self._keys: Segments | None = None
         if self._key_types is not None and not self._exact:
             self._keys = Segments(pa.schema(
@@ -230,9 +237,12 @@ class DefaultLookupCache(LookupCache):
     def bind(self, schema: pa.Schema, key_columns: Sequence[str]) -> None:
         """Store rows of ``schema`` and keys of the types of its ``key_columns``."""
         super().bind(schema, key_columns)
+        key_types = [schema.field(name).type for name in key_columns]
+        CacheKeys(key_columns, key_types)  # a key type no key can have: refused here
         with self._lock:
             self._schema = schema.remove_metadata()
-            self._key_types = [schema.field(name).type for name in key_columns]
+            self._key_types = key_types
+            self._key_names = list(key_columns)
             self._bound_by_caller = True
             self._reset()
 
@@ -466,6 +476,7 @@ class DefaultLookupCache(LookupCache):
         dead = self._count - self._live
         if dead and (not self._live or (dead > self._live and dead >= _COMPACT_MIN_DEAD)):
             self._compact()
+            self._evict()  # the copy, like a merge, may hold more bytes than its parts
 
     def _compact(self) -> None:
         """Keep only live entries: their rows in one segment, slots renumbered in order."""
@@ -499,7 +510,13 @@ class DefaultLookupCache(LookupCache):
         """Types from the first put of an unbound cache (keys first, rows when some)."""
         if self._key_types is None and keys:
             columns = list(zip(*keys, strict=True))
-            self._key_types = [_inferred_key_type(list(column)) for column in columns]
+            types = [_inferred_key_type(list(column)) for column in columns]
+            names = [f"k{i}" for i in range(len(types))]
+            try:
+                CacheKeys(names, types)
+            except ConfigError as exc:
+                raise TypeError(f"keys {shown(keys[0])} cannot be cached: {exc}") from None
+            self._key_types, self._key_names = types, names
             self._reset()
         if self._schema is None and rows:
             columns = list(zip(*rows, strict=True))
@@ -535,39 +552,10 @@ class DefaultLookupCache(LookupCache):
 
     def _key_arrays(self, keys: Sequence[Key], strict: bool
                     ) -> tuple[list[pa.Array], np.ndarray]:
-        """Keys as arrays of the key types, and which of ``keys`` they are: keys with a
-        null never are; a key that does not convert to its column's type is refused
-        (TypeError) when ``strict``, else left out."""
-        types = self._key_types
-        assert types is not None
-        usable = np.fromiter((_matchable(key) for key in keys), dtype=bool, count=len(keys))
-        chosen = [key for key, ok in zip(keys, usable, strict=True) if ok]
-        try:
-            return self._columns(chosen, types), np.flatnonzero(usable)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
-            pass
-        good: list[int] = []
-        for position in np.flatnonzero(usable).tolist():
-            key = keys[position]
-            try:
-                self._columns([key], types)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError,
-                    OverflowError) as exc:
-                if strict:
-                    raise TypeError(f"key {shown(key)} does not convert to the cache's key types "
-                                    f"{[str(t) for t in types]}: {exc}") from None
-                continue
-            good.append(position)
-        picked = np.asarray(good, dtype=np.int64)
-        return self._columns([keys[i] for i in good], types), picked
-
-    def _columns(self, keys: Sequence[Key], types: list[pa.DataType]) -> list[pa.Array]:
-        if any(len(key) != len(types) for key in keys):
-            raise TypeError(f"keys of {len(types)} value(s) expected")
-        if not keys:
-            return [pa.array([], type=t) for t in types]
-        columns = list(zip(*keys, strict=True))
-        return [pa.array(list(c), type=t) for c, t in zip(columns, types, strict=True)]
+        """The distinct keys of ``keys`` as arrays of the key types, and where each key
+        went (-1: it never matches); see :meth:`CacheKeys.arrays`."""
+        assert self._converter is not None
+        return self._converter.arrays(keys, strict=strict)
 
     # --- LookupCache
 
@@ -598,6 +586,9 @@ class DefaultLookupCache(LookupCache):
             if (rows is not None and len(rows.segments) > 1
                     and self._reads_since_put >= _READS_BEFORE_MERGE):
                 rows.merge()
+                # A merged copy may take more bytes than its parts (a validity bitmap
+                # for every row once one part has a null): the bound holds on reads too.
+                self._evict()
             hit, groups, offsets, table = self._probe(arrays, self._now(), gather=False)
         hits = int(hit.sum())
         self._metrics.inc_hits(hits)
@@ -671,17 +662,20 @@ class DefaultLookupCache(LookupCache):
         with self._lock:
             if self._key_types is not None and asked and self._live:
                 arrays, positions = self._key_arrays(asked, strict=False)
-                if len(positions):
+                if len(arrays[0]):
                     hit, groups, offsets, rows = self._probe(arrays, self._now(), gather=True)
                     columns = [python_values(c) for c in rows.columns] if rows is not None else []
                     flat = list(zip(*columns, strict=True)) if columns else []
                     bounds = offsets.tolist()
-                    for j, group in zip(np.flatnonzero(hit).tolist(),
-                                        groups[hit].tolist(), strict=True):
-                        found[asked[positions[j]]] = (
-                            tuple(flat[bounds[group] : bounds[group + 1]]) if group >= 0 else ()
-                        )
-                    hits = len(found)
+                    answers = {j: tuple(flat[bounds[g] : bounds[g + 1]]) if g >= 0 else ()
+                               for j, g in zip(np.flatnonzero(hit).tolist(),
+                                               groups[hit].tolist(), strict=True)}
+                    # Counted per key asked: a key asked twice is answered twice.
+                    answered = np.flatnonzero(positions >= 0)
+                    answered = answered[hit[positions[answered]]]
+                    for i in answered.tolist():
+                        found[asked[i]] = answers[int(positions[i])]
+                    hits = len(answered)
         self._metrics.inc_hits(hits)
         self._metrics.inc_misses(len(asked) - hits)
         return found
@@ -705,12 +699,17 @@ class DefaultLookupCache(LookupCache):
         keys = [key for key, _ in frozen]
         flat = [row for _, rows in frozen for row in rows]
         with self._lock:
-            self._infer([k for k in keys if _matchable(k)], flat)
+            self._infer([k for k in keys if matchable(k)], flat)
             if self._key_types is None:
                 return  # only keys holding nulls: never cached
-            arrays, positions = self._key_arrays(keys, strict=True)
-            index_of = np.full(len(keys), -1, dtype=np.int64)
-            index_of[positions] = np.arange(len(positions), dtype=np.int64)
+            arrays, index_of = self._key_arrays(keys, strict=True)
+            # Two keys that are one key of the key types (1 and 1.0): the last one's
+            # rows are its rows, as a second put would make them.
+            given = np.flatnonzero(index_of >= 0)
+            _, last = np.unique(index_of[given][::-1], return_index=True)
+            winners = np.zeros(len(keys), dtype=bool)
+            winners[given[len(given) - 1 - last]] = True
+            index_of = np.where(winners, index_of, -1)
             counts = np.fromiter((len(rows) for _, rows in frozen), dtype=np.int64,
                                  count=len(frozen))
             owner = np.repeat(index_of, counts)
@@ -725,7 +724,7 @@ class DefaultLookupCache(LookupCache):
             if self._key_types is None or not self._live:
                 return
             arrays, positions = self._key_arrays([key], strict=False)
-            if not len(positions):
+            if positions[0] < 0:
                 return
             slots, _, same = self._find(arrays, hash_keys(arrays))
             if same[0] and self._touched[slots[0]] > 0:
@@ -762,20 +761,6 @@ def _resized(array: np.ndarray, size: int) -> np.ndarray:
     grown = np.zeros(size, dtype=array.dtype)
     grown[: len(array)] = array
     return grown
-
-
-def _matchable(key: Key) -> bool:
-    """Whether no part of ``key`` is null, NaN, NaT or ``pd.NA`` (such a key never
-    matches)."""
-    for value in key:
-        if value is None:
-            return False
-        try:
-            if value != value:
-                return False
-        except (TypeError, ValueError, ArithmeticError):  # pd.NA, a signalling NaN
-            return False
-    return True
 
 
 def _bound(value: int | None, name: str) -> int | None:

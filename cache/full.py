@@ -5,8 +5,10 @@ they can never match), the distinct keys in a hashed ``pandas.Index``, and the r
 range of each key, so a batch of probe keys is matched with one vectorized
 ``get_indexer`` call. :class:`LookupFullCache` serves lookups from the current snapshot
 and swaps in a new one atomically: a lookup sees the old table or the new one, never a
-half-loaded one. Loading (which scan, which trigger) is the lookup runtime's business;
-this module depends on nothing but pyarrow, numpy and pandas.
+half-loaded one. Loading (which scan, which trigger) is the lookup runtime's business.
+Python keys are read as values of the key columns' types by the connectors' rules
+(:mod:`cache._keys`), so a key that is no such value (``1.5`` for an integer column)
+matches nothing.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ import datetime as dt
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,7 @@ import pyarrow.compute as pc
 from cache._dense_keys import DenseKeys
 from cache._hash_table import HashTable
 from cache._key_hash import hash_keys
+from cache._keys import CacheKeys
 from cache.base import Key, LookupCache, Row, Rows, check_key, expand
 from cache.metrics import CacheMetrics
 from connectors.rows import python_values
@@ -41,28 +43,6 @@ _EMPTY: tuple[Row, ...] = ()
 def _hashed_in_numpy(arrow_type: pa.DataType) -> bool:
     """Whether keys of this type hash to their own bits (integers, dates, timestamps)."""
     return bool(pa.types.is_integer(arrow_type) or pa.types.is_temporal(arrow_type))
-
-
-def _accepts(arrow_type: pa.DataType) -> Callable[[Any], bool]:
-    """Which Python probe values can equal a key of ``arrow_type``: a value of another
-    type never matches (``True`` is not the integer 1, ``"1"`` is not 1), as in SQL."""
-    if pa.types.is_integer(arrow_type):
-        return lambda v: (type(v) is int) or isinstance(v, np.integer)
-    if pa.types.is_floating(arrow_type):
-        return lambda v: type(v) in (int, float) or isinstance(v, (np.integer, np.floating))
-    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
-        return lambda v: isinstance(v, str)
-    if pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type):
-        return lambda v: isinstance(v, bytes)
-    if pa.types.is_boolean(arrow_type):
-        return lambda v: isinstance(v, (bool, np.bool_))
-    if pa.types.is_date(arrow_type):
-        return lambda v: isinstance(v, dt.date) and not isinstance(v, dt.datetime)
-    if pa.types.is_timestamp(arrow_type):
-        return lambda v: isinstance(v, dt.datetime)
-    if pa.types.is_decimal(arrow_type):
-        return lambda v: isinstance(v, (Decimal, int)) and not isinstance(v, bool)
-    return lambda v: True
 
 
 class FullSnapshot:
@@ -84,8 +64,8 @@ class FullSnapshot:
     """
 
     __slots__ = (
-        "_accept",
         "_columns_cache",
+        "_converter",
         "_dense",
         "_index_lock",
         "_index_ready",
@@ -117,7 +97,7 @@ class FullSnapshot:
         self.loaded_at = loaded_at
         self.version = version
         self.unique = len(index) == table.num_rows
-        self._accept = [_accepts(table.schema.field(c).type) for c in key_columns]
+        self._converter: CacheKeys | None = None  # made by the first per-key lookup
         self._columns_cache: list[list[Any]] | None = None
         # Hash tables are built now, during the load, so that the first lookup after a
         # swap does not pay for them. A key of one integer-like column is probed in the
@@ -289,22 +269,19 @@ class FullSnapshot:
         if not len(probes) or not self.num_keys:
             empty = np.zeros(0, dtype=np.int64)
             return empty, empty
-        accept = self._accept
-        if len(accept) == 1:
-            ok = accept[0]
-            values = [p[0] if ok(p[0]) else None for p in probes]
-            groups = self._indexed().get_indexer(values)  # type: ignore[arg-type]
-        else:
-            cleaned: list[Any] = [
-                p if all(a(v) for a, v in zip(accept, p, strict=True)) else None for p in probes
-            ]
-            usable = [i for i, p in enumerate(cleaned) if p is not None]
-            groups = np.full(len(probes), -1, dtype=np.int64)
-            if usable:
-                groups[usable] = self._indexed().get_indexer(
-                    [cleaned[i] for i in usable]  # type: ignore[arg-type]
-                )
-        return self.expand(np.asarray(groups, dtype=np.int64))
+        converter = self._converter
+        if converter is None:
+            schema = self.table.schema
+            converter = self._converter = CacheKeys(
+                self.key_columns, [schema.field(name).type for name in self.key_columns])
+        # Exact values of the key types (1.5 is no BIGINT, a datetime no DATE), probed
+        # as the Arrow path probes them.
+        arrays, positions = converter.arrays(probes, strict=False)
+        groups = np.full(len(probes), -1, dtype=np.int64)
+        if len(arrays[0]):
+            usable = positions >= 0
+            groups[usable] = self.groups(arrays)[positions[usable]]
+        return self.expand(groups)
 
     def expand(self, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Turn per-probe group numbers (-1: no match) into (probe, row) index pairs."""
@@ -459,14 +436,19 @@ class LookupFullCache(PerProcess, LookupCache):
             probe_positions, row_indices = snapshot.locate(probes)
             rows = snapshot.rows(row_indices)
         found: dict[Key, list[Row]] = {}
+        answered_by: dict[Key, int] = {}
         for position, row in zip(probe_positions.tolist(), rows, strict=True):
-            found.setdefault(probes[position], []).append(row)
+            key = probes[position]
+            # A key asked twice (or 1 and 1.0) gets its rows once, from its first probe.
+            if answered_by.setdefault(key, position) == position:
+                found.setdefault(key, []).append(row)
         result: dict[Key, Rows] = dict.fromkeys(probes, _EMPTY)
         for key, key_rows in found.items():
             result[key] = tuple(key_rows)
-        hits = len(found)
+        # Counted per key asked: a key asked twice is answered twice.
+        hits = len(np.unique(probe_positions))
         self._metrics.inc_hits(hits)
-        self._metrics.inc_misses(len(result) - hits)
+        self._metrics.inc_misses(len(probes) - hits)
         return result
 
     def put(self, key: Key, rows: Rows) -> None:

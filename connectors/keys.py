@@ -30,7 +30,7 @@ from spark_lookup._shown import shown
 from spark_lookup.errors import ConfigError
 from spark_lookup.schema import to_arrow_type
 
-__all__ = ["NO_MATCH", "EncodedKeys", "KeyCodec", "KeyKindError"]
+__all__ = ["NO_MATCH", "EncodedKeys", "KeyCodec", "KeyKindError", "key_spark_type"]
 
 Key = tuple[Any, ...]
 
@@ -56,7 +56,8 @@ _FLOAT32_MAX = 3.4028234663852886e38
 
 
 def _is_bool(value: object) -> bool:
-    return isinstance(value, bool) or type(value).__name__ == "bool_"  # numpy.bool_
+    # numpy.bool_, named "bool" since numpy 2
+    return isinstance(value, bool) or type(value).__name__ in ("bool_", "bool")
 
 
 def _type_name(data_type: T.DataType) -> str:
@@ -204,7 +205,7 @@ class _Coercer:
     def _instant(self, value: Any) -> Any:
         if not isinstance(value, datetime):
             raise self._wrong_kind(value)
-        if value != value:  # pandas.NaT
+        if value != value or getattr(value, "nanosecond", 0) != 0:  # NaT; under a microsecond
             return NO_MATCH
         plain = _plain_datetime(value)
         if plain.tzinfo is None:
@@ -214,7 +215,7 @@ class _Coercer:
     def _wall_clock(self, value: Any) -> Any:
         if not isinstance(value, datetime):
             raise self._wrong_kind(value)
-        if value != value:  # pandas.NaT
+        if value != value or getattr(value, "nanosecond", 0) != 0:  # NaT; under a microsecond
             return NO_MATCH
         if value.tzinfo is not None:
             raise _Refused(
@@ -237,6 +238,35 @@ _KINDS: tuple[tuple[type | tuple[type, ...], type | None, _Converter], ...] = (
     (T.TimestampType, None, _Coercer._instant),
     (T.TimestampNTZType, datetime, _Coercer._wall_clock),
 )
+
+
+# Arrow types with no Spark type of their own, read as the Spark type that holds all
+# their values; the cast back to them refuses what they cannot hold.
+_WIDER: tuple[tuple[pa.DataType, T.DataType], ...] = (
+    (pa.uint8(), T.ShortType()), (pa.uint16(), T.IntegerType()),
+    (pa.uint32(), T.LongType()), (pa.uint64(), T.DecimalType(20, 0)),
+    (pa.date64(), T.DateType()),
+)
+
+
+def key_spark_type(arrow_type: pa.DataType) -> T.DataType:
+    """The Spark type a key value for a column of ``arrow_type`` is read as.
+
+    Raises
+    ------
+    ConfigError
+        For an Arrow type no key column can have (lists, times, intervals...).
+    """
+    from pyspark.errors import PySparkException
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    for arrow, spark in _WIDER:
+        if arrow_type == arrow:
+            return spark
+    try:
+        return from_arrow_type(arrow_type)
+    except (PySparkException, TypeError) as exc:
+        raise ConfigError(f"a {arrow_type} column cannot be a lookup key column") from exc
 
 
 class _Refused(Exception):
@@ -313,6 +343,10 @@ class KeyCodec:
         Their Spark types.
     where
         What the keys are for, in messages (``"table 'customers'"``).
+    arrow_types
+        The Arrow types to encode into, when not the Spark types' own (a cache bound to
+        an Arrow schema, see :meth:`for_arrow`): a value that its own type holds but
+        this one does not (a fraction of a second for ``timestamp[s]``) never matches.
 
     Raises
     ------
@@ -320,7 +354,8 @@ class KeyCodec:
         For a key column of a type no key can have (arrays, maps, structs).
     """
 
-    def __init__(self, names: Sequence[str], spark_types: Sequence[T.DataType], where: str) -> None:
+    def __init__(self, names: Sequence[str], spark_types: Sequence[T.DataType], where: str,
+                 arrow_types: Sequence[pa.DataType] | None = None) -> None:
         self.names = list(names)
         self.where = where
         self._spark_types = list(spark_types)
@@ -330,11 +365,42 @@ class KeyCodec:
                 self._coercers.append(_Coercer(data_type))
             except ConfigError as exc:
                 raise ConfigError(f"key column {name!r} of {where}: {exc}") from exc
-        self.arrow_types = [c.arrow for c in self._coercers]
+        own = [c.arrow for c in self._coercers]
+        self.arrow_types = own if arrow_types is None else list(arrow_types)
+        self._given_types = None if arrow_types is None else self.arrow_types
+        # Per column, the Arrow type to cast to after building in the Spark type's own
+        # (safe casts: a value lost on the way fails, it is never rounded or cut).
+        self._recast = [None if theirs == mine else theirs
+                        for mine, theirs in zip(own, self.arrow_types, strict=True)]
+
+    @classmethod
+    def for_arrow(cls, names: Sequence[str], arrow_types: Sequence[pa.DataType],
+                  where: str) -> KeyCodec:
+        """A codec of keys for columns of these Arrow types, each read as the Spark type
+        of :func:`key_spark_type` and encoded as its Arrow type exactly.
+
+        Raises
+        ------
+        ConfigError
+            For an Arrow type no key column can have.
+        """
+        spark_types = []
+        for name, arrow_type in zip(names, arrow_types, strict=True):
+            try:
+                spark_types.append(key_spark_type(arrow_type))
+            except ConfigError as exc:
+                raise ConfigError(f"key column {name!r} of {where}: {exc}") from exc
+        return cls(names, spark_types, where, arrow_types)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Rebuilt from its configuration where it lands (the coercers hold methods).
-        return (KeyCodec, (self.names, self._spark_types, self.where))
+        return (KeyCodec, (self.names, self._spark_types, self.where, self._given_types))
+
+    def _to_arrow(self, values: Sequence[Any], column: int) -> pa.Array:
+        """Values of a column's Spark type as an array of its Arrow type (exact, or raises)."""
+        array = pa.array(values, type=self._coercers[column].arrow)
+        target = self._recast[column]
+        return array if target is None else array.cast(target)
 
     def check_shape(self, key: Any) -> None:
         """Refuse a key that is not a tuple of one value per key column.
@@ -368,13 +434,19 @@ class KeyCodec:
             return None  # never sent, so never checked either (SQL: NULL = x is not true)
         values: list[Any] = []
         matchable = True
-        for name, coercer, value in zip(self.names, self._coercers, key, strict=True):
+        for column, (name, coercer, value) in enumerate(
+                zip(self.names, self._coercers, key, strict=True)):
             try:
                 normalized = coercer.convert(value)
             except _Refused as exc:
                 raise KeyKindError(
                     f"key {shown(key, 60)} for {self.where}, column {name!r}: {exc}"
                 ) from None
+            if normalized is not NO_MATCH and self._recast[column] is not None:
+                try:
+                    self._to_arrow([normalized], column)
+                except (pa.ArrowInvalid, OverflowError):  # beyond a narrower Arrow type
+                    normalized = NO_MATCH
             if normalized is NO_MATCH:
                 matchable = False
             values.append(normalized)
@@ -441,10 +513,17 @@ class KeyCodec:
                         f"keys of type {array.type} for {self.where}, column {name!r}, can "
                         f"never equal its {target} values"
                     )
+                given = array
                 array, _ = cast_column(array, target)  # what does not fit never matches
+                if pa.types.is_float32(target):
+                    # Arrow rounds a number beyond the FLOAT range to infinity, which is
+                    # no key it was: only an infinity stays one.
+                    array = pc.if_else(pc.and_(pc.is_inf(array), pc.is_finite(given)),
+                                       pa.scalar(None, target), array)
             ok = pc.is_valid(array)
             if pa.types.is_floating(array.type):
-                ok = pc.and_(ok, pc.invert(pc.is_nan(array)))
+                # Kleene: a null's is_nan is null, and a null must not pass as usable.
+                ok = pc.and_kleene(ok, pc.invert(pc.is_nan(array)))
             usable = ok if usable is None else pc.and_(usable, ok)
             cast.append(array)
         if usable is None or pc.all(usable).as_py():
@@ -455,7 +534,7 @@ class KeyCodec:
     def _encoded_column(self, keys: Sequence[Key]) -> EncodedKeys:
         """One key column of plain values, deduplicated by Arrow's hash kernels (no
         Python object per key beyond the ones given)."""
-        column = pa.array([key[0] for key in keys], type=self.arrow_types[0])
+        column = self._to_arrow([key[0] for key in keys], 0)
         unique = pc.unique(column)
         positions = pc.index_in(column, value_set=unique)
         return EncodedKeys([unique], positions.to_pylist())
@@ -486,6 +565,9 @@ class KeyCodec:
                 return False
             if float in kinds and any(v != v for v in column):  # NaN never matches
                 return False
+            if float in kinds and isinstance(coercer.data_type, T.FloatType) and any(
+                    _FLOAT32_MAX < abs(v) < math.inf for v in column):
+                return False  # beyond FLOAT: refused value by value, not made infinite
             if Decimal in kinds and not all(v.is_finite() for v in column):
                 return False
             if datetime in kinds and any(v.tzinfo is not None for v in column):
@@ -496,7 +578,4 @@ class KeyCodec:
         if not distinct:
             return [pa.array([], type=arrow) for arrow in self.arrow_types]
         columns = list(zip(*distinct, strict=True))
-        return [
-            pa.array(column, type=arrow)
-            for column, arrow in zip(columns, self.arrow_types, strict=True)
-        ]
+        return [self._to_arrow(column, i) for i, column in enumerate(columns)]

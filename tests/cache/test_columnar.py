@@ -4,11 +4,12 @@ store, exact keys of every Spark key type, batch eviction bounds and exact bytes
 from __future__ import annotations
 
 import random
-from datetime import date, datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
@@ -271,3 +272,132 @@ def test_compaction_keeps_every_live_answer() -> None:
     assert 2900 <= len(live) <= 3000
     for key, rows in live.items():
         assert rows == [(key, f"v{model[key]}", key / 2)]
+
+
+UTC = timezone.utc
+PLUS_ONE = timezone(timedelta(hours=1))
+NS_PAST = pd.Timestamp("2024-01-01 00:00:00.000000001")
+
+
+@pytest.mark.parametrize(
+    ("arrow_type", "stored", "same", "others"),
+    [
+        (pa.int64(), 1, [1.0, Decimal("1"), Decimal("1.00"), np.int64(1), np.int32(1),
+                         np.float64(1.0)],
+         [1.5, 1.9, 0.999, Decimal("1.5"), np.float64(1.5), True, "1", 2**63, -(2**63) - 1]),
+        (pa.int8(), 1, [1.0, np.int8(1)], [257, 1.5, np.float32(1.25), True]),
+        (pa.uint8(), 1, [1.0, np.uint8(1)], [257, 1.5, -255, True]),
+        (pa.uint64(), 2**64 - 1, [Decimal(2**64 - 1)], [-1, 2**64 - 1.5, 2**64]),
+        # A FLOAT key is its value as a float (0.1 is the FLOAT 0.1), as every key is
+        # converted to its column's type; beyond the FLOAT range it is none.
+        (pa.float32(), 0.1, [np.float32(0.1), Decimal("0.1")], [1e300, True, "0.1"]),
+        (pa.float64(), 0.5, [Decimal("0.5"), np.float32(0.5), np.float64(0.5)],
+         [True, "0.5", 10**400]),
+        (pa.decimal128(10, 2), Decimal("1.50"), [Decimal("1.5"), 1.5, Decimal("1.500")],
+         [Decimal("1.505"), 1.505, Decimal("1E+8"), True, "1.50"]),
+        (pa.date32(), date(2024, 1, 1), [pd.Timestamp("2024-01-01").date()],
+         [datetime(2024, 1, 1, 23, 59), datetime(2024, 1, 1), pd.Timestamp("2024-01-01"),
+          "2024-01-01"]),
+        (pa.timestamp("us", tz="UTC"), datetime(2024, 1, 1, tzinfo=UTC),
+         [datetime(2024, 1, 1, 1, tzinfo=PLUS_ONE), pd.Timestamp("2024-01-01", tz="UTC"),
+          datetime(2024, 1, 1)],  # naive: read as UTC, as Arrow reads it
+         [NS_PAST.tz_localize("UTC"), date(2024, 1, 1), 1704067200000000]),
+        (pa.timestamp("us"), datetime(2024, 1, 1), [pd.Timestamp("2024-01-01")],
+         [NS_PAST, datetime(2024, 1, 1, tzinfo=UTC), date(2024, 1, 1)]),
+        (pa.timestamp("s"), datetime(2024, 1, 1, 0, 0, 1), [pd.Timestamp("2024-01-01 00:00:01")],
+         [datetime(2024, 1, 1, 0, 0, 1, 500), datetime(2024, 1, 1, 0, 0, 1, 999_999)]),
+        (pa.string(), "a", [np.str_("a")], [b"a", 1, True]),
+        (pa.binary(), b"a", [np.bytes_(b"a")], ["a", 97]),
+        (pa.bool_(), True, [np.bool_(True)], [1, np.int64(1), 1.0, "true"]),
+    ],
+)
+def test_a_key_converts_to_its_columns_type_exactly_or_matches_nothing(
+        arrow_type: pa.DataType, stored: Any, same: list[Any], others: list[Any]) -> None:
+    """Issue 26: 1.5 read the rows of the BIGINT 1, a datetime those of its DATE."""
+    schema = pa.schema([("k", arrow_type), ("v", pa.int64())])
+    cache = bound(schema, ("k",))
+    cache.put((stored,), [(stored, 7)])
+    answer = cache.get_if_present((stored,))
+    assert answer is not None
+    assert answer[0][1] == 7
+    for value in same:
+        assert cache.get_if_present((value,)) == answer, value
+    before = cache.metrics.miss_count
+    for value in others:
+        assert cache.get_if_present((value,)) is None, value
+        assert cache.get_all([(value,)]) == {}, value
+        with pytest.raises(TypeError, match="does not convert to the cache's key types"):
+            cache.put((value,), [(stored, 8)])
+    assert cache.metrics.miss_count - before == 2 * len(others)
+    assert cache.size() == 1
+    assert cache.get_if_present((stored,)) == answer  # no refused put overwrote it
+
+
+def test_an_inexact_key_is_refused_on_put_and_files_nothing() -> None:
+    cache = bound()
+    cache.put((1,), [(1, "one", 0.5)])
+    with pytest.raises(TypeError, match=r"\(2\.5,\)"):
+        cache.put((2.5,), [(2, "two", 1.0)])
+    assert cache.get_if_present((2,)) is None
+    assert cache.get_all([(1.9,), (1,)]) == {(1,): ((1, "one", 0.5),)}
+    # An unbound cache reads its key types from the first put, and is as exact.
+    unbound = DefaultLookupCache.new_builder().maximum_size(10).build()
+    unbound.open()
+    unbound.put((1,), [(1, "one")])
+    assert unbound.get_if_present((1.5,)) is None
+    with pytest.raises(TypeError, match="does not convert"):
+        unbound.put((2.5,), [(2, "two")])
+    assert unbound.get_if_present((2,)) is None
+    dates = DefaultLookupCache.new_builder().maximum_size(10).build()
+    dates.open()
+    dates.put((date(2024, 1, 1),), [("new year",)])
+    assert dates.get_if_present((datetime(2024, 1, 1, 23, 59),)) is None
+
+
+def test_a_key_asked_twice_in_a_batch_counts_twice() -> None:
+    cache = bound()
+    cache.put_all({(1,): [(1, "one", 0.5)], (2,): []})
+    found = cache.get_all([(1,), (1,), (2,), (3,), (1.5,)])
+    assert found == {(1,): ((1, "one", 0.5),), (2,): ()}
+    assert (cache.metrics.hit_count, cache.metrics.miss_count) == (3, 2)
+    answers(cache, [1, 1, 3])
+    assert (cache.metrics.hit_count, cache.metrics.miss_count) == (5, 3)
+
+
+def test_one_key_given_twice_to_put_all_keeps_the_last_rows() -> None:
+    schema = pa.schema([("k", pa.float64()), ("v", pa.string())])
+    cache = bound(schema, ("k",))
+    cache.put_all({(Decimal("0.5"),): [(0.5, "first")], (0.5,): [(0.5, "second")]})
+    assert cache.get_if_present((0.5,)) == ((0.5, "second"),)
+    assert cache.size() == 1
+
+
+NARROW = pa.schema([("id", pa.int64())] + [(f"b{j}", pa.bool_()) for j in range(24)])
+
+
+def narrow_rows(ids: list[int], nulls: bool) -> pa.Table:
+    flags = {f"b{j}": pa.array([None if nulls and i % 5 == 0 else bool(i & 1) for i in ids])
+             for j in range(24)}
+    return pa.table({"id": pa.array(ids, pa.int64()), **flags}, schema=NARROW)
+
+
+def test_byte_bound_holds_after_reads_that_merge_segments() -> None:
+    """Issue 26: merging segments whose rows have no nulls with one that has some adds
+    a validity bitmap to every column of them, and reads went past the bound."""
+    def filled(**limits: Any) -> DefaultLookupCache:
+        cache = bound(NARROW, **limits)
+        start = 0
+        for count, nulls in ((16_000, False), (4_000, False), (1_000, True)):
+            ids = list(range(start, start + count))
+            put(cache, ids, list(range(count)), narrow_rows(ids, nulls))
+            start += count
+        return cache
+
+    limit = filled(maximum_size=10**6).metrics.num_cached_bytes  # exactly full
+    cache = filled(maximum_bytes=limit)
+    assert cache.size() == 21_000
+    rng = np.random.default_rng(7)
+    for _ in range(12):
+        answers(cache, rng.integers(0, 21_000, 2_000).tolist())
+        assert cache.metrics.num_cached_bytes <= limit
+    assert cache.size() > 0

@@ -10,6 +10,7 @@ from decimal import Decimal
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pytest
 
@@ -84,10 +85,33 @@ def test_composite_keys_and_nan() -> None:
 def test_probe_values_of_another_type_never_match() -> None:
     snap = snapshot([(1, "a")])
     positions, _ = snap.locate([(True,), ("1",), (1.0,), (Decimal(1),), (np.int64(1),)])
-    assert positions.tolist() == [4]
+    # Numbers among numbers (1.0 is the BIGINT 1, as in the partial cache and the
+    # connectors); other kinds never.
+    assert positions.tolist() == [2, 3, 4]
     strings = pa.schema([("id", pa.string()), ("name", pa.string())])
     snap = snapshot([("1", "a")], schema=strings)
     assert snap.locate([(1,), ("1",)])[0].tolist() == [1]
+
+
+def test_a_key_that_is_no_value_of_the_key_type_matches_nothing() -> None:
+    snap = snapshot([(1, "a"), (2, "b")])
+    probes = [(1.5,), (1.9,), (Decimal("1.5"),), (2**64,), (2.0,), (np.float64(1.0),)]
+    assert snap.locate(probes)[0].tolist() == [4, 5]
+    schema = pa.schema([("d", pa.date32()), ("v", pa.string())])
+    dates = snapshot([(dt.date(2024, 1, 1), "x")], ("d",), schema=schema)
+    assert dates.locate([(dt.datetime(2024, 1, 1, 23, 59),)])[0].tolist() == []
+    stamps = pa.schema([("t", pa.timestamp("us")), ("v", pa.string())])
+    wall = snapshot([(dt.datetime(2024, 1, 1), "x")], ("t",), schema=stamps)
+    nanos = pd.Timestamp("2024-01-01 00:00:00.000000001")
+    assert wall.locate([(nanos,), (pd.Timestamp("2024-01-01"),)])[0].tolist() == [1]
+
+
+def test_full_cache_counts_every_key_asked() -> None:
+    cache = opened()
+    cache.swap(snapshot([(1, "a")]))
+    assert cache.get_all([(1,), (1,), (1.5,), (2,)]) == {(1,): ((1, "a"),), (1.5,): (),
+                                                       (2,): ()}
+    assert (cache.metrics.hit_count, cache.metrics.miss_count) == (2, 2)
 
 
 def test_dates_and_timestamps_as_keys() -> None:

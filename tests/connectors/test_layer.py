@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import functools
 import math
+import pickle
 import sqlite3
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pytest
 from pyspark.sql import types as T
@@ -19,6 +22,7 @@ from pyspark.sql import types as T
 from connectors import BadValuePolicy, KeyCodec, Predicate
 from connectors.convert import cast_column, castable
 from connectors.errors import is_transient, should_retry
+from connectors.keys import key_spark_type
 from connectors.rows import python_values
 from lookup import (
     FullCachingLookupProvider,
@@ -188,11 +192,50 @@ def test_keys_are_values_of_their_columns_types() -> None:
     assert floats.encode([(math.nan,), (1,)]).positions == [-1, 0]
 
 
+def test_no_key_is_rounded_or_cut_into_another() -> None:
+    """Issue 26: a FLOAT key beyond its range became infinity on the plain path, a
+    pandas.Timestamp lost its nanoseconds, and a null double key was kept."""
+    floats = KeyCodec(["f"], [T.FloatType()], "t")
+    with pytest.raises(ConfigError, match="out of the range of float"):
+        floats.encode([(1e300,)])
+    assert floats.encode([(math.inf,), (0.5,)]).positions == [0, 1]
+    arrays = floats.encode_arrays([pa.array([0.5, 1e300, math.inf, None])])
+    assert arrays.arrays[0].to_pylist() == [0.5, math.inf]
+    assert arrays.kept is not None
+    assert arrays.kept.to_pylist() == [0, 2]
+    doubles = KeyCodec(["d"], [T.DoubleType()], "t").encode_arrays([pa.array([1.0, None])])
+    assert doubles.kept is not None
+    assert doubles.kept.to_pylist() == [0]
+    nanos = pd.Timestamp("2024-01-01 00:00:00.000000001")
+    wall = KeyCodec(["t"], [T.TimestampNTZType()], "t")
+    assert wall.encode([(nanos,), (pd.Timestamp("2024-01-01"),)]).positions == [-1, 0]
+    instants = KeyCodec(["t"], [T.TimestampType()], "t")
+    assert instants.normalize((nanos.tz_localize("UTC"),)) is None
+    flags = KeyCodec(["b"], [T.BooleanType()], "t")
+    assert flags.normalize((np.True_,)) == (True,)  # numpy 2 names its type "bool"
+    with pytest.raises(ConfigError, match="can never equal"):
+        KeyCodec(["i"], [T.LongType()], "t").normalize((np.True_,))
+
+
+def test_a_codec_for_arrow_types_encodes_exactly_into_them() -> None:
+    codec = KeyCodec.for_arrow(["u", "s"], [pa.uint8(), pa.timestamp("s")], "t")
+    whole = datetime(2024, 1, 1, 0, 0, 1)
+    encoded = codec.encode([(1, whole), (1.0, whole), (-1, whole),
+                            (2, whole.replace(microsecond=5))])
+    assert encoded.positions == [0, 0, -1, -1]
+    assert [a.type for a in encoded.arrays] == [pa.uint8(), pa.timestamp("s")]
+    assert codec.normalize((255, whole)) == (255, whole)
+    assert codec.normalize((256, whole)) is None
+    assert pickle.loads(pickle.dumps(codec)).arrow_types == codec.arrow_types
+    assert key_spark_type(pa.large_string()) == T.StringType()
+    with pytest.raises(ConfigError, match="cannot be a lookup key column"):
+        KeyCodec.for_arrow(["l"], [pa.list_(pa.int64())], "t")
+
+
 # --- drivers ----------------------------------------------------------------------------
 
 
 def test_any_picklable_callable_is_a_factory_lambdas_included(wide_db: Any) -> None:
-    import pickle
 
     from pyspark import cloudpickle
 

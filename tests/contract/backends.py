@@ -6,13 +6,21 @@ from __future__ import annotations
 import functools
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lookup import LookupFunction, RedisLookupFunction, SqlLookupFunction
 from scan import RedisScanSource, Source, SqlTableSource
-from tests.contract.cases import Case, cases_for, json_dumps, schema_of
+from tests.contract.cases import (
+    DAYS_SCHEMA,
+    BadCase,
+    Case,
+    bad_cases_for,
+    cases_for,
+    json_dumps,
+    schema_of,
+)
 
 BAD_SCHEMA = "id BIGINT, n BIGINT, s STRING"
 """The bad-value table: row 1 good (n = 5), row 2's n is text where a number belongs."""
@@ -20,37 +28,53 @@ BAD_SCHEMA = "id BIGINT, n BIGINT, s STRING"
 
 @dataclass
 class Backend:
-    """One backend holding the contract table ``dim`` and the bad-value table ``bad``."""
+    """One backend holding the contract table ``dim``, the bad-value table ``bad``, per
+    bad case a table ``odd_<case>`` (row 1 holds its value; a table of its own, so a
+    value that fails a whole load fails only its own case) and the table ``days`` keyed
+    by a DATE."""
 
     name: str
     cases: list[Case]
-    make_function: Callable[[str, str, str], LookupFunction]
-    """(table, schema, mode) -> a lookup function keyed by ``id``."""
-    make_source: Callable[[str, str, str], Source[Any, Any]]
-    """(table, schema, mode) -> a scan source of the table."""
+    make_function: Callable[[str, str, str, str], LookupFunction]
+    """(table, schema, mode, key column) -> a lookup function keyed by the key column."""
+    make_source: Callable[[str, str, str, str], Source[Any, Any]]
+    """(table, schema, mode, key column) -> a scan source of the table."""
+    bad_cases: list[BadCase] = field(default_factory=list)
 
     @property
     def schema(self) -> str:
         return schema_of(self.cases)
 
-    def function(self, mode: str = "PERMISSIVE") -> LookupFunction:
-        return self.make_function("dim", self.schema, mode)
+    def table(self, name: str) -> tuple[str, str]:
+        """The schema and key column of a table of the backend."""
+        odd = {f"odd_{case.name}": (schema_of([case]), "id") for case in self.bad_cases}
+        return {
+            "dim": (self.schema, "id"),
+            "bad": (BAD_SCHEMA, "id"),
+            "days": (DAYS_SCHEMA, "d"),
+            **odd,
+        }[name]
 
-    def source(self, mode: str = "PERMISSIVE") -> Source[Any, Any]:
-        return self.make_source("dim", self.schema, mode)
+    def function(self, mode: str = "PERMISSIVE", table: str = "dim") -> LookupFunction:
+        schema, key = self.table(table)
+        return self.make_function(table, schema, mode, key)
+
+    def source(self, mode: str = "PERMISSIVE", table: str = "dim") -> Source[Any, Any]:
+        schema, key = self.table(table)
+        return self.make_source(table, schema, mode, key)
 
     def bad_function(self, mode: str) -> LookupFunction:
-        return self.make_function("bad", BAD_SCHEMA, mode)
+        return self.function(mode, "bad")
 
     def bad_source(self, mode: str) -> Source[Any, Any]:
-        return self.make_source("bad", BAD_SCHEMA, mode)
+        return self.source(mode, "bad")
 
 
 # --- SQLite ---------------------------------------------------------------------------
 
 
 def sqlite_backend(path: Path, driver: str) -> Backend:
-    cases = cases_for("sqlite")
+    cases, odd = cases_for("sqlite"), bad_cases_for("sqlite")
     with sqlite3.connect(path) as db:
         columns = ", ".join(f'"{c.name}" {c.sqlite[0]}' for c in cases)  # type: ignore[index]
         db.execute(f"CREATE TABLE dim (id INTEGER PRIMARY KEY, {columns})")
@@ -61,6 +85,13 @@ def sqlite_backend(path: Path, driver: str) -> Backend:
         db.execute("INSERT INTO dim (id) VALUES (3)")
         db.execute("CREATE TABLE bad (id INTEGER PRIMARY KEY, n BIGINT, s TEXT)")
         db.execute("INSERT INTO bad VALUES (1, 5, 'x1'), (2, 'abc', 'x2')")
+        for case in odd:
+            column_type, value = case.sqlite  # type: ignore[misc]
+            db.execute(f'CREATE TABLE odd_{case.name} (id INTEGER PRIMARY KEY, '
+                       f'"{case.name}" {column_type})')
+            db.execute(f"INSERT INTO odd_{case.name} VALUES (1, ?)", [value])
+        db.execute("CREATE TABLE days (d DATE PRIMARY KEY, n INTEGER)")
+        db.execute("INSERT INTO days VALUES ('2024-01-01', 1)")
     if driver == "adbc":
         import adbc_driver_sqlite.dbapi
 
@@ -70,7 +101,7 @@ def sqlite_backend(path: Path, driver: str) -> Backend:
             return adbc_driver_sqlite.dbapi.connect(text)
     else:
         factory = functools.partial(sqlite3.connect, str(path))
-    return _sql_backend(f"sqlite/{driver}", cases, factory, "")
+    return _sql_backend(f"sqlite/{driver}", cases, odd, factory, "")
 
 
 # --- PostgreSQL -------------------------------------------------------------------------
@@ -79,7 +110,7 @@ def sqlite_backend(path: Path, driver: str) -> Backend:
 def postgres_backend(dsn: str, schema: str, driver: str) -> Backend:
     import psycopg
 
-    cases = cases_for("postgres")
+    cases, odd = cases_for("postgres"), bad_cases_for("postgres")
     with psycopg.connect(dsn, autocommit=True) as conn:
         columns = ", ".join(f'"{c.name}" {c.postgres[0]}' for c in cases)  # type: ignore[index]
         conn.execute(f'CREATE TABLE "{schema}".dim (id bigint PRIMARY KEY, {columns})')
@@ -89,6 +120,13 @@ def postgres_backend(dsn: str, schema: str, driver: str) -> Backend:
         conn.execute(f'INSERT INTO "{schema}".dim (id) VALUES (3)')
         conn.execute(f'CREATE TABLE "{schema}".bad (id bigint PRIMARY KEY, n text, s text)')
         conn.execute(f"INSERT INTO \"{schema}\".bad VALUES (1, '5', 'x1'), (2, 'abc', 'x2')")
+        for case in odd:
+            column_type, literal = case.postgres  # type: ignore[misc]
+            conn.execute(f'CREATE TABLE "{schema}".odd_{case.name} (id bigint PRIMARY KEY, '
+                         f'"{case.name}" {column_type})')
+            conn.execute(f'INSERT INTO "{schema}".odd_{case.name} VALUES (1, {literal})')
+        conn.execute(f'CREATE TABLE "{schema}".days (d date PRIMARY KEY, n bigint)')
+        conn.execute(f"INSERT INTO \"{schema}\".days VALUES ('2024-01-01', 1)")
     if driver == "adbc":
         import adbc_driver_postgresql.dbapi
 
@@ -96,18 +134,19 @@ def postgres_backend(dsn: str, schema: str, driver: str) -> Backend:
             return adbc_driver_postgresql.dbapi.connect(dsn)
     else:
         factory = functools.partial(psycopg.connect, dsn)
-    return _sql_backend(f"postgres/{driver}", cases, factory, f"{schema}.")
+    return _sql_backend(f"postgres/{driver}", cases, odd, factory, f"{schema}.")
 
 
-def _sql_backend(name: str, cases: list[Case], factory: Any, qualifier: str) -> Backend:
-    def make_function(table: str, schema: str, mode: str) -> LookupFunction:
-        return SqlLookupFunction(factory, qualifier + table, "id", schema=schema, mode=mode)
+def _sql_backend(name: str, cases: list[Case], odd: list[BadCase], factory: Any,
+                 qualifier: str) -> Backend:
+    def make_function(table: str, schema: str, mode: str, key: str) -> LookupFunction:
+        return SqlLookupFunction(factory, qualifier + table, key, schema=schema, mode=mode)
 
-    def make_source(table: str, schema: str, mode: str) -> Source[Any, Any]:
+    def make_source(table: str, schema: str, mode: str, key: str) -> Source[Any, Any]:
         return SqlTableSource(factory, qualifier + table, schema=schema, chunk_size=2,
                               mode=mode)
 
-    return Backend(name, cases, make_function, make_source)
+    return Backend(name, cases, make_function, make_source, odd)
 
 
 # --- Redis ------------------------------------------------------------------------------
@@ -115,6 +154,7 @@ def _sql_backend(name: str, cases: list[Case], factory: Any, qualifier: str) -> 
 
 def redis_backend(url: str, prefix: str, client: Any, value_type: str) -> Backend:
     cases = cases_for("redis-hash" if value_type == "hash" else "redis-json")
+    odd = bad_cases_for("redis-hash" if value_type == "hash" else "redis-json")
     for row in (1, 2):
         if value_type == "hash":
             client.hset(f"{prefix}dim:{row}", mapping={
@@ -132,14 +172,25 @@ def redis_backend(url: str, prefix: str, client: Any, value_type: str) -> Backen
         client.set(f"{prefix}dim:3", json_dumps({c.name: None for c in cases}))
         client.set(f"{prefix}bad:1", '{"n": 5, "s": "x1"}')
         client.set(f"{prefix}bad:2", '{"n": "abc", "s": "x2"}')
+    for case in odd:
+        if value_type == "hash":
+            client.hset(f"{prefix}odd_{case.name}:1",
+                        mapping={"id": "1", case.name: case.redis_text})  # type: ignore[dict-item]
+        else:
+            client.set(f"{prefix}odd_{case.name}:1",
+                       f'{{"id": 1, "{case.name}": {case.redis_json}}}')
+    if value_type == "hash":
+        client.hset(f"{prefix}days:2024-01-01", mapping={"d": "2024-01-01", "n": "1"})
+    else:
+        client.set(f"{prefix}days:2024-01-01", '{"d": "2024-01-01", "n": 1}')
 
-    def make_function(table: str, schema: str, mode: str) -> LookupFunction:
-        return RedisLookupFunction(url, prefix + table + ":{id}", schema, ["id"],
+    def make_function(table: str, schema: str, mode: str, key: str) -> LookupFunction:
+        return RedisLookupFunction(url, f"{prefix}{table}:{{{key}}}", schema, [key],
                                    value_type=value_type, mode=mode)
 
-    def make_source(table: str, schema: str, mode: str) -> Source[Any, Any]:
+    def make_source(table: str, schema: str, mode: str, key: str) -> Source[Any, Any]:
         return RedisScanSource(url, value_type=value_type, schema=schema,
-                               key_template=prefix + table + ":{id}", key_columns=["id"],
+                               key_template=f"{prefix}{table}:{{{key}}}", key_columns=[key],
                                keys_per_split=2, mode=mode)
 
-    return Backend(f"redis/{value_type}", cases, make_function, make_source)
+    return Backend(f"redis/{value_type}", cases, make_function, make_source, odd)

@@ -13,6 +13,7 @@ import base64
 import datetime as dt
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -147,6 +148,88 @@ CASES: tuple[Case, ...] = (
          redis_json=({"w": 2, "h": Decimal("3.5")}, {})),
 )
 
+
+
+@dataclass(frozen=True)
+class BadCase:
+    """A stored value that reads as no value of its column's type in any backend or
+    mode: a bad value (null and counted under PERMISSIVE), where Arrow's own casts
+    would read another value (hexadecimal wrapped into the type, an infinity)."""
+
+    name: str
+    spark: str
+    readme: str
+    """What the README's "Types" section says about it (a phrase it must contain)."""
+    postgres: tuple[str, str] | None = None
+    """Column type and the SQL literal stored."""
+    sqlite: tuple[str, Any] | None = None
+    """Declared type and the value stored."""
+    redis_text: bytes | None = None
+    """The hash field's text."""
+    redis_json: str | None = None
+    """The JSON member's text, as written (exact numbers, any depth)."""
+
+
+BAD_CASES: tuple[BadCase, ...] = (
+    BadCase("hex_tiny", "TINYINT", "hexadecimal",
+            postgres=("text", "'0xff'"), sqlite=("TEXT", "0xff"), redis_text=b"0xff"),
+    BadCase("hex_big", "BIGINT", "hexadecimal",
+            postgres=("text", "'0xffffffffffffffff'"), sqlite=("TEXT", "0xffffffffffffffff"),
+            redis_text=b"0xffffffffffffffff"),
+    BadCase("hex", "BIGINT", "hexadecimal",
+            postgres=("text", "'0x10'"), sqlite=("TEXT", "0x10"), redis_text=b"0x10"),
+    BadCase("f32_range", "FLOAT", "beyond the range",
+            postgres=("double precision", "1e39"), sqlite=("REAL", 1e39), redis_text=b"1e39",
+            redis_json="1e39"),
+    BadCase("f64_range", "DOUBLE", "beyond the range",
+            postgres=("text", "'1e400'"), sqlite=("TEXT", "1e400"), redis_text=b"-1e400",
+            redis_json="1E+400"),
+    # Deep enough to exceed Python's recursion limit when read (much deeper, the parser
+    # itself refuses it): no value of any type, and the lookup goes on.
+    BadCase("deep", "STRING", "nested deeper",
+            redis_json="[" * 900 + "]" * 900),
+)
+
+BAD_FIELDS = {
+    "sqlite": "sqlite",
+    "postgres": "postgres",
+    "redis-hash": "redis_text",
+    "redis-json": "redis_json",
+}
+
+
+def bad_cases_for(backend: str) -> list[BadCase]:
+    """The bad values a backend stores."""
+    attribute = BAD_FIELDS[backend]
+    return [case for case in BAD_CASES if getattr(case, attribute) is not None]
+
+
+@dataclass(frozen=True)
+class KeyCase:
+    """A key no stored key equals, asked after one that finds its row: it finds nothing,
+    in every mode (a cache never answers it with the row of the key it resembles)."""
+
+    name: str
+    table: str
+    """``dim`` (keyed by ``id BIGINT``) or ``days`` (keyed by ``d DATE``)."""
+    found: Any
+    """A key value that finds a row."""
+    probe: Any
+    """A key value that finds nothing."""
+    refusable: bool = False
+    """The probe is of a kind its column never holds: it may also be refused
+    (``KeyKindError``, as a str for a BIGINT is), never answered with a row."""
+
+
+DAYS_SCHEMA = "d DATE, n BIGINT"
+"""The table of DATE keys: one row, 2024-01-01 (n = 1)."""
+
+KEY_CASES: tuple[KeyCase, ...] = (
+    KeyCase("fractional", "dim", 1, 1.5),
+    KeyCase("datetime", "days", dt.date(2024, 1, 1), dt.datetime(2024, 1, 1, 23, 59),
+            refusable=True),
+)
+
 BACKEND_FIELDS = {
     "sqlite": "sqlite",
     "postgres": "postgres",
@@ -161,7 +244,7 @@ def cases_for(backend: str) -> list[Case]:
     return [case for case in CASES if getattr(case, attribute) is not None]
 
 
-def schema_of(cases: list[Case]) -> str:
+def schema_of(cases: Sequence[Case | BadCase]) -> str:
     """The dimension schema: ``id BIGINT`` and one column per case."""
     return ", ".join(["id BIGINT", *(f"`{c.name}` {c.spark}" for c in cases)])
 
