@@ -14,14 +14,17 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from cache.base import Key, Row, answers_to_arrow, key_tuples
+from cache.base import Key, Row, answers_to_arrow, key_tuples, row_ranges
 from cache.metrics import CacheMetrics
+from connectors.keys import has_null
+from connectors.rows import python_rows
 from lookup.providers import LookupProvider
 from spark_lookup._shown import shown
 from spark_lookup.errors import LookupLoadError
 from spark_lookup.schema import to_arrow_schema
 
-__all__ = ["EMPTY", "LookupRuntime", "Probe", "counting_bad_values", "has_null"]
+__all__ = ["EMPTY", "LookupRuntime", "Probe", "counting_bad_values", "has_null",
+           "place_rows", "python_answers"]
 
 EMPTY: tuple[Row, ...] = ()
 
@@ -39,18 +42,54 @@ def counting_bad_values(reader: object, count: Callable[[int], object]) -> Itera
             count(grown)
 
 
-def has_null(key: Key) -> bool:
-    """Whether ``key`` holds a null (None, NaN, NaT or ``pd.NA``): such a key never
-    matches (SQL's ``NULL = NULL`` is not true) and is never sent to the source."""
-    for value in key:
-        if value is None:
-            return True
-        try:
-            if value != value:  # NaN, NaT, Decimal NaN
-                return True
-        except TypeError:  # pd.NA refuses truthiness: it is a null
-            return True
-    return False
+def python_answers(groups: np.ndarray, offsets: np.ndarray, rows: pa.Table
+                   ) -> list[tuple[Row, ...]]:
+    """The answer of a probe as Python rows: for each key ``i``, the tuple of its rows
+    (``EMPTY`` for none), in the form of :class:`Probe` (``groups``, ``offsets``,
+    ``rows``), and one ``EMPTY`` more at the end, so that position -1 (a key that never
+    matches) reads as no rows. Only the matched rows are taken out of ``rows`` and
+    turned into Python values, a column at a time."""
+    answers: list[tuple[Row, ...]] = [EMPTY] * (len(groups) + 1)
+    matched = np.flatnonzero(groups >= 0)
+    if not len(matched):
+        return answers
+    found = groups[matched]
+    starts = offsets[found]
+    counts = offsets[found + 1] - starts
+    take = row_ranges(starts, counts)
+    if len(take) != rows.num_rows or not np.array_equal(take, np.arange(len(take))):
+        rows = rows.take(pa.array(take, type=pa.int64()))
+    values = python_rows(rows)
+    one_each = len(values) == len(matched) and bool((counts == 1).all())
+    if one_each and len(matched) == len(groups):  # a row for every key, the usual case
+        answers = list(zip(values))
+        answers.append(EMPTY)
+        return answers
+    places = matched.tolist()
+    if one_each:
+        for place, row in zip(places, values, strict=True):
+            answers[place] = (row,)
+        return answers
+    start = 0
+    for place, end in zip(places, np.cumsum(counts).tolist(), strict=True):
+        answers[place] = tuple(values[start:end])
+        start = end
+    return answers
+
+
+def place_rows(answers: list[tuple[Row, ...]], places: np.ndarray, rows: list[Row]) -> None:
+    """Set ``answers[p]`` to the rows of ``rows`` whose place is ``p``, in their order
+    (``places`` and ``rows`` parallel; every place's answer was empty)."""
+    spots = places.tolist()
+    if len(np.unique(places)) == len(spots):  # a row per key, the usual case
+        for spot, row in zip(spots, rows, strict=True):
+            answers[spot] = (row,)
+        return
+    grouped: dict[int, list[Row]] = {}
+    for spot, row in zip(spots, rows, strict=True):
+        grouped.setdefault(spot, []).append(row)
+    for spot, several in grouped.items():
+        answers[spot] = tuple(several)
 
 
 @dataclass(frozen=True)
@@ -88,7 +127,15 @@ class LookupRuntime:
 
     def lookup_batch(self, keys: Iterable[Key]) -> dict[Key, tuple[Row, ...]]:
         """Rows of each distinct key in ``keys`` (null keys and unmatched keys: empty)."""
-        valid, nulls = self._distinct(keys)
+        return self._lookup_unique(self._unique(keys))
+
+    def _lookup_unique(self, keys: list[Key]) -> dict[Key, tuple[Row, ...]]:
+        """Rows of each of ``keys`` (distinct as Python objects, checked tuples). This
+        default sets null keys apart and answers the others by :meth:`_lookup_distinct`."""
+        valid: list[Key] = []
+        nulls: list[Key] = []
+        for key in keys:
+            (nulls if has_null(key) else valid).append(key)
         found = self._lookup_distinct(valid)
         found.update(dict.fromkeys(nulls, EMPTY))
         return found
@@ -132,21 +179,24 @@ class LookupRuntime:
                             f"got {type(key).__name__}: {shown(key)}")
         return key
 
-    def _distinct(self, keys: Iterable[Key]) -> tuple[list[Key], list[Key]]:
-        """Distinct keys in first-seen order, split into (lookup-able, null-containing)."""
-        arity = self._arity
-        distinct: dict[Key, None] = {}
-        for key in keys:
-            if type(key) is not tuple or len(key) != arity:
+    def _unique(self, keys: Iterable[Key]) -> list[Key]:
+        """The distinct keys of ``keys`` in first-seen order (as Python objects: ``(1,)``
+        and ``(1.0,)`` are one), each checked to be a tuple of one value per key column;
+        the checks and the deduplication run in C loops."""
+        given = keys if isinstance(keys, list) else list(keys)
+        if given and set(map(type, given)) != {tuple}:
+            for key in given:
                 self._check_key(key)
-            try:
-                distinct[key] = None
-            except TypeError as exc:
-                raise TypeError(
-                    f"lookup keys must be hashable tuples of scalars, got {shown(key)}: {exc}"
-                ) from None
-        valid: list[Key] = []
-        nulls: list[Key] = []
-        for key in distinct:
-            (nulls if has_null(key) else valid).append(key)
-        return valid, nulls
+        if given and set(map(len, given)) != {self._arity}:
+            for key in given:
+                self._check_key(key)
+        try:
+            return list(dict.fromkeys(given))
+        except TypeError:
+            for key in given:
+                try:
+                    hash(key)
+                except TypeError as exc:
+                    raise TypeError(f"lookup keys must be hashable tuples of scalars, got "
+                                    f"{shown(key)}: {exc}") from None
+            raise
