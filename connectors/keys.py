@@ -19,6 +19,7 @@ import numbers
 from collections.abc import Callable, Sequence
 from datetime import date, datetime, timezone
 from decimal import Decimal
+from operator import itemgetter
 from types import MethodType
 from typing import Any
 
@@ -609,7 +610,7 @@ class KeyCodec:
         else None."""
         if not keys:
             return [() for _ in self.names]
-        columns = list(zip(*keys, strict=True))
+        columns = [tuple(map(itemgetter(i), keys)) for i in range(len(self.names))]
         for coercer, column in zip(self._coercers, columns, strict=True):
             kinds = set(map(type, column))
             if not kinds <= coercer.fast_types:
