@@ -14,17 +14,17 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from cache.base import Key, Row, answers_to_arrow, key_tuples, row_ranges
+from cache.base import Key, Row, answers_to_arrow, expand, key_tuples
 from cache.metrics import CacheMetrics
 from connectors.keys import has_null
-from connectors.rows import python_rows
+from connectors.rows import python_values
 from lookup.providers import LookupProvider
 from spark_lookup._shown import shown
 from spark_lookup.errors import LookupLoadError
 from spark_lookup.schema import to_arrow_schema
 
-__all__ = ["EMPTY", "LookupRuntime", "Probe", "counting_bad_values", "has_null",
-           "place_rows", "python_answers"]
+__all__ = ["EMPTY", "LookupRuntime", "Probe", "add_rows", "counting_bad_values", "has_null",
+           "probe_answers"]
 
 EMPTY: tuple[Row, ...] = ()
 
@@ -42,54 +42,39 @@ def counting_bad_values(reader: object, count: Callable[[int], object]) -> Itera
             count(grown)
 
 
-def python_answers(groups: np.ndarray, offsets: np.ndarray, rows: pa.Table
-                   ) -> list[tuple[Row, ...]]:
-    """The answer of a probe as Python rows: for each key ``i``, the tuple of its rows
-    (``EMPTY`` for none), in the form of :class:`Probe` (``groups``, ``offsets``,
-    ``rows``), and one ``EMPTY`` more at the end, so that position -1 (a key that never
-    matches) reads as no rows. Only the matched rows are taken out of ``rows`` and
-    turned into Python values, a column at a time."""
-    answers: list[tuple[Row, ...]] = [EMPTY] * (len(groups) + 1)
-    matched = np.flatnonzero(groups >= 0)
-    if not len(matched):
-        return answers
-    found = groups[matched]
-    starts = offsets[found]
-    counts = offsets[found + 1] - starts
-    take = row_ranges(starts, counts)
-    if len(take) != rows.num_rows or not np.array_equal(take, np.arange(len(take))):
-        rows = rows.take(pa.array(take, type=pa.int64()))
-    values = python_rows(rows)
-    one_each = len(values) == len(matched) and bool((counts == 1).all())
-    if one_each and len(matched) == len(groups):  # a row for every key, the usual case
-        answers = list(zip(values))
-        answers.append(EMPTY)
-        return answers
-    places = matched.tolist()
-    if one_each:
-        for place, row in zip(places, values, strict=True):
-            answers[place] = (row,)
-        return answers
-    start = 0
-    for place, end in zip(places, np.cumsum(counts).tolist(), strict=True):
-        answers[place] = tuple(values[start:end])
-        start = end
-    return answers
-
-
-def place_rows(answers: list[tuple[Row, ...]], places: np.ndarray, rows: list[Row]) -> None:
-    """Set ``answers[p]`` to the rows of ``rows`` whose place is ``p``, in their order
-    (``places`` and ``rows`` parallel; every place's answer was empty)."""
-    spots = places.tolist()
-    if len(np.unique(places)) == len(spots):  # a row per key, the usual case
-        for spot, row in zip(spots, rows, strict=True):
-            answers[spot] = (row,)
+def add_rows(answers: dict[int, tuple[Row, ...]], positions: np.ndarray,
+             rows: pa.Table | pa.RecordBatch) -> None:
+    """Add to ``answers`` the rows of ``rows`` as Python tuples: row ``j`` belongs to
+    the key at ``positions[j]``, and a key's rows keep their order. The values are
+    made a column at a time (:func:`connectors.rows.python_values`) and placed by C
+    loops when each key has one row (the usual case); ``answers`` holds no key of
+    ``positions`` yet."""
+    if not len(positions):
+        return
+    columns = [python_values(column) for column in rows.columns]
+    spots = positions.tolist()
+    if int(np.bincount(positions).max()) == 1:
+        answers.update(zip(spots, zip(zip(*columns, strict=True)), strict=True))
         return
     grouped: dict[int, list[Row]] = {}
-    for spot, row in zip(spots, rows, strict=True):
+    for spot, row in zip(spots, zip(*columns, strict=True), strict=True):
         grouped.setdefault(spot, []).append(row)
-    for spot, several in grouped.items():
-        answers[spot] = tuple(several)
+    answers.update((spot, tuple(several)) for spot, several in grouped.items())
+
+
+def probe_answers(groups: np.ndarray, offsets: np.ndarray, rows: pa.Table
+                  ) -> dict[int, tuple[Row, ...]]:
+    """The answer of a probe (in the form of :class:`Probe`) as Python rows, by key
+    position; keys without rows are left out. Only the matched rows are taken out of
+    ``rows`` (which may hold others) and turned into Python values."""
+    answers: dict[int, tuple[Row, ...]] = {}
+    positions, row_numbers = expand(groups, offsets)
+    if len(positions):
+        if len(row_numbers) != rows.num_rows or not np.array_equal(
+                row_numbers, np.arange(len(row_numbers))):
+            rows = rows.take(pa.array(row_numbers, type=pa.int64()))
+        add_rows(answers, positions, rows)
+    return answers
 
 
 @dataclass(frozen=True)
@@ -127,14 +112,14 @@ class LookupRuntime:
 
     def lookup_batch(self, keys: Iterable[Key]) -> dict[Key, tuple[Row, ...]]:
         """Rows of each distinct key in ``keys`` (null keys and unmatched keys: empty)."""
-        return self._lookup_unique(self._unique(keys))
+        return self._lookup_keys(self._checked(keys))
 
-    def _lookup_unique(self, keys: list[Key]) -> dict[Key, tuple[Row, ...]]:
-        """Rows of each of ``keys`` (distinct as Python objects, checked tuples). This
-        default sets null keys apart and answers the others by :meth:`_lookup_distinct`."""
+    def _lookup_keys(self, keys: list[Key]) -> dict[Key, tuple[Row, ...]]:
+        """Rows of each of ``keys`` (checked tuples, repeats possible). This default
+        sets null keys apart and answers the distinct others by :meth:`_lookup_distinct`."""
         valid: list[Key] = []
         nulls: list[Key] = []
-        for key in keys:
+        for key in dict.fromkeys(keys):
             (nulls if has_null(key) else valid).append(key)
         found = self._lookup_distinct(valid)
         found.update(dict.fromkeys(nulls, EMPTY))
@@ -179,10 +164,10 @@ class LookupRuntime:
                             f"got {type(key).__name__}: {shown(key)}")
         return key
 
-    def _unique(self, keys: Iterable[Key]) -> list[Key]:
-        """The distinct keys of ``keys`` in first-seen order (as Python objects: ``(1,)``
-        and ``(1.0,)`` are one), each checked to be a tuple of one value per key column;
-        the checks and the deduplication run in C loops."""
+    def _checked(self, keys: Iterable[Key]) -> list[Key]:
+        """``keys`` as a list, each checked to be a hashable tuple of one value per key
+        column (in C loops). Repeats stay: keys equal as Python objects may not be as
+        keys (``True == 1``, and ``True`` is no key of an INT column)."""
         given = keys if isinstance(keys, list) else list(keys)
         if given and set(map(type, given)) != {tuple}:
             for key in given:
@@ -191,7 +176,7 @@ class LookupRuntime:
             for key in given:
                 self._check_key(key)
         try:
-            return list(dict.fromkeys(given))
+            set(given)
         except TypeError:
             for key in given:
                 try:
@@ -200,3 +185,4 @@ class LookupRuntime:
                     raise TypeError(f"lookup keys must be hashable tuples of scalars, got "
                                     f"{shown(key)}: {exc}") from None
             raise
+        return given

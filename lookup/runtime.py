@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -28,16 +29,15 @@ from cache.base import Key, LookupCache, Row, answers_to_arrow, key_tuples, row_
 from cache.default import DefaultLookupCache
 from cache.metrics import CacheMetrics
 from connectors.keys import KeyCodec
-from connectors.rows import python_rows
 from lookup._loaders import Loader, PartialLoad, loader_for
 from lookup._runtime_base import (
     EMPTY,
     LookupRuntime,
     Probe,
+    add_rows,
     counting_bad_values,
     has_null,
-    place_rows,
-    python_answers,
+    probe_answers,
 )
 from lookup.full_caching import FullCachingRuntime
 from lookup.function import LookupFunction
@@ -200,15 +200,15 @@ class _LoadingRuntime(LookupRuntime):
         return groups, offsets, rows
 
     def _python_answer(self, function: LookupFunction, arrays: list[pa.Array]
-                       ) -> list[tuple[Row, ...]]:
+                       ) -> dict[int, tuple[Row, ...]]:
         """The rows of distinct keys of the key types (see :meth:`_fetch`) as Python
-        tuples, in the form of :func:`~lookup._runtime_base.python_answers`: only the
-        answer is turned into Python values, a column at a time, and the loaded rows
-        are placed as they came (never reordered in Arrow)."""
+        tuples, by key position (keys without rows left out): only the answer is turned
+        into Python values, a column at a time, and the loaded rows are placed as they
+        came (never reordered in Arrow)."""
         fetched = self._fetch(function, arrays)
-        answers = python_answers(fetched.groups, fetched.offsets, fetched.rows)
-        if fetched.loaded is not None and fetched.loaded.num_rows:
-            place_rows(answers, fetched.miss[fetched.index], python_rows(fetched.loaded))
+        answers = probe_answers(fetched.groups, fetched.offsets, fetched.rows)
+        if fetched.loaded is not None:
+            add_rows(answers, fetched.miss[fetched.index], fetched.loaded)
         return answers
 
     def _cached(self, cache: LookupCache, arrays: list[pa.Array]
@@ -248,6 +248,8 @@ class _LoadingRuntime(LookupRuntime):
                 function, [array.slice(start, size) for array in keys])
             indices.append(pc.add(index, start) if start else index)
             tables.append(_as_table(rows, self._schema))
+        if len(tables) == 1:
+            return indices[0], tables[0]
         return pa.concat_arrays(indices), pa.concat_tables(tables)
 
     def _load_arrow_with_retries(self, function: LookupFunction, keys: list[pa.Array]
@@ -262,7 +264,9 @@ class _LoadingRuntime(LookupRuntime):
                 if not tries.failed(exc):
                     break  # permanent (a missing table, a bad value): reported at once
                 continue
-            return pa.array(index, pa.int64()), rows
+            if not (isinstance(index, pa.Array) and index.type == pa.int64()):
+                index = pa.array(index, pa.int64())
+            return index, rows
         first = key_tuples([array.slice(0, 4) for array in keys])
         raise self._failure(tries, len(keys[0]), _preview(first))
 
@@ -290,26 +294,23 @@ class _LoadingRuntime(LookupRuntime):
 
     # --- the per-key API
 
-    def _lookup_unique(self, keys: list[Key]) -> dict[Key, tuple[Row, ...]]:
+    def _lookup_keys(self, keys: list[Key]) -> dict[Key, tuple[Row, ...]]:
         # Keys are values of their columns' types: True is no key of a STRING column,
         # 1.0 is the BIGINT 1, np.uint64(7) the BIGINT 7; the cache and the function see
         # the encoded key, never the Python object as given. The keys are checked and
         # encoded as Arrow arrays (in C for plain values), answered as a join's are, and
         # only the answer is turned into Python rows.
         encoded = self._codec.encode(keys, skip_null_keys=True)
-        answers: list[tuple[Row, ...]]
-        if self._arrow_native:
+        answers: dict[int, tuple[Row, ...]] = {}
+        if self._arrow_native and len(encoded):
             assert self._arrow_function is not None
-            answers = (self._python_answer(self._arrow_function, encoded.arrays)
-                       if len(encoded) else [EMPTY])
-        else:
+            answers = self._python_answer(self._arrow_function, encoded.arrays)
+        elif len(encoded):
             distinct = encoded.distinct
             found = self._lookup_distinct(distinct)
-            answers = [found[key] for key in distinct]
-            answers.append(EMPTY)  # position -1: a key that never matches
-        if len(encoded) == len(keys):  # all distinct and matchable: key i is distinct key i
-            return dict(zip(keys, answers, strict=False))  # answers: one more, for -1
-        return dict(zip(keys, map(answers.__getitem__, encoded.positions), strict=True))
+            answers = dict(enumerate(map(found.__getitem__, distinct)))
+        # Every key given, in order, with its distinct key's rows (-1: none), in C loops.
+        return dict(zip(keys, map(answers.get, encoded.positions, repeat(EMPTY)), strict=True))
 
     def _lookup_distinct(self, keys: list[Key]) -> dict[Key, tuple[Row, ...]]:
         """Rows of distinct encoded keys (values of their columns' types), in Python:
