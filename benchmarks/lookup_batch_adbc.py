@@ -30,10 +30,11 @@ measuring, each through sqlite3 and adbc-driver-sqlite where it applies:
 ADBC's per-row binding of a ``WHERE id = ?`` statement (one execution per key, in C).
 
 Figures: median milliseconds per batch over ``--repeats`` rounds (round 0 discarded),
-and ratios to the reference measured in the same rounds.
+and ratios to the reference measured in the same rounds: the ratio of the medians, and
+the median of the ratios within each round (steadier on a shared machine).
 
     .venv/bin/python benchmarks/lookup_batch_adbc.py [--rows 1000000] [--keys 1000]
-        [--repeats 21] [--quick]
+        [--repeats 41] [--quick]
 """
 
 from __future__ import annotations
@@ -243,10 +244,17 @@ def sqlite_strategies(rows: int, keys: int, repeats: int) -> dict[str, Any]:
 def summarize(times: dict[str, list[float]], reference: str) -> dict[str, Any]:
     medians = {name: statistics.median(values) for name, values in times.items()}
     base = medians[reference]
+    # The ratio within each round (the cases ran side by side), then their median:
+    # steadier than the ratio of the medians on a shared machine.
+    same_round = {
+        name: statistics.median(r / v for r, v in zip(times[reference], values, strict=True))
+        for name, values in times.items()
+    }
     return {
         "reference": reference,
         "median_ms": {name: round(value, 3) for name, value in medians.items()},
         "speed_vs_reference": {name: round(base / value, 3) for name, value in medians.items()},
+        "speed_vs_reference_same_round": {name: round(v, 3) for name, v in same_round.items()},
         "runs": {name: [round(v, 3) for v in values] for name, values in times.items()},
     }
 
@@ -256,21 +264,27 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--sqlite-rows", type=int, default=200_000)
     parser.add_argument("--keys", type=int, default=1000)
-    parser.add_argument("--repeats", type=int, default=21)
+    parser.add_argument("--repeats", type=int, default=41)
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     args = parser.parse_args()
     if args.quick:
         args.rows, args.sqlite_rows, args.repeats = 20_000, 20_000, 3
+    load_at_start = os.getloadavg()
     result = {
         "postgres": postgres(args.rows, args.keys, args.repeats),
         "sqlite": sqlite_strategies(args.sqlite_rows, args.keys, args.repeats),
         "arguments": vars(args),
+        "load_average": {"start": load_at_start, "end": os.getloadavg()},
     }
     for backend in ("postgres", "sqlite"):
-        print(f"{backend} (reference: {result[backend]['reference']})")
+        print(f"{backend} (reference: {result[backend]['reference']}; median ms, ratio of "
+              "the medians, median of the same-round ratios)")
         for name, value in result[backend]["median_ms"].items():
             ratio = result[backend]["speed_vs_reference"][name]
-            print(f"  {name:45s} {value:8.3f} ms   {ratio:5.2f}x")
+            same = result[backend]["speed_vs_reference_same_round"][name]
+            print(f"  {name:64s} {value:8.3f} ms  {ratio:5.2f}x  {same:5.2f}x")
+    print(f"load average (1 min): {load_at_start[0]:.2f} at the start, "
+          f"{os.getloadavg()[0]:.2f} at the end")
     print(write_result("lookup_batch_adbc", result))
 
 

@@ -79,6 +79,7 @@ class _LoadingRuntime(LookupRuntime):
         self._miss_delay = 0.0 if miss_retry is None else miss_retry.delay.total_seconds()
         self._batch_size = provider.batch_size
         self._schema = to_arrow_schema(provider.schema)
+        self._no_rows = self._schema.empty_table()
         self._misfit = misfit_check(self._schema)
         table = getattr(provider.function, "table", None)
         self._codec = KeyCodec(
@@ -154,7 +155,7 @@ class _LoadingRuntime(LookupRuntime):
             hit = np.zeros(count, dtype=bool)
             groups = np.full(count, -1, dtype=np.int64)
             offsets = np.zeros(1, dtype=np.int64)
-            rows = self._schema.empty_table()
+            rows = self._no_rows
             if cache is None:
                 self.metrics.inc_misses(count)
         miss = np.flatnonzero(~hit)
@@ -206,7 +207,8 @@ class _LoadingRuntime(LookupRuntime):
         into Python values, a column at a time, and the loaded rows are placed as they
         came (never reordered in Arrow)."""
         fetched = self._fetch(function, arrays)
-        answers = probe_answers(fetched.groups, fetched.offsets, fetched.rows)
+        answers = ({} if self._cache is None
+                   else probe_answers(fetched.groups, fetched.offsets, fetched.rows))
         if fetched.loaded is not None:
             add_rows(answers, fetched.miss[fetched.index], fetched.loaded)
         return answers
