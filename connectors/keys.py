@@ -470,12 +470,16 @@ class KeyCodec:
             values.append(normalized)
         return tuple(values) if matchable else None
 
-    def encode(self, keys: Sequence[Key], *, skip_null_keys: bool = False) -> EncodedKeys:
+    def encode(self, keys: Sequence[Key], *, skip_null_keys: bool = False,
+               shapes_checked: bool = False) -> EncodedKeys:
         """The distinct matchable keys of ``keys`` as Arrow arrays, and where each key
         went. Every key is checked (a wrong kind is reported whichever other keys
         there are), except, with ``skip_null_keys``, a key holding a null anywhere
         (:func:`has_null`): it never matches, so its other values are not looked at
         (the lookup runtime's rule: such a key is never sent).
+
+        ``shapes_checked`` says the caller already checked that every key is a tuple
+        of one value per key column.
 
         Keys of their columns' plain Python types (``int`` for an integer column,
         ``str`` for text...; no null, no NaN) are checked column by column and built
@@ -491,7 +495,8 @@ class KeyCodec:
             (:class:`KeyKindError`) for a key of the wrong length, a value of the wrong
             kind, or a value its column's type cannot hold, naming the key and column.
         """
-        if keys and (set(map(type, keys)) != {tuple} or set(map(len, keys)) != {len(self.names)}):
+        if keys and not shapes_checked and (
+                set(map(type, keys)) != {tuple} or set(map(len, keys)) != {len(self.names)}):
             for key in keys:  # found in C above; named here
                 self.check_shape(key)
         columns = self._plain_columns(keys)

@@ -302,7 +302,7 @@ class _LoadingRuntime(LookupRuntime):
         # the encoded key, never the Python object as given. The keys are checked and
         # encoded as Arrow arrays (in C for plain values), answered as a join's are, and
         # only the answer is turned into Python rows.
-        encoded = self._codec.encode(keys, skip_null_keys=True)
+        encoded = self._codec.encode(keys, skip_null_keys=True, shapes_checked=True)
         answers: dict[int, tuple[Row, ...]] = {}
         if self._arrow_native and len(encoded):
             assert self._arrow_function is not None
