@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -415,8 +415,7 @@ class _LoadingRuntime(LookupRuntime):
         return frozen
 
 
-@dataclass(frozen=True)
-class _Fetched:
+class _Fetched(NamedTuple):
     """What :meth:`_LoadingRuntime._fetch` found: the cache's answer in the form of a
     :class:`Probe` (-1 for a miss), the positions of the missed keys, and for the rows
     loaded for them (``None``: nothing was loaded) the position among the misses of
