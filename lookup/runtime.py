@@ -178,7 +178,7 @@ class _LoadingRuntime(LookupRuntime):
         loaded = fetched.loaded
         if loaded is None:
             return groups, offsets, rows
-        positions = fetched.index
+        positions = fetched.row_keys
         if len(positions) and not bool((np.diff(positions) >= 0).all()):
             order = np.argsort(positions, kind="stable")
             loaded = loaded.take(pa.array(order, type=pa.int64()))
@@ -210,7 +210,7 @@ class _LoadingRuntime(LookupRuntime):
         answers = ({} if self._cache is None
                    else probe_answers(fetched.groups, fetched.offsets, fetched.rows))
         if fetched.loaded is not None:
-            add_rows(answers, fetched.miss[fetched.index], fetched.loaded)
+            add_rows(answers, fetched.miss[fetched.row_keys], fetched.loaded)
         return answers
 
     def _cached(self, cache: LookupCache, arrays: list[pa.Array]
@@ -417,15 +417,15 @@ class _LoadingRuntime(LookupRuntime):
 
 class _Fetched(NamedTuple):
     """What :meth:`_LoadingRuntime._fetch` found: the cache's answer in the form of a
-    :class:`Probe` (-1 for a miss), the positions of the missed keys, and for the rows
-    loaded for them (``None``: nothing was loaded) the position among the misses of
-    each row's key."""
+    :class:`Probe` (-1 for a miss), the positions of the missed keys, and the rows
+    loaded for them (``None``: nothing was loaded) with ``row_keys``, the position
+    among the misses of each row's key."""
 
     groups: np.ndarray
     offsets: np.ndarray
     rows: pa.Table
     miss: np.ndarray
-    index: np.ndarray
+    row_keys: np.ndarray
     loaded: pa.Table | None
 
 
