@@ -8,13 +8,21 @@ process on warm connections:
 1. ``adbc = ANY($1) alone``: the reference of the issue: one statement
    ``SELECT * FROM dim WHERE id = ANY($1)`` through adbc-driver-postgresql, the ids
    bound as one Arrow list, ``fetch_arrow_table()``; no key checks, no mapping back.
-2. ``SqlLookupFunction.lookup_batch (adbc)``: Python key tuples in, a dict of key to
-   Python row tuples out (what the per-key API returns): key checks, one
-   ``unnest ... WITH ORDINALITY`` statement, conversion, rows grouped by key.
-3. ``SqlLookupFunction.lookup_arrow (adbc)``: the batched lookup in Arrow: the keys as
+2. ``open_lookup(...).lookup_batch (adbc, no cache)``: the per-key API of the runtime
+   (issue 27, item 3): ``open_lookup(LookupFunctionProvider.of(SqlLookupFunction(adbc,
+   "dim", "id"))).lookup_batch(keys)``, Python key tuples in, a dict of key to Python
+   row tuples out: keys checked and encoded as Arrow arrays, one ``lookup_arrow``
+   statement, only the answer turned into Python rows.
+3. ``open_lookup(...).lookup_batch (adbc, partial cache, 100% hits)``: the same over a
+   ``PartialCachingLookupProvider`` with a ``DefaultLookupCache`` (1M keys, expire-after-
+   write 1 h) holding every key of every round (warmed before the first, untimed): no
+   statement, the rows come out of the columnar cache.
+4. ``SqlLookupFunction.lookup_batch (adbc)``: the function's own per-key API, with no
+   runtime (no cache, retries or metrics).
+5. ``SqlLookupFunction.lookup_arrow (adbc)``: the batched lookup in Arrow: the keys as
    one Arrow array in, the position of each row's key and an Arrow record batch out (no
    Python object per key or row; what a columnar cache takes).
-4. ``SqlLookupFunction.lookup_batch (psycopg)``: the generic DB-API path.
+6. ``SqlLookupFunction.lookup_batch (psycopg)``: the generic DB-API path.
 
 SQLite (``--sqlite-rows`` rows, the same columns), the batch statement chosen by
 measuring, each through sqlite3 and adbc-driver-sqlite where it applies:
@@ -22,10 +30,11 @@ measuring, each through sqlite3 and adbc-driver-sqlite where it applies:
 ADBC's per-row binding of a ``WHERE id = ?`` statement (one execution per key, in C).
 
 Figures: median milliseconds per batch over ``--repeats`` rounds (round 0 discarded),
-and ratios to the reference measured in the same rounds.
+and ratios to the reference measured in the same rounds: the ratio of the medians, and
+the median of the ratios within each round (steadier on a shared machine).
 
     .venv/bin/python benchmarks/lookup_batch_adbc.py [--rows 1000000] [--keys 1000]
-        [--repeats 21] [--quick]
+        [--repeats 41] [--quick]
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +60,14 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._util import write_result
-from lookup import SqlLookupFunction
+from cache import DefaultLookupCache
+from lookup import (
+    LookupFunctionProvider,
+    LookupHandle,
+    PartialCachingLookupProvider,
+    SqlLookupFunction,
+    open_lookup,
+)
 
 DSN = os.environ.get("POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -103,8 +120,18 @@ def postgres(rows: int, keys: int, repeats: int) -> dict[str, Any]:
                                        f"{schema}.dim", "id")
         adbc_fn.open()
         generic_fn.open()
+        rng = random.Random(7)
+        draws = [rng.sample(range(1, rows + 1), keys) for _ in range(repeats + 1)]
+        plain = open_lookup(LookupFunctionProvider.of(SqlLookupFunction(
+            lambda: adbc_driver_postgresql.dbapi.connect(DSN), f"{schema}.dim", "id")))
+        cache = (DefaultLookupCache.new_builder().maximum_size(1_000_000)
+                 .expire_after_write(timedelta(hours=1)).build())
+        cached = open_lookup(PartialCachingLookupProvider.of(SqlLookupFunction(
+            lambda: adbc_driver_postgresql.dbapi.connect(DSN), f"{schema}.dim", "id"), cache))
+        for ids in draws:  # every key of every round cached: 100% hits
+            cached.lookup_batch([(i,) for i in ids])
 
-        def lookup_batch(fn: SqlLookupFunction) -> Callable[[list[int]], int]:
+        def lookup_batch(fn: SqlLookupFunction | LookupHandle) -> Callable[[list[int]], int]:
             def run(ids: list[int]) -> int:
                 found = fn.lookup_batch([(i,) for i in ids])
                 return sum(len(rows) for rows in found.values())
@@ -116,13 +143,16 @@ def postgres(rows: int, keys: int, repeats: int) -> dict[str, Any]:
 
         cases = {
             "adbc = ANY($1) alone": alone,
+            "open_lookup(...).lookup_batch (adbc, no cache)": lookup_batch(plain),
+            "open_lookup(...).lookup_batch (adbc, partial cache, 100% hits)":
+                lookup_batch(cached),
             "SqlLookupFunction.lookup_batch (adbc)": lookup_batch(adbc_fn),
             "SqlLookupFunction.lookup_arrow (adbc)": arrow_path,
             "SqlLookupFunction.lookup_batch (psycopg)": lookup_batch(generic_fn),
         }
-        rng = random.Random(7)
-        draws = [rng.sample(range(1, rows + 1), keys) for _ in range(repeats + 1)]
         times = timed(cases, draws)
+        plain.close()
+        cached.close()
         adbc_fn.close()
         generic_fn.close()
         cursor.close()
@@ -214,10 +244,17 @@ def sqlite_strategies(rows: int, keys: int, repeats: int) -> dict[str, Any]:
 def summarize(times: dict[str, list[float]], reference: str) -> dict[str, Any]:
     medians = {name: statistics.median(values) for name, values in times.items()}
     base = medians[reference]
+    # The ratio within each round (the cases ran side by side), then their median:
+    # steadier than the ratio of the medians on a shared machine.
+    same_round = {
+        name: statistics.median(r / v for r, v in zip(times[reference], values, strict=True))
+        for name, values in times.items()
+    }
     return {
         "reference": reference,
         "median_ms": {name: round(value, 3) for name, value in medians.items()},
         "speed_vs_reference": {name: round(base / value, 3) for name, value in medians.items()},
+        "speed_vs_reference_same_round": {name: round(v, 3) for name, v in same_round.items()},
         "runs": {name: [round(v, 3) for v in values] for name, values in times.items()},
     }
 
@@ -227,21 +264,27 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--sqlite-rows", type=int, default=200_000)
     parser.add_argument("--keys", type=int, default=1000)
-    parser.add_argument("--repeats", type=int, default=21)
+    parser.add_argument("--repeats", type=int, default=41)
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     args = parser.parse_args()
     if args.quick:
         args.rows, args.sqlite_rows, args.repeats = 20_000, 20_000, 3
+    load_at_start = os.getloadavg()
     result = {
         "postgres": postgres(args.rows, args.keys, args.repeats),
         "sqlite": sqlite_strategies(args.sqlite_rows, args.keys, args.repeats),
         "arguments": vars(args),
+        "load_average": {"start": load_at_start, "end": os.getloadavg()},
     }
     for backend in ("postgres", "sqlite"):
-        print(f"{backend} (reference: {result[backend]['reference']})")
+        print(f"{backend} (reference: {result[backend]['reference']}; median ms, ratio of "
+              "the medians, median of the same-round ratios)")
         for name, value in result[backend]["median_ms"].items():
             ratio = result[backend]["speed_vs_reference"][name]
-            print(f"  {name:45s} {value:8.3f} ms   {ratio:5.2f}x")
+            same = result[backend]["speed_vs_reference_same_round"][name]
+            print(f"  {name:64s} {value:8.3f} ms  {ratio:5.2f}x  {same:5.2f}x")
+    print(f"load average (1 min): {load_at_start[0]:.2f} at the start, "
+          f"{os.getloadavg()[0]:.2f} at the end")
     print(write_result("lookup_batch_adbc", result))
 
 

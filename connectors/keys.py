@@ -19,9 +19,11 @@ import numbers
 from collections.abc import Callable, Sequence
 from datetime import date, datetime, timezone
 from decimal import Decimal
+from operator import itemgetter
 from types import MethodType
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import types as T
@@ -30,7 +32,7 @@ from spark_lookup._shown import shown
 from spark_lookup.errors import ConfigError
 from spark_lookup.schema import to_arrow_type
 
-__all__ = ["NO_MATCH", "EncodedKeys", "KeyCodec", "KeyKindError", "key_spark_type"]
+__all__ = ["NO_MATCH", "EncodedKeys", "KeyCodec", "KeyKindError", "has_null", "key_spark_type"]
 
 Key = tuple[Any, ...]
 
@@ -53,6 +55,20 @@ _INT_BITS: dict[type[T.DataType], int] = {
 }
 _TEXT_TYPES = (T.StringType, T.VarcharType, T.CharType)
 _FLOAT32_MAX = 3.4028234663852886e38
+
+
+def has_null(key: Key) -> bool:
+    """Whether ``key`` holds a null (None, NaN, NaT, ``pd.NA``, a signalling NaN): such
+    a key never matches (SQL's ``NULL = NULL`` is not true) and is never sent."""
+    for value in key:
+        if value is None:
+            return True
+        try:
+            if value != value:  # NaN, NaT, Decimal NaN
+                return True
+        except (TypeError, ValueError, ArithmeticError):  # pd.NA, a signalling NaN
+            return True
+    return False
 
 
 def _is_bool(value: object) -> bool:
@@ -291,7 +307,9 @@ class EncodedKeys:
         can match, in first-seen order.
     positions
         For each key given, the index of its distinct key in ``arrays``, or -1 when it
-        can never match (a null part, NaN, a value no column value equals).
+        can never match (a null part, NaN, a value no column value equals). Distinct
+        keys are numbered in first-seen order: when there are as many as keys given,
+        key ``i`` is distinct key ``i``.
     """
 
     __slots__ = ("_distinct", "arrays", "kept", "positions")
@@ -452,10 +470,22 @@ class KeyCodec:
             values.append(normalized)
         return tuple(values) if matchable else None
 
-    def encode(self, keys: Sequence[Key]) -> EncodedKeys:
+    def encode(self, keys: Sequence[Key], *, skip_null_keys: bool = False,
+               shapes_checked: bool = False) -> EncodedKeys:
         """The distinct matchable keys of ``keys`` as Arrow arrays, and where each key
         went. Every key is checked (a wrong kind is reported whichever other keys
-        there are).
+        there are), except, with ``skip_null_keys``, a key holding a null anywhere
+        (:func:`has_null`): it never matches, so its other values are not looked at
+        (the lookup runtime's rule: such a key is never sent).
+
+        ``shapes_checked`` says the caller already checked that every key is a tuple
+        of one value per key column.
+
+        Keys of their columns' plain Python types (``int`` for an integer column,
+        ``str`` for text...; no null, no NaN) are checked column by column and built
+        into arrays by Arrow, which refuses what does not fit in C, and deduplicated by
+        Arrow's hash kernels: no Python object per key. Any other key is read value by
+        value.
 
         Raises
         ------
@@ -465,19 +495,22 @@ class KeyCodec:
             (:class:`KeyKindError`) for a key of the wrong length, a value of the wrong
             kind, or a value its column's type cannot hold, naming the key and column.
         """
-        if keys and (set(map(type, keys)) != {tuple} or set(map(len, keys)) != {len(self.names)}):
+        if keys and not shapes_checked and (
+                set(map(type, keys)) != {tuple} or set(map(len, keys)) != {len(self.names)}):
             for key in keys:  # found in C above; named here
                 self.check_shape(key)
-        if self._all_plain(keys):
+        columns = self._plain_columns(keys)
+        if columns is not None:
             # Values of their columns' plain Python types are their own normal form; Arrow
             # checks ranges, scales and encodings as it builds the arrays, and anything
             # it refuses is looked at value by value below.
             try:
-                if len(self.names) == 1:
-                    return self._encoded_column(keys)
-                return self._encoded(list(keys))
+                return self._encoded_plain(columns)
             except (OverflowError, ValueError, pa.ArrowInvalid, pa.ArrowTypeError):
                 pass
+        if skip_null_keys:
+            return self._encoded([None if has_null(key) else self.normalize(key)
+                                  for key in keys])
         return self._encoded([self.normalize(key) for key in keys])
 
     def encode_arrays(self, arrays: Sequence[pa.Array]) -> EncodedKeys:
@@ -531,13 +564,36 @@ class KeyCodec:
         kept = pc.indices_nonzero(usable)
         return EncodedKeys([a.take(kept) for a in cast], [], kept=kept)
 
-    def _encoded_column(self, keys: Sequence[Key]) -> EncodedKeys:
-        """One key column of plain values, deduplicated by Arrow's hash kernels (no
-        Python object per key beyond the ones given)."""
-        column = self._to_arrow([key[0] for key in keys], 0)
-        unique = pc.unique(column)
-        positions = pc.index_in(column, value_set=unique)
-        return EncodedKeys([unique], positions.to_pylist())
+    def _encoded_plain(self, columns: Sequence[Sequence[Any]]) -> EncodedKeys:
+        """Keys of plain values, given column by column, built into arrays and
+        deduplicated by Arrow's hash kernels (no Python object per key beyond the ones
+        given): each column's values numbered by ``unique``/``index_in``, several
+        columns' numbers combined in numpy."""
+        arrays = [self._to_arrow(column, i) for i, column in enumerate(columns)]
+        if len(arrays) == 1:
+            unique = pc.unique(arrays[0])
+            if len(unique) == len(arrays[0]):  # distinct already (the runtime's keys are)
+                return EncodedKeys(arrays, list(range(len(unique))))
+            positions = pc.index_in(arrays[0], value_set=unique)
+            return EncodedKeys([unique], positions.to_pylist())
+        combined: np.ndarray | None = None
+        for array in arrays:
+            unique = pc.unique(array)
+            code = pc.index_in(array, value_set=unique).to_numpy().astype(np.int64)
+            if combined is None:
+                combined = code
+                continue
+            # Renumbered densely first, so the combined number stays below n * n.
+            _, dense = np.unique(combined, return_inverse=True)
+            combined = dense.reshape(-1) * len(unique) + code
+        assert combined is not None
+        _, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")  # distinct keys in first-seen order
+        rank = np.empty(len(order), dtype=np.int64)
+        rank[order] = np.arange(len(order), dtype=np.int64)
+        take = pa.array(first[order], type=pa.int64())
+        return EncodedKeys([array.take(take) for array in arrays],
+                           rank[inverse.reshape(-1)].tolist())
 
     def _encoded(self, normalized: list[Key | None]) -> EncodedKeys:
         index: dict[Key, int] = {}
@@ -553,26 +609,27 @@ class KeyCodec:
         distinct = list(index)
         return EncodedKeys(self._arrays(distinct), positions, distinct)
 
-    def _all_plain(self, keys: Sequence[Key]) -> bool:
-        """Whether every value is of its column's plain Python type and neither null
-        nor NaN (checked column by column, in C loops)."""
+    def _plain_columns(self, keys: Sequence[Key]) -> list[tuple[Any, ...]] | None:
+        """The keys' values column by column when every value is of its column's plain
+        Python type and neither null nor NaN (checked column by column, in C loops);
+        else None."""
         if not keys:
-            return True
-        columns = list(zip(*keys, strict=True))
+            return [() for _ in self.names]
+        columns = [tuple(map(itemgetter(i), keys)) for i in range(len(self.names))]
         for coercer, column in zip(self._coercers, columns, strict=True):
             kinds = set(map(type, column))
             if not kinds <= coercer.fast_types:
-                return False
+                return None
             if float in kinds and any(v != v for v in column):  # NaN never matches
-                return False
+                return None
             if float in kinds and isinstance(coercer.data_type, T.FloatType) and any(
                     _FLOAT32_MAX < abs(v) < math.inf for v in column):
-                return False  # beyond FLOAT: refused value by value, not made infinite
+                return None  # beyond FLOAT: refused value by value, not made infinite
             if Decimal in kinds and not all(v.is_finite() for v in column):
-                return False
+                return None
             if datetime in kinds and any(v.tzinfo is not None for v in column):
-                return False
-        return True
+                return None
+        return columns
 
     def _arrays(self, distinct: list[Key]) -> list[pa.Array]:
         if not distinct:

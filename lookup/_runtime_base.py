@@ -14,14 +14,17 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from cache.base import Key, Row, answers_to_arrow, key_tuples
+from cache.base import Key, Row, answers_to_arrow, expand, key_tuples
 from cache.metrics import CacheMetrics
+from connectors.keys import has_null
+from connectors.rows import python_values
 from lookup.providers import LookupProvider
 from spark_lookup._shown import shown
 from spark_lookup.errors import LookupLoadError
 from spark_lookup.schema import to_arrow_schema
 
-__all__ = ["EMPTY", "LookupRuntime", "Probe", "counting_bad_values", "has_null"]
+__all__ = ["EMPTY", "LookupRuntime", "Probe", "add_rows", "counting_bad_values", "has_null",
+           "probe_answers"]
 
 EMPTY: tuple[Row, ...] = ()
 
@@ -39,18 +42,39 @@ def counting_bad_values(reader: object, count: Callable[[int], object]) -> Itera
             count(grown)
 
 
-def has_null(key: Key) -> bool:
-    """Whether ``key`` holds a null (None, NaN, NaT or ``pd.NA``): such a key never
-    matches (SQL's ``NULL = NULL`` is not true) and is never sent to the source."""
-    for value in key:
-        if value is None:
-            return True
-        try:
-            if value != value:  # NaN, NaT, Decimal NaN
-                return True
-        except TypeError:  # pd.NA refuses truthiness: it is a null
-            return True
-    return False
+def add_rows(answers: dict[int, tuple[Row, ...]], positions: np.ndarray,
+             rows: pa.Table | pa.RecordBatch) -> None:
+    """Add to ``answers`` the rows of ``rows`` as Python tuples: row ``j`` belongs to
+    the key at ``positions[j]``, and a key's rows keep their order. The values are
+    made a column at a time (:func:`connectors.rows.python_values`) and placed by C
+    loops when each key has one row (the usual case); ``answers`` holds no key of
+    ``positions`` yet."""
+    if not len(positions):
+        return
+    columns = [python_values(column) for column in rows.columns]
+    spots = positions.tolist()
+    if int(np.bincount(positions).max()) == 1:
+        answers.update(zip(spots, zip(zip(*columns, strict=True)), strict=True))
+        return
+    grouped: dict[int, list[Row]] = {}
+    for spot, row in zip(spots, zip(*columns, strict=True), strict=True):
+        grouped.setdefault(spot, []).append(row)
+    answers.update((spot, tuple(several)) for spot, several in grouped.items())
+
+
+def probe_answers(groups: np.ndarray, offsets: np.ndarray, rows: pa.Table
+                  ) -> dict[int, tuple[Row, ...]]:
+    """The answer of a probe (in the form of :class:`Probe`) as Python rows, by key
+    position; keys without rows are left out. Only the matched rows are taken out of
+    ``rows`` (which may hold others) and turned into Python values."""
+    answers: dict[int, tuple[Row, ...]] = {}
+    positions, row_numbers = expand(groups, offsets)
+    if len(positions):
+        if len(row_numbers) != rows.num_rows or not np.array_equal(
+                row_numbers, np.arange(len(row_numbers))):
+            rows = rows.take(pa.array(row_numbers, type=pa.int64()))
+        add_rows(answers, positions, rows)
+    return answers
 
 
 @dataclass(frozen=True)
@@ -88,7 +112,15 @@ class LookupRuntime:
 
     def lookup_batch(self, keys: Iterable[Key]) -> dict[Key, tuple[Row, ...]]:
         """Rows of each distinct key in ``keys`` (null keys and unmatched keys: empty)."""
-        valid, nulls = self._distinct(keys)
+        return self._lookup_keys(self._checked(keys))
+
+    def _lookup_keys(self, keys: list[Key]) -> dict[Key, tuple[Row, ...]]:
+        """Rows of each of ``keys`` (checked tuples, repeats possible). This default
+        sets null keys apart and answers the distinct others by :meth:`_lookup_distinct`."""
+        valid: list[Key] = []
+        nulls: list[Key] = []
+        for key in dict.fromkeys(keys):
+            (nulls if has_null(key) else valid).append(key)
         found = self._lookup_distinct(valid)
         found.update(dict.fromkeys(nulls, EMPTY))
         return found
@@ -132,21 +164,25 @@ class LookupRuntime:
                             f"got {type(key).__name__}: {shown(key)}")
         return key
 
-    def _distinct(self, keys: Iterable[Key]) -> tuple[list[Key], list[Key]]:
-        """Distinct keys in first-seen order, split into (lookup-able, null-containing)."""
-        arity = self._arity
-        distinct: dict[Key, None] = {}
-        for key in keys:
-            if type(key) is not tuple or len(key) != arity:
+    def _checked(self, keys: Iterable[Key]) -> list[Key]:
+        """``keys`` as a list, each checked to be a hashable tuple of one value per key
+        column (in C loops). Repeats stay: keys equal as Python objects may not be as
+        keys (``True == 1``, and ``True`` is no key of an INT column)."""
+        given = keys if isinstance(keys, list) else list(keys)
+        if given and set(map(type, given)) != {tuple}:
+            for key in given:
                 self._check_key(key)
-            try:
-                distinct[key] = None
-            except TypeError as exc:
-                raise TypeError(
-                    f"lookup keys must be hashable tuples of scalars, got {shown(key)}: {exc}"
-                ) from None
-        valid: list[Key] = []
-        nulls: list[Key] = []
-        for key in distinct:
-            (nulls if has_null(key) else valid).append(key)
-        return valid, nulls
+        if given and set(map(len, given)) != {self._arity}:
+            for key in given:
+                self._check_key(key)
+        try:
+            set(given)
+        except TypeError:
+            for key in given:
+                try:
+                    hash(key)
+                except TypeError as exc:
+                    raise TypeError(f"lookup keys must be hashable tuples of scalars, got "
+                                    f"{shown(key)}: {exc}") from None
+            raise
+        return given

@@ -17,7 +17,8 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from itertools import repeat
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -29,7 +30,15 @@ from cache.default import DefaultLookupCache
 from cache.metrics import CacheMetrics
 from connectors.keys import KeyCodec
 from lookup._loaders import Loader, PartialLoad, loader_for
-from lookup._runtime_base import EMPTY, LookupRuntime, Probe, counting_bad_values, has_null
+from lookup._runtime_base import (
+    EMPTY,
+    LookupRuntime,
+    Probe,
+    add_rows,
+    counting_bad_values,
+    has_null,
+    probe_answers,
+)
 from lookup.full_caching import FullCachingRuntime
 from lookup.function import LookupFunction
 from lookup.providers import (
@@ -70,6 +79,7 @@ class _LoadingRuntime(LookupRuntime):
         self._miss_delay = 0.0 if miss_retry is None else miss_retry.delay.total_seconds()
         self._batch_size = provider.batch_size
         self._schema = to_arrow_schema(provider.schema)
+        self._no_rows = self._schema.empty_table()
         self._misfit = misfit_check(self._schema)
         table = getattr(provider.function, "table", None)
         self._codec = KeyCodec(
@@ -81,6 +91,10 @@ class _LoadingRuntime(LookupRuntime):
         self._arrow_function = (
             provider.function if isinstance(provider, LookupFunctionProvider) else None
         )
+        # The per-key API goes the Arrow way too when the function answers in Arrow
+        # itself (the connectors); one that answers in Python tuples is asked for them.
+        self._arrow_native = self._arrow_function is not None and (
+            type(self._arrow_function).lookup_arrow is not LookupFunction.lookup_arrow)
 
     def open(self) -> None:
         # Retried as a failed load is: a worker that starts during an outage (Spark hands
@@ -114,57 +128,90 @@ class _LoadingRuntime(LookupRuntime):
 
     def probe(self, keys: Sequence[pa.Array], describe: str = "lookup") -> Probe:
         """Distinct keys: cast to the key columns' types (a key that cannot be, or holds
-        a null, never matches), answered by the cache in Arrow, the misses loaded in one
-        ``lookup_arrow`` call per ``batch_size`` keys and put back in bulk. No Python
-        object per key or row on this path for a :class:`~cache.DefaultLookupCache` and
-        a connector's function."""
+        a null, never matches), then answered as :meth:`_answer` says."""
         function = self._arrow_function
         if function is None:
             return super().probe(keys, describe)
         total = len(keys[0]) if keys else 0
         encoded = self._codec.encode_arrays(keys)
-        arrays = encoded.arrays
-        count = len(arrays[0]) if arrays else 0
-        cache = self._cache
-        if cache is not None and count:
-            hit, groups_kept, offsets, rows = self._cached(cache, arrays)
-        else:
-            hit = np.zeros(count, dtype=bool)
-            groups_kept = np.full(count, -1, dtype=np.int64)
-            offsets = np.zeros(1, dtype=np.int64)
-            rows = self._schema.empty_table()
-            if cache is None:
-                self.metrics.inc_misses(count)
-        miss = np.flatnonzero(~hit)
-        if len(miss):
-            take = pa.array(miss, type=pa.int64())
-            miss_keys = [array.take(take) for array in arrays]
-            index, loaded = self._load_arrow(function, miss_keys)
-            if cache is not None:
-                cache.put_arrow(miss_keys, index, loaded)
-            positions = index.to_numpy(zero_copy_only=False)
-            order = np.argsort(positions, kind="stable")
-            loaded = loaded.take(pa.array(order, type=pa.int64()))
-            miss_counts = np.bincount(positions, minlength=len(miss)).astype(np.int64)
-            # The hits' rows, copied out of the cache's answer, then the loaded rows,
-            # one group per key, in one chunk (a join takes from it).
-            holders = np.flatnonzero(groups_kept >= 0)
-            found = groups_kept[holders]
-            counts = offsets[found + 1] - offsets[found]
-            hit_rows = _as_table(rows, self._schema).take(
-                pa.array(row_ranges(offsets[found], counts), type=pa.int64()))
-            rows = pa.concat_tables([hit_rows, _as_table(loaded, self._schema)]).combine_chunks()
-            offsets = np.zeros(len(holders) + len(miss) + 1, dtype=np.int64)
-            np.cumsum(np.concatenate((counts, miss_counts)), out=offsets[1:])
-            groups_kept[holders] = np.arange(len(holders), dtype=np.int64)
-            groups_kept[miss] = np.where(
-                miss_counts > 0, len(holders) + np.arange(len(miss), dtype=np.int64), -1)
+        groups_kept, offsets, rows = self._answer(function, encoded.arrays)
         if encoded.kept is None:
             groups = groups_kept
         else:
             groups = np.full(total, -1, dtype=np.int64)
             groups[encoded.kept.to_numpy(zero_copy_only=False)] = groups_kept
         return Probe(groups, offsets, rows)
+
+    def _fetch(self, function: LookupFunction, arrays: list[pa.Array]) -> _Fetched:
+        """The answers of distinct keys of the key types: the cache's, in Arrow, and the
+        misses loaded in one ``lookup_arrow`` call per ``batch_size`` keys and put back
+        in bulk. No Python object per key or row for a :class:`~cache.DefaultLookupCache`
+        and a connector's function."""
+        count = len(arrays[0]) if arrays else 0
+        cache = self._cache
+        if cache is not None and count:
+            hit, groups, offsets, rows = self._cached(cache, arrays)
+        else:
+            hit = np.zeros(count, dtype=bool)
+            groups = np.full(count, -1, dtype=np.int64)
+            offsets = np.zeros(1, dtype=np.int64)
+            rows = self._no_rows
+            if cache is None:
+                self.metrics.inc_misses(count)
+        miss = np.flatnonzero(~hit)
+        if not len(miss):
+            return _Fetched(groups, offsets, rows, miss, miss, None)
+        take = pa.array(miss, type=pa.int64())
+        miss_keys = [array.take(take) for array in arrays] if len(miss) < count else arrays
+        index, loaded = self._load_arrow(function, miss_keys)
+        if cache is not None:
+            cache.put_arrow(miss_keys, index, loaded)
+        return _Fetched(groups, offsets, rows, miss, index.to_numpy(zero_copy_only=False),
+                        _as_table(loaded, self._schema))
+
+    def _answer(self, function: LookupFunction, arrays: list[pa.Array]
+                ) -> tuple[np.ndarray, np.ndarray, pa.Table]:
+        """The rows of distinct keys of the key types (see :meth:`_fetch`), in the form
+        of :class:`Probe`: ``groups``, ``offsets``, ``rows``."""
+        fetched = self._fetch(function, arrays)
+        groups, offsets, rows, miss = fetched.groups, fetched.offsets, fetched.rows, fetched.miss
+        loaded = fetched.loaded
+        if loaded is None:
+            return groups, offsets, rows
+        positions = fetched.row_keys
+        if len(positions) and not bool((np.diff(positions) >= 0).all()):
+            order = np.argsort(positions, kind="stable")
+            loaded = loaded.take(pa.array(order, type=pa.int64()))
+        miss_counts = np.bincount(positions, minlength=len(miss)).astype(np.int64)
+        # The hits' rows, copied out of the cache's answer, then the loaded rows,
+        # one group per key, in one chunk (a join takes from it).
+        holders = np.flatnonzero(groups >= 0)
+        found = groups[holders]
+        counts = offsets[found + 1] - offsets[found]
+        if len(holders):
+            hit_rows = _as_table(rows, self._schema).take(
+                pa.array(row_ranges(offsets[found], counts), type=pa.int64()))
+            loaded = pa.concat_tables([hit_rows, loaded])
+        rows = loaded.combine_chunks()
+        offsets = np.zeros(len(holders) + len(miss) + 1, dtype=np.int64)
+        np.cumsum(np.concatenate((counts, miss_counts)), out=offsets[1:])
+        groups[holders] = np.arange(len(holders), dtype=np.int64)
+        groups[miss] = np.where(
+            miss_counts > 0, len(holders) + np.arange(len(miss), dtype=np.int64), -1)
+        return groups, offsets, rows
+
+    def _python_answer(self, function: LookupFunction, arrays: list[pa.Array]
+                       ) -> dict[int, tuple[Row, ...]]:
+        """The rows of distinct keys of the key types (see :meth:`_fetch`) as Python
+        tuples, by key position (keys without rows left out): only the answer is turned
+        into Python values, a column at a time, and the loaded rows are placed as they
+        came (never reordered in Arrow)."""
+        fetched = self._fetch(function, arrays)
+        answers = ({} if self._cache is None
+                   else probe_answers(fetched.groups, fetched.offsets, fetched.rows))
+        if fetched.loaded is not None:
+            add_rows(answers, fetched.miss[fetched.row_keys], fetched.loaded)
+        return answers
 
     def _cached(self, cache: LookupCache, arrays: list[pa.Array]
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, pa.Table]:
@@ -203,6 +250,8 @@ class _LoadingRuntime(LookupRuntime):
                 function, [array.slice(start, size) for array in keys])
             indices.append(pc.add(index, start) if start else index)
             tables.append(_as_table(rows, self._schema))
+        if len(tables) == 1:
+            return indices[0], tables[0]
         return pa.concat_arrays(indices), pa.concat_tables(tables)
 
     def _load_arrow_with_retries(self, function: LookupFunction, keys: list[pa.Array]
@@ -217,7 +266,9 @@ class _LoadingRuntime(LookupRuntime):
                 if not tries.failed(exc):
                     break  # permanent (a missing table, a bad value): reported at once
                 continue
-            return pa.array(index, pa.int64()), rows
+            if not (isinstance(index, pa.Array) and index.type == pa.int64()):
+                index = pa.array(index, pa.int64())
+            return index, rows
         first = key_tuples([array.slice(0, 4) for array in keys])
         raise self._failure(tries, len(keys[0]), _preview(first))
 
@@ -243,27 +294,45 @@ class _LoadingRuntime(LookupRuntime):
         failure.__cause__ = error
         return failure
 
-    def _lookup_distinct(self, keys: list[Key]) -> dict[Key, tuple[Row, ...]]:
+    # --- the per-key API
+
+    def _lookup_keys(self, keys: list[Key]) -> dict[Key, tuple[Row, ...]]:
         # Keys are values of their columns' types: True is no key of a STRING column,
         # 1.0 is the BIGINT 1, np.uint64(7) the BIGINT 7; the cache and the function see
-        # the normalized key, never the Python object as given.
-        normal: dict[Key, Key | None] = {key: self._codec.normalize(key) for key in keys}
-        valid = list(dict.fromkeys(k for k in normal.values() if k is not None))
+        # the encoded key, never the Python object as given. The keys are checked and
+        # encoded as Arrow arrays (in C for plain values), answered as a join's are, and
+        # only the answer is turned into Python rows.
+        encoded = self._codec.encode(keys, skip_null_keys=True, shapes_checked=True)
+        answers: dict[int, tuple[Row, ...]] = {}
+        if self._arrow_native and len(encoded):
+            assert self._arrow_function is not None
+            answers = self._python_answer(self._arrow_function, encoded.arrays)
+        elif len(encoded):
+            distinct = encoded.distinct
+            found = self._lookup_distinct(distinct)
+            answers = dict(enumerate(map(found.__getitem__, distinct)))
+        # Every key given, in order, with its distinct key's rows (-1: none), in C loops.
+        return dict(zip(keys, map(answers.get, encoded.positions, repeat(EMPTY)), strict=True))
+
+    def _lookup_distinct(self, keys: list[Key]) -> dict[Key, tuple[Row, ...]]:
+        """Rows of distinct encoded keys (values of their columns' types), in Python:
+        the way of functions that answer in Python tuples (and of asynchronous ones)."""
         cache = self._cache
         found: dict[Key, Any] = {}
         if cache is None:
-            self.metrics.inc_misses(len(valid))
-        elif valid:
-            found = cache.get_all(valid)
+            self.metrics.inc_misses(len(keys))
+        elif keys:
+            found = cache.get_all(keys)
             if self._check_cached:
                 self._drop_malformed(found)
-        misses = [key for key in valid if key not in found]
+        misses = [key for key in keys if key not in found]
         if misses:
             loaded = self._load(misses)
             if cache is not None:
                 cache.put_all(loaded)
             found.update(loaded)
-        return {key: EMPTY if n is None else tuple(found[n]) for key, n in normal.items()}
+        return {key: rows if type(rows) is tuple else tuple(rows)
+                for key, rows in found.items()}
 
     def _drop_malformed(self, found: dict[Key, Any]) -> None:
         """Drop cached entries whose rows are not exactly values of the schema's types
@@ -344,6 +413,20 @@ class _LoadingRuntime(LookupRuntime):
                     )
             frozen[key] = out
         return frozen
+
+
+class _Fetched(NamedTuple):
+    """What :meth:`_LoadingRuntime._fetch` found: the cache's answer in the form of a
+    :class:`Probe` (-1 for a miss), the positions of the missed keys, and the rows
+    loaded for them (``None``: nothing was loaded) with ``row_keys``, the position
+    among the misses of each row's key."""
+
+    groups: np.ndarray
+    offsets: np.ndarray
+    rows: pa.Table
+    miss: np.ndarray
+    row_keys: np.ndarray
+    loaded: pa.Table | None
 
 
 def _as_table(data: Any, schema: pa.Schema) -> pa.Table:

@@ -10,7 +10,12 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cache.base import key_tuples
 from lookup import AsyncLookupFunction, LookupFunction
+from spark_lookup.schema import to_arrow_schema
 
 
 class DictLookup(LookupFunction):
@@ -63,6 +68,51 @@ class DictLookup(LookupFunction):
     @property
     def keys_asked(self) -> list[tuple[Any, ...]]:
         return [k for call in self.batch_calls for k in call]
+
+
+class ArrowDictLookup(LookupFunction):
+    """A dimension table in Arrow that answers batches in Arrow (``lookup_arrow``: keys
+    matched by ``index_in``, no Python object per key or row), as the connectors do;
+    records the keys of every ``lookup_arrow`` call (one call: one round trip)."""
+
+    schema = "id BIGINT, name STRING"
+    key_columns = ["id"]
+
+    def __init__(self, rows: Sequence[tuple[Any, ...]] = (), schema: str | None = None,
+                 key_columns: Sequence[str] | None = None) -> None:
+        if schema is not None:
+            self.schema = schema
+        if key_columns is not None:
+            self.key_columns = list(key_columns)
+        self.rows = list(rows)
+        self.arrow_calls: list[list[tuple[Any, ...]]] = []
+        self.key_types: list[list[pa.DataType]] = []
+
+    def lookup(self, key: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        _, batch = self.lookup_arrow([pa.array([value]) for value in key])
+        return [tuple(row.values()) for row in batch.to_pylist()]
+
+    def lookup_arrow(self, keys: Sequence[Any]) -> tuple[pa.Int64Array, pa.RecordBatch]:
+        self.arrow_calls.append(key_tuples(list(keys)))
+        self.key_types.append([array.type for array in keys])
+        schema = to_arrow_schema(self.schema)
+        table = pa.Table.from_pylist(
+            [dict(zip(schema.names, row, strict=True)) for row in self.rows], schema=schema)
+        if len(keys) == 1:
+            match = pc.index_in(table[self.key_columns[0]], value_set=keys[0]).fill_null(-1)
+        else:  # several key columns: each row's key looked up in Python (tests only)
+            asked = {key: i for i, key in enumerate(key_tuples(list(keys)))}
+            names = list(self.key_columns)
+            match = pa.array([asked.get(tuple(row[n] for n in names), -1)
+                              for row in table.to_pylist()], pa.int64())
+        rows = pc.indices_nonzero(pc.greater_equal(match, 0))
+        return (match.take(rows).cast(pa.int64()),
+                table.take(rows).combine_chunks().to_batches()[0] if len(rows)
+                else pa.RecordBatch.from_pylist([], schema=schema))
+
+    @property
+    def keys_asked(self) -> list[tuple[Any, ...]]:
+        return [k for call in self.arrow_calls for k in call]
 
 
 class AsyncDictLookup(AsyncLookupFunction):
