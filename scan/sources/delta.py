@@ -331,7 +331,8 @@ class _SplitReader(QueueSplitReader[DeltaSplit]):
                     arrays.append(pa.repeat(pa.scalar(partition[field.name], field.type),
                                             batch.num_rows))
                 elif field.name in in_file:
-                    arrays.append(batch.column(batch.schema.get_field_index(field.name)))
+                    arrays.append(_as_table_type(
+                        batch.column(batch.schema.get_field_index(field.name)), field.type))
                 else:  # a column added after this file was written
                     arrays.append(pa.nulls(batch.num_rows, field.type))
             full = pa.RecordBatch.from_arrays(arrays, names=self._file_schema.names)
@@ -346,6 +347,24 @@ class _SplitReader(QueueSplitReader[DeltaSplit]):
     def close(self) -> None:
         self._batches = None
         self._filesystems = {}
+
+
+def _as_table_type(column: Any, table_type: Any) -> Any:
+    """A file's column as the table's type where only the Arrow layout differs (writers
+    store strings and binaries as views or large types); other differences are left to
+    the conversion (which casts to the declared type, or names the column)."""
+    import pyarrow as pa
+
+    if column.type == table_type:
+        return column
+    layouts = (pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view,
+               pa.types.is_binary, pa.types.is_large_binary, pa.types.is_binary_view)
+    if any(test(column.type) for test in layouts) and any(test(table_type) for test in layouts):
+        try:
+            return column.cast(table_type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return column
+    return column
 
 
 class DeltaSource(PerProcess, PullSource[DeltaSplit]):
