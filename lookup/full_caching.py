@@ -335,8 +335,13 @@ class FullCachingRuntime(LookupRuntime):
         snapshot, if this process serves it (it read it whole), and how to confirm it
         without publishing anything (the pointer's load time moves on; the others see it
         at their next look and keep their table and index)."""
+        latest = shared.store.latest()
+        if latest is None or not latest.source_version:
+            return None
+        if shared.published() is None:
+            shared.adopt()  # serve it first (a map, no scan): only what is served is confirmed
         record = shared.published()
-        if record is None or not record.source_version:
+        if record is None:
             return None
 
         def confirm(loaded_at: float) -> None:
