@@ -2,9 +2,8 @@
 
 The scripts run in sequence (never two at once: they would measure each other):
 cache_ops, scan_full_load, lookup_batch_pg, join_throughput, naive_vs_lookup,
-cache_memory, and scan_file_load / refresh_vs_lookup / worker_churn when they are in the
-tree. Each
-writes its JSON to ``benchmarks/out/``; this script collects them into
+cache_memory, and scan_file_load / lakehouse_load / refresh_vs_lookup / worker_churn when
+they are in the tree. Each writes its JSON to ``benchmarks/out/``; this script collects them into
 ``benchmarks/out/summary.json`` (status, duration and command of every script, its
 result, the headline ratios, the machine and the load average) and plots the main
 comparison -- throughput of the mapInPandas pass-through, ``lookup_join`` with a full and
@@ -50,9 +49,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
 # In run order: the cheap in-process ones first, Spark last.
-SCRIPTS = ("cache_ops", "scan_full_load", "scan_file_load", "lookup_batch_pg", "cache_memory",
-           "snapshot_check", "join_throughput", "naive_vs_lookup", "refresh_vs_lookup",
-           "worker_churn")
+SCRIPTS = ("cache_ops", "scan_full_load", "scan_file_load", "lakehouse_load", "lookup_batch_pg",
+           "cache_memory", "snapshot_check", "join_throughput", "naive_vs_lookup",
+           "refresh_vs_lookup", "worker_churn")
 REQUIRED = ("cache_ops", "scan_full_load", "lookup_batch_pg", "cache_memory", "join_throughput",
             "naive_vs_lookup")
 # Reduced sizes for the scripts that have no --quick option of their own.

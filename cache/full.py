@@ -13,6 +13,7 @@ matches nothing.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import threading
 import time
@@ -61,6 +62,9 @@ class FullSnapshot:
         from here).
     version : int
         Increases with every successful load.
+    source_version : str or None
+        The ``repr`` of the source's :meth:`~scan.Source.current_version` read before the
+        load (None: unknown); a reload finding the source still there reads nothing.
     """
 
     __slots__ = (
@@ -76,6 +80,7 @@ class FullSnapshot:
         "loaded_at",
         "nbytes",
         "offsets",
+        "source_version",
         "table",
         "unique",
         "version",
@@ -89,6 +94,7 @@ class FullSnapshot:
         offsets: np.ndarray,
         loaded_at: float,
         version: int,
+        source_version: str | None = None,
     ) -> None:
         self.table = table
         self.key_columns = key_columns
@@ -96,6 +102,7 @@ class FullSnapshot:
         self.offsets = offsets
         self.loaded_at = loaded_at
         self.version = version
+        self.source_version = source_version
         self.unique = len(index) == table.num_rows
         self._converter: CacheKeys | None = None  # made by the first per-key lookup
         self._columns_cache: list[list[Any]] | None = None
@@ -134,6 +141,7 @@ class FullSnapshot:
         *,
         loaded_at: float,
         version: int = 1,
+        source_version: str | None = None,
     ) -> FullSnapshot:
         """Index ``table`` by ``key_columns``.
 
@@ -171,7 +179,8 @@ class FullSnapshot:
                         if field.name not in keys and _orderable(field.type)]
                 if ties:
                     table = table.sort_by(order + ties)
-        return cls.from_sorted(table, keys, loaded_at=loaded_at, version=version, unique=unique)
+        return cls.from_sorted(table, keys, loaded_at=loaded_at, version=version, unique=unique,
+                               source_version=source_version)
 
     @classmethod
     def from_sorted(
@@ -182,6 +191,7 @@ class FullSnapshot:
         loaded_at: float,
         version: int = 1,
         unique: bool | None = None,
+        source_version: str | None = None,
     ) -> FullSnapshot:
         """Index a table that is already what :meth:`build` makes: sorted by
         ``key_columns``, with no null key.
@@ -217,7 +227,15 @@ class FullSnapshot:
             index = pd.Index(arrays[0], copy=False)
         else:
             index = pd.MultiIndex.from_arrays(arrays)
-        return cls(table, keys, index, offsets, loaded_at, version)
+        return cls(table, keys, index, offsets, loaded_at, version, source_version)
+
+    def confirmed(self, at: float) -> FullSnapshot:
+        """This snapshot as loaded at ``at``: the source was found still at its version
+        then, so staleness and the next due reload count from ``at``. Shares the table
+        and the index (nothing is copied or built)."""
+        twin = copy.copy(self)
+        twin.loaded_at = at
+        return twin
 
     @property
     def num_rows(self) -> int:

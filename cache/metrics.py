@@ -16,6 +16,7 @@ _COUNTERS = (
     "num_retries",
     "num_cache_errors",
     "num_bad_values",
+    "reloads_skipped",
 )
 _GAUGES = ("num_cached_records", "num_cached_bytes")
 FIELDS: tuple[str, ...] = (*_COUNTERS, "latest_load_time", *_GAUGES)
@@ -48,13 +49,16 @@ class _Counter:
 class CacheMetrics:
     """Counters and gauges of one lookup cache; thread-safe.
 
-    Flink's metrics, plus three of ours: ``num_retries`` (load attempts that were
+    Flink's metrics, plus four of ours: ``num_retries`` (load attempts that were
     retried), ``num_cache_errors`` (operations of a remote cache tier that failed and
-    were served as misses) and ``num_bad_values`` (stored values that could not be read
-    as their column's type, handled by the connector's bad-value policy).
+    were served as misses), ``num_bad_values`` (stored values that could not be read
+    as their column's type, handled by the connector's bad-value policy) and
+    ``reloads_skipped`` (full-cache reloads that read nothing because the source was
+    still at the version loaded, ``scan.Source.current_version``).
 
     - Counters (``hit_count``, ``miss_count``, ``load_count``, ``num_load_failures``,
-      ``num_retries``, ``num_cache_errors``, ``num_bad_values``) only grow.
+      ``num_retries``, ``num_cache_errors``, ``num_bad_values``, ``reloads_skipped``)
+      only grow.
     - ``latest_load_time`` is the duration in milliseconds of the latest load, -1 before any.
     - Gauges (``num_cached_records``, ``num_cached_bytes``) are read from the cache that
       registered them (:meth:`register_gauges`) at the moment they are read; bytes are an
@@ -106,6 +110,10 @@ class CacheMetrics:
         """Count ``n`` stored values that could not be read as their column's type."""
         self._add("num_bad_values", n)
 
+    def inc_reloads_skipped(self, n: int = 1) -> None:
+        """Count ``n`` reloads skipped because the source's version had not changed."""
+        self._add("reloads_skipped", n)
+
     def record_load_time(self, millis: float) -> None:
         """Set ``latest_load_time`` to the duration of the load that just ended."""
         with self._lock:
@@ -131,6 +139,8 @@ class CacheMetrics:
     num_retries = _Counter("Load attempts that failed and were retried.")
     num_cache_errors = _Counter("Remote cache operations that failed and were served as misses.")
     num_bad_values = _Counter("Stored values that could not be read as their column's type.")
+    reloads_skipped = _Counter(
+        "Full-cache reloads skipped: the source was still at the version loaded.")
     latest_load_time = _Counter("Duration in ms of the latest load; -1 before any load.")
 
     @property

@@ -76,6 +76,7 @@ class SharedFullCache(LookupFullCache):
         self._switch_lock = threading.Lock()
         self._last_check = -float("inf")
         self._seen: tuple[int, int] | None = None
+        self._served: StoredSnapshot | None = None
 
     def __reduce__(self) -> NoReturn:
         raise TypeError("a SharedFullCache holds open files and is built where it is used; "
@@ -91,6 +92,7 @@ class SharedFullCache(LookupFullCache):
     def close(self) -> None:
         """Drop the snapshot (the map closes with its last user) and detach the store."""
         super().close()
+        self._served = None
         self.store.detach()
 
     # --- versions
@@ -140,29 +142,57 @@ class SharedFullCache(LookupFullCache):
         is ``snapshot``'s (same rows, same order), not built again.
         """
         record = self.store.publish(snapshot.table, version=snapshot.version,
-                                    loaded_at=snapshot.loaded_at, unique=snapshot.unique)
+                                    loaded_at=snapshot.loaded_at, unique=snapshot.unique,
+                                    source_version=snapshot.source_version or "")
         mapped = FullSnapshot(self.store.read(record), self.key_columns, snapshot.index,
-                              snapshot.offsets, snapshot.loaded_at, snapshot.version)
+                              snapshot.offsets, snapshot.loaded_at, snapshot.version,
+                              snapshot.source_version)
         with self._switch_lock:
             self.swap(mapped)
+            self._served = record
             self._seen = self.store.pointer_key()
         return mapped
+
+    def published(self) -> StoredSnapshot | None:
+        """The store's record of the version served, if it is still the published one
+        (None: nothing served, or a newer version was published since)."""
+        served = self._served
+        latest = self.store.latest()
+        if served is None or latest is None or latest.file != served.file or (
+                latest.version != served.version):
+            return None
+        return latest
 
     def _switch(self, *, blocking: bool) -> FullSnapshot | None:
         if not self._switch_lock.acquire(blocking=blocking):
             return None  # another thread is switching; keep serving the current version
         try:
             key = self.store.pointer_key()
+            current = self._snapshot
+            served = self._served
+            record = self.store.latest()
+            if (current is not None and served is not None and record is not None
+                    and (record.file, record.version) == (served.file, served.version)):
+                # The version served, confirmed current at a later time (a reload that
+                # found the source unchanged): nothing to read, only its age changes.
+                self._seen = key
+                if record.loaded_at <= current.loaded_at:
+                    return None
+                confirmed = current.confirmed(record.loaded_at)
+                self._served = record
+                self.swap(confirmed)
+                return confirmed
             found = self.store.read_latest()
             if found is None:
                 return None
             record, table = found
-            current = self._snapshot
             self._seen = key
             if current is not None and not _is_newer(record, current):
                 return None
-            snapshot = FullSnapshot.from_sorted(table, self.key_columns, loaded_at=record.loaded_at,
-                                                version=record.version, unique=record.unique)
+            snapshot = FullSnapshot.from_sorted(
+                table, self.key_columns, loaded_at=record.loaded_at, version=record.version,
+                unique=record.unique, source_version=record.source_version or None)
+            self._served = record
             self.swap(snapshot)
             return snapshot
         finally:

@@ -75,9 +75,10 @@ __all__ = [
 
 log = logging.getLogger("cache")
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 """Version of the pointer record and file layout; a newer one is refused, never guessed
-(and an older one, without a checksum, ignored: the next load replaces it)."""
+(format 2, without the source version, is read as of an unknown one; format 1, without
+a checksum, is ignored: the next load replaces it)."""
 
 DEFAULT_RETENTION = timedelta(days=1)
 """How long a store nobody uses is kept before a sweep deletes it."""
@@ -128,7 +129,8 @@ class StoredSnapshot:
     version : int
         Increases with every version published in the store.
     loaded_at : float
-        Epoch seconds when the load that produced it started.
+        Epoch seconds when the load that produced it started, or when a later reload
+        found the source still at ``source_version`` (:meth:`SnapshotStore.confirm`).
     file : str
         The data file's name in the store directory.
     num_rows : int
@@ -141,6 +143,9 @@ class StoredSnapshot:
     checksum : str
         CRC-32 of the data file (hex), checked before the file is mapped; empty in the
         copy of the record the file itself carries.
+    source_version : str
+        The ``repr`` of the source's version the table was loaded at; empty when the
+        source cannot tell (see ``scan.Source.current_version``).
     """
 
     version: int
@@ -150,6 +155,7 @@ class StoredSnapshot:
     unique: bool
     fingerprint: str
     checksum: str = ""
+    source_version: str = ""
 
     def to_json(self) -> bytes:
         """The record as JSON, with the format version."""
@@ -174,12 +180,14 @@ class StoredSnapshot:
         if not isinstance(fmt, int) or fmt > FORMAT_VERSION:
             raise ValueError(f"snapshot record format {fmt!r} is newer than the supported "
                              f"{FORMAT_VERSION}: a newer spark-lookup wrote it")
-        if fmt < FORMAT_VERSION:
+        if fmt < 2:
             raise ValueError(f"snapshot record format {fmt} carries no checksum")
         types: dict[str, type | tuple[type, ...]] = {
             "version": int, "loaded_at": (int, float), "file": str, "num_rows": int,
-            "unique": bool, "fingerprint": str, "checksum": str,
+            "unique": bool, "fingerprint": str, "checksum": str, "source_version": str,
         }
+        if fmt == 2:  # before source versions: an unknown one
+            raw.setdefault("source_version", "")
         if set(raw) != set(types):
             raise ValueError(f"snapshot record fields {sorted(raw)} != {sorted(types)}")
         for name, kind in types.items():
@@ -370,7 +378,9 @@ class SnapshotStore:
         table = pa.ipc.open_file(source).read_all()
         metadata = dict(table.schema.metadata or {})
         written = metadata.pop(_META_KEY, None)
-        if written is None or StoredSnapshot.from_json(written) != replace(record, checksum=""):
+        # The load time may have moved on since the file was written (confirm()).
+        if written is None or replace(StoredSnapshot.from_json(written), loaded_at=0.0) != (
+                replace(record, checksum="", loaded_at=0.0)):
             raise ValueError(f"{path} is not the version {record}")
         # Our record stays in the file; the table served carries the source's metadata only.
         return table.replace_schema_metadata(metadata or None)
@@ -429,7 +439,8 @@ class SnapshotStore:
             os.close(fd)
 
     def publish(
-        self, table: pa.Table, *, version: int, loaded_at: float, unique: bool
+        self, table: pa.Table, *, version: int, loaded_at: float, unique: bool,
+        source_version: str = "",
     ) -> StoredSnapshot:
         """Write ``table`` as ``version`` and make it the published one, crash-safely;
         then delete every other version and any temporary file left by a dead writer.
@@ -449,7 +460,8 @@ class SnapshotStore:
             raise RuntimeError(f"{self!r}: publish() needs the lock (use try_lock())")
         record = StoredSnapshot(
             version=version, loaded_at=loaded_at, num_rows=table.num_rows, unique=unique,
-            file=f"v{version:010d}-{round(loaded_at * 1000)}.arrow", fingerprint=self.fingerprint)
+            file=f"v{version:010d}-{round(loaded_at * 1000)}.arrow", fingerprint=self.fingerprint,
+            source_version=source_version)
         self._remove_files(lambda name: name.startswith((_TMP_PREFIX, _DAMAGED_PREFIX)))
         metadata = {**(table.schema.metadata or {}), _META_KEY: record.to_json()}
         data = self._dir / record.file
@@ -473,6 +485,30 @@ class SnapshotStore:
             raise
         self._remove_files(lambda name: bool(_VERSION_FILE.fullmatch(name)) and name != record.file)
         return record
+
+    def confirm(self, record: StoredSnapshot, loaded_at: float) -> StoredSnapshot:
+        """Record that the published version ``record`` was found current at
+        ``loaded_at`` (its source had not changed): the pointer is rewritten with that
+        load time, and nothing else. No data file is written; readers serving the
+        version keep their table and index and only count its age from ``loaded_at``.
+
+        Call inside ``with store.try_lock() as locked`` when ``locked`` is True.
+
+        Raises
+        ------
+        RuntimeError
+            When this store does not hold the lock.
+        ValueError
+            When ``record`` is no longer the published version.
+        """
+        if self._lock_fd is None:
+            raise RuntimeError(f"{self!r}: confirm() needs the lock (use try_lock())")
+        current = self.latest()
+        if current is None or replace(current, loaded_at=0.0) != replace(record, loaded_at=0.0):
+            raise ValueError(f"{self!r}: {record} is not the published version")
+        confirmed = replace(record, loaded_at=max(loaded_at, record.loaded_at))
+        self._write_small(_CURRENT, confirmed.to_json(), durable=True)
+        return confirmed
 
     def record_failure(self, at: float, error: str) -> None:
         """Remember that the load started at ``at`` failed (for processes waiting on it)."""

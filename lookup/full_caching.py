@@ -19,6 +19,13 @@ serving the previous one, wait for the publication and switch to it (and lookups
 switch on their own at the next batch). Each process also arms a timer for the moment
 its served version comes due, so the host reloads on the schedule of the data, not of
 whichever worker happens to be alive.
+
+A source that knows its version (``scan.Source.current_version``: a Delta table's
+version, an Iceberg snapshot id) is asked for it before each reload plans a scan; when
+it is still the version of the snapshot served (recorded with the snapshot, and in the
+store's pointer when shared), nothing is read or published: the snapshot is confirmed
+as loaded now (its age, and the next due time, count from the check) and the reload is
+counted in ``reloads_skipped``.
 """
 
 from __future__ import annotations
@@ -181,7 +188,11 @@ class FullCachingRuntime(LookupRuntime):
 
     def _reload(self, fired_at: float) -> None:
         if self._shared is None:
-            self._load(self._version() + 1, self.cache.swap)
+            current = self.cache.current()
+            unchanged = None
+            if current is not None and current.source_version is not None:
+                unchanged = (current.source_version, partial(self._confirm, current))
+            self._load(self._version() + 1, self.cache.swap, unchanged)
         else:
             self._reload_shared(self._shared, fired_at)
             # Also when nothing was swapped: a firing just before the version came due
@@ -195,9 +206,25 @@ class FullCachingRuntime(LookupRuntime):
         current = self.cache.current()
         return 0 if current is None else current.version
 
-    def _load(self, version: int, install: Callable[[FullSnapshot], object]) -> None:
+    def _confirm(self, snapshot: FullSnapshot, loaded_at: float) -> None:
+        """Serve ``snapshot`` on, as loaded at ``loaded_at`` (its source is unchanged)."""
+        if self.cache.current() is snapshot:
+            self.cache.swap(snapshot.confirmed(loaded_at))
+
+    def _source_version(self) -> str | None:
+        """The ``repr`` of the source's current version (None: unknown)."""
+        found = self._provider.source.current_version()
+        return None if found is None else repr(found)
+
+    def _load(self, version: int, install: Callable[[FullSnapshot], object],
+              unchanged: tuple[str, Callable[[float], object]] | None = None) -> None:
         """Scan the source, index it as ``version`` and ``install`` it (swap or publish),
         retrying with backoff.
+
+        With ``unchanged`` (the source version of what is served, and what to do when
+        the source is still there), the source's version is read first: when it is the
+        same, nothing is read, the action runs with the time of the check, and the
+        reload is counted as skipped (``reloads_skipped``), not as a load.
 
         Once the runtime is closed nothing is installed or counted: a load then in
         flight is discarded. Raises the last error when every attempt failed (counted
@@ -218,6 +245,15 @@ class FullCachingRuntime(LookupRuntime):
             loaded_at = self.cache.clock()
             started = time.perf_counter()
             try:
+                # Read before the scan plans: the scan sees this version or a newer one,
+                # so an equal version later never hides a change (at worst one more load).
+                source_version = self._source_version()
+                if unchanged is not None and source_version == unchanged[0]:
+                    if self._record(self.metrics.inc_reloads_skipped,
+                                    partial(unchanged[1], loaded_at)):
+                        log.info("full cache of %s: source still at version %s; reload "
+                                 "skipped", provider.describe(), source_version)
+                    return
                 with loading(), counting_bad_values(provider.source, lambda grown: self._record(
                         partial(self.metrics.inc_bad_values, grown))):
                     # The loaded table is handed over, not kept here: the snapshot's own
@@ -225,6 +261,7 @@ class FullCachingRuntime(LookupRuntime):
                     snapshot = FullSnapshot.build(
                         read_arrow(provider.source, provider.parallelism),
                         provider.key_columns, loaded_at=loaded_at, version=version,
+                        source_version=source_version,
                     )
             except Exception as exc:
                 if not tries.failed(exc):
@@ -285,11 +322,39 @@ class FullCachingRuntime(LookupRuntime):
                     record = store.latest()
                     if not self._serve(shared, record, fired_at):
                         version = max(0 if record is None else record.version, self._version())
-                        self._load(version + 1, partial(self._publish, shared))
+                        self._load(version + 1, partial(self._publish, shared),
+                                   self._unchanged_shared(shared))
                     return
             waited = True
             # Another process is loading; keep serving the current version meanwhile.
             self._closed.wait(_LOCK_POLL_SECONDS)
+
+    def _unchanged_shared(self, shared: SharedFullCache
+                          ) -> tuple[str, Callable[[float], object]] | None:
+        """For the holder of the store's lock: the source version of the published
+        snapshot, if this process serves it (it read it whole), and how to confirm it
+        without publishing anything (the pointer's load time moves on; the others see it
+        at their next look and keep their table and index)."""
+        latest = shared.store.latest()
+        if latest is None or not latest.source_version:
+            return None
+        if shared.published() is None:
+            shared.adopt()  # serve it first (a map, no scan): only what is served is confirmed
+        record = shared.published()
+        if record is None:
+            return None
+
+        def confirm(loaded_at: float) -> None:
+            try:
+                shared.store.confirm(record, loaded_at)
+            except (OSError, ValueError) as exc:  # the store cannot take it: load next time
+                log.warning("full cache of %s: could not confirm version %d in %s: %s",
+                            self._provider.describe(), record.version, shared.store.directory,
+                            exc)
+                return
+            shared.adopt()
+
+        return record.source_version, confirm
 
     def _publish(self, shared: SharedFullCache, snapshot: FullSnapshot) -> None:
         try:

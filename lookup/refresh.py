@@ -113,9 +113,13 @@ class RefreshStatus:
     last_load_time : float or None
         Duration in milliseconds of the latest successful load (read, materialize, swap).
     last_success_at : datetime or None
-        When the latest successful load swapped its version in (UTC).
+        When the latest successful load swapped its version in, or a later reload found
+        the source still at that version (UTC; staleness counts from here).
     num_loads : int
         Successful loads.
+    reloads_skipped : int
+        Reloads that read nothing: the source was still at the version served
+        (``scan.Source.current_version``).
     num_load_failures : int
         Reloads that failed after all their retries (each kept the previous version).
     num_retries : int
@@ -137,6 +141,7 @@ class RefreshStatus:
     last_load_time: float | None = None
     last_success_at: datetime | None = None
     num_loads: int = 0
+    reloads_skipped: int = 0
     num_load_failures: int = 0
     num_retries: int = 0
     last_error: str | None = None
@@ -315,6 +320,8 @@ class ScheduledTableRefresh:
         self._queued: Future[RefreshStatus] | None = None  # the latest load submitted
         self._first: Future[RefreshStatus] = Future()
         self._current: _Version | None = None
+        # The repr of the source's version the current version was read at (None: unknown).
+        self._source_version: str | None = None
         self._retiring: dict[int, tuple[_Version, Scheduled]] = {}
         self._stale_timer: Scheduled | None = None
         self._status = RefreshStatus(view_name=view_name)
@@ -530,12 +537,18 @@ class ScheduledTableRefresh:
                 break
             started = time.perf_counter()
             try:
+                # Read before the scan plans (see Source.current_version).
+                found = self._source.current_version()
+                source_version = None if found is None else repr(found)
+                skipped = self._skip_unchanged(source_version)
+                if skipped is not None:
+                    return skipped
                 version = self._materialize()
             except Exception as exc:
                 if not tries.failed(exc):
                     break  # a missing table, a bad value under FAILFAST: reported at once
                 continue
-            return self._swap(version, (time.perf_counter() - started) * 1000)
+            return self._swap(version, (time.perf_counter() - started) * 1000, source_version)
         error = tries.error
         if error is None or self._stop.is_set():
             raise RuntimeError(f"{self!r} closed during a reload")
@@ -575,11 +588,28 @@ class ScheduledTableRefresh:
         df = self._spark.createDataFrame(table, schema=self._struct)
         return _Version(0, df, Materialization.LOCAL, table.num_rows, table.nbytes)
 
-    def _swap(self, version: _Version, elapsed_ms: float) -> RefreshStatus:
+    def _skip_unchanged(self, source_version: str | None) -> RefreshStatus | None:
+        """The status after skipping this reload when the source is still at the
+        version served (the view keeps it; staleness counts from now); else None."""
+        with self._lock:
+            if (source_version is None or source_version != self._source_version
+                    or self._current is None or self._state != "open"):
+                return None
+            self._update(reloads_skipped=self._status.reloads_skipped + 1,
+                         last_success_at=self._now())
+            self._arm_staleness()
+            status = self._status
+        log.info("temp view %r: source still at version %s; reload skipped", self._view,
+                 source_version)
+        return status
+
+    def _swap(self, version: _Version, elapsed_ms: float, source_version: str | None = None
+              ) -> RefreshStatus:
         with self._lock:
             if self._state != "open":
                 version.release()
                 raise RuntimeError(f"{self!r} closed during a reload")
+            self._source_version = source_version
             # Numbered here, so versions count successes only.
             version = replace(version, number=self._status.version + 1)
             # One catalog call: a query resolves either the old or the new version.

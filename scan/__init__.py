@@ -17,7 +17,14 @@ from scan.enumerator import SplitEnumerator, SplitEnumeratorContext
 from scan.reader import InputStatus, ReaderOptions, ReaderOutput, SourceReader, SourceReaderContext
 from scan.runner import LocalSourceRunner, read_arrow
 from scan.source import Boundedness, Source
-from scan.sources import CollectionSource, FileSource, RedisScanSource, SqlTableSource
+from scan.sources import (
+    CollectionSource,
+    DeltaSource,
+    FileSource,
+    IcebergSource,
+    RedisScanSource,
+    SqlTableSource,
+)
 from scan.split import SourceSplit
 from scan.standalone import plan_splits, read_split, read_split_arrow
 
@@ -27,7 +34,9 @@ from scan.standalone import plan_splits, read_split, read_split_arrow
 __all__ = [
     "Boundedness",
     "CollectionSource",
+    "DeltaSource",
     "FileSource",
+    "IcebergSource",
     "InputStatus",
     "LocalSourceRunner",
     "ReaderOptions",

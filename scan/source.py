@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
+from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any, Generic
 
 from scan.split import EnumStateT, SplitT
@@ -92,6 +93,22 @@ class Source(ABC, Generic[SplitT, EnumStateT]):
     @abstractmethod
     def enumerator_state_serializer(self) -> SimpleVersionedSerializer[EnumStateT]:
         """The versioned serializer of this source's enumerator state (for checkpoints)."""
+
+    def current_version(self) -> Hashable | None:
+        """The version of the data a read would see now, or None when unknown.
+
+        Runs where reads are planned (the driver, a full cache's loading thread),
+        before a read, and must be cheap next to the read itself (a table's log or
+        catalog entry, never its data). A full cache and a refreshed view compare it
+        with the version their current snapshot was loaded at and skip the reload
+        when it is equal; None (the default: a source that cannot tell) always loads.
+
+        The value identifies the version by its ``repr`` (an int, a str, a tuple of
+        them), which is what a host's snapshot store records. A read started after
+        this call sees this version or a newer one, so an equal version never hides
+        a change. It may raise what a read raises (a missing table, a transient error).
+        """
+        return None
 
 
 def check_bounded(source: object, user: str) -> Source[Any, Any]:

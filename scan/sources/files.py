@@ -6,21 +6,21 @@ import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import types as T
 
-from connectors.convert import Conformer, castable
-from connectors.policy import BadValuePolicy, BadValueStats
-from connectors.predicates import Predicate, check_predicates, predicates_mask
+from connectors.policy import BadValuePolicy
+from connectors.predicates import Predicate, check_predicates
 from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
+from scan.sources._batches import BatchReading, io_error, with_last
 from scan.sources._enumerator import SplitPlanner
 from scan.sources._pull import PullSource, QueueSplitReader
 from scan.sources._types import arrow_to_spark
 from scan.split import SourceSplit
 from spark_lookup._per_process import PerProcess
 from spark_lookup._shown import shown
-from spark_lookup.errors import ConfigError, ConnectorError, SourceError, SparkLookupError
+from spark_lookup.errors import ConfigError, SourceError, SparkLookupError
 from spark_lookup.schema import SchemaLike, parse_schema, to_arrow_schema
 
 if TYPE_CHECKING:
@@ -74,10 +74,6 @@ def _expand(path: str) -> list[str]:
             if _is_data_file(name) and os.path.isfile(os.path.join(path, name))
         )
     return [path]
-
-
-def _io_error(what: str, exc: BaseException) -> ConnectorError:
-    return ConnectorError(f"{what} failed: {type(exc).__name__}: {exc}")
 
 
 def _check_columns(path: str, names: Sequence[str], columns: Sequence[str]) -> None:
@@ -139,66 +135,9 @@ class _FilePlanner(SplitPlanner[FileSplit]):
                 metadata = pq.read_metadata(path)
                 names = metadata.schema.to_arrow_schema().names
             except (OSError, ValueError) as exc:  # ArrowInvalid is a ValueError
-                raise _io_error(f"reading the Parquet footer of {path!r}", exc) from exc
+                raise io_error(f"reading the Parquet footer of {path!r}", exc) from exc
             _check_columns(path, names, self._columns)
             state.update(file=path, next=0, groups=metadata.num_row_groups)
-
-
-T_ = TypeVar("T_")
-
-
-def _with_last(items: Iterator[T_]) -> Iterator[tuple[T_, bool]]:
-    """Each item with whether it is the last (one item of look-ahead), so the fetch that
-    carries a split's last batch also finishes it."""
-    previous = next(items, _END)
-    while previous is not _END:
-        current = next(items, _END)
-        yield previous, current is _END
-        previous = current
-
-
-_END: Any = object()
-
-
-class _Reading:
-    """How a file's batches become the schema's: the shared conversion of the connector
-    layer (the same casts and bad-value policy as every other source), then the
-    filters. Per process (its counter); shared by the source's readers."""
-
-    def __init__(self, schema: T.StructType, mode: BadValuePolicy,
-                 filters: Sequence[Predicate]) -> None:
-        self.schema = to_arrow_schema(schema)
-        self.stats = BadValueStats("FileSource")
-        self._conformer = Conformer(
-            "file", self.schema, [f.dataType.simpleString() for f in schema.fields], mode,
-            self.stats,
-        )
-        self._filters = tuple(filters)
-
-    def conform(self, batch: pa.RecordBatch, path: str, start: int) -> pa.RecordBatch:
-        import pyarrow as pa
-
-        names = batch.schema.names
-        missing = [f.name for f in self.schema if f.name not in names]
-        if missing:
-            raise ConfigError(f"{path!r} has no column(s) {missing}; it has {names}")
-        wires = [batch.column(names.index(f.name)) for f in self.schema]
-        for field, wire in zip(self.schema, wires, strict=True):
-            if not castable(wire.type, field.type):
-                raise ConfigError(
-                    f"{path!r}: column {field.name!r} holds {wire.type} values, which cannot be "
-                    f"read as {field.type}"
-                )
-        columns, keep = self._conformer.conform(wires, lambda row: f"row {start + row}", where=path)
-        out = pa.RecordBatch.from_arrays(columns, schema=self.schema)
-        if keep is not None:
-            out = out.filter(keep)
-        for field, column in zip(self.schema, out.columns, strict=True):
-            if not field.nullable and column.null_count:
-                raise SourceError(f"{path!r}: column {field.name!r} is NOT NULL but holds nulls")
-        if self._filters:
-            out = out.filter(predicates_mask(out, self._filters))
-        return out
 
 
 class _SplitReader(QueueSplitReader[FileSplit]):
@@ -206,7 +145,7 @@ class _SplitReader(QueueSplitReader[FileSplit]):
     columns; runs on its fetcher thread (the open Parquet file is kept for the next
     row group of the same file)."""
 
-    def __init__(self, file_format: str, schema: pa.Schema, reading: _Reading) -> None:
+    def __init__(self, file_format: str, schema: pa.Schema, reading: BatchReading) -> None:
         super().__init__()
         self._format = file_format
         self._schema = schema
@@ -217,12 +156,12 @@ class _SplitReader(QueueSplitReader[FileSplit]):
     def read_next(self, split: FileSplit) -> tuple[pa.RecordBatch | None, bool]:
         try:
             if self._batches is None:
-                self._batches = _with_last(self._open(split))
+                self._batches = with_last(self._open(split))
             item = next(self._batches, None)
         except SparkLookupError:
             raise
         except (OSError, ValueError, TypeError, KeyError) as exc:  # pyarrow's errors
-            raise _io_error(f"reading {split.split_id!r}", exc) from exc
+            raise io_error(f"reading {split.split_id!r}", exc) from exc
         if item is None:
             return None, True
         return item
@@ -301,7 +240,7 @@ def _csv_value_error(path: str, exc: ValueError) -> SparkLookupError:
     column; any other parse failure: a ConnectorError (the file cannot be read)."""
     match = _CSV_CONVERSION.search(str(exc))
     if match is None:
-        return _io_error(f"reading {path!r}", exc)
+        return io_error(f"reading {path!r}", exc)
     header = _csv_header(path)
     index = int(match.group(1))
     column = header[index] if index < len(header) else f"#{index}"
@@ -372,7 +311,7 @@ class FileSource(PerProcess, PullSource[FileSplit]):
 
     ROWS_FIELD = "offset"
     _PER_PROCESS = ("_reading",)  # the counter of bad values
-    _reading: _Reading | None
+    _reading: BatchReading | None
 
     def __init__(
         self,
@@ -435,7 +374,7 @@ class FileSource(PerProcess, PullSource[FileSplit]):
                 with csv.open_csv(first) as reader:
                     arrow_schema = reader.schema
         except (OSError, ValueError) as exc:
-            raise _io_error(f"reading the schema of {first!r}", exc) from exc
+            raise io_error(f"reading the schema of {first!r}", exc) from exc
         return T.StructType(
             [T.StructField(f.name, arrow_to_spark(f.type, f"column {f.name!r} of {first!r}"))
              for f in arrow_schema]
@@ -450,9 +389,9 @@ class FileSource(PerProcess, PullSource[FileSplit]):
         reading = self._reading_state()
         return lambda: _SplitReader(file_format, schema, reading)
 
-    def _reading_state(self) -> _Reading:
+    def _reading_state(self) -> BatchReading:
         if self._reading is None:
-            self._reading = _Reading(self.schema, self._mode, self._filters)
+            self._reading = BatchReading(self.schema, self._mode, self._filters)
         return self._reading
 
     @property

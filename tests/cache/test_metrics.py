@@ -15,8 +15,8 @@ def test_fresh_metrics() -> None:
     m = CacheMetrics()
     assert m.snapshot() == {
         "hit_count": 0, "miss_count": 0, "load_count": 0, "num_load_failures": 0,
-        "num_retries": 0, "num_cache_errors": 0, "num_bad_values": 0, "latest_load_time": -1,
-        "num_cached_records": 0, "num_cached_bytes": 0,
+        "num_retries": 0, "num_cache_errors": 0, "num_bad_values": 0, "reloads_skipped": 0,
+        "latest_load_time": -1, "num_cached_records": 0, "num_cached_bytes": 0,
     }
 
 

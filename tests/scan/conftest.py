@@ -30,7 +30,9 @@ Row = tuple[Any, ...]
 NUM_ROWS = 150
 ROWS: list[Row] = [(i, f"name-{i:03d}", i * 0.5) for i in range(1, NUM_ROWS + 1)]
 SCHEMA = "id BIGINT, name STRING, score DOUBLE"
-CASES = ["collection", "sqlite", "postgres", "parquet", "csv", "redis"]
+CASES = [
+    "collection", "sqlite", "postgres", "parquet", "csv", "delta", "iceberg", "redis",
+]
 
 
 @dataclass
@@ -199,6 +201,87 @@ def _csv_case(tmp_path: Path) -> Case:
     return Case("csv", ROWS, make, rows_of, break_source)
 
 
+# --- lakehouse tables
+
+
+def _arrow_rows(rows: list[Row]) -> Any:
+    import pyarrow as pa
+
+    return pa.table({"id": pa.array([r[0] for r in rows], pa.int64()),
+                     "name": [r[1] for r in rows], "score": [r[2] for r in rows]})
+
+
+def _parts(n: int) -> list[list[Row]]:
+    return [ROWS[part * NUM_ROWS // n : (part + 1) * NUM_ROWS // n] for part in range(n)]
+
+
+def _delta_case(tmp_path: Path) -> Case:
+    from deltalake import DeltaTable, write_deltalake
+
+    from scan import DeltaSource
+    from scan.sources import DeltaSplit
+
+    files: dict[str, list[Row]] = {}
+
+    def make(n: int) -> Source[Any, Any]:
+        path = str(tmp_path / f"delta-{n}")
+        if not os.path.exists(path):  # made once per n: a restore reads the same table
+            for rows in _parts(n):  # one commit, one file each
+                before = set(DeltaTable(path).file_uris()) if os.path.exists(path) else set()
+                write_deltalake(path, _arrow_rows(rows), mode="append")
+                (new,) = set(DeltaTable(path).file_uris()) - before
+                files[new] = rows
+        return DeltaSource(path)
+
+    def rows_of(split: DeltaSplit) -> list[Row]:
+        return files[split.file]
+
+    def break_source() -> type[Exception]:
+        for path in files:
+            if os.path.isfile(path):
+                os.remove(path)
+        return ConnectorError
+
+    return Case("delta", ROWS, make, rows_of, break_source)
+
+
+def _iceberg_case(tmp_path: Path) -> Case:
+    from pyiceberg.catalog import load_catalog
+
+    from scan import IcebergSource
+    from scan.sources import IcebergSplit
+
+    catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db",
+               "warehouse": f"file://{tmp_path}/warehouse"}
+    lake = load_catalog("default", **catalog)
+    lake.create_namespace("suite")
+    files: dict[str, list[Row]] = {}
+
+    def make(n: int) -> Source[Any, Any]:
+        name = f"suite.dim{n}"
+        if lake.table_exists(name):  # made once per n: a restore reads the same table
+            return IcebergSource(name, catalog=catalog)
+        table = lake.create_table(name, schema=_arrow_rows(ROWS[:1]).schema)
+        for rows in _parts(n):  # one commit, one file each
+            before = {t.file.file_path for t in table.scan().plan_files()}
+            table.append(_arrow_rows(rows))
+            (new,) = {t.file.file_path for t in table.scan().plan_files()} - before
+            files[new] = rows
+        return IcebergSource(name, catalog=catalog)
+
+    def rows_of(split: IcebergSplit) -> list[Row]:
+        return files[split.file]
+
+    def break_source() -> type[Exception]:
+        for path in files:
+            local = path.removeprefix("file://")
+            if os.path.isfile(local):
+                os.remove(local)
+        return ConnectorError
+
+    return Case("iceberg", ROWS, make, rows_of, break_source)
+
+
 # --- Redis
 
 
@@ -251,6 +334,10 @@ def case(
         yield _parquet_case(tmp_path)
     elif name == "csv":
         yield _csv_case(tmp_path)
+    elif name == "delta":
+        yield _delta_case(tmp_path)
+    elif name == "iceberg":
+        yield _iceberg_case(tmp_path)
     else:
         yield _redis_case(
             request.getfixturevalue("redis_url"),

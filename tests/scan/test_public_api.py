@@ -37,7 +37,9 @@ EXPECTED = {
     "register_data_source",
     # the built-in sources
     "CollectionSource",
+    "DeltaSource",
     "FileSource",
+    "IcebergSource",
     "RedisScanSource",
     "SqlTableSource",
 }
@@ -66,8 +68,12 @@ CONNECTOR = {
 SOURCES = {
     "CollectionSource",
     "CollectionSplit",
+    "DeltaSource",
+    "DeltaSplit",
     "FileSource",
     "FileSplit",
+    "IcebergSource",
+    "IcebergSplit",
     "RedisKeysSplit",
     "RedisScanSource",
     "SqlChunkSplit",
@@ -77,7 +83,7 @@ SOURCES = {
 
 def test_exported_names_are_pinned() -> None:
     assert set(scan.__all__) == EXPECTED
-    assert len(scan.__all__) == len(EXPECTED) <= 20
+    assert len(scan.__all__) == len(EXPECTED) <= 22
     for name in scan.__all__:
         assert getattr(scan, name) is not None
     assert set(scan.connector.__all__) == CONNECTOR
@@ -118,6 +124,8 @@ def test_the_main_entry_points_have_examples() -> None:
         scan.CollectionSource,
         scan.SqlTableSource,
         scan.FileSource,
+        scan.DeltaSource,
+        scan.IcebergSource,
         scan.RedisScanSource,
         scan.read_arrow,
         scan.plan_splits,
@@ -130,6 +138,8 @@ def test_the_main_entry_points_have_examples() -> None:
     [
         scan.sources.CollectionSplit(0, 0, 1),
         scan.sources.FileSplit("p", 1, 2),
+        scan.sources.DeltaSplit("t", 3, "t/f.parquet", (("p", 1),), True, 2),
+        scan.sources.IcebergSplit(7, "f.parquet", 2),
         scan.sources.RedisKeysSplit(0, (b"k",)),
         scan.sources.SqlChunkSplit(0, 1, 2),
     ],

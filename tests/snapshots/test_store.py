@@ -60,18 +60,21 @@ def test_published_version_reads_back_memory_mapped_without_a_copy(store: Snapsh
 def test_the_pointer_is_a_versioned_json_record(store: SnapshotStore) -> None:
     record = publish(store, table(3), 7, loaded_at=5.0)
     raw = json.loads((store.directory / "CURRENT").read_text())
-    assert raw == {"format": 2, "version": 7, "loaded_at": 5.0, "file": record.file,
+    assert raw == {"format": 3, "version": 7, "loaded_at": 5.0, "file": record.file,
                    "num_rows": 3, "unique": True, "fingerprint": "fp",
-                   "checksum": record.checksum}
+                   "checksum": record.checksum, "source_version": ""}
     assert len(record.checksum) == 8
-    raw["format"] = 3
+    # Format 2 had no source version: read as an unknown one.
+    old = {k: v for k, v in raw.items() if k != "source_version"}
+    assert StoredSnapshot.from_json(json.dumps({**old, "format": 2}).encode()) == record
+    raw["format"] = 4
     (store.directory / "CURRENT").write_text(json.dumps(raw))
     assert store.latest() is None  # a newer format is refused, never guessed
-    with pytest.raises(ValueError, match="newer than the supported 2"):
+    with pytest.raises(ValueError, match="newer than the supported 3"):
         StoredSnapshot.from_json(json.dumps(raw).encode())
     with pytest.raises(ValueError, match="no checksum"):  # an older store: rebuilt
         StoredSnapshot.from_json(json.dumps({**raw, "format": 1}).encode())
-    for bad in [b"", b"[]", b'{"format": 2}', json.dumps({**raw, "format": 2, "file": "../x"})
+    for bad in [b"", b"[]", b'{"format": 3}', json.dumps({**raw, "format": 3, "file": "../x"})
                 .encode()]:
         with pytest.raises(ValueError):
             StoredSnapshot.from_json(bad)

@@ -1,0 +1,598 @@
+"""Delta Lake tables, read with delta-rs (the ``deltalake`` package): a split per active
+data file of one table version."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import re
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+from pyspark.sql import types as T
+
+from connectors.policy import BadValuePolicy
+from connectors.predicates import Predicate, check_predicates, predicates_to_arrow
+from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
+from scan.sources._batches import BatchReading, with_last
+from scan.sources._enumerator import ListPlanner, SplitPlanner
+from scan.sources._pull import PullSource, QueueSplitReader
+from scan.sources._types import arrow_to_spark
+from scan.split import SourceSplit
+from spark_lookup._per_process import PerProcess
+from spark_lookup._shown import shown
+from spark_lookup.errors import (
+    ConfigError,
+    ConnectorError,
+    SourceError,
+    SparkLookupError,
+    TransientConnectorError,
+)
+from spark_lookup.schema import SchemaLike, parse_schema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["DeltaSource", "DeltaSplit"]
+
+log = logging.getLogger("scan")
+
+# Rows decoded per fetch (as FileSource: large units keep pyarrow's threads busy).
+_DECODE_ROWS = 1 << 19
+# Reader features whose files this source reads correctly one at a time: deletion
+# vectors are applied here; the others change nothing a data file's reader sees.
+_READER_FEATURES = frozenset({
+    "deletionVectors", "timestampNtz", "v2Checkpoint", "vacuumProtocolCheck", "typeWidening",
+    "typeWidening-preview", "variantType", "variantType-preview"})
+_TRANSIENT = re.compile(r"timed? ?out|connection|temporar|throttl|too many requests|\b50[234]\b|"
+                        r"unavailable", re.I)
+# Values delta-rs encodes itself in file pruning filters.
+_PRUNABLE = (str, int, float, bool, dt.date)
+
+
+@dataclass(frozen=True)
+class DeltaSplit(SourceSplit):
+    """One data file of version ``version`` of the table at ``table``: its URI,
+    its partition values (column, value), whether a deletion vector applies to it, and
+    ``skip`` rows emitted before a checkpoint."""
+
+    table: str
+    version: int
+    file: str
+    partition: tuple[tuple[str, Any], ...] = ()
+    deletes: bool = False
+    skip: int = 0
+
+    @property
+    def split_id(self) -> str:
+        return self.file
+
+
+class _SplitSerializer(JsonVersionedSerializer[DeltaSplit]):
+    VERSION = 1
+    WHAT = "a DeltaSource split"
+
+    def to_json(self, obj: DeltaSplit) -> Any:
+        return [obj.table, obj.version, obj.file, [list(p) for p in obj.partition],
+                obj.deletes, obj.skip]
+
+    def from_json(self, version: int, value: Any) -> DeltaSplit:
+        table, number, file, partition, deletes, skip = value
+        return DeltaSplit(str(table), int(number), str(file),
+                          tuple((str(name), v) for name, v in partition), bool(deletes), int(skip))
+
+
+def _delta_error(table: str, exc: BaseException) -> SparkLookupError:
+    """A delta-rs error as ours, naming the table: a missing table or an unreadable
+    protocol are permanent; I/O that may pass (a timeout, throttling) is transient."""
+    import deltalake.exceptions as dx
+
+    if isinstance(exc, SparkLookupError):
+        return exc
+    text = f"Delta table {table!r}: {type(exc).__name__}: {exc}"
+    if isinstance(exc, dx.TableNotFoundError):
+        return ConnectorError(f"Delta table {table!r} not found: {exc}")
+    if isinstance(exc, (dx.DeltaProtocolError, dx.SchemaMismatchError)):
+        return ConnectorError(text)
+    if isinstance(exc, (TimeoutError, ConnectionError)) or _TRANSIENT.search(str(exc)):
+        return TransientConnectorError(text)
+    return ConnectorError(text)
+
+
+def _open_table(uri: str, version: int | None, storage_options: Mapping[str, str] | None
+                ) -> Any:
+    from deltalake import DeltaTable
+
+    try:
+        options = None if storage_options is None else dict(storage_options)
+        return DeltaTable(uri, version=version, storage_options=options)
+    except Exception as exc:
+        raise _delta_error(uri, exc) from exc
+
+
+def _check_protocol(uri: str, table: Any) -> None:
+    protocol = table.protocol()
+    features = set(protocol.reader_features or ())
+    unknown = sorted(features - _READER_FEATURES)
+    if protocol.min_reader_version > 3 or unknown:
+        raise ConnectorError(
+            f"Delta table {uri!r} needs reader version {protocol.min_reader_version} with "
+            f"features {unknown or sorted(features)}, which DeltaSource cannot read file by "
+            "file (it reads deletion vectors, timestampNtz, v2 checkpoints, type widening and "
+            "variants)"
+        )
+
+
+def _arrow_schema(table: Any) -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema(table.schema().to_arrow())
+
+
+def _file_filters(predicates: Sequence[Predicate]) -> list[tuple[str, str, Any]]:
+    """The predicates delta-rs can prune files with (partition values and file
+    statistics), as its tuple filters; the others are only applied to rows."""
+    pushed: list[tuple[str, str, Any]] = []
+    for p in predicates:
+        if p.op in ("is null", "is not null"):
+            continue
+        values = p.value if p.op in ("in", "not in") else (p.value,)
+        if all(isinstance(v, _PRUNABLE) for v in values):
+            pushed.append((p.column, p.op, list(values) if p.op in ("in", "not in") else p.value))
+    return pushed
+
+
+def plan_files(uri: str, table: Any, predicates: Sequence[Predicate]
+               ) -> tuple[int, list[DeltaSplit]]:
+    """The splits of ``table`` (a loaded ``DeltaTable``): its active files that may hold
+    rows meeting ``predicates`` (delta-rs prunes by partition values and file
+    statistics), in path order, with their partition values."""
+    import pyarrow as pa
+
+    _check_protocol(uri, table)
+    version = int(table.version())
+    pushed = _file_filters(predicates)
+    try:
+        try:
+            uris = table.file_uris(file_pruning_predicate=pushed or None)
+        except Exception as exc:
+            if not pushed:
+                raise
+            # A value delta-rs cannot encode for its column: no pruning (rows are still
+            # filtered after the read).
+            log.warning("Delta table %r: files not pruned by %s: %s", uri, pushed, exc)
+            uris = table.file_uris()
+        actions = pa.table(table.get_add_actions(flatten=True))
+        deleted: set[str] = set()
+        if "deletionVectors" in set(table.protocol().reader_features or ()):
+            vectors = pa.table(table.deletion_vectors().read_all())
+            deleted = set(vectors.column("filepath").to_pylist())
+    except Exception as exc:
+        raise _delta_error(uri, exc) from exc
+    partitions = [name for name in actions.column_names if name.startswith("partition.")]
+    by_path: dict[str, dict[str, Any]] = {}
+    for row in actions.select(["path", *partitions]).to_pylist():
+        by_path[unquote(row.pop("path"))] = row
+    splits = []
+    for file in sorted(uris):
+        values = _partition_of(file, by_path)
+        partition = tuple((name[len("partition."):], value) for name, value in values.items())
+        splits.append(DeltaSplit(uri, version, file, partition, _deleted(file, deleted)))
+    return version, splits
+
+
+def _partition_of(file: str, by_path: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+    # delta-rs lists files by URI and describes them by their path relative to the table
+    # (URI-encoded in the log): the relative path ends the URI.
+    relative = file.removeprefix("file://")
+    while relative:
+        found = by_path.get(relative)
+        if found is not None:
+            return found
+        _, _, relative = relative.partition("/")
+    raise SourceError(f"delta-rs listed {file!r}, which is not among the table's add actions")
+
+
+def _deleted(file: str, deleted: set[str]) -> bool:
+    return file in deleted or f"file://{file}" in deleted or unquote(file) in deleted
+
+
+class _DeletionVectors:
+    """Per process: the keep-masks of the files of one table version that carry a
+    deletion vector, read through delta-rs once per version, when a reader first needs
+    one."""
+
+    def __init__(self, storage_options: Mapping[str, str] | None) -> None:
+        self._options = storage_options
+        self._lock = threading.Lock()
+        self._masks: dict[tuple[str, int], dict[str, Any]] = {}
+
+    def keep(self, split: DeltaSplit) -> Any:
+        import numpy as np
+        import pyarrow as pa
+
+        key = (split.table, split.version)
+        with self._lock:
+            masks = self._masks.get(key)
+            if masks is None:
+                table = _open_table(split.table, split.version, self._options)
+                try:
+                    vectors = pa.table(table.deletion_vectors().read_all())
+                except Exception as exc:
+                    raise _delta_error(split.table, exc) from exc
+                masks = {}
+                for path, keep in zip(vectors.column("filepath").to_pylist(),
+                                      vectors.column("selection_vector").to_pylist(), strict=True):
+                    masks[path] = np.asarray(keep, dtype=bool)
+                self._masks = {key: masks}  # one version at a time
+        for name in (split.file, f"file://{split.file}", unquote(split.file)):
+            if name in masks:
+                return masks[name]
+        raise SourceError(f"Delta table {split.table!r} version {split.version}: no deletion "
+                          f"vector found for {split.file!r}, which has one")
+
+
+class _Reading(BatchReading):
+    """The conversion of the source's batches, and its deletion vectors (per process)."""
+
+    def __init__(self, schema: T.StructType, mode: BadValuePolicy, filters: Sequence[Predicate],
+                 storage_options: Mapping[str, str] | None) -> None:
+        super().__init__(schema, mode, filters, "DeltaSource")
+        self.deletion_vectors = _DeletionVectors(storage_options)
+
+
+class _SplitReader(QueueSplitReader[DeltaSplit]):
+    """Reads one data file at a time with pyarrow, only the declared columns, row groups
+    skipped by their statistics when the filters rule them out; partition columns are
+    filled from the split, deleted rows dropped by the file's deletion vector."""
+
+    def __init__(self, reading: _Reading, file_schema: pa.Schema,
+                 storage_options: Mapping[str, str] | None) -> None:
+        super().__init__()
+        self._reading = reading
+        self._file_schema = file_schema  # the table's Arrow types of the declared columns
+        self._options = storage_options
+        self._batches: Iterator[tuple[pa.RecordBatch, bool]] | None = None
+        self._format: Any = None
+        self._filesystems: dict[str, Any] = {}
+
+    def read_next(self, split: DeltaSplit) -> tuple[pa.RecordBatch | None, bool]:
+        try:
+            if self._batches is None:
+                self._batches = with_last(self._read(split))
+            item = next(self._batches, None)
+        except SparkLookupError:
+            raise
+        except Exception as exc:  # pyarrow's and delta-rs's errors
+            raise _delta_error(split.table, exc) from exc
+        if item is None:
+            return None, True
+        return item
+
+    def split_done(self) -> None:
+        self._batches = None
+
+    def _fragment(self, split: DeltaSplit) -> Any:
+        import pyarrow.dataset as ds
+
+        if self._format is None:
+            self._format = ds.ParquetFileFormat(
+                default_fragment_scan_options=ds.ParquetFragmentScanOptions(pre_buffer=True))
+        import pyarrow.fs as pa_fs
+
+        if "://" not in split.file or split.file.startswith("file://"):
+            path = split.file.removeprefix("file://")
+            return self._format.make_fragment(path, filesystem=pa_fs.LocalFileSystem())
+        from deltalake.fs import DeltaStorageHandler
+
+        filesystem = self._filesystems.get(split.table)
+        if filesystem is None:
+            options = None if self._options is None else dict(self._options)
+            filesystem = pa_fs.PyFileSystem(DeltaStorageHandler(split.table, options))
+            self._filesystems = {split.table: filesystem}
+        relative = split.file[len(split.table.rstrip("/")) + 1:]
+        return self._format.make_fragment(relative, filesystem=filesystem)
+
+    def _read(self, split: DeltaSplit) -> Iterator[pa.RecordBatch]:
+        import numpy as np
+        import pyarrow as pa
+
+        fragment = self._fragment(split)
+        partition = dict(split.partition)
+        in_file = set(fragment.physical_schema.names)
+        columns = [f.name for f in self._file_schema
+                   if f.name not in partition and f.name in in_file]
+        keep = self._reading.deletion_vectors.keep(split) if split.deletes else None
+        options: dict[str, Any] = {"columns": columns, "batch_size": _DECODE_ROWS}
+        if keep is None:
+            # Row groups whose statistics rule the filters out are not read; rows are
+            # filtered again after conversion (SQL's null rules, partition columns).
+            filters = [p for p in self._reading.filters if p.column in columns]  # not partitions
+            if filters:
+                options["filter"] = predicates_to_arrow(filters)
+        # (A deletion vector counts rows by their position in the file: read them all.)
+        skip = split.skip
+        start = 0
+        for batch in fragment.to_batches(**options):
+            rows = batch.num_rows
+            if keep is not None:
+                mask = keep[start:start + rows]
+                if len(mask) < rows:  # rows past the vector's end are kept
+                    mask = np.concatenate([mask, np.ones(rows - len(mask), dtype=bool)])
+                if not mask.all():
+                    batch = batch.filter(pa.array(mask))
+            arrays = []
+            for field in self._file_schema:
+                if field.name in partition:
+                    arrays.append(pa.repeat(pa.scalar(partition[field.name], field.type),
+                                            batch.num_rows))
+                elif field.name in in_file:
+                    arrays.append(_as_table_type(
+                        batch.column(batch.schema.get_field_index(field.name)), field.type))
+                else:  # a column added after this file was written
+                    arrays.append(pa.nulls(batch.num_rows, field.type))
+            full = pa.RecordBatch.from_arrays(arrays, names=self._file_schema.names)
+            kept = self._reading.conform(full, split.file, start)
+            start += rows
+            if skip >= kept.num_rows:
+                skip -= kept.num_rows
+                continue
+            yield kept.slice(skip)
+            skip = 0
+
+    def close(self) -> None:
+        self._batches = None
+        self._filesystems = {}
+
+
+def _as_table_type(column: Any, table_type: Any) -> Any:
+    """A file's column as the table's type where only the Arrow layout differs (writers
+    store strings and binaries as views or large types); other differences are left to
+    the conversion (which casts to the declared type, or names the column)."""
+    import pyarrow as pa
+
+    if column.type == table_type:
+        return column
+    layouts = (pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view,
+               pa.types.is_binary, pa.types.is_large_binary, pa.types.is_binary_view)
+    if any(test(column.type) for test in layouts) and any(test(table_type) for test in layouts):
+        try:
+            return column.cast(table_type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return column
+    return column
+
+
+class DeltaSource(PerProcess, PullSource[DeltaSplit]):
+    """A Delta Lake table read with delta-rs: one split per active data file of one
+    table version.
+
+    Built on the driver and picklable (it holds the table's URI and options only). The
+    enumerator loads the table's log at the version asked for (the latest when not
+    pinned) and lists its active files (never the removed ones), less those that the
+    ``filters`` rule out by their partition values or file statistics; readers read their
+    files on their fetcher threads with pyarrow as Arrow record batches of the declared
+    schema: only the declared columns, row groups skipped by their statistics,
+    partition columns filled from the log, rows deleted by a deletion vector dropped
+    (read through delta-rs), the ``filters`` applied to the rows.
+
+    :meth:`current_version` is the table's latest version (or the pinned one): a full
+    cache over this source skips a reload while it is unchanged.
+
+    Parameters
+    ----------
+    path_or_uri
+        The table's directory or URI (``s3://...``, ``abfss://...``, anything delta-rs
+        opens).
+    columns
+        The columns to read (default: all), in this order; their types are the table's.
+    filters
+        :class:`~connectors.predicates.Predicate` s every row read must meet (all of
+        them); they prune files and row groups before reading.
+    version
+        A table version to pin (default: the latest at each load).
+    storage_options
+        delta-rs's storage options (credentials, endpoints), strings to strings.
+    schema
+        A Spark DDL string or ``StructType`` of the columns to read, cast to its types
+        (instead of ``columns``): default, the table's own types by PySpark's mapping.
+    mode
+        The bad-value policy for values that do not convert to a declared type.
+
+    Raises
+    ------
+    ConfigError
+        (a ``ValueError``) for a table that cannot be opened (naming it), a column of
+        ``columns``, ``schema`` or ``filters`` that the table does not have, or an
+        invalid argument.
+    ConnectorError
+        On use, for a table that has gone, or needs a reader feature this source does
+        not read (naming the table); ``TransientConnectorError`` for storage errors
+        that may pass.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import pyarrow as pa
+    >>> from deltalake import write_deltalake
+    >>> from scan import read_arrow
+    >>> path = os.path.join(tempfile.mkdtemp(), "countries")
+    >>> write_deltalake(path, pa.table({"code": ["nl", "fr"], "name": ["NL", "FR"]}))
+    >>> source = DeltaSource(path, columns=["code"])
+    >>> source.schema.simpleString(), source.current_version()
+    ('struct<code:string>', 0)
+    >>> sorted(read_arrow(source).column("code").to_pylist())
+    ['fr', 'nl']
+    """
+
+    ROWS_FIELD = "skip"
+    _PER_PROCESS = ("_reading", "_latest", "_latest_lock")
+    _reading: _Reading | None
+    _latest: Any
+    _latest_lock: threading.Lock | None
+
+    def __init__(
+        self,
+        path_or_uri: str | os.PathLike[str],
+        columns: Sequence[str] | None = None,
+        filters: Sequence[Predicate] | None = None,
+        version: int | None = None,
+        storage_options: Mapping[str, str] | None = None,
+        *,
+        schema: SchemaLike | None = None,
+        mode: BadValuePolicy | str = BadValuePolicy.PERMISSIVE,
+    ) -> None:
+        uri = os.fspath(path_or_uri) if isinstance(path_or_uri, os.PathLike) else path_or_uri
+        if not isinstance(uri, str) or not uri:
+            raise ConfigError(f"path_or_uri must name a Delta table, got {shown(path_or_uri)}")
+        if version is not None and (isinstance(version, bool) or not isinstance(version, int)
+                                    or version < 0):
+            raise ConfigError(f"version must be a table version (an int >= 0), got {version!r}")
+        if storage_options is not None and not (
+            isinstance(storage_options, Mapping)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in storage_options.items())
+        ):
+            raise ConfigError("storage_options must map strings to strings")
+        if columns is not None and schema is not None:
+            raise ConfigError("pass columns or schema, not both (schema names the columns)")
+        if columns is not None and (isinstance(columns, str) or not all(
+                isinstance(c, str) for c in columns) or not columns):
+            raise ConfigError(f"columns must be a non-empty list of names, got {shown(columns)}")
+        self._uri = uri
+        self._version = version
+        self._options = None if storage_options is None else dict(storage_options)
+        self._mode = BadValuePolicy.parse(mode)
+        self._init_runtime()
+        try:
+            table = _open_table(uri, version, self._options)
+        except ConnectorError as exc:
+            raise ConfigError(f"cannot open the Delta table {uri!r}: {exc}") from exc
+        arrow_schema = _arrow_schema(table)
+        names = arrow_schema.names
+        if schema is not None:
+            struct = parse_schema(schema, "DeltaSource schema")
+            wanted = struct.names
+        else:
+            wanted = list(columns) if columns is not None else names
+        missing = [c for c in wanted if c not in names]
+        if missing:
+            raise ConfigError(f"Delta table {uri!r} has no column(s) {missing}; it has {names}")
+        if schema is None:
+            struct = T.StructType([
+                T.StructField(name, arrow_to_spark(arrow_schema.field(name).type,
+                                                   f"column {name!r} of Delta table {uri!r}"))
+                for name in wanted])
+        self._schema = struct
+        import pyarrow as pa
+
+        self._file_schema = pa.schema([arrow_schema.field(name) for name in wanted])
+        self._filters = check_predicates(filters, names, f"DeltaSource({uri!r})")
+        unread = sorted({p.column for p in self._filters} - set(wanted))
+        if unread:
+            # Rows are filtered after the read (null rules, deletion vectors), on the
+            # columns read.
+            raise ConfigError(f"filters of DeltaSource({uri!r}) name column(s) {unread} that "
+                              "are not read; add them to columns")
+
+    @property
+    def uri(self) -> str:
+        """The table's path or URI as given."""
+        return self._uri
+
+    @property
+    def schema(self) -> T.StructType:
+        """The declared schema, or the table's types of the columns read."""
+        return self._schema
+
+    def current_version(self) -> int:
+        """The pinned version, else the table's latest (its log read incrementally).
+
+        Raises
+        ------
+        ConnectorError
+            When the table has gone (``TransientConnectorError``: storage errors that
+            may pass).
+        """
+        if self._version is not None:
+            return self._version
+        return int(self._latest_table().version())
+
+    def _latest_table(self) -> Any:
+        """This process's ``DeltaTable``, moved on to the latest version."""
+        if self._latest_lock is None:
+            self._latest_lock = threading.Lock()
+        with self._latest_lock:
+            if self._latest is None:
+                self._latest = _open_table(self._uri, None, self._options)
+            else:
+                try:
+                    self._latest.update_incremental()
+                except Exception as exc:
+                    raise _delta_error(self._uri, exc) from exc
+            return self._latest
+
+    def planner(self, progress: Any | None) -> SplitPlanner[DeltaSplit]:
+        if progress is not None and not (isinstance(progress, dict)
+                                         and isinstance(progress.get("version"), int)):
+            raise SourceError(f"malformed DeltaSource planner progress: {shown(progress, 120)}")
+        return _DeltaPlanner(self, progress)
+
+    def plan(self, version: int | None = None) -> tuple[int, list[DeltaSplit]]:
+        """The version planned and its splits (``version``, default: the pinned one, else
+        the latest); on the coordinator."""
+        if version is None:
+            version = self._version
+        table = (self._latest_table() if version is None
+                 else _open_table(self._uri, version, self._options))
+        return plan_files(self._uri, table, self._filters)
+
+    def split_reader(self) -> Callable[[], _SplitReader]:
+        """Makes split readers, which open the files on their fetcher threads."""
+        reading = self._reading_state()
+        file_schema, options = self._file_schema, self._options
+        return lambda: _SplitReader(reading, file_schema, options)
+
+    def _reading_state(self) -> _Reading:
+        if self._reading is None:
+            self._reading = _Reading(self._schema, self._mode, self._filters, self._options)
+        return self._reading
+
+    @property
+    def bad_value_count(self) -> int:
+        """Values this process could not read as their column's type."""
+        return 0 if self._reading is None else self._reading.stats.count
+
+    def serializer(self) -> SimpleVersionedSerializer[DeltaSplit]:
+        return _SplitSerializer()
+
+    def __repr__(self) -> str:
+        pinned = "" if self._version is None else f", version={self._version}"
+        return f"DeltaSource({self._uri!r}{pinned})"
+
+
+class _DeltaPlanner(SplitPlanner[DeltaSplit]):
+    """Lists the files of one version when first asked (the version is in its progress,
+    so a restore plans the same files), then hands them out in order."""
+
+    def __init__(self, source: DeltaSource, progress: dict[str, Any] | None) -> None:
+        self._source = source
+        self._version: int | None = None if progress is None else int(progress["version"])
+        self._position = 0 if progress is None else ListPlanner.position_of(progress)
+        self._splits: ListPlanner[DeltaSplit] | None = None
+
+    def next_split(self) -> DeltaSplit | None:
+        if self._splits is None:
+            self._version, splits = self._source.plan(self._version)
+            self._splits = ListPlanner(splits, self._position)
+        return self._splits.next_split()
+
+    def snapshot(self) -> Any:
+        if self._splits is None:
+            return None if self._version is None else {"version": self._version,
+                                                       "position": self._position}
+        position = ListPlanner.position_of(self._splits.snapshot())
+        return {"version": self._version, "position": position}

@@ -1,0 +1,444 @@
+"""Iceberg tables, read with pyiceberg: a split per data file of the current snapshot."""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import types as T
+
+from connectors.policy import BadValuePolicy
+from connectors.predicates import Predicate, check_predicates
+from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
+from scan.sources._batches import BatchReading, with_last
+from scan.sources._enumerator import ListPlanner, SplitPlanner
+from scan.sources._pull import PullSource, QueueSplitReader
+from scan.sources._types import arrow_to_spark
+from scan.split import SourceSplit
+from spark_lookup._per_process import PerProcess
+from spark_lookup._shown import shown
+from spark_lookup.errors import (
+    ConfigError,
+    ConnectorError,
+    SourceError,
+    SparkLookupError,
+    TransientConnectorError,
+)
+from spark_lookup.schema import SchemaLike, parse_schema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["IcebergSource", "IcebergSplit"]
+
+_TRANSIENT = re.compile(r"timed? ?out|connection|temporar|throttl|too many requests|\b50[234]\b|"
+                        r"unavailable|database is locked", re.I)
+
+
+@dataclass(frozen=True)
+class IcebergSplit(SourceSplit):
+    """One data file of snapshot ``snapshot_id``; ``skip`` rows of it were emitted
+    before a checkpoint."""
+
+    snapshot_id: int
+    file: str
+    skip: int = 0
+
+    @property
+    def split_id(self) -> str:
+        return self.file
+
+
+class _SplitSerializer(JsonVersionedSerializer[IcebergSplit]):
+    VERSION = 1
+    WHAT = "an IcebergSource split"
+
+    def to_json(self, obj: IcebergSplit) -> Any:
+        return [obj.snapshot_id, obj.file, obj.skip]
+
+    def from_json(self, version: int, value: Any) -> IcebergSplit:
+        snapshot_id, file, skip = value
+        return IcebergSplit(int(snapshot_id), str(file), int(skip))
+
+
+def _iceberg_error(table: str, exc: BaseException) -> SparkLookupError:
+    """A pyiceberg error as ours, naming the table: a missing table and what pyiceberg
+    cannot read are permanent; I/O that may pass is transient."""
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    if isinstance(exc, SparkLookupError):
+        return exc
+    if isinstance(exc, (NoSuchTableError, NoSuchNamespaceError)):
+        return ConnectorError(f"Iceberg table {table!r} not found: {exc}")
+    text = f"Iceberg table {table!r}: {type(exc).__name__}: {exc}"
+    if "equality deletes" in str(exc):
+        return ConnectorError(f"Iceberg table {table!r} has equality delete files, which "
+                              f"pyiceberg cannot apply yet (so IcebergSource refuses it): {exc}")
+    if isinstance(exc, (TimeoutError, ConnectionError)) or _TRANSIENT.search(str(exc)):
+        return TransientConnectorError(text)
+    return ConnectorError(text)
+
+
+def to_iceberg_expression(predicates: Sequence[Predicate]) -> Any:
+    """The pyiceberg expression true where every predicate holds (``AlwaysTrue`` for
+    none), for its scan planning: partition and file statistics pruning, row groups
+    and rows. Predicates whose values pyiceberg has no literal for are left out (they
+    are applied to the rows read)."""
+    from pyiceberg import expressions
+
+    # pyiceberg's expression classes are pydantic models whose signatures mypy misreads.
+    ex: Any = expressions
+    ops: dict[str, Callable[[str, Any], Any]] = {
+        "=": ex.EqualTo, "!=": ex.NotEqualTo, "<": ex.LessThan, "<=": ex.LessThanOrEqual,
+        ">": ex.GreaterThan, ">=": ex.GreaterThanOrEqual,
+    }
+    terms: list[Any] = []
+    for p in predicates:
+        try:
+            if p.op == "is null":
+                terms.append(ex.IsNull(p.column))
+            elif p.op == "is not null":
+                terms.append(ex.NotNull(p.column))
+            elif p.op == "in":
+                terms.append(ex.In(p.column, set(p.value)))
+            elif p.op == "not in":
+                terms.append(ex.NotIn(p.column, set(p.value)))
+            else:
+                terms.append(ops[p.op](p.column, p.value))
+        except (TypeError, ValueError):
+            continue  # no Iceberg literal for this value
+    expression: Any = ex.AlwaysTrue()
+    for term in terms:
+        expression = ex.And(expression, term)
+    return expression
+
+
+class _Tables:
+    """Per process: the catalog, the table as last loaded, and the scan tasks planned
+    per snapshot (the planner's, which readers of the same process reuse)."""
+
+    def __init__(self, source: IcebergSource) -> None:
+        self._source = source
+        self._lock = threading.Lock()
+        self._catalog: Any = None
+        self._table: Any = None
+        self._tasks: dict[int, dict[str, Any]] = {}
+
+    def load(self) -> Any:
+        """The table, loaded again from the catalog (its current metadata)."""
+        with self._lock:
+            if self._catalog is None:
+                self._catalog = self._source._load_catalog()
+            try:
+                self._table = self._catalog.load_table(self._source.table)
+            except Exception as exc:
+                raise _iceberg_error(self._source.table, exc) from exc
+            return self._table
+
+    def table(self) -> Any:
+        """The table as last loaded (loading it if never)."""
+        return self._table if self._table is not None else self.load()
+
+    def plan(self, snapshot_id: int | None) -> tuple[int | None, dict[str, Any]]:
+        """The snapshot (default: the current one, loaded now) and its scan tasks by data
+        file path, pruned by the source's filters."""
+        table = self.load() if snapshot_id is None else self.table()
+        if snapshot_id is not None and table.metadata.snapshot_by_id(snapshot_id) is None:
+            table = self.load()  # a snapshot newer than the table loaded here
+        if snapshot_id is None:
+            snapshot_id = table.metadata.current_snapshot_id
+            if snapshot_id is None:
+                return None, {}  # a table with no snapshot: no rows
+        with self._lock:
+            found = self._tasks.get(snapshot_id)
+        if found is not None:
+            return snapshot_id, found
+        source = self._source
+        try:
+            scan = table.scan(row_filter=source._expression, selected_fields=tuple(source.names),
+                              snapshot_id=snapshot_id)
+            tasks = {task.file.file_path: task for task in scan.plan_files()}
+        except Exception as exc:
+            raise _iceberg_error(source.table, exc) from exc
+        with self._lock:
+            self._tasks = {snapshot_id: tasks}  # one snapshot at a time
+        return snapshot_id, tasks
+
+
+class _SplitReader(QueueSplitReader[IcebergSplit]):
+    """Reads one data file at a time through pyiceberg's own reader (``ArrowScan``:
+    columns by field id, row groups pruned and rows filtered by the filters, position
+    deletes applied)."""
+
+    def __init__(self, source: IcebergSource, tables: _Tables, reading: BatchReading) -> None:
+        super().__init__()
+        self._source = source
+        self._tables = tables
+        self._reading = reading
+        self._batches: Iterator[tuple[pa.RecordBatch, bool]] | None = None
+
+    def read_next(self, split: IcebergSplit) -> tuple[pa.RecordBatch | None, bool]:
+        try:
+            if self._batches is None:
+                self._batches = with_last(self._read(split))
+            item = next(self._batches, None)
+        except SparkLookupError:
+            raise
+        except Exception as exc:  # pyiceberg's and pyarrow's errors
+            raise _iceberg_error(self._source.table, exc) from exc
+        if item is None:
+            return None, True
+        return item
+
+    def split_done(self) -> None:
+        self._batches = None
+
+    def _read(self, split: IcebergSplit) -> Iterator[pa.RecordBatch]:
+        from pyiceberg.io.pyarrow import ArrowScan
+
+        _, tasks = self._tables.plan(split.snapshot_id)
+        task = tasks.get(split.file)
+        if task is None:
+            raise SourceError(f"Iceberg table {self._source.table!r} snapshot "
+                              f"{split.snapshot_id} has no data file {split.file!r}")
+        table = self._tables.table()
+        scan = ArrowScan(table.metadata, table.io, table.schema().select(*self._source.names),
+                         self._source._expression)
+        skip = split.skip
+        start = 0
+        for batch in scan.to_record_batches([task]):
+            kept = self._reading.conform(batch, split.file, start)
+            start += batch.num_rows
+            if skip >= kept.num_rows:
+                skip -= kept.num_rows
+                continue
+            yield kept.slice(skip)
+            skip = 0
+
+    def close(self) -> None:
+        self._batches = None
+
+
+class IcebergSource(PerProcess, PullSource[IcebergSplit]):
+    """An Iceberg table read with pyiceberg: one split per data file of the current
+    snapshot.
+
+    Built on the driver and picklable (it holds the table's name and the catalog's
+    properties only). The enumerator loads the table from the catalog and plans the
+    current snapshot's scan with pyiceberg (its data files, less those that the
+    ``filters`` rule out by partition values and column statistics); readers read their
+    files through pyiceberg's own Arrow reader on their fetcher threads: columns
+    matched by field id (renames and added columns read right), position delete files
+    applied, row groups pruned and rows filtered. A table with equality delete files
+    (which pyiceberg cannot apply) is refused with an error naming it.
+
+    :meth:`current_version` is the current snapshot id (with the schema id): a full
+    cache over this source skips a reload while it is unchanged.
+
+    Parameters
+    ----------
+    table
+        The table's identifier, ``"namespace.table"``.
+    catalog
+        pyiceberg catalog properties as a dict (``{"type": "sql", "uri": ...,
+        "warehouse": ...}``; ``"name"`` names it, default ``"default"``), or the name of
+        a catalog of the user's pyiceberg configuration (``.pyiceberg.yaml``,
+        ``PYICEBERG_CATALOG__...``).
+    columns
+        The columns to read (default: all), in this order.
+    filters
+        :class:`~connectors.predicates.Predicate` s every row read must meet; they
+        prune files and row groups through pyiceberg's scan planning.
+    schema
+        A Spark DDL string or ``StructType`` of the columns to read, cast to its types
+        (instead of ``columns``); default, the table's types by PySpark's mapping.
+    mode
+        The bad-value policy for values that do not convert to a declared type.
+
+    Raises
+    ------
+    ConfigError
+        (a ``ValueError``) for a catalog or table that cannot be loaded (naming it), a
+        column of ``columns``, ``schema`` or ``filters`` that the table does not have,
+        or an invalid argument.
+    ConnectorError
+        On use, for a table that has gone or has equality deletes (naming the table);
+        ``TransientConnectorError`` for catalog or storage errors that may pass.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import pyarrow as pa
+    >>> from pyiceberg.catalog import load_catalog
+    >>> from scan import read_arrow
+    >>> where = tempfile.mkdtemp()
+    >>> catalog = {"type": "sql", "uri": f"sqlite:///{where}/catalog.db",
+    ...            "warehouse": f"file://{where}"}
+    >>> lake = load_catalog("default", **catalog)
+    >>> lake.create_namespace("dim")
+    >>> data = pa.table({"code": ["nl", "fr"], "name": ["NL", "FR"]})
+    >>> lake.create_table("dim.countries", schema=data.schema).append(data)
+    >>> source = IcebergSource("dim.countries", catalog=catalog, columns=["code"])
+    >>> source.schema.simpleString()
+    'struct<code:string>'
+    >>> sorted(read_arrow(source).column("code").to_pylist())
+    ['fr', 'nl']
+    """
+
+    ROWS_FIELD = "skip"
+    _PER_PROCESS = ("_reading", "_tables")
+    _reading: BatchReading | None
+    _tables: _Tables | None
+
+    def __init__(
+        self,
+        table: str,
+        catalog: Mapping[str, str] | str | None = None,
+        columns: Sequence[str] | None = None,
+        filters: Sequence[Predicate] | None = None,
+        *,
+        schema: SchemaLike | None = None,
+        mode: BadValuePolicy | str = BadValuePolicy.PERMISSIVE,
+    ) -> None:
+        if not isinstance(table, str) or not table.strip():
+            raise ConfigError(f"table must name an Iceberg table, got {shown(table)}")
+        if catalog is None:
+            catalog = "default"
+        if isinstance(catalog, Mapping):
+            if not all(isinstance(k, str) for k in catalog):
+                raise ConfigError("catalog properties must have string keys")
+            catalog = {k: str(v) for k, v in catalog.items()}
+        elif not isinstance(catalog, str) or not catalog:
+            raise ConfigError(
+                f"catalog must be a dict of pyiceberg catalog properties or a catalog name, "
+                f"got {shown(catalog)}")
+        if columns is not None and schema is not None:
+            raise ConfigError("pass columns or schema, not both (schema names the columns)")
+        if columns is not None and (isinstance(columns, str) or not columns or not all(
+                isinstance(c, str) for c in columns)):
+            raise ConfigError(f"columns must be a non-empty list of names, got {shown(columns)}")
+        self.table = table
+        self._catalog = catalog
+        self._mode = BadValuePolicy.parse(mode)
+        self._init_runtime()
+        try:
+            loaded = self._runtime_tables().load()
+        except ConnectorError as exc:
+            raise ConfigError(f"cannot load the Iceberg table {table!r}: {exc}") from exc
+        from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+        arrow_schema = schema_to_pyarrow(loaded.schema(), include_field_ids=False)
+        names = arrow_schema.names
+        if schema is not None:
+            struct = parse_schema(schema, "IcebergSource schema")
+            wanted = struct.names
+        else:
+            wanted = list(columns) if columns is not None else names
+        missing = [c for c in wanted if c not in names]
+        if missing:
+            raise ConfigError(f"Iceberg table {table!r} has no column(s) {missing}; it has {names}")
+        if schema is None:
+            struct = T.StructType([
+                T.StructField(name, arrow_to_spark(arrow_schema.field(name).type,
+                                                   f"column {name!r} of Iceberg table {table!r}"))
+                for name in wanted])
+        self._schema = struct
+        self.names = list(wanted)
+        self._filters = check_predicates(filters, names, f"IcebergSource({table!r})")
+        unread = sorted({p.column for p in self._filters} - set(wanted))
+        if unread:
+            raise ConfigError(f"filters of IcebergSource({table!r}) name column(s) {unread} "
+                              "that are not read; add them to columns")
+        self._expression = to_iceberg_expression(self._filters)
+
+    def _load_catalog(self) -> Any:
+        from pyiceberg.catalog import load_catalog
+
+        try:
+            if isinstance(self._catalog, str):
+                return load_catalog(self._catalog)
+            properties = dict(self._catalog)
+            return load_catalog(properties.pop("name", "default"), **properties)
+        except Exception as exc:
+            raise _iceberg_error(self.table, exc) from exc
+
+    def _runtime_tables(self) -> _Tables:
+        if self._tables is None:
+            self._tables = _Tables(self)
+        return self._tables
+
+    @property
+    def schema(self) -> T.StructType:
+        """The declared schema, or the table's types of the columns read."""
+        return self._schema
+
+    def current_version(self) -> tuple[int | None, int]:
+        """The current snapshot id and schema id, from the catalog (one metadata read).
+
+        Raises
+        ------
+        ConnectorError
+            When the table has gone (``TransientConnectorError``: catalog or storage
+            errors that may pass).
+        """
+        metadata = self._runtime_tables().load().metadata
+        return metadata.current_snapshot_id, metadata.current_schema_id
+
+    def planner(self, progress: Any | None) -> SplitPlanner[IcebergSplit]:
+        if progress is not None and not (isinstance(progress, dict)
+                                         and isinstance(progress.get("snapshot"), int)):
+            raise SourceError(f"malformed IcebergSource planner progress: {shown(progress, 120)}")
+        return _IcebergPlanner(self._runtime_tables(), progress)
+
+    def split_reader(self) -> Callable[[], _SplitReader]:
+        """Makes split readers, which read the files on their fetcher threads."""
+        tables, reading = self._runtime_tables(), self._reading_state()
+        return lambda: _SplitReader(self, tables, reading)
+
+    def _reading_state(self) -> BatchReading:
+        if self._reading is None:
+            self._reading = BatchReading(self._schema, self._mode, self._filters,
+                                         "IcebergSource")
+        return self._reading
+
+    @property
+    def bad_value_count(self) -> int:
+        """Values this process could not read as their column's type."""
+        return 0 if self._reading is None else self._reading.stats.count
+
+    def serializer(self) -> SimpleVersionedSerializer[IcebergSplit]:
+        return _SplitSerializer()
+
+    def __repr__(self) -> str:
+        name = self._catalog if isinstance(self._catalog, str) else self._catalog.get(
+            "name", self._catalog.get("type", "default"))
+        return f"IcebergSource({self.table!r}, catalog={name!r})"
+
+
+class _IcebergPlanner(SplitPlanner[IcebergSplit]):
+    """Plans the current snapshot when first asked (the snapshot is in its progress, so
+    a restore plans the same files), then hands the files out in path order."""
+
+    def __init__(self, tables: _Tables, progress: dict[str, Any] | None) -> None:
+        self._tables = tables
+        self._snapshot: int | None = None if progress is None else int(progress["snapshot"])
+        self._position = 0 if progress is None else ListPlanner.position_of(progress)
+        self._splits: ListPlanner[IcebergSplit] | None = None
+
+    def next_split(self) -> IcebergSplit | None:
+        if self._splits is None:
+            self._snapshot, tasks = self._tables.plan(self._snapshot)
+            snapshot = self._snapshot
+            splits = [] if snapshot is None else [IcebergSplit(snapshot, f) for f in sorted(tasks)]
+            self._splits = ListPlanner(splits, self._position)
+        return self._splits.next_split()
+
+    def snapshot(self) -> Any:
+        if self._snapshot is None:
+            return None
+        position = (self._position if self._splits is None
+                    else ListPlanner.position_of(self._splits.snapshot()))
+        return {"snapshot": self._snapshot, "position": position}
