@@ -183,7 +183,9 @@ class SqlChunkPlanner(SplitPlanner[SqlChunkSplit]):
         rows = self._row_count()
         if self._chunk_size is None:
             chunks = min(self._parallelism, max(1, rows // MIN_CHUNK_ROWS))
-            size = -(-rows // chunks)
+            # A chunk ends before the size-th key from its start (the next chunk's
+            # first): one more, so the rows fill exactly ``chunks`` chunks.
+            size = -(-rows // chunks) + 1
         else:
             size = self._chunk_size
         if chunks == 1 or rows <= size:
