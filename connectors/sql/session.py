@@ -357,7 +357,10 @@ class Session:
         if hasattr(cursor, "stream") and type(cursor).__module__.startswith("psycopg."):
             # psycopg's execute holds the whole result in libpq before the first fetch;
             # stream() receives it in slices (libpq's chunked-rows mode).
-            rows_of = cursor.stream(sql, params, size=_FETCH_ROWS)
+            try:
+                rows_of = cursor.stream(sql, params, size=_FETCH_ROWS)
+            except TypeError:  # psycopg 3.1 has no size: one row at a time, still streamed
+                rows_of = cursor.stream(sql, params)
             while True:
                 rows = list(itertools.islice(rows_of, _FETCH_ROWS))
                 if not rows:
