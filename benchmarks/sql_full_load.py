@@ -9,13 +9,16 @@ interleaved, the order rotated each round, median of ``--repeats`` rounds after 
 discarded warm-up round. Each source case is compared with its driver's own
 ``SELECT * FROM dim`` (the reference of its group):
 
-- ``<driver> SELECT * alone``: ADBC: ``fetch_arrow_table()``; DB-API: ``fetchall()``
-  into Python rows (the driver's own speed; the source also builds Arrow columns).
+- ``<driver> SELECT * alone``: ADBC: ``fetch_arrow_table()`` (the reference of the
+  ADBC cases); DB-API: ``fetchall()`` into Python rows (the driver's own speed).
+- ``<driver> SELECT * into Arrow``: DB-API: ``fetchall()``, then one ``pa.array`` per
+  column (the reference of the DB-API cases: a load that ends in Arrow).
 - ``default, p=N``: ``read_arrow(SqlTableSource(factory, "dim"), N)``, nothing tuned
   (one chunk per reader: N=1 reads one unbounded chunk, N=4 four key ranges).
 - ``tuned: ...``: explicit settings beside the default, labelled with them:
-  ``chunk_size=8192`` (the default before issue 27: 122 chunks with bound ranges) and
-  ``chunk_size=rows/4+1`` with 4 readers (4 chunks, as the default plans them).
+  ``chunk_size=8192`` (the default before issue 27: 122 chunks with bound ranges) at
+  1 and 4 readers, and ``checkpointable`` (``ReaderOptions`` allowing checkpoints,
+  so chunks are read in key order: what ``LocalSourceRunner`` reads).
 - ``full cache load (adbc, default, p=4)``: ``read_arrow`` with a full cache's default
   parallelism (4) plus ``FullSnapshot.build`` (the indexed, key-sorted snapshot).
 
@@ -90,11 +93,26 @@ def _alone_rows(raw: Any, table: str) -> Callable[[], int]:
     return load
 
 
-def _read(source: Any, parallelism: int) -> Callable[[], int]:
-    from scan import read_arrow
+def _alone_rows_to_arrow(raw: Any, table: str) -> Callable[[], int]:
+    import pyarrow as pa
+
+    def load() -> int:
+        cursor = raw.cursor()
+        cursor.execute(f"SELECT * FROM {table}")
+        rows = cursor.fetchall()
+        cursor.close()
+        return pa.table([pa.array(list(column)) for column in zip(*rows, strict=True)],
+                        names=[f"c{i}" for i in range(len(rows[0]))]).num_rows
+
+    return load
+
+
+def _read(source: Any, parallelism: int, ordered: bool = False) -> Callable[[], int]:
+    from scan import ReaderOptions, read_arrow
 
     source.read_plan()  # the catalog is read once, as on a driver
-    return lambda: read_arrow(source, parallelism).num_rows
+    options = ReaderOptions(records_per_poll=65_536) if ordered else None
+    return lambda: read_arrow(source, parallelism, options=options).num_rows
 
 
 def make_cases(table: str, rows: int, sqlite_path: str | None) -> dict[str, Case]:
@@ -109,7 +127,7 @@ def make_cases(table: str, rows: int, sqlite_path: str | None) -> dict[str, Case
     psycopg_factory = functools.partial(psycopg.connect, DSN)
     default = SqlTableSource(adbc_connect, table)
     default.read_plan()
-    ref_adbc, ref_psycopg = "adbc SELECT * alone", "psycopg SELECT * alone"
+    ref_adbc, ref_psycopg = "adbc SELECT * alone", "psycopg SELECT * into Arrow"
 
     def full_cache() -> int:
         return FullSnapshot.build(read_arrow(default, 4), ["id"], loaded_at=time.time(),
@@ -119,21 +137,25 @@ def make_cases(table: str, rows: int, sqlite_path: str | None) -> dict[str, Case
         ref_adbc: (_alone_arrow(adbc, table), ref_adbc),
         "adbc default, p=1": (_read(default, 1), ref_adbc),
         "adbc default, p=4": (_read(default, 4), ref_adbc),
+        "adbc tuned: checkpointable, p=1": (_read(default, 1, ordered=True), ref_adbc),
         "adbc tuned: chunk_size=8192, p=1": (
             _read(SqlTableSource(adbc_connect, table, chunk_size=8192), 1), ref_adbc),
-        "adbc tuned: chunk_size=rows/4+1, p=4": (
-            _read(SqlTableSource(adbc_connect, table, chunk_size=rows // 4 + 1), 4), ref_adbc),
+        "adbc tuned: chunk_size=8192, p=4": (
+            _read(SqlTableSource(adbc_connect, table, chunk_size=8192), 4), ref_adbc),
         "full cache load (adbc, default, p=4)": (full_cache, ref_adbc),
-        ref_psycopg: (_alone_rows(pg_rows, table), ref_psycopg),
+        "psycopg SELECT * alone": (_alone_rows(pg_rows, table), "psycopg SELECT * alone"),
+        ref_psycopg: (_alone_rows_to_arrow(pg_rows, table), ref_psycopg),
         "psycopg default, p=1": (_read(SqlTableSource(psycopg_factory, table), 1), ref_psycopg),
         "psycopg default, p=4": (_read(SqlTableSource(psycopg_factory, table), 4), ref_psycopg),
     }
     if sqlite_path is not None:
-        ref_sqlite3, ref_adbc_sqlite = "sqlite3 SELECT * alone", "adbc-sqlite SELECT * alone"
+        ref_sqlite3, ref_adbc_sqlite = "sqlite3 SELECT * into Arrow", "adbc-sqlite SELECT * alone"
         sqlite3_factory = functools.partial(sqlite3.connect, sqlite_path)
         adbc_sqlite_factory = functools.partial(adbc_sqlite_connect, sqlite_path)
         cases.update({
-            ref_sqlite3: (_alone_rows(sqlite3_factory(), "dim"), ref_sqlite3),
+            "sqlite3 SELECT * alone": (_alone_rows(sqlite3_factory(), "dim"),
+                                       "sqlite3 SELECT * alone"),
+            ref_sqlite3: (_alone_rows_to_arrow(sqlite3_factory(), "dim"), ref_sqlite3),
             "sqlite3 default, p=1": (_read(SqlTableSource(sqlite3_factory, "dim"), 1),
                                      ref_sqlite3),
             ref_adbc_sqlite: (_alone_arrow(adbc_sqlite_factory(), "dim"), ref_adbc_sqlite),

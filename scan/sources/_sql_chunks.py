@@ -44,9 +44,10 @@ from spark_lookup.errors import SourceError
 
 EVEN_FACTOR_LOWER = 0.05
 EVEN_FACTOR_UPPER = 1000.0
-MIN_CHUNK_ROWS = 8192
-"""By default a chunk holds at least this many rows: below it, a statement of its own
-costs more than a reader running in parallel saves."""
+MIN_CHUNK_ROWS = 65_536
+"""By default a chunk holds at least this many rows: a chunk's own cost (its reader's
+connection, its statement, the planning queries; tens of milliseconds) is about what
+reading this many rows takes, so smaller chunks cost more than parallel readers save."""
 _LEGACY_CHUNK_SIZE = 8192
 """Rows per chunk of progress checkpointed before the planner recorded its chunk size
 (the default ``chunk_size`` then)."""

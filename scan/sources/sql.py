@@ -178,7 +178,7 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
     How many chunks: by default (``chunk_size=None``) one per reader, so a load reads at
     its driver's own speed: ``read_arrow(source, 1)`` reads the table as one unbounded
     chunk (no planning query), ``read_arrow(source, 4)`` as 4 chunks of about a quarter
-    of the rows each (fewer for a small table: no chunk of fewer than 8,192 rows). An
+    of the rows each (fewer for a small table: no chunk of fewer than 65,536 rows). An
     explicit ``chunk_size`` makes chunks of about that many rows instead (more chunks
     than readers spread uneven work, and shorten what a checkpoint resumes by skipping
     rows). The readers are the enumerator's ``current_parallelism`` (``read_arrow``'s

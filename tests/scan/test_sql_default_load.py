@@ -16,7 +16,7 @@ import pytest
 
 from scan import LocalSourceRunner, ReaderOptions, SqlTableSource, plan_splits, read_arrow
 from scan.connector.split_reader import SplitsAddition
-from scan.sources import SqlChunkSplit
+from scan.sources import SqlChunkSplit, _sql_chunks
 from scan.sources._sql_chunks import MIN_CHUNK_ROWS, chunk_conditions
 from spark_lookup.errors import ConfigError
 from tests.scan.helpers import bag, run_all
@@ -60,6 +60,17 @@ def _batches(source: SqlTableSource, split: SqlChunkSplit) -> list[int]:
         reader.close()
 
 
+SMALL = 2000
+
+
+@pytest.fixture
+def min_rows(monkeypatch: pytest.MonkeyPatch) -> int:
+    """MIN_CHUNK_ROWS made small, so that planning tests need small tables only (the
+    rule is the same; test_default_keeps_small_tables_in_one_chunk uses the real one)."""
+    monkeypatch.setattr(_sql_chunks, "MIN_CHUNK_ROWS", SMALL)
+    return SMALL
+
+
 # --- how many chunks
 
 
@@ -85,9 +96,9 @@ def test_default_plans_one_unbounded_chunk_for_one_reader_without_a_query(
 
 @pytest.mark.parametrize(("parallelism", "chunks"), [(1, 1), (2, 2), (4, 4), (7, 7), (64, 12)])
 def test_default_plans_one_chunk_per_reader_of_even_size(
-    tmp_path: Path, parallelism: int, chunks: int
+    min_rows: int, tmp_path: Path, parallelism: int, chunks: int
 ) -> None:
-    rows = 12 * MIN_CHUNK_ROWS + 100  # 12 chunks at most: none under MIN_CHUNK_ROWS rows
+    rows = 12 * SMALL + 100  # 12 chunks at most: none under SMALL rows
     path = _sqlite_table(tmp_path / "t.db", rows, step=3)
     source = SqlTableSource(functools.partial(sqlite3.connect, path), "t")
     splits = plan_splits(source, parallelism)
@@ -104,8 +115,8 @@ def test_default_keeps_small_tables_in_one_chunk(tmp_path: Path) -> None:
     assert read_arrow(source, 8).num_rows == MIN_CHUNK_ROWS + 10
 
 
-def test_default_chunks_uneven_keys_by_rows_per_reader(tmp_path: Path) -> None:
-    rows = 4 * MIN_CHUNK_ROWS
+def test_default_chunks_uneven_keys_by_rows_per_reader(min_rows: int, tmp_path: Path) -> None:
+    rows = 4 * SMALL
     # Keys n**2: (max - min + 1) / rows is far above 1000 at the end, so bounded LIMIT
     # queries find each chunk's end (rows / readers from its start).
     path = _sqlite_table(tmp_path / "t.db", rows, select="SELECT n * n, 'v' FROM g")
@@ -123,8 +134,10 @@ def test_explicit_chunk_size_keeps_chunks_of_that_many_rows(tmp_path: Path) -> N
     assert len(plan_splits(source, 1)) == len(plan_splits(source, 4)) == 10
 
 
-def test_progress_keeps_the_chunk_size_chosen_before_a_restore(tmp_path: Path) -> None:
-    rows = 6 * MIN_CHUNK_ROWS
+def test_progress_keeps_the_chunk_size_chosen_before_a_restore(
+    min_rows: int, tmp_path: Path
+) -> None:
+    rows = 6 * SMALL
     path = _sqlite_table(tmp_path / "t.db", rows, select="SELECT n * n, 'v' FROM g")
     source = SqlTableSource(functools.partial(sqlite3.connect, path), "t")
     with LocalSourceRunner(source, 3, options=ReaderOptions(records_per_poll=500)) as runner:
@@ -171,15 +184,15 @@ def adbc_statements(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
 
 
 @pytest.fixture
-def pg_dim(postgres_dsn: str, pg_schema: str) -> tuple[str, str]:
-    """A PostgreSQL table of 5 * MIN_CHUNK_ROWS rows, analyzed; (dsn, qualified name)."""
+def pg_dim(min_rows: int, postgres_dsn: str, pg_schema: str) -> tuple[str, str]:
+    """A PostgreSQL table of 5 * SMALL rows, analyzed; (dsn, qualified name)."""
     import psycopg
 
     table = f"{pg_schema}.dim"
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         conn.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, g int NOT NULL, v text)")
         conn.execute(f"INSERT INTO {table} SELECT n, n % 97, 'v' || n "
-                     f"FROM generate_series(1, {5 * MIN_CHUNK_ROWS}) n")
+                     f"FROM generate_series(1, {5 * SMALL}) n")
         conn.execute(f"ANALYZE {table}")
     return postgres_dsn, table
 
@@ -192,7 +205,7 @@ def test_adbc_postgres_chunks_run_without_bound_parameters(
     source = SqlTableSource(functools.partial(adbc.connect, dsn), table)
     source.read_plan()
     adbc_statements.clear()
-    assert read_arrow(source, 4).num_rows == 5 * MIN_CHUNK_ROWS
+    assert read_arrow(source, 4).num_rows == 5 * SMALL
     reads = [(sql, params) for sql, params in adbc_statements if '"_c0"' in sql]
     assert len(reads) == 4
     assert all(params is None for _, params in reads), reads
@@ -209,7 +222,7 @@ def test_reads_that_may_be_checkpointed_keep_chunks_in_key_order(
     source.read_plan()
     adbc_statements.clear()
     with LocalSourceRunner(source, 2) as runner:
-        assert len(runner.run()) == 5 * MIN_CHUNK_ROWS
+        assert len(runner.run()) == 5 * SMALL
     reads = [sql for sql, params in adbc_statements if '"_c0"' in sql and params is None]
     assert len(reads) == 2
     assert all(sql.endswith('ORDER BY "_lt"."id"') for sql in reads), reads
@@ -236,7 +249,7 @@ def test_adbc_postgres_resume_inside_a_chunk_has_no_bound_parameters(
     with LocalSourceRunner(source, 2, restore_from=checkpoint) as runner:
         rest = runner.run()
     assert len(before) == 7000
-    assert bag(before + rest) == bag((n, n % 97, f"v{n}") for n in range(1, 5 * MIN_CHUNK_ROWS + 1))
+    assert bag(before + rest) == bag((n, n % 97, f"v{n}") for n in range(1, 5 * SMALL + 1))
     (resumed,) = [sql for sql, params in adbc_statements if '"_c0"' in sql and params is None]
     assert "OFFSET 7000" in resumed
 
