@@ -163,6 +163,7 @@ class Session:
         self.broken = False
         """Set when a statement failed or a read was abandoned: not to be reused."""
         module = type(raw).__module__.split(".")[0]
+        self._module = module
         self._errors = driver_errors(module)
         self._rollback = self._prefer_autocommit()
         self._timeout = timeout
@@ -280,15 +281,17 @@ class Session:
         """The result of ``sql`` as batches of wire columns, with per-column flags of
         values that did not fit their wire type (DB-API only; else None).
 
-        Every driver streams: ADBC results arrive as Arrow record batches without a
-        Python object per row; psycopg 3 streams rows (``Cursor.stream``, so libpq never
-        holds the whole result) and other DB-API drivers are fetched in slices
-        (``fetchmany``), turned into columns of the ``wire`` types a slice at a time.
-        ``rest(n)``, when given, is the statement and parameters of the rows after the
-        first ``n`` of the result (an ordered read): ADBC SQLite then streams batches
-        too, and when its type inference fails on a later batch (see
-        ``_ADBC_SQLITE_ONE_BATCH``) reads the rest as one batch; without it an ADBC
-        SQLite result is one batch. The read's transaction ends when the iterator is
+        ADBC results arrive as Arrow record batches without a Python object per row;
+        DB-API rows are fetched in slices (``fetchmany``) and turned into columns of the
+        ``wire`` types a slice at a time.
+
+        ``rest`` marks a read that may be large (a scan's chunk, ordered): ``rest(n)`` is
+        the statement and parameters of its rows after the first ``n``. psycopg 3 then
+        streams the rows (``Cursor.stream``: libpq never holds the whole result), and
+        ADBC SQLite streams batches too, reading the rest as one batch when its type
+        inference fails on a later batch (see ``_ADBC_SQLITE_ONE_BATCH``). Without it
+        (lookups: results bounded by their keys) an ADBC SQLite result is one batch and
+        psycopg's is received whole. The read's transaction ends when the iterator is
         exhausted or closed.
 
         Raises
@@ -307,7 +310,8 @@ class Session:
                 elif self.flavor.adbc:
                     yield from self._adbc_arrays(cursor, sql, params, len(wire))
                 else:
-                    yield from self._dbapi_arrays(cursor, sql, params, wire)
+                    yield from self._dbapi_arrays(cursor, sql, params, wire,
+                                                  stream=rest is not None)
                 self.end_read()
             finished = True
         finally:
@@ -352,9 +356,10 @@ class Session:
         finally:
             _close_quietly(again)
 
-    def _dbapi_arrays(self, cursor: Any, sql: str, params: Any, wire: Sequence[pa.DataType]
+    def _dbapi_arrays(self, cursor: Any, sql: str, params: Any, wire: Sequence[pa.DataType],
+                      stream: bool = False
                       ) -> Iterator[tuple[list[pa.Array], list[pa.Array | None]]]:
-        if hasattr(cursor, "stream") and type(cursor).__module__.startswith("psycopg."):
+        if stream and self._module == "psycopg":
             # psycopg's execute holds the whole result in libpq before the first fetch;
             # stream() receives it in slices (libpq's chunked-rows mode).
             try:

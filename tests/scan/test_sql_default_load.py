@@ -327,3 +327,30 @@ def test_adbc_sqlite_column_null_through_the_first_batch_is_read_whole(tmp_path:
     assert table.column("v").null_count == table.column("r").null_count == 80_000
     assert table.slice(80_000, 1).to_pylist() == [{"id": 80_001, "v": "x80001", "r": 40000.5}]
     assert bag(run_all(source, 2)) == bag(tuple(r.values()) for r in table.to_pylist())
+
+
+def test_psycopg_streams_a_chunk_rather_than_receiving_it_whole(
+    postgres_dsn: str, pg_schema: str
+) -> None:
+    # A plain execute() receives the whole result into libpq before the first row is
+    # fetched (the connection is idle again by then); a streamed read is still running
+    # on the server when its first batch arrives.
+    import psycopg
+
+    from connectors.sql import SqlTable
+
+    table = f"{pg_schema}.t"
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, v text)")
+        conn.execute(f"INSERT INTO {table} SELECT n, 'v' || n FROM generate_series(1, 50000) n")
+    sql = SqlTable(functools.partial(psycopg.connect, postgres_dsn), table)
+    session = sql.acquire()
+    try:
+        batches = sql.scan(session, [], [], '"_lt"."id"')
+        first = next(batches)
+        assert first.num_rows == 8192
+        assert session.raw.info.transaction_status == psycopg.pq.TransactionStatus.ACTIVE
+        assert first.num_rows + sum(b.num_rows for b in batches) == 50_000
+        assert session.raw.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    finally:
+        sql.release(session)
