@@ -29,7 +29,10 @@ before (connections open, modules imported), against the size of the loaded Arro
 table; the target is at most 2x (one chunk of the whole table streams in batches).
 
     PYTHONPATH=. .venv/bin/python benchmarks/sql_full_load.py [--rows 1000000] [--repeats 5]
-        [--quick] [--no-memory] [--no-sqlite]
+        [--quick] [--no-memory] [--no-sqlite] [--only TEXT]
+
+``--only adbc`` runs only the cases whose name holds the text (and their references):
+more rounds of fewer cases, for a machine whose load moves between rounds.
 """
 
 from __future__ import annotations
@@ -236,6 +239,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     parser.add_argument("--no-memory", action="store_true")
     parser.add_argument("--no-sqlite", action="store_true")
+    parser.add_argument("--only", default="", help="run the cases whose name holds this")
     args = parser.parse_args()
     if args.quick:
         args.rows, args.repeats = 50_000, 2
@@ -255,6 +259,10 @@ def main() -> None:
         make_sqlite(sqlite_path, args.rows)
     try:
         cases = make_cases(table, args.rows, sqlite_path)
+        if args.only:
+            kept = {name for name, (_, reference) in cases.items() if args.only in name
+                    for name in (name, reference)}
+            cases = {name: case for name, case in cases.items() if name in kept}
         names = list(cases)
         seconds: dict[str, list[float]] = {name: [] for name in names}
         for round_index in range(args.repeats + 1):
@@ -276,7 +284,7 @@ def main() -> None:
             for name in names
         }
         loadavg_end = os.getloadavg()
-        memory = {} if args.no_memory else {
+        memory = {} if args.no_memory or args.only else {
             case: peak_memory(table, args.rows, case)
             for case in ("adbc default, p=1", "psycopg default, p=1",
                          "full cache load (adbc, default, p=4)")
