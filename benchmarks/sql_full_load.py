@@ -22,11 +22,12 @@ discarded warm-up round. Each source case is compared with its driver's own
   (the indexed, key-sorted snapshot), at parallelism 1 (one chunk: it arrives in key
   order, so the build does not sort) and 4 (a full cache's default ``parallelism``).
 
-Memory (9c): the default ADBC and psycopg loads and the full cache load run once more
-each in a fresh process, which reports its peak resident set size during the load
-(``VmHWM``, reset just before it through ``/proc/self/clear_refs``) above the one it had
-before (connections open, modules imported), against the size of the loaded Arrow
-table; the target is at most 2x (one chunk of the whole table streams in batches).
+Memory (9c): the default ADBC and psycopg loads and the full cache loads run once more
+each in a fresh process (with ``--only``: those whose name holds its text), which
+reports its peak resident set size during the load (``VmHWM``, reset just before it
+through ``/proc/self/clear_refs``) above the one it had before (connections open,
+modules imported), against the size of the loaded Arrow table; the target is at most
+2x (one chunk of the whole table streams in batches).
 
     PYTHONPATH=. .venv/bin/python benchmarks/sql_full_load.py [--rows 1000000] [--repeats 5]
         [--quick] [--no-memory] [--no-sqlite] [--only TEXT]
@@ -208,15 +209,16 @@ def loaders(table: str, rows: int) -> dict[str, Callable[[], Any]]:
     generic = SqlTableSource(functools.partial(psycopg.connect, DSN), table)
     generic.read_plan()
 
-    def snapshot() -> Any:
+    def snapshot(parallelism: int) -> Any:
         # As the full cache does: the loaded table handed straight to the build.
-        return FullSnapshot.build(read_arrow(adbc, 4), ["id"], loaded_at=time.time(),
-                                  version=1).table
+        return FullSnapshot.build(read_arrow(adbc, parallelism), ["id"],
+                                  loaded_at=time.time(), version=1).table
 
     return {
         "adbc default, p=1": lambda: read_arrow(adbc, 1),
         "psycopg default, p=1": lambda: read_arrow(generic, 1),
-        "full cache load (adbc, default, p=4)": snapshot,
+        "full cache load (adbc, default, p=1)": lambda: snapshot(1),
+        "full cache load (adbc, default, p=4)": lambda: snapshot(4),
     }
 
 
@@ -284,10 +286,12 @@ def main() -> None:
             for name in names
         }
         loadavg_end = os.getloadavg()
-        memory = {} if args.no_memory or args.only else {
+        memory = {} if args.no_memory else {
             case: peak_memory(table, args.rows, case)
             for case in ("adbc default, p=1", "psycopg default, p=1",
+                         "full cache load (adbc, default, p=1)",
                          "full cache load (adbc, default, p=4)")
+            if args.only in case
         }
     finally:
         with psycopg.connect(DSN, autocommit=True) as conn:
