@@ -12,6 +12,7 @@ data source API.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from typing import Any, ClassVar
@@ -23,6 +24,7 @@ from pyspark.sql.types import StructType
 from scan.source import Source, check_bounded
 from scan.standalone import plan_splits, read_split_arrow
 from spark_lookup.errors import ConfigError
+from spark_lookup.options import check_int
 from spark_lookup.schema import parse_schema
 
 __all__ = ["register_data_source"]
@@ -40,13 +42,16 @@ class SplitPartition(InputPartition):
 
 
 class _SourceReader(DataSourceReader):
-    def __init__(self, source: Source[Any, Any], max_batch_rows: int) -> None:
+    def __init__(self, source: Source[Any, Any], max_batch_rows: int, parallelism: int
+                 ) -> None:
         self.source = source
         self.max_batch_rows = max_batch_rows
+        self.parallelism = parallelism
 
     def partitions(self) -> list[SplitPartition]:
         # Driver, at planning: the enumerator runs here, once per query.
-        return [SplitPartition(i, split) for i, split in enumerate(plan_splits(self.source))]
+        splits = plan_splits(self.source, self.parallelism)
+        return [SplitPartition(i, split) for i, split in enumerate(splits)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         # Executor, per partition: a fresh reader for this split only; polls of a whole
@@ -63,6 +68,7 @@ class _SourceDataSource(DataSource):
     source: ClassVar[Any] = None
     registered_name: ClassVar[str] = ""
     struct: ClassVar[StructType | None] = None
+    parallelism: ClassVar[int] = 1
 
     @classmethod
     def name(cls) -> str:
@@ -81,10 +87,27 @@ class _SourceDataSource(DataSource):
         rows = int(self.options.get("maxBatchRows", 65_536))
         if rows < 1:
             raise ConfigError(f"option maxBatchRows must be >= 1, got {rows}")
-        return _SourceReader(self.source, rows)
+        parallelism = int(self.options.get("parallelism", self.parallelism))
+        if parallelism < 1:
+            raise ConfigError(f"option parallelism must be >= 1, got {parallelism}")
+        return _SourceReader(self.source, rows, parallelism)
 
 
-def register_data_source(spark: Any, name: str, source: Source[Any, Any]) -> type[DataSource]:
+def _default_parallelism(spark: Any) -> int:
+    """``spark.default.parallelism`` when the session sets it, else the driver's CPUs
+    (what local mode defaults it to); read through the conf, which both session kinds
+    have."""
+    configured = spark.conf.get("spark.default.parallelism", None)
+    try:
+        if configured is not None and int(configured) >= 1:
+            return int(configured)
+    except ValueError:
+        pass
+    return os.cpu_count() or 1
+
+
+def register_data_source(spark: Any, name: str, source: Source[Any, Any], *,
+                         parallelism: int | None = None) -> type[DataSource]:
     """Register ``source`` under ``name`` for ``spark.read.format(name).load()``.
 
     Runs on the driver. The source is pickled with the data source class to the
@@ -99,6 +122,12 @@ def register_data_source(spark: Any, name: str, source: Source[Any, Any]) -> typ
         The format name (letters, digits, ``_``, ``.``, ``-``).
     source
         A bounded ``scan.Source`` declaring its ``schema``.
+    parallelism
+        The readers the splits are planned for (the enumerator's
+        ``current_parallelism``; a ``SqlTableSource`` of default ``chunk_size`` plans one
+        chunk, so one partition, per reader); default ``spark.default.parallelism`` if the
+        session sets it, else the driver's CPU count. Option ``parallelism`` overrides it
+        per read.
 
     Returns
     -------
@@ -124,12 +153,14 @@ def register_data_source(spark: Any, name: str, source: Source[Any, Any]) -> typ
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ConfigError(f"invalid data source name {name!r}")
     check_bounded(source, "a batch data source")
+    if parallelism is not None:
+        check_int(parallelism, "parallelism")
     struct = parse_schema(source.schema, f"{type(source).__name__}.schema")
     cls = type(
         f"ScanDataSource_{re.sub(r'[^A-Za-z0-9_]', '_', name)}",
         (_SourceDataSource,),
         {"source": source, "registered_name": name, "struct": struct,
-         "__module__": __name__},
+         "parallelism": parallelism or _default_parallelism(spark), "__module__": __name__},
     )
     spark.dataSource.register(cls)
     return cls

@@ -26,6 +26,7 @@ from scan.outputs import ArrowBatchOutput, RowListOutput
 from scan.reader import InputStatus, ReaderOptions
 from scan.source import Boundedness, Source, SplitT
 from spark_lookup.errors import ConfigError, SourceError
+from spark_lookup.options import check_int
 from spark_lookup.schema import parse_schema, to_arrow_schema
 
 if TYPE_CHECKING:
@@ -49,13 +50,22 @@ class _InlineExecutor(Executor):
         return future
 
 
-def plan_splits(source: Source[SplitT, Any]) -> list[SplitT]:
+def plan_splits(source: Source[SplitT, Any], parallelism: int = 1) -> list[SplitT]:
     """Every split of a bounded source, in the order its enumerator hands them out.
 
     Runs the enumerator with one registered reader and answers its requests until it
     signals no more splits; ``call_async`` work runs inline. Meant for the driver.
     Sources that discover splits lazily (SQL chunks, Redis SCAN pages) do all their
     discovery here.
+
+    Parameters
+    ----------
+    source
+        A bounded source.
+    parallelism
+        The ``current_parallelism`` the enumerator is told: how many readers will read
+        the splits (a ``SqlTableSource`` of default ``chunk_size`` plans one chunk per
+        reader).
 
     Raises
     ------
@@ -75,9 +85,11 @@ def plan_splits(source: Source[SplitT, Any]) -> list[SplitT]:
     """
     if source.boundedness is not Boundedness.BOUNDED:
         raise ConfigError("plan_splits() needs a bounded source")
+    check_int(parallelism, "parallelism")
     pending: queue.SimpleQueue[Message] = queue.SimpleQueue()
     mailbox = Mailbox(lambda: None)
-    context: EnumeratorContext[SplitT] = EnumeratorContext(1, [mailbox], pending.put,
+    # Reader 0 asks for every split; the others only count for the planning.
+    context: EnumeratorContext[SplitT] = EnumeratorContext(parallelism, [mailbox], pending.put,
                                                            _InlineExecutor)
     enumerator = source.create_enumerator(context)
     splits: list[SplitT] = []

@@ -9,10 +9,11 @@ here). Any other DB-API driver works with a declared schema (no catalog, no cast
 from __future__ import annotations
 
 import importlib
+import itertools
 import logging
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -31,11 +32,13 @@ SQLITE = "sqlite"
 OTHER = "other"
 
 _FETCH_ROWS = 8192
-"""Rows per fetch on DB-API connections: a chunk streams in a few batches."""
-_ADBC_SQLITE_BATCH_ROWS = str(2**30)
+"""Rows per fetch on DB-API connections: a chunk streams in batches of this size."""
+_ADBC_SQLITE_BATCH_ROWS = 65_536
+"""Rows per batch of ADBC SQLite reads that can be resumed (see :meth:`Session.arrays`)."""
+_ADBC_SQLITE_ONE_BATCH = 2**30
 """ADBC SQLite infers each column's type from the first batch it reads and fails on a
-later batch that disagrees (a column NULL in the first 1024 rows and text later): one
-statement, one batch, so every value is seen by the inference."""
+later batch that disagrees (a column NULL in the whole first batch and text later): one
+batch for the whole result lets the inference see every value."""
 _ADBC_MODULES = ("adbc_driver_manager", "adbc_driver_sqlite", "adbc_driver_postgresql")
 _PLACEHOLDERS = {"dollar": "${n}", "qmark": "?", "format": "%s", "pyformat": "%s",
                  "numeric": ":{n}", "named": ":p{i}"}  # i: 0-based, n: 1-based
@@ -160,6 +163,7 @@ class Session:
         self.broken = False
         """Set when a statement failed or a read was abandoned: not to be reused."""
         module = type(raw).__module__.split(".")[0]
+        self._module = module
         self._errors = driver_errors(module)
         self._rollback = self._prefer_autocommit()
         self._timeout = timeout
@@ -271,13 +275,24 @@ class Session:
         params: Any,
         wire: Sequence[pa.DataType],
         purpose: str = "read",
+        *,
+        rest: Callable[[int], tuple[str, Any]] | None = None,
     ) -> Iterator[tuple[list[pa.Array], list[pa.Array | None]]]:
         """The result of ``sql`` as batches of wire columns, with per-column flags of
         values that did not fit their wire type (DB-API only; else None).
 
-        ADBC results stream as Arrow record batches without a Python object per row;
-        DB-API rows are fetched in slices and turned into columns of the ``wire`` types.
-        The read's transaction ends when the iterator is exhausted or closed.
+        ADBC results arrive as Arrow record batches without a Python object per row;
+        DB-API rows are fetched in slices (``fetchmany``) and turned into columns of the
+        ``wire`` types a slice at a time.
+
+        ``rest`` marks a read that may be large (a scan's chunk, ordered): ``rest(n)`` is
+        the statement and parameters of its rows after the first ``n``. psycopg 3 then
+        streams the rows (``Cursor.stream``: libpq never holds the whole result), and
+        ADBC SQLite streams batches too, reading the rest as one batch when its type
+        inference fails on a later batch (see ``_ADBC_SQLITE_ONE_BATCH``). Without it
+        (lookups: results bounded by their keys) an ADBC SQLite result is one batch and
+        psycopg's is received whole. The read's transaction ends when the iterator is
+        exhausted or closed.
 
         Raises
         ------
@@ -290,10 +305,13 @@ class Session:
         self._start_statement()
         try:
             with self._failing(purpose):
-                if self.flavor.adbc:
+                if self.flavor.adbc and self.flavor.backend == SQLITE:
+                    yield from self._adbc_sqlite_arrays(cursor, sql, params, len(wire), rest)
+                elif self.flavor.adbc:
                     yield from self._adbc_arrays(cursor, sql, params, len(wire))
                 else:
-                    yield from self._dbapi_arrays(cursor, sql, params, wire)
+                    yield from self._dbapi_arrays(cursor, sql, params, wire,
+                                                  stream=rest is not None)
                 self.end_read()
             finished = True
         finally:
@@ -303,10 +321,6 @@ class Session:
 
     def _adbc_arrays(self, cursor: Any, sql: str, params: Any, width: int
                      ) -> Iterator[tuple[list[pa.Array], list[pa.Array | None]]]:
-        if self.flavor.backend == SQLITE:
-            cursor.adbc_statement.set_options(
-                **{"adbc.sqlite.query.batch_rows": _ADBC_SQLITE_BATCH_ROWS}
-            )
         cursor.execute(sql, params if params else None)
         reader = cursor.fetch_record_batch()
         nothing: list[pa.Array | None] = [None] * width
@@ -314,18 +328,64 @@ class Session:
             if batch.num_rows:
                 yield list(batch.columns), nothing
 
-    def _dbapi_arrays(self, cursor: Any, sql: str, params: Any, wire: Sequence[pa.DataType]
+    def _adbc_sqlite_arrays(self, cursor: Any, sql: str, params: Any, width: int,
+                            rest: Callable[[int], tuple[str, Any]] | None
+                            ) -> Iterator[tuple[list[pa.Array], list[pa.Array | None]]]:
+        batch_rows = _ADBC_SQLITE_BATCH_ROWS if rest is not None else _ADBC_SQLITE_ONE_BATCH
+        cursor.adbc_statement.set_options(
+            **{"adbc.sqlite.query.batch_rows": str(batch_rows)})
+        read = 0
+        try:
+            for columns, flags in self._adbc_arrays(cursor, sql, params, width):
+                read += len(columns[0]) if columns else 0
+                yield columns, flags
+            return
+        except self._errors as exc:
+            if rest is None or "type mismatch" not in str(exc).lower():
+                raise
+        # A column NULL throughout the first batch was inferred INT64 and a later batch
+        # disagrees: the batches before it are good; the rest is read as one batch.
+        log.debug("%s: ADBC SQLite type inference failed after %d rows; reading the rest "
+                  "as one batch", self.what, read)
+        sql, params = rest(read)
+        again = self.raw.cursor()
+        try:
+            again.adbc_statement.set_options(
+                **{"adbc.sqlite.query.batch_rows": str(_ADBC_SQLITE_ONE_BATCH)})
+            yield from self._adbc_arrays(again, sql, params, width)
+        finally:
+            _close_quietly(again)
+
+    def _dbapi_arrays(self, cursor: Any, sql: str, params: Any, wire: Sequence[pa.DataType],
+                      stream: bool = False
                       ) -> Iterator[tuple[list[pa.Array], list[pa.Array | None]]]:
+        if stream and self._module == "psycopg":
+            # psycopg's execute holds the whole result in libpq before the first fetch;
+            # stream() receives it in slices (libpq's chunked-rows mode).
+            try:
+                rows_of = cursor.stream(sql, params, size=_FETCH_ROWS)
+            except TypeError:  # psycopg 3.1 has no size: one row at a time, still streamed
+                rows_of = cursor.stream(sql, params)
+            while True:
+                rows = list(itertools.islice(rows_of, _FETCH_ROWS))
+                if not rows:
+                    return
+                yield self._columns(rows, wire)
         cursor.execute(sql, params)
         while True:
             rows = cursor.fetchmany(_FETCH_ROWS)
             if not rows:
                 return
-            built = [build_column(values, wire_type)
-                     for values, wire_type in zip(zip(*rows, strict=True), wire, strict=True)]
-            yield [array for array, _ in built], [flags for _, flags in built]
+            yield self._columns(rows, wire)
             if len(rows) < _FETCH_ROWS:
                 return
+
+    @staticmethod
+    def _columns(rows: Sequence[Sequence[Any]], wire: Sequence[pa.DataType]
+                 ) -> tuple[list[pa.Array], list[pa.Array | None]]:
+        built = [build_column(values, wire_type)
+                 for values, wire_type in zip(zip(*rows, strict=True), wire, strict=True)]
+        return [array for array, _ in built], [flags for _, flags in built]
 
     def close(self) -> None:
         """Close the connection (errors of a broken connection are ignored)."""

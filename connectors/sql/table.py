@@ -400,22 +400,30 @@ class SqlTable(PerProcess):
         filters, filter_values = plan.filter_sql(flavor.placeholder, len(values))
         where = [*conditions, *filters]
         bound = [*values, *filter_values]
-        sql = f"SELECT {plan.select_sql()} FROM {plan.table_sql} AS {_ALIAS}"
+        head = f"SELECT {plan.select_sql()} FROM {plan.table_sql} AS {_ALIAS}"
         if where:
-            sql += " WHERE " + " AND ".join(where)
+            head += " WHERE " + " AND ".join(where)
         if order_sql:
-            sql += f" ORDER BY {order_sql}"
-        if offset:
-            # SQLite needs a LIMIT before an OFFSET; -1 means none.
-            limit = "LIMIT -1 " if plan.backend == SQLITE else ""
-            sql += f" {limit}OFFSET {flavor.placeholder(len(bound))}"
-            bound.append(int(offset))
-        if flavor.escapes_percent:
-            sql = _escape_percent(sql)
+            head += f" ORDER BY {order_sql}"
+        params = flavor.params([_bindable(v, plan.backend) for v in bound]) if bound else ()
+
+        def skipping(rows: int) -> tuple[str, Any]:
+            sql = head
+            if rows:
+                # A literal: the offset is a count of ours, and a bound one would take
+                # ADBC PostgreSQL off its COPY path. SQLite needs a LIMIT before an
+                # OFFSET; -1 means none.
+                limit = "LIMIT -1 " if plan.backend == SQLITE else ""
+                sql += f" {limit}OFFSET {int(rows)}"
+            return (_escape_percent(sql) if flavor.escapes_percent else sql), params
+
         names = plan.schema.fieldNames()
         key_index = names.index(key_column) if key_column in names else None
-        params = flavor.params([_bindable(v, plan.backend) for v in bound]) if bound else ()
-        for wires, built_flags in session.arrays(sql, params, runtime.wire_types, "reading"):
+        sql, params = skipping(offset)
+        # Without an order, the rows after the first n are not a statement.
+        rest = (lambda n: skipping(offset + n)) if order_sql else None
+        for wires, built_flags in session.arrays(sql, params, runtime.wire_types, "reading",
+                                                 rest=rest):
             yield runtime.to_batch(wires, built_flags, key_index)
 
     def lookup(self, session: Session, keys: EncodedKeys, max_keys: int | None = None

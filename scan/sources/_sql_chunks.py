@@ -3,20 +3,31 @@
 The planner runs on the coordinator and makes one chunk per request (lazily), so a huge
 table is never enumerated up front and its progress fits in the enumerator state:
 
+0. How many: with an explicit ``chunk_size``, about ``rows / chunk_size`` chunks. By
+   default (``chunk_size=None``) one chunk per reader (the enumerator's
+   ``current_parallelism``), but none smaller than :data:`MIN_CHUNK_ROWS` rows: one
+   reader reads the table as one unbounded chunk, with no planning query at all. Fewer,
+   larger chunks are faster: each chunk is a statement, and a reader asks for its next
+   chunk only when the last one is emitted; chunks stream in batches, so their size does
+   not bound memory.
 1. ``MIN``/``MAX`` of the split column and the row count (PostgreSQL's estimate when it
    has one).
 2. Integer keys spread evenly (``(max - min + 1) / rows`` within Flink CDC's default
-   bounds 0.05 .. 1000): chunks of a fixed key step ``chunk_size * factor``; no further
-   queries.
-3. Otherwise: each chunk ends where ``chunk_size`` rows from its start end (a bounded
-   ``ORDER BY ... LIMIT`` query on the split column); a run of equal keys longer than a
-   chunk becomes one chunk.
+   bounds 0.05 .. 1000): chunks of a fixed key step (``chunk_size * factor``, or the key
+   range divided by the number of chunks); no further queries.
+3. Otherwise: each chunk ends where ``chunk_size`` rows (by default: the rows divided by
+   the number of chunks) from its start end (a bounded ``ORDER BY ... LIMIT`` query on the
+   split column); a run of equal keys longer than a chunk becomes one chunk.
 4. The first chunk has no lower bound and the last no upper bound (rows beyond the
    MIN/MAX seen at planning are not lost); a nullable split column adds a chunk of the
    rows where it is NULL.
 
 Chunks are half-open ranges ``[lo, hi)`` compared by the database, so consecutive chunks
-neither overlap nor leave gaps, whatever the key type or collation.
+neither overlap nor leave gaps, whatever the key type or collation. Integer bounds (and
+row offsets) are written into a chunk's statement as literals: they are ints the planner
+computed (from MIN/MAX and steps), never user input, and a statement without bound
+parameters is what PostgreSQL's ADBC driver streams through ``COPY`` (a bound value takes
+its prepared-statement path, measured 2x slower). Other bounds are bound.
 """
 
 from __future__ import annotations
@@ -33,6 +44,13 @@ from spark_lookup.errors import SourceError
 
 EVEN_FACTOR_LOWER = 0.05
 EVEN_FACTOR_UPPER = 1000.0
+MIN_CHUNK_ROWS = 65_536
+"""By default a chunk holds at least this many rows: a chunk's own cost (its reader's
+connection, its statement, the planning queries; tens of milliseconds) is about what
+reading this many rows takes, so smaller chunks cost more than parallel readers save."""
+_LEGACY_CHUNK_SIZE = 8192
+"""Rows per chunk of progress checkpointed before the planner recorded its chunk size
+(the default ``chunk_size`` then)."""
 
 
 @dataclass(frozen=True)
@@ -79,12 +97,16 @@ class ChunkPlan:
 
 def chunk_conditions(plan: ChunkPlan, split: SqlChunkSplit, placeholder: Any
                      ) -> tuple[list[str], list[Any]]:
-    """The WHERE conditions of one chunk and their values (numbered from 0)."""
+    """The WHERE conditions of one chunk and their values (numbered from 0): integer
+    bounds as literals (see the module), others bound."""
     key = plan.split_sql
     conditions: list[str] = []
     values: list[Any] = []
 
     def bind(value: Any) -> str:
+        if type(value) is int:
+            # int() of an exact int: digits and a sign only, nothing to inject.
+            return str(int(value))
         values.append(value)
         return str(placeholder(len(values) - 1))
 
@@ -104,13 +126,18 @@ def chunk_conditions(plan: ChunkPlan, split: SqlChunkSplit, placeholder: Any
 
 class SqlChunkPlanner(SplitPlanner[SqlChunkSplit]):
     """Makes the chunks of a table one at a time (see the module); opens its own
-    connection on first use, on the coordinator."""
+    connection on first use, on the coordinator.
 
-    def __init__(self, table: SqlTable, plan: ChunkPlan, chunk_size: int,
-                 progress: Any = None) -> None:
+    ``chunk_size`` None: about one chunk per reader of ``parallelism``. A restored
+    planner keeps the sizes it chose at first (they are part of its progress).
+    """
+
+    def __init__(self, table: SqlTable, plan: ChunkPlan, chunk_size: int | None,
+                 progress: Any = None, parallelism: int = 1) -> None:
         self._table = table
         self._plan = plan
         self._chunk_size = chunk_size
+        self._parallelism = max(1, int(parallelism))
         self._session: Session | None = None
         state: dict[str, Any] = dict(progress) if progress is not None else {"phase": "init"}
         if state.get("phase") not in ("init", "even", "uneven", "null", "done"):
@@ -129,6 +156,10 @@ class SqlChunkPlanner(SplitPlanner[SqlChunkSplit]):
         state = self._state
         if state["phase"] == "init":
             self._initialize()
+            if state["phase"] != "uneven" or state.get("last"):
+                # No more planning queries: a reader takes this connection from the
+                # pool instead of opening one (an ADBC PostgreSQL connect is ~50 ms).
+                self.close()
         if state["phase"] == "even":
             return self._next_even()
         if state["phase"] == "uneven":
@@ -143,13 +174,27 @@ class SqlChunkPlanner(SplitPlanner[SqlChunkSplit]):
     def _after_ranges(self) -> None:
         self._state["phase"] = "null" if self._plan.split_nullable else "done"
 
+    def _one_chunk(self) -> None:
+        # No bounds to find, and an unbounded read is the driver's fastest.
+        self._state.update(index=0, max=None, cursor=None, phase="uneven", last=True)
+
     def _initialize(self) -> None:
         plan = self._plan
         key = plan.split_name
-        if self._row_count() <= self._chunk_size:
-            # The whole table is one chunk: no bounds to find, and an unbounded read is
-            # the driver's fastest (ADBC streams it through COPY).
-            self._state.update(index=0, max=None, cursor=None, phase="uneven", last=True)
+        chunks: int | None = None
+        if self._chunk_size is None and self._parallelism == 1:
+            self._one_chunk()
+            return
+        rows = self._row_count()
+        if self._chunk_size is None:
+            chunks = min(self._parallelism, max(1, rows // MIN_CHUNK_ROWS))
+            # A chunk ends before the size-th key from its start (the next chunk's
+            # first): one more, so the rows fill exactly ``chunks`` chunks.
+            size = -(-rows // chunks) + 1
+        else:
+            size = self._chunk_size
+        if chunks == 1 or rows <= size:
+            self._one_chunk()
             return
         # ORDER BY ... LIMIT 1 rather than MIN/MAX: every orderable type has an order
         # (PostgreSQL's uuid has no MIN), and an index on the key answers it directly.
@@ -159,16 +204,19 @@ class SqlChunkPlanner(SplitPlanner[SqlChunkSplit]):
         high = self._first(f"SELECT {key} FROM {plan.table_sql} WHERE {key} IS NOT NULL "
                            f"ORDER BY {key} DESC LIMIT 1")
         state = self._state
-        state.update(index=0, max=high, cursor=None)
+        state.update(index=0, max=high, cursor=None, size=size)
         if low is None:
             # No non-null key now: one unbounded chunk still reads what is there then.
             state.update(phase="uneven", last=True)
             return
-        rows = self._row_count()
         integral = all(isinstance(v, int) and not isinstance(v, bool) for v in (low, high))
         factor = (high - low + 1) / rows if integral and rows > 0 else 0.0
         if integral and EVEN_FACTOR_LOWER <= factor <= EVEN_FACTOR_UPPER:
-            state.update(phase="even", step=max(1, int(self._chunk_size * factor)), cursor=low)
+            # By count, the key range itself is divided: even with a stale row estimate
+            # the chunks are as many as planned.
+            step = (-(-(high - low + 1) // chunks) if chunks is not None
+                    else int(size * factor))
+            state.update(phase="even", step=max(1, step), cursor=low)
         else:
             state.update(phase="uneven", cursor=low, last=False)
 
@@ -207,9 +255,10 @@ class SqlChunkPlanner(SplitPlanner[SqlChunkSplit]):
         flavor = self._connect().flavor
         placeholder = flavor.placeholder(0)
         params = flavor.params([start])
+        size = int(self._state.get("size", self._chunk_size or _LEGACY_CHUNK_SIZE))
         end = self._first(
             f"SELECT {key} FROM (SELECT {key} FROM {plan.table_sql} "
-            f"WHERE {key} >= {placeholder} ORDER BY {key} LIMIT {int(self._chunk_size)}) "
+            f"WHERE {key} >= {placeholder} ORDER BY {key} LIMIT {size}) "
             f"AS chunk ORDER BY {key} DESC LIMIT 1",
             params,
         )

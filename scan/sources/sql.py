@@ -14,9 +14,10 @@ from connectors.policy import BadValuePolicy, CountsBadValues
 from connectors.predicates import Predicate
 from connectors.sql import Session, SqlPlan, SqlTable
 from scan.connector.emitter import RecordEmitter
+from scan.enumerator import SplitEnumeratorContext
 from scan.reader import ReaderOutput
 from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
-from scan.sources._enumerator import SplitPlanner
+from scan.sources._enumerator import PullEnumeratorState, PullSplitEnumerator, SplitPlanner
 from scan.sources._pull import PullSource, QueueSplitReader
 from scan.sources._sql_chunks import ChunkPlan, SqlChunkPlanner, SqlChunkSplit, chunk_conditions
 from spark_lookup._per_process import PerProcess
@@ -160,9 +161,22 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
     after the last emitted key when the split column is unique (primary key or unique
     index) and read as stored, else by skipping the emitted rows in a total order
     (primary key, or all read columns); both are exact for data that does not change in
-    between. A table of at most ``chunk_size`` rows is one chunk with no bound, which
-    PostgreSQL's ADBC driver streams through ``COPY`` (its fastest path; a bound value
-    takes the prepared-statement path).
+    between.
+
+    How many chunks: by default (``chunk_size=None``) one per reader, so a load reads at
+    its driver's own speed: ``read_arrow(source, 1)`` reads the table as one unbounded
+    chunk (no planning query), ``read_arrow(source, 4)`` as 4 chunks of about a quarter
+    of the rows each (fewer for a small table: no chunk of fewer than 65,536 rows). An
+    explicit ``chunk_size`` makes chunks of about that many rows instead (more chunks
+    than readers spread uneven work, and shorten what a checkpoint resumes by skipping
+    rows). The readers are the enumerator's ``current_parallelism`` (``read_arrow``'s
+    and ``LocalSourceRunner``'s ``parallelism``, ``plan_splits``' ``parallelism``, a
+    Spark data source's partitions). Integer bounds are written into the statement as
+    literals (ints the planner computed, never user input), so a chunk without filters
+    has no bound parameter: PostgreSQL's ADBC driver streams it through ``COPY``, its
+    fastest path (bound values take its prepared-statement path, 2x slower). Every
+    driver streams a chunk in batches (ADBC record batches, psycopg's ``stream``, DB-API
+    ``fetchmany``), so one huge chunk is never held whole on top of its Arrow result.
 
     Parameters
     ----------
@@ -181,7 +195,8 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
         for SQLite and PostgreSQL. Rows whose split column is NULL are read as one
         extra chunk.
     chunk_size
-        Rows per chunk (approximately, for evenly spread integer keys).
+        Rows per chunk (approximately, for evenly spread integer keys); default None:
+        one chunk per reader (see above).
     schema
         A Spark DDL string or ``StructType`` naming the columns read. Inferred from the
         catalog (SQLite, PostgreSQL) when not given; required for other drivers.
@@ -225,7 +240,7 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
         table: str,
         columns: Sequence[str] | None = None,
         split_column: str | None = None,
-        chunk_size: int = 8192,
+        chunk_size: int | None = None,
         schema: SchemaLike | None = None,
         *,
         filters: Sequence[Predicate] | None = None,
@@ -233,7 +248,8 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
     ) -> None:
         if split_column is not None:
             validate_identifier(split_column, "split column")
-        check_int(chunk_size, "chunk_size")
+        if chunk_size is not None:
+            check_int(chunk_size, "chunk_size")
         self._sql = SqlTable(
             connection_factory, table, columns=columns, schema=schema, filters=filters,
             mode=mode,
@@ -253,8 +269,8 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
         return self._table
 
     @property
-    def chunk_size(self) -> int:
-        """Rows per chunk."""
+    def chunk_size(self) -> int | None:
+        """Rows per chunk; None: one chunk per reader."""
         return self._chunk_size
 
     def read_plan(self) -> ChunkPlan:
@@ -317,8 +333,23 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
         self.read_plan()
         return self._sql.plan().schema
 
-    def planner(self, progress: Any | None) -> SplitPlanner[SqlChunkSplit]:
-        return SqlChunkPlanner(self._sql, self.read_plan(), self._chunk_size, progress)
+    def planner(self, progress: Any | None, parallelism: int = 1
+                ) -> SplitPlanner[SqlChunkSplit]:
+        """The chunk planner (on the coordinator), sized for ``parallelism`` readers."""
+        return SqlChunkPlanner(self._sql, self.read_plan(), self._chunk_size, progress,
+                               parallelism)
+
+    def create_enumerator(self, context: SplitEnumeratorContext[SqlChunkSplit]
+                          ) -> PullSplitEnumerator[SqlChunkSplit]:
+        # The default chunking needs the number of readers, which only the context knows.
+        return PullSplitEnumerator(context, self.planner(None, context.current_parallelism))
+
+    def restore_enumerator(
+        self, context: SplitEnumeratorContext[SqlChunkSplit],
+        state: PullEnumeratorState[SqlChunkSplit],
+    ) -> PullSplitEnumerator[SqlChunkSplit]:
+        return PullSplitEnumerator(
+            context, self.planner(state.progress, context.current_parallelism), state.pending)
 
     def split_reader(self) -> Callable[[], _SplitReader]:
         plan, table = self.read_plan(), self._sql
@@ -334,4 +365,4 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
         return _SplitSerializer()
 
     def __repr__(self) -> str:
-        return f"SqlTableSource(table={self._table!r}, chunk_size={self._chunk_size})"
+        return f"SqlTableSource(table={self._table!r}, chunk_size={self._chunk_size!r})"

@@ -60,6 +60,25 @@ def test_sql_table_source_reads_the_table_as_it_is_at_each_query(spark: Any,
     assert again.filter("code = 'new'").first()["name"] == "New Country"
 
 
+def test_sql_table_source_default_plans_one_partition_per_reader(spark: Any,
+                                                                  tmp_path: Path) -> None:
+    db = tmp_path / "big.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)")
+        conn.execute("WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g "
+                     "WHERE n < 400000) INSERT INTO t SELECT n, 'v' || n FROM g")
+    source = SqlTableSource(functools.partial(sqlite3.connect, str(db)), "t",
+                            schema="id BIGINT, v STRING")
+    register_data_source(spark, "test_default_chunks", source, parallelism=3)
+    df = spark.read.format("test_default_chunks").load()
+    assert partitions(df) == 3
+    assert df.count() == 400_000  # 6 chunks of 65,536 rows at most: 3 and 5 readers
+    assert partitions(spark.read.format("test_default_chunks").option("parallelism", 5)
+                      .load()) == 5
+    with pytest.raises(ConfigError, match="parallelism"):
+        register_data_source(spark, "test_bad_parallelism", source, parallelism=0)
+
+
 def test_parquet_file_source_by_row_group(spark: Any, tmp_path: Path) -> None:
     table = pa.table({"id": pa.array(range(100), pa.int64()),
                       "v": pa.array([f"v{i}" for i in range(100)])})
