@@ -17,10 +17,10 @@ discarded warm-up round. Each source case is compared with its driver's own
   (one chunk per reader: N=1 reads one unbounded chunk, N=4 four key ranges).
 - ``tuned: ...``: explicit settings beside the default, labelled with them:
   ``chunk_size=8192`` (the default before issue 27: 122 chunks with bound ranges) at
-  1 and 4 readers.
-- ``full cache load (adbc, default, p=N)``: ``read_arrow`` plus ``FullSnapshot.build``
-  (the indexed, key-sorted snapshot), at parallelism 1 (one chunk: it arrives in key
-  order, so the build does not sort) and 4 (a full cache's default ``parallelism``).
+  1 and 4 readers, and ``checkpointable`` (``ReaderOptions`` allowing checkpoints,
+  so chunks are read in key order: what ``LocalSourceRunner`` reads).
+- ``full cache load (adbc, default, p=4)``: ``read_arrow`` with a full cache's default
+  parallelism (4) plus ``FullSnapshot.build`` (the indexed, key-sorted snapshot).
 
 Memory (9c): the default ADBC and psycopg loads and the full cache loads run once more
 each in a fresh process (with ``--only``: those whose name holds its text), which
@@ -111,11 +111,12 @@ def _alone_rows_to_arrow(raw: Any, table: str) -> Callable[[], int]:
     return load
 
 
-def _read(source: Any, parallelism: int) -> Callable[[], int]:
-    from scan import read_arrow
+def _read(source: Any, parallelism: int, ordered: bool = False) -> Callable[[], int]:
+    from scan import ReaderOptions, read_arrow
 
     source.read_plan()  # the catalog is read once, as on a driver
-    return lambda: read_arrow(source, parallelism).num_rows
+    options = ReaderOptions(records_per_poll=65_536) if ordered else None
+    return lambda: read_arrow(source, parallelism, options=options).num_rows
 
 
 def make_cases(table: str, rows: int, sqlite_path: str | None) -> dict[str, Case]:
@@ -132,20 +133,20 @@ def make_cases(table: str, rows: int, sqlite_path: str | None) -> dict[str, Case
     default.read_plan()
     ref_adbc, ref_psycopg = "adbc SELECT * alone", "psycopg SELECT * into Arrow"
 
-    def full_cache(parallelism: int) -> int:
-        return FullSnapshot.build(read_arrow(default, parallelism), ["id"],
-                                  loaded_at=time.time(), version=1).num_rows
+    def full_cache() -> int:
+        return FullSnapshot.build(read_arrow(default, 4), ["id"], loaded_at=time.time(),
+                                  version=1).num_rows
 
     cases: dict[str, Case] = {
         ref_adbc: (_alone_arrow(adbc, table), ref_adbc),
         "adbc default, p=1": (_read(default, 1), ref_adbc),
         "adbc default, p=4": (_read(default, 4), ref_adbc),
+        "adbc tuned: checkpointable, p=1": (_read(default, 1, ordered=True), ref_adbc),
         "adbc tuned: chunk_size=8192, p=1": (
             _read(SqlTableSource(adbc_connect, table, chunk_size=8192), 1), ref_adbc),
         "adbc tuned: chunk_size=8192, p=4": (
             _read(SqlTableSource(adbc_connect, table, chunk_size=8192), 4), ref_adbc),
-        "full cache load (adbc, default, p=1)": (lambda: full_cache(1), ref_adbc),
-        "full cache load (adbc, default, p=4)": (lambda: full_cache(4), ref_adbc),
+        "full cache load (adbc, default, p=4)": (full_cache, ref_adbc),
         "psycopg SELECT * alone": (_alone_rows(pg_rows, table), "psycopg SELECT * alone"),
         ref_psycopg: (_alone_rows_to_arrow(pg_rows, table), ref_psycopg),
         "psycopg default, p=1": (_read(SqlTableSource(psycopg_factory, table), 1), ref_psycopg),

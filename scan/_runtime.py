@@ -179,7 +179,9 @@ def check_max_batch_rows(max_batch_rows: Any) -> int:
 
 def bulk_options(options: ReaderOptions | None, max_batch_rows: int) -> ReaderOptions:
     """The reader options of a bulk read: ``options`` if given, else polls of a whole
-    batch (a bulk read takes no checkpoint, so nothing needs smaller polls)."""
+    batch and no checkpoints (a bulk read takes none, so nothing needs smaller polls or
+    splits read in order)."""
     if options is not None:
         return options
-    return ReaderOptions(records_per_poll=check_max_batch_rows(max_batch_rows))
+    return ReaderOptions(records_per_poll=check_max_batch_rows(max_batch_rows),
+                         checkpoints=False)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Generic
 
 from scan.arrow import record_batch_to_rows
 from scan.split import SplitT
+from spark_lookup.errors import ConfigError
 from spark_lookup.options import check_int
 
 if TYPE_CHECKING:
@@ -48,14 +49,23 @@ class ReaderOptions:
         (:func:`~scan.read_arrow`, :func:`~scan.read_split_arrow`), which take no
         checkpoints, default it to their ``max_batch_rows`` so that a poll hands over a
         whole batch.
+    checkpoints
+        Whether a checkpoint may be taken of the read. The bulk paths default it to
+        False (they take none); a source may then read a split in any order (a
+        ``SqlTableSource`` drops the ``ORDER BY`` that resuming inside a chunk needs),
+        and :meth:`LocalSourceRunner.checkpoint` refuses.
     """
 
     element_queue_capacity: int = 2
     records_per_poll: int = 1024
+    checkpoints: bool = True
 
     def __post_init__(self) -> None:
         for name in ("element_queue_capacity", "records_per_poll"):
             check_int(getattr(self, name), f"ReaderOptions.{name}")
+        if not isinstance(self.checkpoints, bool):
+            raise ConfigError(f"ReaderOptions.checkpoints must be a bool, got "
+                              f"{type(self.checkpoints).__name__}")
 
 
 class ReaderOutput(ABC):

@@ -227,8 +227,14 @@ class LocalSourceRunner(Generic[SplitT, EnumStateT]):
         ------
         SourceError
             While :meth:`read_arrow_batches` is running, or after a failure.
+        ConfigError
+            If the runner's ``options`` say ``checkpoints=False`` (splits may be read
+            out of order: a checkpoint could not say where a split stands).
         """
         self._check_usable()
+        if not self._options.checkpoints:
+            raise ConfigError(f"this {self._what} read takes no checkpoints "
+                              "(ReaderOptions.checkpoints=False)")
         try:
             self._open()
             for index, reader in enumerate(self._readers):

@@ -13,9 +13,11 @@ from pyspark.sql import types as T
 from connectors.policy import BadValuePolicy, CountsBadValues
 from connectors.predicates import Predicate
 from connectors.sql import Session, SqlPlan, SqlTable
+from connectors.sql.session import POSTGRES
 from scan.connector.emitter import RecordEmitter
+from scan.connector.pulling import PullingSourceReader
 from scan.enumerator import SplitEnumeratorContext
-from scan.reader import ReaderOutput
+from scan.reader import ReaderOutput, SourceReader, SourceReaderContext
 from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
 from scan.sources._enumerator import PullEnumeratorState, PullSplitEnumerator, SplitPlanner
 from scan.sources._pull import PullSource, QueueSplitReader
@@ -89,12 +91,20 @@ class _SplitReader(QueueSplitReader[SqlChunkSplit]):
     """Reads chunks one after the other on one session, opened on the first chunk (on
     the fetcher thread, which also closes it: SQLite connections stay on one thread).
     A chunk arrives in the batches its driver streams, so the reader starts emitting
-    (and a checkpoint can fall) before the whole chunk is fetched."""
+    (and a checkpoint can fall) before the whole chunk is fetched.
 
-    def __init__(self, table: SqlTable, plan: ChunkPlan) -> None:
+    ``ordered`` False (a read that takes no checkpoints): a PostgreSQL chunk is read
+    without its ORDER BY, which only resuming inside it needs; the server then scans
+    the table rather than walking the key's index (measured 30 ms against 80-180 ms
+    for 1M rows). SQLite keeps it: a rowid table is stored in key order anyway, and
+    ADBC SQLite's batches resume by offset in that order.
+    """
+
+    def __init__(self, table: SqlTable, plan: ChunkPlan, ordered: bool = True) -> None:
         super().__init__()
         self._table = table
         self._plan = plan
+        self._ordered = ordered or plan.backend != POSTGRES
         self._session: Session | None = None
         self._batches: Iterator[pa.RecordBatch] | None = None
 
@@ -104,9 +114,11 @@ class _SplitReader(QueueSplitReader[SqlChunkSplit]):
         if self._batches is None:
             plan = self._plan
             conditions, values = chunk_conditions(plan, split, self._session.flavor.placeholder)
+            # A restored split stands at a position in the chunk's order.
+            ordered = self._ordered or split.resumed or split.skip > 0
             self._batches = self._table.scan(
-                self._session, conditions, values, plan.order_sql, offset=split.skip,
-                key_column=plan.split_column,
+                self._session, conditions, values, plan.order_sql if ordered else None,
+                offset=split.skip, key_column=plan.split_column,
             )
         batch = next(self._batches, None)
         return batch, batch is None
@@ -351,9 +363,15 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
         return PullSplitEnumerator(
             context, self.planner(state.progress, context.current_parallelism), state.pending)
 
-    def split_reader(self) -> Callable[[], _SplitReader]:
+    def split_reader(self, ordered: bool = True) -> Callable[[], _SplitReader]:
         plan, table = self.read_plan(), self._sql
-        return lambda: _SplitReader(table, plan)
+        return lambda: _SplitReader(table, plan, ordered)
+
+    def create_reader(self, context: SourceReaderContext) -> SourceReader[SqlChunkSplit]:
+        """A reader of chunks, where its subtask runs; chunks in key order unless the
+        read takes no checkpoints (``context.options.checkpoints``)."""
+        return PullingSourceReader(context, self.split_reader(context.options.checkpoints),
+                                   self.emitter(), self.split_state)
 
     def split_state(self, split: SqlChunkSplit) -> _ChunkState:
         return _ChunkState(split, self.read_plan().keyset_index)

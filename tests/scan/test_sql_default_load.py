@@ -18,6 +18,7 @@ from scan import LocalSourceRunner, ReaderOptions, SqlTableSource, plan_splits, 
 from scan.connector.split_reader import SplitsAddition
 from scan.sources import SqlChunkSplit, _sql_chunks
 from scan.sources._sql_chunks import MIN_CHUNK_ROWS, chunk_conditions
+from spark_lookup.errors import ConfigError
 from tests.scan.helpers import bag, run_all
 
 Row = tuple[Any, ...]
@@ -208,22 +209,30 @@ def test_adbc_postgres_chunks_run_without_bound_parameters(
     reads = [(sql, params) for sql, params in adbc_statements if '"_c0"' in sql]
     assert len(reads) == 4
     assert all(params is None for _, params in reads), reads
+    # read_arrow takes no checkpoint: no chunk needs its rows in key order.
+    assert not [sql for sql, _ in reads if "ORDER BY" in sql]
 
 
-def test_chunks_are_read_in_key_order(
+def test_reads_that_may_be_checkpointed_keep_chunks_in_key_order(
     pg_dim: tuple[str, str], adbc_statements: list[tuple[str, Any]]
 ) -> None:
-    # In order, a checkpoint inside a chunk resumes after its last key, and a full
-    # cache's snapshot of one chunk arrives sorted (no sort, no copy to build it).
     adbc = pytest.importorskip("adbc_driver_postgresql.dbapi")
     dsn, table = pg_dim
     source = SqlTableSource(functools.partial(adbc.connect, dsn), table)
     source.read_plan()
     adbc_statements.clear()
-    ids = read_arrow(source, 1).column("id").to_pylist()
-    assert ids == sorted(ids)
-    (read,) = [sql for sql, params in adbc_statements if '"_c0"' in sql]
-    assert read.endswith('ORDER BY "_lt"."id"')
+    with LocalSourceRunner(source, 2) as runner:
+        assert len(runner.run()) == 5 * SMALL
+    reads = [sql for sql, params in adbc_statements if '"_c0"' in sql and params is None]
+    assert len(reads) == 2
+    assert all(sql.endswith('ORDER BY "_lt"."id"') for sql in reads), reads
+    unordered = ReaderOptions(checkpoints=False)
+    with LocalSourceRunner(source, 2, options=unordered) as runner:
+        runner.run(10)
+        with pytest.raises(ConfigError, match="takes no checkpoints"):
+            runner.checkpoint()
+    with pytest.raises(ConfigError, match="checkpoints must be a bool"):
+        ReaderOptions(checkpoints="no")  # type: ignore[arg-type]
 
 
 def test_adbc_postgres_resume_inside_a_chunk_has_no_bound_parameters(
@@ -298,7 +307,7 @@ def test_checkpoint_inside_one_large_chunk_resumes_with_every_row_once(
 ) -> None:
     factory, table, rows = driver_table
     expected = bag((n, f"v{n}") for n in range(1, rows + 1))
-    bulk = read_arrow(SqlTableSource(factory, table), 3)
+    bulk = read_arrow(SqlTableSource(factory, table), 3)  # no checkpoints: any order
     assert bag((r["id"], r["v"]) for r in bulk.to_pylist()) == expected
     for split_column in (None, "v"):  # resumed after the last key; by skipping rows
         source = SqlTableSource(factory, table, split_column=split_column)
