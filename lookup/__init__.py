@@ -17,6 +17,7 @@ from lookup.refresh import Materialization, RefreshStatus, ScheduledTableRefresh
 from lookup.retry import MissRetry, RetryPolicy
 from lookup.runtime import LookupHandle, open_lookup
 from lookup.sql import register_lookup_function, register_lookup_table_function
+from lookup.table_join import register_lookup_join
 
 __all__ = [
     "AsyncLookupFunction",
@@ -41,5 +42,6 @@ __all__ = [
     "lookup_metrics",
     "open_lookup",
     "register_lookup_function",
+    "register_lookup_join",
     "register_lookup_table_function",
 ]

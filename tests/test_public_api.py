@@ -22,7 +22,7 @@ EXPORTS = {
         "PartialCachingAsyncLookupProvider", "PartialCachingLookupProvider",
         "RedisLookupFunction", "RefreshStatus", "RetryPolicy", "ScheduledTableRefresh",
         "SqlLookupFunction", "lookup_join", "lookup_metrics", "open_lookup",
-        "register_lookup_function", "register_lookup_table_function",
+        "register_lookup_function", "register_lookup_join", "register_lookup_table_function",
     },
     "spark_lookup": {
         "BadValueError", "ConfigError", "ConnectorError", "LookupLoadError",

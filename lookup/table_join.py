@@ -1,0 +1,177 @@
+"""register_lookup_join: a whole lookup join as one SQL table function over a table
+argument, ``SELECT * FROM enrich(TABLE(orders))``.
+
+It runs the worker side of :func:`lookup.lookup_join` (the same runtime, caches, key
+checks, type rules, one-to-many rows, left and inner) once per Arrow batch of the
+table argument, at the speed of ``mapInArrow``.
+
+Why a vectorized (Arrow) UDTF with an ``analyze`` method, built as
+``UserDefinedTableFunction(..., evalType=SQL_ARROW_UDTF)``: the output is the table
+argument's columns followed by the dimension's, so its schema is known only when a
+query names its argument, which is what ``analyze`` is for; and only an Arrow UDTF sees
+whole batches. PySpark 4.3's ``arrow_udtf`` decorator refuses an ``analyze`` method
+(SPARK-53286: "support analyze for Arrow UDTFs"), but Spark itself runs it for this
+evaluation type, on classic and Connect sessions alike; the row UDTF (``udtf``) calls
+Python once per row, 6x slower. If a later PySpark refuses the combination, the
+registration fails at once with PySpark's error, never a query.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from pyspark.sql.udtf import AnalyzeResult
+
+from lookup._assemble import JoinShape, join_batch
+from lookup._join_plan import plan_join
+from lookup._session import is_connect
+from lookup._worker import worker_runtime
+from lookup.providers import LookupProvider
+from lookup.sql import _checked
+from spark_lookup.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["register_lookup_join"]
+
+
+class _LookupJoinTable:
+    """Base of the UDTF classes :func:`register_lookup_join` builds (one subclass per
+    registration, holding its configuration as class attributes). Spark runs
+    :meth:`analyze` on the driver side when a query is analyzed, and creates one
+    instance per task in executors' Python workers, calling :meth:`eval` once per Arrow
+    batch of the table argument."""
+
+    _name: str = ""
+    _provider: LookupProvider
+    _on: Any
+    _how: str = "left"
+    _columns: Sequence[str] | str | None = None
+    _prefix: str | None = None
+
+    def __init__(self, analyze_result: _JoinAnalysis) -> None:
+        shape = analyze_result.shape
+        assert shape is not None  # analyze always sets it
+        self._shape = shape
+        self._describe = self._provider.describe()
+
+    def eval(self, batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+        """The joined rows of one batch of the table argument."""
+        runtime = worker_runtime(self._provider)
+        out = join_batch(batch, self._shape, runtime, self._describe)
+        if out.num_rows:
+            yield out
+
+
+@dataclasses.dataclass
+class _JoinAnalysis(AnalyzeResult):
+    """What ``analyze`` hands each instance: the output schema and the join's shape
+    (Spark pickles it to every task)."""
+
+    shape: JoinShape | None = None
+
+
+def _make_analyze(cls: type[_LookupJoinTable]) -> Any:
+    def analyze(*arguments: Any) -> _JoinAnalysis:
+        name = cls._name
+        if len(arguments) != 1 or not arguments[0].isTable:
+            raise ConfigError(
+                f"{name} takes one table argument: SELECT * FROM {name}(TABLE(t)) or "
+                f"{name}(TABLE(SELECT ...)); got {len(arguments)} argument(s)"
+                + ("" if len(arguments) != 1 else " that is not a TABLE"))
+        plan = plan_join(arguments[0].dataType, cls._provider, cls._on, cls._how,
+                         cls._columns, cls._prefix)
+        return _JoinAnalysis(schema=plan.schema, shape=plan.shape)
+
+    return analyze
+
+
+def register_lookup_join(
+    spark: SparkSession,
+    name: str,
+    provider: LookupProvider,
+    on: str | Sequence[str] | Mapping[str, str],
+    how: str = "left",
+    columns: Sequence[str] | str | None = None,
+    prefix: str | None = None,
+    metrics: bool | None = None,
+) -> Any:
+    """Register ``name`` as a SQL table function that enriches its table argument with
+    the dimension rows ``provider`` looks up by key: ``lookup_join`` in one SQL call.
+
+    Runs on the driver, now: checks ``name``, ``provider`` and the options, and
+    registers the function in ``spark``'s session (classic or Spark Connect). When a
+    query is analyzed, Spark runs its ``analyze`` with the table argument's schema,
+    which checks ``on``, ``how``, ``columns`` and ``prefix`` against it with the
+    messages of :func:`lookup.lookup_join` (a bad key type fails the query before any
+    task runs). In executors' Python workers it joins each Arrow batch of the argument
+    with the worker's runtime of ``provider`` (the one ``lookup_join`` and the other SQL
+    functions use there too).
+
+    Parameters
+    ----------
+    spark
+        The session to register in.
+    name
+        The SQL function name (letters, digits, ``_``; not a built-in's).
+    provider, on, how, columns, prefix
+        As for :func:`lookup.lookup_join`; ``on`` names columns of the table argument.
+    metrics
+        ``None`` or ``False``. A table function's output is not observable from here
+        (no DataFrame of ours in the query), so it reports no metrics, like the other
+        SQL functions; its lookups count in the worker's runtime, which a later
+        ``lookup_join`` task reports.
+
+    Returns
+    -------
+    pyspark.sql.udtf.UserDefinedTableFunction
+        The registered function.
+
+    Raises
+    ------
+    ConfigError
+        On the driver, for a bad name, provider, ``how``, ``prefix`` or ``metrics=True``;
+        in the query's analysis, for columns or key types that do not fit its argument.
+
+    Examples
+    --------
+    >>> register_lookup_join(spark, "enrich_orders", customers, on="customer_id")  # doctest: +SKIP
+    >>> spark.sql("SELECT * FROM enrich_orders(TABLE(orders))")  # doctest: +SKIP
+    >>> spark.sql("SELECT * FROM enrich_orders(TABLE(SELECT * FROM orders "
+    ...           "WHERE region = 'EU'))")  # doctest: +SKIP
+    """
+    name, provider = _checked(spark, name, provider)
+    if metrics:
+        raise ConfigError(
+            f"{name}: a SQL table function reports no metrics (its output is not observable "
+            "from the driver); use lookup_join(..., metrics=True) on a DataFrame for them")
+    if metrics is not None and not isinstance(metrics, bool):
+        raise ConfigError(f"metrics must be None or False, got {metrics!r}")
+    # Checked now too, as far as the argument's schema is not needed: bad options fail
+    # the registration, not each query.
+    from lookup._join_plan import _join_kind
+
+    _join_kind(how)
+    if prefix is not None and (not isinstance(prefix, str) or not prefix):
+        raise ConfigError(f"prefix must be a non-empty string, got {prefix!r}")
+    handler = type(f"LookupJoin_{name}", (_LookupJoinTable,), {
+        "_name": name, "_provider": provider, "_on": on, "_how": how, "_columns": columns,
+        "_prefix": prefix})
+    handler.analyze = staticmethod(_make_analyze(handler))  # type: ignore[attr-defined]
+    from pyspark.util import PythonEvalType
+
+    if is_connect(spark):
+        from pyspark.sql.connect.udtf import UserDefinedTableFunction as ConnectUDTF
+
+        function: Any = ConnectUDTF(handler, returnType=None, name=name,
+                                    evalType=PythonEvalType.SQL_ARROW_UDTF)
+    else:
+        from pyspark.sql.udtf import UserDefinedTableFunction
+
+        function = UserDefinedTableFunction(handler, returnType=None, name=name,
+                                            evalType=PythonEvalType.SQL_ARROW_UDTF)
+    return spark.udtf.register(name, function)
