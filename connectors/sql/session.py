@@ -30,6 +30,8 @@ log = logging.getLogger("connectors")
 
 _FETCH_ROWS = 8192
 """Rows per fetch on DB-API connections: a chunk streams in batches of this size."""
+_ARROW_BATCH_ROWS = 65_536
+"""Rows per record batch of a dialect's Arrow reader (connectorx)."""
 _ADBC_SQLITE_BATCH_ROWS = 65_536
 """Rows per batch of ADBC SQLite reads that can be resumed (see :meth:`Session.arrays`)."""
 _ADBC_SQLITE_ONE_BATCH = 2**30
@@ -218,8 +220,13 @@ class Session:
         ConnectorError
             Naming the session's table and ``purpose``.
         """
+        if rest is not None and not params and not self.flavor.adbc:
+            batches = self._faster_reader(sql, purpose)
+            if batches is not None:
+                yield from self._arrow_arrays(batches, wire, purpose)
+                return
         with self.failing(purpose):
-            cursor = self.raw.cursor()
+            cursor = self._cursor(stream=rest is not None)
         finished = False
         self._start_statement()
         try:
@@ -237,6 +244,42 @@ class Session:
             # A read left unfinished (closed early) leaves the connection mid-result.
             self.broken = self.broken or not finished
             _close_quietly(cursor)
+
+    def _cursor(self, stream: bool) -> Any:
+        """A cursor; for a large read, one that receives rows as they are fetched
+        (pymysql's ``SSCursor``, mysql-connector's unbuffered cursor) rather than the
+        whole result first."""
+        if stream and self._module == "pymysql":
+            import pymysql.cursors
+
+            return self.raw.cursor(pymysql.cursors.SSCursor)
+        if stream and self._module == "mysql.connector":
+            return self.raw.cursor(buffered=False)
+        return self.raw.cursor()
+
+    def _faster_reader(self, sql: str, purpose: str) -> Iterator[pa.RecordBatch] | None:
+        """The dialect's faster reader of a large parameter-free read (connectorx for
+        MySQL), or None; one that fails to start leaves the read to the driver."""
+        try:
+            return self.dialect.arrow_batches(self, sql, _ARROW_BATCH_ROWS)
+        except Exception as exc:
+            log.info("%s: %s: the Arrow reader failed to start (%s: %s); reading with the "
+                     "driver", self.what, purpose, type(exc).__name__, str(exc)[:200])
+            return None
+
+    def _arrow_arrays(self, batches: Iterator[pa.RecordBatch], wire: Sequence[pa.DataType],
+                      purpose: str) -> Iterator[tuple[list[pa.Array], list[pa.Array | None]]]:
+        nothing: list[pa.Array | None] = [None] * len(wire)
+        try:
+            for batch in batches:
+                if batch.num_rows:
+                    # The reader's own types (int32 for INT, large strings) widen to
+                    # the wire's, losslessly.
+                    yield [column if column.type == wire_type else column.cast(wire_type)
+                           for column, wire_type in zip(batch.columns, wire, strict=True)
+                           ], nothing
+        except Exception as exc:
+            raise translate(exc, f"{self.what}: {purpose} failed") from exc
 
     def _adbc_arrays(self, cursor: Any, sql: str, params: Any, width: int
                      ) -> Iterator[tuple[list[pa.Array], list[pa.Array | None]]]:

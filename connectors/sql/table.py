@@ -461,7 +461,9 @@ class SqlTable(PerProcess):
         wire = ([] if by_value else [pa.int64()]) + runtime.wire_types
         first = start if positions is None else positions[start].as_py()
         purpose = f"lookup of {len(chunk[0])} key(s) (first key {shown(keys.key_at(first))})"
-        key_position = plan.schema.fieldNames().index(plan.key_columns[0])
+        names = plan.schema.fieldNames()
+        key_positions = [names.index(k) for k in plan.key_columns]
+        key_position = key_positions[0]
 
         def to_sent(found: Any) -> Any:
             index = pc.add(pc.cast(found, pa.int64()), start)
@@ -476,10 +478,7 @@ class SqlTable(PerProcess):
                     return shown((key_wire[row].as_py(),))
 
                 batch, _ = runtime.conform(wires, built_flags, describe)
-                found = pc.index_in(batch.column(key_position), value_set=chunk[0])
-                matched = pc.is_valid(found)
-                if not pc.all(matched).as_py():  # a key value read as null: unmatchable
-                    batch, found = batch.filter(matched), found.filter(matched)
+                batch, found = _match_by_value(batch, key_positions, chunk)
                 yield pa.array(to_sent(found), pa.int64()), batch
                 continue
             sent_index = to_sent(wires[0])
@@ -541,6 +540,25 @@ class _Runtime:
             return shown(wires[key_index][row].as_py())
 
         return self.conform(wires, built_flags, describe)[0]
+
+
+def _match_by_value(batch: pa.RecordBatch, key_positions: list[int], chunk: list[pa.Array]
+                    ) -> tuple[pa.RecordBatch, pa.Array]:
+    """The rows whose key columns equal a key of ``chunk`` exactly (Arrow equality;
+    a key read as null matches nothing), and each one's key position in ``chunk``."""
+    if len(key_positions) == 1:
+        found = pc.index_in(batch.column(key_positions[0]), value_set=chunk[0])
+        matched = pc.is_valid(found)
+        if not pc.all(matched).as_py():
+            batch, found = batch.filter(matched), found.filter(matched)
+        return batch, found
+    names = [f"k{i}" for i in range(len(chunk))]
+    rows = pa.table([batch.column(p) for p in key_positions]
+                    + [pa.array(range(batch.num_rows), pa.int64())], names=[*names, "_row"])
+    asked = pa.table([*chunk, pa.array(range(len(chunk[0])), pa.int64())],
+                     names=[*names, "_key"])
+    joined = rows.join(asked, keys=names, join_type="inner").sort_by("_row")
+    return batch.take(joined.column("_row")), joined.column("_key").combine_chunks()
 
 
 def _one_batch(batches: list[pa.RecordBatch], schema: pa.Schema) -> pa.RecordBatch:

@@ -6,6 +6,7 @@ dialect module and its line below."""
 from __future__ import annotations
 
 from connectors.sql.dialects.base import Dialect
+from connectors.sql.dialects.mysql import MysqlDialect
 from connectors.sql.dialects.postgres import PostgresDialect
 from connectors.sql.dialects.sqlite import SqliteDialect
 from connectors.sql.flavor import OTHER
@@ -13,7 +14,7 @@ from connectors.sql.flavor import OTHER
 __all__ = ["Dialect", "dialect_for"]
 
 _DIALECTS: dict[str, Dialect] = {
-    d.backend: d for d in (PostgresDialect(), SqliteDialect(), Dialect())
+    d.backend: d for d in (PostgresDialect(), SqliteDialect(), MysqlDialect(), Dialect())
 }
 
 

@@ -13,7 +13,7 @@ instance per database, chosen from the connection's driver module
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -221,3 +221,9 @@ class Dialect:
         """Make the database end a statement that runs longer than ``timeout`` seconds;
         False when this database has no such setting here."""
         return False
+
+    def arrow_batches(self, session: SessionLike, sql: str, batch_rows: int
+                      ) -> Iterator[pa.RecordBatch] | None:
+        """A large parameter-free read (a scan's chunk) as Arrow record batches by a
+        reader faster than the session's driver, or None: the driver reads it."""
+        return None
