@@ -1,8 +1,8 @@
 """Shared fixtures: one local SparkSession of each kind (classic, Spark Connect) per test
-session, and isolated Redis and PostgreSQL access.
+session, and isolated Redis, PostgreSQL and MySQL access.
 
-Service fixtures read ``REDIS_URL`` / ``POSTGRES_DSN`` / ``MYSQL_URL`` (defaults: the loopback servers of
-the development machine). An unreachable server skips the test with the reason, except
+Service fixtures read ``REDIS_URL`` / ``POSTGRES_DSN`` / ``MYSQL_URL`` (defaults: the
+loopback servers of the development machine). An unreachable server skips the test with the reason, except
 under ``CI=true``, where it fails: CI must never pass by skipping.
 """
 

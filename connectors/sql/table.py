@@ -558,7 +558,8 @@ def _match_by_value(batch: pa.RecordBatch, key_positions: list[int], chunk: list
     asked = pa.table([*chunk, pa.array(range(len(chunk[0])), pa.int64())],
                      names=[*names, "_key"])
     joined = rows.join(asked, keys=names, join_type="inner").sort_by("_row")
-    return batch.take(joined.column("_row")), joined.column("_key").combine_chunks()
+    return (batch.take(joined.column("_row").combine_chunks()),
+            joined.column("_key").combine_chunks())
 
 
 def _one_batch(batches: list[pa.RecordBatch], schema: pa.Schema) -> pa.RecordBatch:

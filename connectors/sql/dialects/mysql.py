@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import re
+import ssl
 from collections.abc import Iterator
 from datetime import date, datetime, timezone
 from decimal import Decimal
@@ -336,7 +337,10 @@ def _connectorx_url(raw: Any) -> str | None:
     connection over plain TCP; None for anything else."""
     module = type(raw).__module__.split(".")[0]
     if module == "pymysql":
-        if raw.unix_socket or getattr(raw, "ctx", None) is not None:
+        # pymysql makes an unverified TLS context of its own when none is asked for;
+        # one that verifies the server is the user's: connectorx would not honour it.
+        context = getattr(raw, "ctx", None)
+        if raw.unix_socket or (context is not None and context.verify_mode != ssl.CERT_NONE):
             return None
         host, port, user = raw.host, raw.port, raw.user
         password, database = raw.password, raw.db
