@@ -2,7 +2,8 @@
 session, and isolated Redis, PostgreSQL and MySQL access.
 
 Service fixtures read ``REDIS_URL`` / ``POSTGRES_DSN`` / ``MYSQL_URL`` (defaults: the
-loopback servers of the development machine). An unreachable server skips the test with the reason, except
+loopback servers of the development machine). An unreachable server skips the test with the
+reason, except
 under ``CI=true``, where it fails: CI must never pass by skipping.
 """
 

@@ -182,7 +182,8 @@ def test_full_loads_stream_in_chunks_with_and_without_connectorx(
         assert table.column("id").to_pylist() == list(range(1, 70_001))
         assert str(table.column("amount")[2].as_py()) == "0.75"
         assert table.schema.field("d").type == pa.timestamp("us")
-    assert streamed and all(s == arrow_reader for s in streamed)
+    assert streamed
+    assert all(s == arrow_reader for s in streamed)
 
 
 def test_a_scan_reads_through_an_unbuffered_cursor(connect: Any) -> None:
@@ -204,8 +205,9 @@ def test_connectorx_urls_come_from_plain_tcp_connections(mysql_url: str) -> None
     conn = pymysql.connect(**params)
     try:
         url = _connectorx_url(conn)
-        assert url is not None and url.startswith("mysql://") and url.endswith(
-            f":{params['port']}/{params['database']}")
+        assert url is not None
+        assert url.startswith("mysql://")
+        assert url.endswith(f":{params['port']}/{params['database']}")
     finally:
         conn.close()
     assert _connectorx_url(object()) is None
