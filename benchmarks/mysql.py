@@ -50,10 +50,10 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
-import pyarrow as pa
+import pyarrow as pa  # noqa: E402
 
-from benchmarks._util import write_result
-from tests.conftest import mysql_params
+from benchmarks._util import write_result  # noqa: E402
+from tests.conftest import mysql_params  # noqa: E402
 
 URL = os.environ.get("MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
 
