@@ -5,8 +5,9 @@ Every connector translates a driver's error where it enters our code into a
 serialization failure or deadlock, a server starting or stopping: retried with
 backoff) or a permanent :class:`~spark_lookup.ConnectorError` (a missing table, a
 refused login, a malformed statement: reported at once). The classification uses
-what the drivers say: SQLSTATE codes (psycopg, ADBC), SQLite's result codes, and
-redis-py's exception types.
+what the drivers say: SQLSTATE codes (psycopg, ADBC), MySQL's error numbers (pymysql,
+mysql-connector-python, mysqlclient), SQLite's result codes, and redis-py's exception
+types.
 """
 
 from __future__ import annotations
@@ -36,6 +37,31 @@ _SQLITE_TRANSIENT = {5, 6, 9}
 _SQLITE_TRANSIENT_TEXT = re.compile(
     r"database (table )?is locked|database is busy|^interrupted$", re.I)
 
+# MySQL and MariaDB error numbers that pass: a lost or refused connection (2002 can't
+# connect through the socket, 2003 can't connect, 2006 server gone away, 2013 lost
+# during a query, 2055 lost, mysql-connector), too many connections (1040), a server
+# shutting down (1053, 1077-1080), a killed or interrupted query (1317), a deadlock
+# (1213), a lock wait timeout (1205), a statement past max_statement_time (MariaDB
+# 1969) or max_execution_time (MySQL 3024), a read-only or resyncing node (1290, 1836),
+# and net read/write errors or timeouts (1158-1161). Everything else a MySQL driver
+# reports (1064 syntax, 1146 unknown table, 1054 unknown column, 1045 access denied,
+# 1044, 1049 unknown database...) is permanent.
+_MYSQL_TRANSIENT = frozenset({
+    1040, 1053, 1077, 1078, 1079, 1080, 1158, 1159, 1160, 1161, 1205, 1213, 1290, 1317,
+    1836, 1969, 2002, 2003, 2006, 2013, 2055, 3024,
+})
+_MYSQL_MODULES = frozenset({"pymysql", "mysql", "MySQLdb"})
+
+
+def _mysql_errno(exc: BaseException) -> int | None:
+    code = getattr(exc, "errno", None)  # mysql-connector
+    if isinstance(code, int) and code > 0:
+        return code
+    args = getattr(exc, "args", ())
+    if args and isinstance(args[0], int):  # pymysql, mysqlclient: (errno, message)
+        return args[0]
+    return None
+
 
 def _sqlstate(exc: BaseException) -> str | None:
     for attribute in ("sqlstate", "pgcode"):
@@ -59,6 +85,12 @@ def is_transient(exc: BaseException) -> bool:
     name = type(exc).__name__
     if module == "redis":
         return _redis_transient(exc)
+    if module in _MYSQL_MODULES:
+        errno = _mysql_errno(exc)
+        if errno is not None:
+            # Before the SQLSTATE: MySQL gives a lock wait timeout and a lost
+            # connection the catch-all HY000.
+            return errno in _MYSQL_TRANSIENT
     code = _sqlstate(exc)
     if code is not None:
         return code[:2] in _TRANSIENT_SQLSTATE_CLASSES
@@ -108,7 +140,8 @@ def driver_errors(module_name: str) -> tuple[type[BaseException], ...]:
 
 
 _DRIVER_MODULES = frozenset(
-    {"psycopg", "psycopg2", "sqlite3", "_sqlite3", "redis", "adbc_driver_manager"}
+    {"psycopg", "psycopg2", "sqlite3", "_sqlite3", "redis", "adbc_driver_manager", "pymysql",
+     "mysql", "MySQLdb"}
 )
 
 

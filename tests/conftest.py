@@ -1,8 +1,9 @@
 """Shared fixtures: one local SparkSession of each kind (classic, Spark Connect) per test
-session, and isolated Redis and PostgreSQL access.
+session, and isolated Redis, PostgreSQL and MySQL access.
 
-Service fixtures read ``REDIS_URL`` / ``POSTGRES_DSN`` (defaults: the loopback servers of
-the development machine). An unreachable server skips the test with the reason, except
+Service fixtures read ``REDIS_URL`` / ``POSTGRES_DSN`` / ``MYSQL_URL`` (defaults: the
+loopback servers of the development machine). An unreachable server skips the test with the
+reason, except
 under ``CI=true``, where it fails: CI must never pass by skipping.
 """
 
@@ -21,6 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 POSTGRES_DSN = os.environ.get("POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+MYSQL_URL = os.environ.get("MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
@@ -223,3 +225,47 @@ def pg_schema(postgres_dsn: str) -> Iterator[str]:
     finally:
         with psycopg.connect(postgres_dsn, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+def mysql_params(url: str, database: str | None = None) -> dict[str, Any]:
+    """Connection keywords (pymysql's and mysql-connector's alike) of a ``mysql://`` URL."""
+    from urllib.parse import unquote, urlsplit
+
+    parts = urlsplit(url)
+    return {
+        "host": parts.hostname or "127.0.0.1",
+        "port": parts.port or 3306,
+        "user": unquote(parts.username or "root"),
+        "password": unquote(parts.password or ""),
+        "database": database or parts.path.lstrip("/") or "test",
+    }
+
+
+@pytest.fixture(scope="session")
+def mysql_url() -> str:
+    """URL of a reachable MySQL or MariaDB server (MYSQL_URL)."""
+    try:
+        import pymysql
+    except ImportError:
+        unavailable("pymysql is not installed (pip install 'spark-lookup[mysql]')")
+        raise
+    try:
+        pymysql.connect(**mysql_params(MYSQL_URL), connect_timeout=3).close()
+    except pymysql.Error as exc:
+        unavailable(f"MySQL at {MYSQL_URL} is unreachable: {exc}")
+    return MYSQL_URL
+
+
+@pytest.fixture
+def mysql_db(mysql_url: str) -> Iterator[str]:
+    """A database of this test's own (dropped with everything in it afterwards)."""
+    import pymysql
+
+    database = f"sltest_{uuid.uuid4().hex[:12]}"
+    with pymysql.connect(**mysql_params(mysql_url)) as conn, conn.cursor() as cursor:
+        cursor.execute(f"CREATE DATABASE `{database}` CHARACTER SET utf8mb4")
+    try:
+        yield database
+    finally:
+        with pymysql.connect(**mysql_params(mysql_url)) as conn, conn.cursor() as cursor:
+            cursor.execute(f"DROP DATABASE `{database}`")

@@ -1,111 +1,43 @@
 """One open connection to a SQL database, whatever its driver: SQL in, Arrow out.
 
-Four kinds of connection are known: ADBC (adbc-driver-postgresql, adbc-driver-sqlite:
-results arrive as Arrow record batches, parameters are bound as Arrow), psycopg 3 and
-psycopg2, and sqlite3 (DB-API 2.0: rows of Python values, turned into Arrow columns
-here). Any other DB-API driver works with a declared schema (no catalog, no casts).
+Kinds of connection: ADBC (adbc-driver-postgresql, adbc-driver-sqlite: results arrive
+as Arrow record batches, parameters are bound as Arrow) and DB-API 2.0 drivers (psycopg
+3, psycopg2, sqlite3, pymysql, mysql-connector-python, mysqlclient: rows of Python
+values, turned into Arrow columns here). What SQL each database takes is its dialect's
+(:mod:`connectors.sql.dialects`); any other DB-API driver works with a declared schema
+(no catalog, no casts).
 """
 
 from __future__ import annotations
 
-import importlib
 import itertools
 import logging
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from connectors.errors import driver_errors, translate
-from spark_lookup.errors import ConfigError, ConnectorError
+from connectors.sql.dialects import Dialect, dialect_for
+from connectors.sql.flavor import MYSQL, OTHER, POSTGRES, SQLITE, Flavor, driver_module, flavor_of
+from spark_lookup.errors import ConnectorError
 
-__all__ = ["OTHER", "POSTGRES", "SQLITE", "Flavor", "Session", "flavor_of"]
+__all__ = ["MYSQL", "OTHER", "POSTGRES", "SQLITE", "Flavor", "Session", "flavor_of"]
 
 log = logging.getLogger("connectors")
 
-POSTGRES = "postgres"
-SQLITE = "sqlite"
-OTHER = "other"
-
 _FETCH_ROWS = 8192
 """Rows per fetch on DB-API connections: a chunk streams in batches of this size."""
+_ARROW_BATCH_ROWS = 65_536
+"""Rows per record batch of a dialect's Arrow reader (connectorx)."""
 _ADBC_SQLITE_BATCH_ROWS = 65_536
 """Rows per batch of ADBC SQLite reads that can be resumed (see :meth:`Session.arrays`)."""
 _ADBC_SQLITE_ONE_BATCH = 2**30
 """ADBC SQLite infers each column's type from the first batch it reads and fails on a
 later batch that disagrees (a column NULL in the whole first batch and text later): one
 batch for the whole result lets the inference see every value."""
-_ADBC_MODULES = ("adbc_driver_manager", "adbc_driver_sqlite", "adbc_driver_postgresql")
-_PLACEHOLDERS = {"dollar": "${n}", "qmark": "?", "format": "%s", "pyformat": "%s",
-                 "numeric": ":{n}", "named": ":p{i}"}  # i: 0-based, n: 1-based
-
-
-@dataclass(frozen=True)
-class Flavor:
-    """What a connection is: its database, whether it speaks Arrow (ADBC), and how its
-    statements take parameters."""
-
-    backend: str
-    """``"postgres"``, ``"sqlite"`` or ``"other"``."""
-    adbc: bool
-    paramstyle: str
-    """``"dollar"`` (``$1``: ADBC PostgreSQL), ``"qmark"``, ``"format"``, ``"numeric"``
-    or ``"named"``."""
-
-    def placeholder(self, index: int) -> str:
-        """The placeholder of the ``index``-th (0-based) parameter."""
-        template = _PLACEHOLDERS.get(self.paramstyle)
-        if template is None:
-            raise ConfigError(f"unsupported DB-API paramstyle {self.paramstyle!r}")
-        return template.format(i=index, n=index + 1)
-
-    def params(self, values: Sequence[Any]) -> Any:
-        """``values`` in the shape the driver takes for this style."""
-        if self.paramstyle == "named":
-            return {f"p{i}": v for i, v in enumerate(values)}
-        return tuple(values)
-
-    @property
-    def escapes_percent(self) -> bool:
-        """Whether ``%`` in SQL text must be written ``%%`` (format styles)."""
-        return self.paramstyle in ("format", "pyformat")
-
-
-def flavor_of(connection: Any) -> Flavor:
-    """The :class:`Flavor` of an open connection.
-
-    Raises
-    ------
-    ConfigError
-        For a DB-API driver whose parameter style cannot be told.
-    """
-    module_name = type(connection).__module__.split(".")[0]
-    if module_name in _ADBC_MODULES:
-        vendor = str(connection.adbc_get_info().get("vendor_name", "")).lower()
-        if "postgres" in vendor:
-            return Flavor(POSTGRES, True, "dollar")
-        return Flavor(SQLITE if "sqlite" in vendor else OTHER, True, "qmark")
-    if module_name in ("sqlite3", "_sqlite3"):
-        return Flavor(SQLITE, False, "qmark")
-    if module_name in ("psycopg", "psycopg2"):
-        return Flavor(POSTGRES, False, "format")
-    module = sys.modules.get(module_name)
-    if module is None:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            module = None
-    paramstyle = getattr(module, "paramstyle", None)
-    if not isinstance(paramstyle, str):
-        raise ConfigError(
-            f"cannot tell the parameter style of {type(connection).__qualname__} connections "
-            f"(module {module_name!r} has no DB-API 'paramstyle')"
-        )
-    return Flavor(OTHER, False, paramstyle)
 
 
 def _close_quietly(resource: Any) -> None:
@@ -160,47 +92,36 @@ class Session:
         self.raw = raw
         self.what = what
         self.flavor = flavor_of(raw)
+        self.dialect: Dialect = dialect_for(self.flavor.backend)
         self.broken = False
         """Set when a statement failed or a read was abandoned: not to be reused."""
-        module = type(raw).__module__.split(".")[0]
-        self._module = module
-        self._errors = driver_errors(module)
+        self._module = driver_module(raw)
+        self._errors = driver_errors(self._module)
         self._rollback = self._prefer_autocommit()
         self._timeout = timeout
         self._deadline = float("inf")
+        self.dialect.prepare(self)
         if timeout is not None:
             self._bound_statements(timeout)
 
     def _bound_statements(self, timeout: float) -> None:
-        """Make the database end a statement that runs longer than ``timeout``.
+        """Make the database end a statement that runs longer than ``timeout``: the
+        dialect's setting (PostgreSQL's ``statement_timeout``, SQLite's progress
+        handler, MySQL's ``max_execution_time``). Where it has none, statements are
+        not bounded."""
+        if not self.dialect.bound_statements(self, timeout):
+            log.debug("%s: no statement timeout for %r connections", self.what, self.raw)
 
-        PostgreSQL: ``statement_timeout`` for the session (a lock wait counts; the
-        error, SQLSTATE 57014, is transient). sqlite3: the busy timeout bounds lock
-        waits, and a progress handler interrupts a statement past its deadline
-        (SQLITE_INTERRUPT, transient). Other connections (ADBC SQLite, other DB-API
-        drivers) have no such setting here: their statements are not bounded.
-        """
-        milliseconds = max(1, int(timeout * 1000))
-        if self.flavor.backend == POSTGRES:
-            # SET takes no bound parameter (the value is an int we made). Outside
-            # autocommit it must be committed: a rollback would undo it.
-            with self._failing("setting the statement timeout"):
-                cursor = self.raw.cursor()
-                try:
-                    cursor.execute(f"SET statement_timeout = {milliseconds}")
-                finally:
-                    _close_quietly(cursor)
-                if self._rollback != "never":
-                    self.raw.commit()
-            return
-        if self.flavor.backend == SQLITE and not self.flavor.adbc:
-            self.raw.execute(f"PRAGMA busy_timeout = {milliseconds}")
-            self.raw.set_progress_handler(self._past_deadline, 10_000)
-            return
-        log.debug("%s: no statement timeout for %r connections", self.what, self.raw)
-
-    def _past_deadline(self) -> int:
+    def past_deadline(self) -> int:
+        """1 when the running statement is past its timeout (SQLite's progress
+        handler interrupts it), else 0."""
         return 1 if time.monotonic() > self._deadline else 0
+
+    def commit_setting(self) -> None:
+        """Commit a session setting just made, unless in autocommit mode (a rollback
+        after a read would undo it)."""
+        if self._rollback != "never":
+            self.raw.commit()
 
     def _start_statement(self) -> None:
         if self._timeout is not None:
@@ -241,7 +162,7 @@ class Session:
             self.raw.rollback()
 
     @contextmanager
-    def _failing(self, purpose: str) -> Iterator[None]:
+    def failing(self, purpose: str) -> Iterator[None]:
         """The driver's errors in the block become a ConnectorError naming the table and
         ``purpose``; the session is then broken (never reused)."""
         try:
@@ -258,7 +179,7 @@ class Session:
         ConnectorError
             Naming the session's table and ``purpose``.
         """
-        with self._failing(purpose):
+        with self.failing(purpose):
             cursor = self.raw.cursor()
             try:
                 self._start_statement()
@@ -299,12 +220,17 @@ class Session:
         ConnectorError
             Naming the session's table and ``purpose``.
         """
-        with self._failing(purpose):
-            cursor = self.raw.cursor()
+        if rest is not None and not params and not self.flavor.adbc:
+            batches = self._faster_reader(sql, purpose)
+            if batches is not None:
+                yield from self._arrow_arrays(batches, wire, purpose)
+                return
+        with self.failing(purpose):
+            cursor = self._cursor(stream=rest is not None)
         finished = False
         self._start_statement()
         try:
-            with self._failing(purpose):
+            with self.failing(purpose):
                 if self.flavor.adbc and self.flavor.backend == SQLITE:
                     yield from self._adbc_sqlite_arrays(cursor, sql, params, len(wire), rest)
                 elif self.flavor.adbc:
@@ -318,6 +244,42 @@ class Session:
             # A read left unfinished (closed early) leaves the connection mid-result.
             self.broken = self.broken or not finished
             _close_quietly(cursor)
+
+    def _cursor(self, stream: bool) -> Any:
+        """A cursor; for a large read, one that receives rows as they are fetched
+        (pymysql's ``SSCursor``, mysql-connector's unbuffered cursor) rather than the
+        whole result first."""
+        if stream and self._module == "pymysql":
+            import pymysql.cursors
+
+            return self.raw.cursor(pymysql.cursors.SSCursor)
+        if stream and self._module == "mysql.connector":
+            return self.raw.cursor(buffered=False)
+        return self.raw.cursor()
+
+    def _faster_reader(self, sql: str, purpose: str) -> Iterator[pa.RecordBatch] | None:
+        """The dialect's faster reader of a large parameter-free read (connectorx for
+        MySQL), or None; one that fails to start leaves the read to the driver."""
+        try:
+            return self.dialect.arrow_batches(self, sql, _ARROW_BATCH_ROWS)
+        except Exception as exc:
+            log.info("%s: %s: the Arrow reader failed to start (%s: %s); reading with the "
+                     "driver", self.what, purpose, type(exc).__name__, str(exc)[:200])
+            return None
+
+    def _arrow_arrays(self, batches: Iterator[pa.RecordBatch], wire: Sequence[pa.DataType],
+                      purpose: str) -> Iterator[tuple[list[pa.Array], list[pa.Array | None]]]:
+        nothing: list[pa.Array | None] = [None] * len(wire)
+        try:
+            for batch in batches:
+                if batch.num_rows:
+                    # The reader's own types (int32 for INT, large strings) widen to
+                    # the wire's, losslessly.
+                    yield [column if column.type == wire_type else column.cast(wire_type)
+                           for column, wire_type in zip(batch.columns, wire, strict=True)
+                           ], nothing
+        except Exception as exc:
+            raise translate(exc, f"{self.what}: {purpose} failed") from exc
 
     def _adbc_arrays(self, cursor: Any, sql: str, params: Any, width: int
                      ) -> Iterator[tuple[list[pa.Array], list[pa.Array | None]]]:

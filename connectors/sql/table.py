@@ -8,16 +8,9 @@ table gives the same values and types whichever reads it.
 
 from __future__ import annotations
 
-import json
-import math
-import sqlite3
-import threading
-import time
-import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
-from decimal import Decimal
+from datetime import timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -28,34 +21,26 @@ from connectors.convert import Conformer
 from connectors.keys import EncodedKeys
 from connectors.policy import BadValuePolicy, BadValueStats
 from connectors.predicates import Predicate, check_predicates, predicates_to_sql
-from connectors.sql.catalog import ColumnInfo, TableInfo, describe_table
-from connectors.sql.session import POSTGRES, SQLITE, Session, open_session
-from connectors.sql.types import ColumnRead, natural_type, read_column
+from connectors.sql.catalog import ColumnInfo, TableInfo
+from connectors.sql.dialects import Dialect, dialect_for
+from connectors.sql.dialects.base import KeyBinding
+from connectors.sql.flavor import SQLITE
+from connectors.sql.pool import POOL_LOCK, SessionPool
+from connectors.sql.session import Session, open_session
+from connectors.sql.types import ColumnRead, check_read
 from spark_lookup._per_process import PerProcess
 from spark_lookup._shown import shown
 from spark_lookup.errors import ConfigError
 from spark_lookup.options import as_timedelta
 from spark_lookup.schema import SchemaLike, parse_schema, to_arrow_schema
-from spark_lookup.sql import qualified_name, quote_identifier, validate_identifier
+from spark_lookup.sql import qualified_name, validate_identifier
 
 __all__ = ["KeyBinding", "SqlPlan", "SqlTable", "check_factory"]
 
+_ALIAS = "_lt"
+"""The table's alias in every statement."""
+
 ConnectionFactory = Callable[[], Any]
-
-_POSTGRES_MAX_KEYS = 100_000
-"""Keys per PostgreSQL lookup statement (they travel as one array per key column)."""
-_SQLITE_DEFAULT_MAX_PARAMS = 32766  # SQLITE_MAX_VARIABLE_NUMBER since sqlite 3.32.0
-_OTHER_MAX_PARAMS = 999
-_UUID = r"^([0-9a-fA-F]{4}-?){7}[0-9a-fA-F]{4}$|^\{([0-9a-fA-F]{4}-?){7}[0-9a-fA-F]{4}\}$"
-_PG_KEY_TYPES: dict[type[T.DataType], str] = {
-    T.ByteType: "int2", T.ShortType: "int2", T.IntegerType: "int4", T.LongType: "int8",
-    T.FloatType: "float4", T.DoubleType: "float8", T.DecimalType: "numeric",
-}
-_ALIAS = '"_lt"'
-
-
-def _column_sql(name: str) -> str:
-    return f"{_ALIAS}.{quote_identifier(name, 'column name')}"
 
 
 def check_factory(factory: object, what: str) -> ConnectionFactory:
@@ -85,20 +70,6 @@ def check_factory(factory: object, what: str) -> ConnectionFactory:
 
 
 @dataclass(frozen=True)
-class KeyBinding:
-    """How one key column's values are sent: PostgreSQL's array type of the parameter,
-    and which values can never match the column (they are not sent)."""
-
-    array_type: str = ""
-    uuid: bool = False
-    enum_labels: tuple[str, ...] = ()
-    text: bool = False
-    exact: bool = False
-    """PostgreSQL equality of the column is equality of the key's Arrow values (integers,
-    dates, timestamps, booleans): rows can be matched back to keys by value."""
-
-
-@dataclass(frozen=True)
 class SqlPlan:
     """How a table is read; resolved once, small and picklable."""
 
@@ -121,14 +92,27 @@ class SqlPlan:
         """The Arrow schema of the rows read."""
         return to_arrow_schema(self.schema)
 
+    @property
+    def dialect(self) -> Dialect:
+        """The SQL of the table's database."""
+        return dialect_for(self.backend)
+
+    @property
+    def alias_sql(self) -> str:
+        """The table's alias in every statement, quoted."""
+        return self.dialect.quote(_ALIAS)
+
     def column_sql(self, name: str) -> str:
         """A column, quoted and qualified by the table's alias in every statement."""
-        return _column_sql(name)
+        dialect = self.dialect
+        return f"{dialect.quote(_ALIAS)}.{dialect.quote(name, 'column name')}"
 
     def select_sql(self) -> str:
-        """The SELECT list: every column's read as ``"_c<i>"``, then SQLite's flags."""
-        values = [f'{read.expression} AS "_c{i}"' for i, read in enumerate(self.reads)]
-        flags = [f'{read.flag} AS "_f{i}"' for i, read in enumerate(self.reads) if read.flag]
+        """The SELECT list: every column's read as ``_c<i>``, then SQLite's flags."""
+        quote = self.dialect.quote
+        values = [f"{read.expression} AS {quote(f'_c{i}')}" for i, read in enumerate(self.reads)]
+        flags = [f"{read.flag} AS {quote(f'_f{i}')}" for i, read in enumerate(self.reads)
+                 if read.flag]
         return ", ".join(values + flags)
 
     def filter_sql(
@@ -185,7 +169,7 @@ class SqlTable(PerProcess):
     ) -> None:
         self.timeout = None if timeout is None else as_timedelta(
             timeout, f"timeout of table {table!r}").total_seconds()
-        self.table_sql = qualified_name(table, "table name")
+        qualified_name(table, "table name")  # validated here; quoted by the dialect
         self.table = table
         self.factory = check_factory(connection_factory, f"table {table!r}")
         if columns is not None:
@@ -259,7 +243,7 @@ class SqlTable(PerProcess):
         """This process's idle sessions of the table."""
         pool = self._pool
         if pool is None:
-            with _POOL_LOCK:
+            with POOL_LOCK:
                 pool = self._pool
                 if pool is None:
                     pool = self._pool = SessionPool()
@@ -282,15 +266,18 @@ class SqlTable(PerProcess):
         own = session is None
         session = session or self.connect()
         try:
-            info = describe_table(session, self.table, self.table_sql)
-            plan = self._resolve(info, session)
+            dialect = session.dialect
+            table_sql = dialect.qualified(self.table)
+            info = dialect.describe(session, self.table, table_sql)
+            plan = self._resolve(info, session, dialect, table_sql)
         finally:
             if own:
                 session.close()
         self._plan = plan
         return plan
 
-    def _resolve(self, info: TableInfo, session: Session) -> SqlPlan:
+    def _resolve(self, info: TableInfo, session: Session, dialect: Dialect, table_sql: str
+                 ) -> SqlPlan:
         known = [c.name for c in info.columns]
         if self.declared is not None:
             names = self.declared.fieldNames()
@@ -312,20 +299,22 @@ class SqlTable(PerProcess):
                 f"{names}"
             )
         check_predicates(self.filters, known or names, self.what)
-        schema = self.declared or self._inferred(info, names)
+        schema = self.declared or self._inferred(info, names, dialect)
         rowid = (
             info.backend == SQLITE and len(info.primary_key) == 1
             and (info.column(info.primary_key[0]) or ColumnInfo("", "", False)).type_name
             == "INTEGER"
         )
+        alias = dialect.quote(_ALIAS)
         reads = tuple(
-            read_column(info.backend, self.table, info.column(f.name), _column_sql(f.name),
-                        f.dataType, rowid=rowid and f.name == info.primary_key[0])
+            self._read(dialect, info.column(f.name),
+                       f"{alias}.{dialect.quote(f.name, 'column name')}", f.dataType,
+                       rowid and f.name == info.primary_key[0])
             for f in schema.fields
         )
         return SqlPlan(
             table=self.table,
-            table_sql=self.table_sql,
+            table_sql=table_sql,
             backend=info.backend,
             schema=schema,
             reads=reads,
@@ -334,19 +323,27 @@ class SqlTable(PerProcess):
             not_null=frozenset(c.name for c in info.columns if c.not_null),
             key_columns=self.key_columns,
             key_bindings=tuple(
-                _key_binding(info, info.column(k), schema[k].dataType) for k in self.key_columns
+                dialect.key_binding(info.column(k), schema[k].dataType)
+                for k in self.key_columns
             ),
             filters=self.filters,
             known_columns=tuple(known),
         )
 
-    def _inferred(self, info: TableInfo, names: list[str]) -> T.StructType:
+    def _read(self, dialect: Dialect, column: ColumnInfo | None, quoted: str,
+              target: T.DataType, rowid: bool) -> ColumnRead:
+        if column is None:  # no catalog: the driver's values are taken as the target's
+            return Dialect().read(ColumnInfo("", "", False), quoted, target)
+        return check_read(dialect.read(column, quoted, target, rowid=rowid), self.table,
+                          column, target)
+
+    def _inferred(self, info: TableInfo, names: list[str], dialect: Dialect) -> T.StructType:
         fields = []
         unmapped = []
         for name in names:
             column = info.column(name)
             assert column is not None  # checked against the catalog above
-            spark = natural_type(info.backend, column)
+            spark = dialect.natural_type(column)
             if spark is None:
                 unmapped.append(f"{name} ({column.db_type or 'no declared type'})")
                 continue
@@ -400,22 +397,17 @@ class SqlTable(PerProcess):
         filters, filter_values = plan.filter_sql(flavor.placeholder, len(values))
         where = [*conditions, *filters]
         bound = [*values, *filter_values]
-        head = f"SELECT {plan.select_sql()} FROM {plan.table_sql} AS {_ALIAS}"
+        dialect = plan.dialect
+        head = f"SELECT {plan.select_sql()} FROM {plan.table_sql} AS {plan.alias_sql}"
         if where:
             head += " WHERE " + " AND ".join(where)
         if order_sql:
             head += f" ORDER BY {order_sql}"
-        params = flavor.params([_bindable(v, plan.backend) for v in bound]) if bound else ()
+        params = flavor.params([dialect.bindable(v) for v in bound]) if bound else ()
 
         def skipping(rows: int) -> tuple[str, Any]:
-            sql = head
-            if rows:
-                # A literal: the offset is a count of ours, and a bound one would take
-                # ADBC PostgreSQL off its COPY path. SQLite needs a LIMIT before an
-                # OFFSET; -1 means none.
-                limit = "LIMIT -1 " if plan.backend == SQLITE else ""
-                sql += f" {limit}OFFSET {int(rows)}"
-            return (_escape_percent(sql) if flavor.escapes_percent else sql), params
+            sql = head + (dialect.offset_sql(rows) if rows else "")
+            return dialect.finish(sql, flavor), params
 
         names = plan.schema.fieldNames()
         key_index = names.index(key_column) if key_column in names else None
@@ -444,10 +436,10 @@ class SqlTable(PerProcess):
         if not plan.key_columns:
             raise ConfigError(f"{self.what} has no key columns to look rows up by")
         runtime = self.runtime()
-        positions = _sendable(plan, keys.arrays)
+        positions = plan.dialect.sendable(plan.key_bindings, keys.arrays)
         arrays = keys.arrays if positions is None else [a.take(positions) for a in keys.arrays]
         count = len(arrays[0]) if arrays else 0
-        per_statement = self._max_keys(session, plan)
+        per_statement = plan.dialect.max_keys(session, max(1, len(plan.key_columns)))
         if max_keys is not None:
             per_statement = min(per_statement, max_keys)
         indices: list[pa.Array] = []
@@ -461,107 +453,17 @@ class SqlTable(PerProcess):
         index = pa.concat_arrays(indices) if indices else pa.array([], pa.int64())
         return index, _one_batch(batches, runtime.schema)
 
-    def _max_keys(self, session: Session, plan: SqlPlan) -> int:
-        width = max(1, len(plan.key_columns))
-        if plan.backend == POSTGRES:
-            return _POSTGRES_MAX_KEYS
-        if plan.backend == SQLITE:
-            limit = _SQLITE_DEFAULT_MAX_PARAMS
-            getlimit = getattr(session.raw, "getlimit", None)  # sqlite3, Python 3.11+
-            if getlimit is not None:
-                limit = int(getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER))  # type: ignore[attr-defined]
-            return max(1, limit // width)  # the position is a literal, not a parameter
-        return max(1, _OTHER_MAX_PARAMS // width)
-
     def _lookup_chunk(self, session: Session, plan: SqlPlan, runtime: _Runtime,
                       chunk: list[pa.Array], keys: EncodedKeys, start: int,
                       positions: pa.Array | None) -> Iterator[tuple[pa.Int64Array, pa.RecordBatch]]:
-        flavor = session.flavor
-        width = len(plan.key_columns)
-        join = " AND ".join(f'{plan.column_sql(name)} = "_lk"."_lk_{i}"'
-                            for i, name in enumerate(plan.key_columns))
-        names = ", ".join(f'"_lk_{i}"' for i in range(width))
-        select = plan.select_sql()
-        by_value = plan.backend == POSTGRES and width == 1 and plan.key_bindings[0].exact
-        if plan.backend == POSTGRES:
-            filters, filter_values = plan.filter_sql(flavor.placeholder, width)
-            if by_value:
-                # One key column whose equality is its values' (integers, dates...):
-                # "= ANY" over the index, each row matched back to its key by value.
-                binding = plan.key_bindings[0]
-                sql = (
-                    f"SELECT {select} FROM {plan.table_sql} AS {_ALIAS} WHERE "
-                    f"{plan.column_sql(plan.key_columns[0])} = "
-                    f"ANY({flavor.placeholder(0)}::{binding.array_type}[])"
-                )
-            else:
-                # The keys travel as one array per key column; ORDINALITY tags each key,
-                # so rows come back to the key that asked, whatever PostgreSQL's
-                # comparison rules (collations, char(n) padding, citext).
-                unnest = ", ".join(f"{flavor.placeholder(i)}::{binding.array_type}[]"
-                                   for i, binding in enumerate(plan.key_bindings))
-                sql = (
-                    f'SELECT "_lk"."_lk_i" - 1, {select} FROM unnest({unnest}) WITH ORDINALITY '
-                    f'AS "_lk"({names}, "_lk_i") JOIN {plan.table_sql} AS {_ALIAS} ON {join}'
-                )
-            if flavor.adbc:
-                arrays = [
-                    pa.ListArray.from_arrays(pa.array([0, len(a)], pa.int32()), a)
-                    for a in chunk
-                ] + [pa.array([v]) for v in filter_values]
-                params: Any = pa.record_batch(arrays, names=[f"p{i}" for i in range(len(arrays))])
-            else:
-                params = flavor.params([a.to_pylist() for a in chunk] + filter_values)
-        else:
-            keys_json = _json_integers(chunk) if plan.backend == SQLITE else None
-            columns = [] if keys_json is not None else [
-                [_bindable(v, plan.backend) for v in a.to_pylist()] for a in chunk]
-            if keys_json is None and plan.backend == SQLITE:
-                keys_json = _json_keys(columns)
-            if keys_json is not None:
-                # One JSON text of every key, unnested by json_each: one parameter
-                # whatever the batch size, and faster than VALUES on both SQLite
-                # drivers (benchmarks/lookup_batch_adbc.py).
-                if width == 1:
-                    parts = ['"_lk"."value"']
-                else:
-                    parts = [f"json_extract(\"_lk\".\"value\", '$[{i}]')" for i in range(width)]
-                join = " AND ".join(f"{plan.column_sql(name)} = {part}"
-                                    for name, part in zip(plan.key_columns, parts, strict=True))
-                filters, filter_values = plan.filter_sql(flavor.placeholder, 1)
-                sql = (
-                    f'SELECT "_lk"."key", {select} FROM json_each({flavor.placeholder(0)}) '
-                    f'AS "_lk" JOIN {plan.table_sql} AS {_ALIAS} ON {join}'
-                )
-                params = flavor.params(
-                    [keys_json, *(_bindable(v, plan.backend) for v in filter_values)]
-                )
-            else:
-                # A VALUES list of (position, key...) joined with the table: exact for
-                # SQLite's affinity rules too, and answered from an index on the key.
-                values: list[Any] = []
-                rows = []
-                for row in range(len(chunk[0])):
-                    slots = [str(row)]
-                    for column in columns:
-                        slots.append(flavor.placeholder(len(values)))
-                        values.append(column[row])
-                    rows.append("(" + ", ".join(slots) + ")")
-                filters, filter_values = plan.filter_sql(flavor.placeholder, len(values))
-                sql = (
-                    f'WITH "_lk"("_lk_i", {names}) AS (VALUES {", ".join(rows)}) '
-                    f'SELECT "_lk"."_lk_i", {select} FROM "_lk" '
-                    f"JOIN {plan.table_sql} AS {_ALIAS} ON {join}"
-                )
-                params = flavor.params(values + [_bindable(v, plan.backend) for v in filter_values])
-        if filters:
-            sql += (" AND " if by_value else " WHERE ") + " AND ".join(filters)
-        if flavor.escapes_percent:
-            sql = _escape_percent(sql)
+        statement = plan.dialect.lookup_statement(plan, session.flavor, chunk)
+        sql, params, by_value = statement.sql, statement.params, statement.by_value
         wire = ([] if by_value else [pa.int64()]) + runtime.wire_types
         first = start if positions is None else positions[start].as_py()
         purpose = f"lookup of {len(chunk[0])} key(s) (first key {shown(keys.key_at(first))})"
-        key_position = plan.schema.fieldNames().index(plan.key_columns[0])
+        names = plan.schema.fieldNames()
+        key_positions = [names.index(k) for k in plan.key_columns]
+        key_position = key_positions[0]
 
         def to_sent(found: Any) -> Any:
             index = pc.add(pc.cast(found, pa.int64()), start)
@@ -576,10 +478,7 @@ class SqlTable(PerProcess):
                     return shown((key_wire[row].as_py(),))
 
                 batch, _ = runtime.conform(wires, built_flags, describe)
-                found = pc.index_in(batch.column(key_position), value_set=chunk[0])
-                matched = pc.is_valid(found)
-                if not pc.all(matched).as_py():  # a key value read as null: unmatchable
-                    batch, found = batch.filter(matched), found.filter(matched)
+                batch, found = _match_by_value(batch, key_positions, chunk)
                 yield pa.array(to_sent(found), pa.int64()), batch
                 continue
             sent_index = to_sent(wires[0])
@@ -590,95 +489,6 @@ class SqlTable(PerProcess):
             batch, keep = runtime.conform(wires[1:], built_flags[1:], describe_sent)
             index = sent_index if keep is None else sent_index.filter(keep)
             yield pa.array(index, pa.int64()), batch
-
-
-_POOL_LOCK = threading.Lock()
-_POOL_SIZE = 4
-_POOL_IDLE_SECONDS = 2.0
-"""A pooled session is for the next read of the same load (the enumerator's planning,
-then its readers; several readers, one after another): a few seconds. Reloads minutes
-or hours apart connect anew, so nothing holds a database connection between loads."""
-
-
-class SessionPool:
-    """Idle sessions of one table in one process; thread-safe. Sessions idle longer
-    than :data:`_POOL_IDLE_SECONDS` are closed by a daemon reaper, and every idle
-    session when the pool is collected."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._idle: list[tuple[float, Session]] = []
-        weakref.finalize(self, _close_all, self._idle)
-        _REAPER.watch(self)
-
-    def take(self) -> Session | None:
-        """The most recently returned session still fresh enough, or None."""
-        now = time.monotonic()
-        with self._lock:
-            while self._idle:
-                since, session = self._idle.pop()
-                if now - since <= _POOL_IDLE_SECONDS:
-                    return session
-                session.close()
-        return None
-
-    def give(self, session: Session) -> None:
-        """Keep ``session`` for the next read (or close it when the pool is full)."""
-        with self._lock:
-            if len(self._idle) < _POOL_SIZE:
-                self._idle.append((time.monotonic(), session))
-                return
-        session.close()
-
-    def reap(self) -> None:
-        """Close the sessions idle too long."""
-        limit = time.monotonic() - _POOL_IDLE_SECONDS
-        with self._lock:
-            stale = [s for since, s in self._idle if since < limit]
-            self._idle[:] = [(since, s) for since, s in self._idle if since >= limit]
-        for session in stale:
-            session.close()
-
-    def close(self) -> None:
-        """Close every idle session."""
-        with self._lock:
-            _close_all(self._idle)
-
-
-def _close_all(idle: list[tuple[float, Session]]) -> None:
-    sessions = [session for _, session in idle]
-    idle.clear()
-    for session in sessions:
-        session.close()
-
-
-class _Reaper:
-    """One daemon thread per process closing pooled sessions that idle too long."""
-
-    def __init__(self) -> None:
-        self._pools: weakref.WeakSet[SessionPool] = weakref.WeakSet()
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-
-    def watch(self, pool: SessionPool) -> None:
-        with self._lock:
-            self._pools.add(pool)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._run, name="connectors-session-reaper", daemon=True
-                )
-                self._thread.start()
-
-    def _run(self) -> None:
-        while True:
-            time.sleep(_POOL_IDLE_SECONDS / 2)
-            with self._lock:
-                pools = list(self._pools)
-            for pool in pools:
-                pool.reap()
-
-
-_REAPER = _Reaper()
 
 
 class _Runtime:
@@ -732,63 +542,24 @@ class _Runtime:
         return self.conform(wires, built_flags, describe)[0]
 
 
-def _key_binding(info: TableInfo, column: ColumnInfo | None, spark: T.DataType) -> KeyBinding:
-    if info.backend != POSTGRES or column is None:
-        return KeyBinding()
-    if column.category == "N":
-        # Numbers compare across types: the key's own type keeps its exact value.
-        array_type = _PG_KEY_TYPES.get(type(spark), column.cast_name)
-    else:
-        array_type = column.cast_name  # uuid, citext, enums, char(n): the column's terms
-    exact = (column.type_name in ("int2", "int4", "int8") and isinstance(spark, _INTEGERS)) or (
-        (column.type_name, type(spark)) in _EXACT_PAIRS
-    )
-    return KeyBinding(array_type=array_type, uuid=column.type_name == "uuid",
-                      enum_labels=column.enum_labels if column.type_kind == "e" else (),
-                      text=isinstance(spark, (T.StringType, T.VarcharType, T.CharType)),
-                      exact=exact)
-
-
-_INTEGERS = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
-_EXACT_PAIRS = {
-    ("date", T.DateType), ("timestamp", T.TimestampNTZType), ("timestamptz", T.TimestampType),
-    ("bool", T.BooleanType),
-}
-
-
-def _sendable(plan: SqlPlan, arrays: Sequence[pa.Array]) -> pa.Array | None:
-    """Positions of the keys worth sending (None: all)."""
-    if plan.backend != POSTGRES:
-        return None
-    mask = None
-    for binding, array in zip(plan.key_bindings, arrays, strict=True):
-        if not (binding.text or binding.uuid or binding.enum_labels):
-            continue
-        ok = pc.invert(pc.match_substring(array, "\x00"))
-        if binding.uuid:
-            ok = pc.and_(ok, pc.match_substring_regex(array, _UUID))
-        if binding.enum_labels:
-            ok = pc.and_(ok, pc.is_in(array, pa.array(binding.enum_labels)))
-        mask = ok if mask is None else pc.and_(mask, ok)
-    if mask is None or pc.all(mask).as_py():
-        return None
-    return pc.indices_nonzero(mask)
-
-
-def _bindable(value: Any, backend: str) -> Any:
-    """A value as a DB-API driver binds it for the backend (SQLite compares dates,
-    timestamps and decimals as the text it stores; PostgreSQL drivers adapt them)."""
-    if backend != SQLITE:
-        return value
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, datetime):
-        return value.isoformat(" ")
-    if isinstance(value, date):
-        return value.isoformat()
-    if isinstance(value, Decimal):
-        return str(value)  # compared with NUMERIC affinity, so '1.50' equals 1.5
-    return value
+def _match_by_value(batch: pa.RecordBatch, key_positions: list[int], chunk: list[pa.Array]
+                    ) -> tuple[pa.RecordBatch, pa.Array]:
+    """The rows whose key columns equal a key of ``chunk`` exactly (Arrow equality;
+    a key read as null matches nothing), and each one's key position in ``chunk``."""
+    if len(key_positions) == 1:
+        found = pc.index_in(batch.column(key_positions[0]), value_set=chunk[0])
+        matched = pc.is_valid(found)
+        if not pc.all(matched).as_py():
+            batch, found = batch.filter(matched), found.filter(matched)
+        return batch, found
+    names = [f"k{i}" for i in range(len(chunk))]
+    rows = pa.table([batch.column(p) for p in key_positions]
+                    + [pa.array(range(batch.num_rows), pa.int64())], names=[*names, "_row"])
+    asked = pa.table([*chunk, pa.array(range(len(chunk[0])), pa.int64())],
+                     names=[*names, "_key"])
+    joined = rows.join(asked, keys=names, join_type="inner").sort_by("_row")
+    return (batch.take(joined.column("_row").combine_chunks()),
+            joined.column("_key").combine_chunks())
 
 
 def _one_batch(batches: list[pa.RecordBatch], schema: pa.Schema) -> pa.RecordBatch:
@@ -797,37 +568,3 @@ def _one_batch(batches: list[pa.RecordBatch], schema: pa.Schema) -> pa.RecordBat
     if not batches:
         return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in schema], schema=schema)
     return pa.concat_batches(batches)
-
-
-def _json_keys(columns: list[list[Any]]) -> str | None:
-    """The keys as one JSON text (a list of values, or of lists for composite keys), or
-    None when a value has no JSON form SQLite compares as bound: bytes, infinities, and
-    text holding NUL (SQLite's JSON functions end text there: 's1\x00' would find 's1')."""
-    for column in columns:
-        for value in column:
-            if isinstance(value, (bytes, bytearray)) or (
-                isinstance(value, float) and not math.isfinite(value)
-            ) or (isinstance(value, str) and "\x00" in value):
-                return None
-    data = columns[0] if len(columns) == 1 else [list(key) for key in zip(*columns, strict=True)]
-    return json.dumps(data, ensure_ascii=False)
-
-
-def _json_integers(chunk: list[pa.Array]) -> str | None:
-    """Integer keys as the same JSON text as :func:`_json_keys`, built in Arrow (no
-    Python object per key); None for keys of other types."""
-    if not all(pa.types.is_integer(array.type) for array in chunk):
-        return None
-    texts = [pc.cast(array, pa.string()) for array in chunk]
-    items = texts[0] if len(texts) == 1 else pc.binary_join_element_wise(
-        "[", pc.binary_join_element_wise(*texts, ", "), "]", "")
-    joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(items)], pa.int32()),
-                                                     items), ", ")
-    return f"[{joined[0].as_py()}]"
-
-
-def _escape_percent(sql: str) -> str:
-    """``%`` doubled for format-style drivers, placeholders kept."""
-    return sql.replace("%", "%%").replace("%%s", "%s")
-
-

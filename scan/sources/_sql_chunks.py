@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from connectors.sql import Session, SqlTable
-from connectors.sql.session import POSTGRES
 from scan.sources._enumerator import SplitPlanner
 from scan.split import SourceSplit
 from spark_lookup._shown import shown
@@ -277,15 +276,10 @@ class SqlChunkPlanner(SplitPlanner[SqlChunkSplit]):
 
     def _row_count(self) -> int:
         plan = self._plan
-        if plan.backend == POSTGRES:
-            flavor = self._connect().flavor
-            estimate = self._query(
-                "SELECT reltuples::bigint FROM pg_catalog.pg_class "
-                f"WHERE oid = pg_catalog.to_regclass({flavor.placeholder(0)})",
-                flavor.params([plan.table_sql]),
-            )
-            if estimate and estimate[0][0] is not None and estimate[0][0] > 0:
-                return int(estimate[0][0])
+        session = self._connect()
+        estimate = session.dialect.row_estimate(session, plan.table_sql)
+        if estimate is not None:
+            return estimate
         return int(self._query(f"SELECT COUNT(*) FROM {plan.table_sql}")[0][0])
 
     def _connect(self) -> Session:

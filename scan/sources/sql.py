@@ -26,7 +26,7 @@ from spark_lookup._per_process import PerProcess
 from spark_lookup.errors import ConfigError
 from spark_lookup.options import check_int
 from spark_lookup.schema import SchemaLike
-from spark_lookup.sql import quote_identifier, validate_identifier
+from spark_lookup.sql import validate_identifier
 
 __all__ = ["SqlChunkSplit", "SqlTableSource"]
 
@@ -307,7 +307,7 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
         names = plan.schema.fieldNames()
         split_column = self._split_column
         if split_column is None:
-            if plan.backend not in ("sqlite", "postgres"):
+            if not plan.dialect.discovers:
                 raise ConfigError(
                     f"cannot discover the primary key of {self._table!r} with this driver; "
                     "pass split_column"
@@ -318,7 +318,7 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
         elif plan.known_columns and split_column not in plan.known_columns:
             raise ConfigError(f"table {self._table!r} has no split column {split_column!r}; it has "
                               f"{list(plan.known_columns)}")
-        split_name = quote_identifier(split_column, "split column")
+        split_name = plan.dialect.quote(split_column, "split column")
         reads_as_stored = (split_column in names
                            and _reads_as_stored(plan, names.index(split_column)))
         unique = split_column in plan.unique_columns

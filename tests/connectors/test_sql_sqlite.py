@@ -323,7 +323,8 @@ def test_integer_keys_are_written_as_json_in_arrow_as_json_dumps_writes_them(
     import numpy as np
     import pyarrow as pa
 
-    from connectors.sql.table import _json_integers, _json_keys
+    from connectors.sql.dialects.sqlite import json_integers as _json_integers
+    from connectors.sql.dialects.sqlite import json_keys as _json_keys
 
     info = np.iinfo(np.dtype(arrow_type))
     values = [int(info.min), int(info.min) + 1, int(info.max) - 1, int(info.max)]

@@ -194,3 +194,42 @@ def redis_backend(url: str, prefix: str, client: Any, value_type: str) -> Backen
                                keys_per_split=2, mode=mode)
 
     return Backend(f"redis/{value_type}", cases, make_function, make_source, odd)
+
+
+# --- MySQL / MariaDB ------------------------------------------------------------------------
+
+
+def mysql_backend(url: str, database: str, driver: str) -> Backend:
+    import pymysql
+
+    from tests.conftest import mysql_params
+
+    cases, odd = cases_for("mysql"), bad_cases_for("mysql")
+    params = mysql_params(url, database)
+    with pymysql.connect(**params, autocommit=True) as conn, conn.cursor() as cursor:
+        # Zero dates are kept (MySQL 8's default sql_mode refuses them); values of
+        # TIMESTAMP columns are written at +02:00 (they read back as the same instants).
+        cursor.execute("SET SESSION sql_mode = ''")
+        cursor.execute("SET time_zone = '+02:00'")
+        columns = ", ".join(f"`{c.name}` {c.mysql[0]}" for c in cases)  # type: ignore[index]
+        cursor.execute(f"CREATE TABLE dim (id BIGINT PRIMARY KEY, {columns})")
+        for row in (1, 2):
+            values = ", ".join(c.mysql[row] for c in cases)  # type: ignore[index]
+            cursor.execute(f"INSERT INTO dim VALUES ({row}, {values})")
+        cursor.execute("INSERT INTO dim (id) VALUES (3)")
+        cursor.execute("CREATE TABLE bad (id BIGINT PRIMARY KEY, n TEXT, s TEXT)")
+        cursor.execute("INSERT INTO bad VALUES (1, '5', 'x1'), (2, 'abc', 'x2')")
+        for case in odd:
+            column_type, literal = case.mysql  # type: ignore[misc]
+            cursor.execute(f"CREATE TABLE odd_{case.name} (id BIGINT PRIMARY KEY, "
+                           f"`{case.name}` {column_type})")
+            cursor.execute(f"INSERT INTO odd_{case.name} VALUES (1, {literal})")
+        cursor.execute("CREATE TABLE days (d DATE PRIMARY KEY, n BIGINT)")
+        cursor.execute("INSERT INTO days VALUES ('2024-01-01', 1)")
+    if driver == "mysql-connector":
+        import mysql.connector
+
+        factory: Any = functools.partial(mysql.connector.connect, **params)
+    else:
+        factory = functools.partial(pymysql.connect, **params)
+    return _sql_backend(f"mysql/{driver}", cases, odd, factory, "")

@@ -38,6 +38,9 @@ class Case:
     """The hash field's text of rows 1 and 2."""
     redis_json: tuple[Any, Any] | None = field(default=None)
     """The JSON member's value of rows 1 and 2 (decoded JSON)."""
+    mysql: tuple[str, str, str] | None = None
+    """Column type and the SQL literals of rows 1 and 2 on MySQL/MariaDB (inserted with
+    the session's time zone at +02:00, sql_mode empty)."""
 
 
 def _ts(*args: int, offset: int = 0) -> dt.datetime:
@@ -49,22 +52,26 @@ CASES: tuple[Case, ...] = (
          postgres=("boolean", "true", "false"),
          sqlite=("BOOLEAN", 1, 0),
          redis_text=(b"true", b"0"),
-         redis_json=(True, False)),
+         redis_json=(True, False),
+         mysql=("BOOLEAN", "TRUE", "FALSE")),
     Case("i16", "SMALLINT", (-32768, 32767),
          postgres=("smallint", "-32768", "32767"),
          sqlite=("INTEGER", -32768, 32767),
          redis_text=(b"-32768", b"32767"),
-         redis_json=(-32768, 32767)),
+         redis_json=(-32768, 32767),
+         mysql=("SMALLINT", "-32768", "32767")),
     Case("i32", "INT", (-2147483648, 2147483647),
          postgres=("integer", "-2147483648", "2147483647"),
          sqlite=("INTEGER", -2147483648, 2147483647),
          redis_text=(b"-2147483648", b"2147483647"),
-         redis_json=(-2147483648, 2147483647)),
+         redis_json=(-2147483648, 2147483647),
+         mysql=("INT", "-2147483648", "2147483647")),
     Case("i64", "BIGINT", (9007199254740993, -9223372036854775808),
          postgres=("bigint", "9007199254740993", "-9223372036854775808"),
          sqlite=("BIGINT", 9007199254740993, -9223372036854775808),
          redis_text=(b"9007199254740993", b"-9223372036854775808"),
-         redis_json=(9007199254740993, -9223372036854775808)),
+         redis_json=(9007199254740993, -9223372036854775808),
+         mysql=("BIGINT", "9007199254740993", "-9223372036854775808")),
     Case("f32", "FLOAT", (1.5, -math.inf),
          postgres=("real", "1.5", "'-Infinity'"),
          sqlite=("REAL", 1.5, -math.inf),
@@ -84,23 +91,27 @@ CASES: tuple[Case, ...] = (
          postgres=("numeric(10,2)", "12345678.90", "-0.01"),
          sqlite=("DECIMAL(10,2)", "12345678.90", "-0.01"),
          redis_text=(b"12345678.90", b"-0.01"),
-         redis_json=(Decimal("12345678.90"), "-0.01")),
+         redis_json=(Decimal("12345678.90"), "-0.01"),
+         mysql=("DECIMAL(10,2)", "12345678.90", "-0.01")),
     Case("dec38", "DECIMAL(38,18)",
          (Decimal("12345678901234567890.123456789012345678"), Decimal("0E-18")),
          postgres=("numeric", "12345678901234567890.123456789012345678", "0"),
          sqlite=("TEXT", "12345678901234567890.123456789012345678", "0"),
          redis_text=(b"12345678901234567890.123456789012345678", b"0"),
-         redis_json=(Decimal("12345678901234567890.123456789012345678"), 0)),
+         redis_json=(Decimal("12345678901234567890.123456789012345678"), 0),
+         mysql=("DECIMAL(38,18)", "12345678901234567890.123456789012345678", "0")),
     Case("s", "STRING", ("h\u00e9llo \U0001f600", ""),
          postgres=("text", "'h\u00e9llo \U0001f600'", "''"),
          sqlite=("TEXT", "h\u00e9llo \U0001f600", ""),
          redis_text=("h\u00e9llo \U0001f600".encode(), b""),
-         redis_json=("h\u00e9llo \U0001f600", "")),
+         redis_json=("h\u00e9llo \U0001f600", ""),
+         mysql=("VARCHAR(64)", "'h\u00e9llo \U0001f600'", "''")),
     Case("js", "STRING", ('{"a": 1, "bb": [true, null]}', "[]"),
          postgres=("jsonb", """'{"bb": [true, null], "a": 1}'""", "'[]'"),
          sqlite=("JSON", '{"a": 1, "bb": [true, null]}', "[]"),
          redis_text=(b'{"a": 1, "bb": [true, null]}', b"[]"),
-         redis_json=({"a": 1, "bb": [True, None]}, [])),
+         redis_json=({"a": 1, "bb": [True, None]}, []),
+         mysql=("JSON", """'{"a": 1, "bb": [true, null]}'""", "'[]'")),
     Case("u", "STRING", ("0f9d1c8e-6a4b-4e52-9a8d-2c3b4a5d6e7f",
                          "00000000-0000-0000-0000-000000000000"),
          postgres=("uuid", "'0F9D1C8E-6A4B-4E52-9A8D-2C3B4A5D6E7F'",
@@ -110,17 +121,21 @@ CASES: tuple[Case, ...] = (
          redis_text=(b"0f9d1c8e-6a4b-4e52-9a8d-2c3b4a5d6e7f",
                      b"00000000-0000-0000-0000-000000000000"),
          redis_json=("0f9d1c8e-6a4b-4e52-9a8d-2c3b4a5d6e7f",
-                     "00000000-0000-0000-0000-000000000000")),
+                     "00000000-0000-0000-0000-000000000000"),
+         mysql=("CHAR(36)", "'0f9d1c8e-6a4b-4e52-9a8d-2c3b4a5d6e7f'",
+                "'00000000-0000-0000-0000-000000000000'")),
     Case("bin", "BINARY", (b"\x00\xff\x10", b""),
          postgres=("bytea", "'\\x00ff10'", "''"),
          sqlite=("BLOB", b"\x00\xff\x10", b""),
          redis_text=(b"\x00\xff\x10", b""),
-         redis_json=(base64.b64encode(b"\x00\xff\x10").decode(), "")),
+         redis_json=(base64.b64encode(b"\x00\xff\x10").decode(), ""),
+         mysql=("VARBINARY(8)", "X'00FF10'", "X''")),
     Case("d", "DATE", (dt.date(2024, 2, 29), dt.date(1970, 1, 1)),
          postgres=("date", "'2024-02-29'", "'1970-01-01'"),
          sqlite=("DATE", "2024-02-29", "1970-01-01"),
          redis_text=(b"2024-02-29", b"1970-01-01"),
-         redis_json=("2024-02-29", "1970-01-01")),
+         redis_json=("2024-02-29", "1970-01-01"),
+         mysql=("DATE", "'2024-02-29'", "'1970-01-01'")),
     Case("ts", "TIMESTAMP",
          (_ts(2024, 2, 29, 12, 0, 0, 123456, offset=2), _ts(1969, 12, 31, 23, 59, 59)),
          postgres=("timestamptz", "'2024-02-29 12:00:00.123456+02'",
@@ -134,7 +149,8 @@ CASES: tuple[Case, ...] = (
          postgres=("timestamp", "'2024-02-29 12:00:00.123456'", "'2000-01-01 00:00:00'"),
          sqlite=("TIMESTAMP", "2024-02-29 12:00:00.123456", "2000-01-01 00:00:00"),
          redis_text=(b"2024-02-29T12:00:00.123456", b"2000-01-01 00:00:00"),
-         redis_json=("2024-02-29T12:00:00.123456", "2000-01-01 00:00:00")),
+         redis_json=("2024-02-29T12:00:00.123456", "2000-01-01 00:00:00"),
+         mysql=("DATETIME(6)", "'2024-02-29 12:00:00.123456'", "'2000-01-01 00:00:00'")),
     Case("arr", "ARRAY<STRING>", (["a", "b c", None], []),
          postgres=("text[]", "ARRAY['a', 'b c', NULL]", "'{}'"),
          redis_json=(["a", "b c", None], [])),
@@ -146,6 +162,26 @@ CASES: tuple[Case, ...] = (
     Case("st", "STRUCT<w: INT, h: DECIMAL(5,1)>",
          ({"w": 2, "h": Decimal("3.5")}, {"w": None, "h": None}),
          redis_json=({"w": 2, "h": Decimal("3.5")}, {})),
+    # MySQL/MariaDB's own types (the other backends have none of them).
+    Case("i8", "TINYINT", (-128, 127), mysql=("TINYINT", "-128", "127")),
+    Case("u32", "BIGINT", (0, 4294967295), mysql=("INT UNSIGNED", "0", "4294967295")),
+    Case("u64", "DECIMAL(20,0)", (Decimal("18446744073709551615"), Decimal("9223372036854775808")),
+         mysql=("BIGINT UNSIGNED", "18446744073709551615", "9223372036854775808")),
+    Case("fm", "FLOAT", (1.5, -0.25), mysql=("FLOAT", "1.5", "-0.25")),
+    Case("dm", "DOUBLE", (0.1, -1.5e300), mysql=("DOUBLE", "0.1", "-1.5e300")),
+    Case("tsm", "TIMESTAMP",
+         (_ts(2024, 2, 29, 12, 0, 0, 123456, offset=2), _ts(2038, 1, 19, 3, 14, 7)),
+         mysql=("TIMESTAMP(6) NULL", "'2024-02-29 12:00:00.123456'", "'2038-01-19 05:14:07'")),
+    Case("yr", "INT", (2024, 1901), mysql=("YEAR", "2024", "1901")),
+    Case("tm", "STRING", ("-838:59:59.000000", "12:34:56.500000"),
+         mysql=("TIME(6)", "'-838:59:59'", "'12:34:56.5'")),
+    Case("en", "STRING", ("b", "a"), mysql=("ENUM('a', 'b')", "'b'", "'a'")),
+    Case("se", "STRING", ("x,y", ""), mysql=("SET('x', 'y')", "'y,x'", "''")),
+    Case("bt", "BIGINT", (5, 1023), mysql=("BIT(10)", "b'101'", "b'1111111111'")),
+    Case("bt1", "BOOLEAN", (True, False), mysql=("BIT(1)", "b'1'", "b'0'")),
+    Case("tx", "STRING", ("a\nb", " padded "), mysql=("TEXT", "'a\\nb'", "' padded '")),
+    Case("ch", "STRING", ("ab", ""), mysql=("CHAR(4)", "'ab'", "''")),
+    Case("blob", "BINARY", (b"\x00\x01", b""), mysql=("BLOB", "X'0001'", "X''")),
 )
 
 
@@ -168,22 +204,32 @@ class BadCase:
     """The hash field's text."""
     redis_json: str | None = None
     """The JSON member's text, as written (exact numbers, any depth)."""
+    mysql: tuple[str, str] | None = None
+    """Column type and the SQL literal stored (sql_mode empty: zero dates kept)."""
 
 
 BAD_CASES: tuple[BadCase, ...] = (
     BadCase("hex_tiny", "TINYINT", "hexadecimal",
-            postgres=("text", "'0xff'"), sqlite=("TEXT", "0xff"), redis_text=b"0xff"),
+            postgres=("text", "'0xff'"), sqlite=("TEXT", "0xff"), redis_text=b"0xff",
+            mysql=("TEXT", "'0xff'")),
     BadCase("hex_big", "BIGINT", "hexadecimal",
             postgres=("text", "'0xffffffffffffffff'"), sqlite=("TEXT", "0xffffffffffffffff"),
-            redis_text=b"0xffffffffffffffff"),
+            redis_text=b"0xffffffffffffffff", mysql=("TEXT", "'0xffffffffffffffff'")),
     BadCase("hex", "BIGINT", "hexadecimal",
-            postgres=("text", "'0x10'"), sqlite=("TEXT", "0x10"), redis_text=b"0x10"),
+            postgres=("text", "'0x10'"), sqlite=("TEXT", "0x10"), redis_text=b"0x10",
+            mysql=("TEXT", "'0x10'")),
     BadCase("f32_range", "FLOAT", "beyond the range",
             postgres=("double precision", "1e39"), sqlite=("REAL", 1e39), redis_text=b"1e39",
-            redis_json="1e39"),
+            redis_json="1e39", mysql=("DOUBLE", "1e39")),
     BadCase("f64_range", "DOUBLE", "beyond the range",
             postgres=("text", "'1e400'"), sqlite=("TEXT", "1e400"), redis_text=b"-1e400",
-            redis_json="1E+400"),
+            redis_json="1E+400", mysql=("TEXT", "'1e400'")),
+    BadCase("u64_range", "BIGINT", "beyond the range",
+            mysql=("BIGINT UNSIGNED", "18446744073709551615")),
+    BadCase("zero_date", "DATE", "zero date", mysql=("DATE", "'0000-00-00'")),
+    BadCase("zero_datetime", "TIMESTAMP_NTZ", "zero date",
+            mysql=("DATETIME", "'0000-00-00 00:00:00'")),
+    BadCase("zero_month", "DATE", "zero date", mysql=("DATE", "'2024-00-10'")),
     # Deep enough to exceed Python's recursion limit when read (much deeper, the parser
     # itself refuses it): no value of any type, and the lookup goes on.
     BadCase("deep", "STRING", "nested deeper",
@@ -195,6 +241,7 @@ BAD_FIELDS = {
     "postgres": "postgres",
     "redis-hash": "redis_text",
     "redis-json": "redis_json",
+    "mysql": "mysql",
 }
 
 
@@ -235,6 +282,7 @@ BACKEND_FIELDS = {
     "postgres": "postgres",
     "redis-hash": "redis_text",
     "redis-json": "redis_json",
+    "mysql": "mysql",
 }
 
 

@@ -29,6 +29,7 @@ from spark_lookup.schema import parse_schema, to_arrow_schema
 from tests.contract.backends import (
     BAD_SCHEMA,
     Backend,
+    mysql_backend,
     postgres_backend,
     redis_backend,
     sqlite_backend,
@@ -239,6 +240,41 @@ class TestPostgresAdbc(ContractMixin):
         return postgres_backend(postgres_dsn, pg_schema, "adbc")
 
 
+@pytest.mark.mysql
+class TestMysqlPymysql(ContractMixin):
+    """pymysql; full loads through connectorx (installed with the dev extra)."""
+
+    @pytest.fixture
+    def backend(self, mysql_url: str, mysql_db: str) -> Backend:
+        return mysql_backend(mysql_url, mysql_db, "pymysql")
+
+
+@pytest.mark.mysql
+class TestMysqlPymysqlDriverOnly(ContractMixin):
+    """pymysql reading full loads itself (SSCursor), as without connectorx."""
+
+    @pytest.fixture
+    def backend(self, mysql_url: str, mysql_db: str, monkeypatch: pytest.MonkeyPatch
+                ) -> Backend:
+        from connectors.sql.dialects.mysql import MysqlDialect
+
+        monkeypatch.setattr(MysqlDialect, "arrow_batches", lambda *args: None)
+        return mysql_backend(mysql_url, mysql_db, "pymysql")
+
+
+@pytest.mark.mysql
+class TestMysqlConnector(ContractMixin):
+    """mysql-connector-python, reading full loads itself (an unbuffered cursor)."""
+
+    @pytest.fixture
+    def backend(self, mysql_url: str, mysql_db: str, monkeypatch: pytest.MonkeyPatch
+                ) -> Backend:
+        from connectors.sql.dialects.mysql import MysqlDialect
+
+        monkeypatch.setattr(MysqlDialect, "arrow_batches", lambda *args: None)
+        return mysql_backend(mysql_url, mysql_db, "mysql-connector")
+
+
 @pytest.mark.redis
 class TestRedisHash(ContractMixin):
     @pytest.fixture
@@ -261,6 +297,8 @@ def test_every_case_is_a_row_of_the_readme_type_table() -> None:
             assert f"`{case.postgres[0].split('(')[0].split('[')[0]}" in table, case.postgres
         if case.sqlite is not None:
             assert case.sqlite[0].split("(")[0].split(" ")[0] in table.upper(), case.sqlite
+        if case.mysql is not None:
+            assert f"`{case.mysql[0].split('(')[0]}" in table, case.mysql
         assert case.spark.split("(")[0].split("<")[0] in table, case.spark
     for bad in BAD_CASES:
         assert bad.readme in table, (bad.name, bad.readme)
