@@ -146,9 +146,11 @@ class KillingStore(SnapshotStore):
         self.from_version = from_version
         self._publishing = 0
 
-    def publish(self, table: Any, *, version: int, loaded_at: float, unique: bool) -> Any:
+    def publish(self, table: Any, *, version: int, loaded_at: float, unique: bool,
+                index: Any = None) -> Any:
         self._publishing = version
-        return super().publish(table, version=version, loaded_at=loaded_at, unique=unique)
+        return super().publish(table, version=version, loaded_at=loaded_at, unique=unique,
+                               index=index)
 
     def _wrote_batch(self, path: Path, batches: int) -> None:
         if self._publishing >= self.from_version and batches >= self.kill_after:

@@ -183,7 +183,10 @@ def test_a_published_snapshot_keeps_its_index_and_maps_the_file(tmp_path: Path) 
                                    loaded_at=5.0, version=3)
         with store.try_lock():
             mapped = cache.publish(built)
-        assert mapped.index is built.index
+        # The index is published with the table and served mapped, not the built one.
+        assert mapped.key_index is not built.key_index
+        assert mapped.offsets.tolist() == built.offsets.tolist()
+        assert not mapped.offsets.flags.writeable  # a view of the mapped index file
         assert mapped.table is not built.table
         assert mapped.table.equals(built.table)
         assert cache.get_all([(1,)])[(1,)] == ((1, "a"), (1, "c"))
