@@ -63,7 +63,7 @@ def write_arrays(path: Path, header: Mapping[str, Any], arrays: Mapping[str, np.
         for name, array in arrays.items():
             file.write(b"\0" * (layout[name][1] - file.tell()))
             # A C-contiguous little-endian view: written straight from its memory.
-            file.write(memoryview(np.ascontiguousarray(array, dtype=layout[name][0])).cast("B"))
+            file.write(np.ascontiguousarray(array, dtype=layout[name][0]).data)
         file.flush()
         os.fsync(file.fileno())
 

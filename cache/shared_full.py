@@ -176,9 +176,9 @@ class SharedFullCache(LookupFullCache):
     def _snapshot_of(self, record: StoredSnapshot, mapped: Mapped) -> FullSnapshot:
         """The snapshot of a published version: its mapped index, or one built here for
         a version without a usable one (an older format, another hash version)."""
-        if mapped.index is not None:
+        if mapped.key_index is not None:
             try:
-                index = KeyIndex.from_payload(*mapped.index, mapped.table, self.key_columns)
+                index = KeyIndex.from_payload(*mapped.key_index, mapped.table, self.key_columns)
             except ValueError as exc:
                 log.warning("the key index of %s is not usable (%s): indexing it in this "
                             "process", record.file, exc)

@@ -224,7 +224,7 @@ class Mapped(NamedTuple):
     None for a version written without one)."""
 
     table: pa.Table
-    index: tuple[dict[str, Any], dict[str, np.ndarray]] | None
+    key_index: tuple[dict[str, Any], dict[str, np.ndarray]] | None
 
 
 class SnapshotStore:
