@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cache._dense_keys import DenseKeys
+from cache._dense_keys import DenseKeys, dense_rows
 from cache._hash_table import HashTable
 from cache._key_hash import hash_keys, is_exact
 
@@ -43,6 +43,7 @@ HASH_VERSION = 1
 """Version of :func:`cache._key_hash.hash_keys`: an index hashed otherwise is rebuilt."""
 
 _INTEGER_LIKE = (pa.types.is_integer, pa.types.is_temporal)
+_CHUNK = 1 << 18
 
 
 def _combined(column: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -64,12 +65,13 @@ class KeyIndex:
         ``int64``, ``num_keys + 1`` row offsets; None when every key has one row.
     """
 
-    __slots__ = ("_columns", "_dense", "_exact", "_hashes", "_table", "_types", "num_keys",
-                 "offsets")
+    __slots__ = ("_columns", "_dense", "_exact", "_hashes", "_hashes_in_table", "_table",
+                 "_types", "num_keys", "offsets")
 
     def __init__(self, table: pa.Table, key_columns: Sequence[str], num_keys: int,
                  offsets: np.ndarray | None, dense: DenseKeys | None,
-                 hashes: np.ndarray | None, buckets: HashTable | None) -> None:
+                 hashes: np.ndarray | None, buckets: HashTable | None,
+                 hashes_in_table: bool = False) -> None:
         self._columns = [table.column(name) for name in key_columns]
         self._types = [column.type for column in self._columns]
         self._exact = is_exact(self._types)
@@ -78,6 +80,49 @@ class KeyIndex:
         self._dense = dense
         self._hashes = hashes
         self._table = buckets
+        # The hashes are the key column's own bytes (one 64-bit integer-like column, a
+        # key a row): neither stored in the index file nor copied by a reader.
+        self._hashes_in_table = hashes_in_table
+
+    @classmethod
+    def of_unique(cls, table: pa.Table, key_columns: Sequence[str]) -> KeyIndex | None:
+        """Index ``table`` in the order it is in (no null key, one chunk per column) when
+        every key has one row: group ``g`` is row ``g``, nothing is sorted. None when a
+        key has several rows (sort the table and :meth:`build` it)."""
+        n = table.num_rows
+        arrays = [_combined(table.column(name)) for name in key_columns]
+        if len(arrays) == 1 and any(test(arrays[0].type) for test in _INTEGER_LIKE):
+            dense, unique = dense_rows(arrays[0])
+            if unique is False:
+                return None
+            if dense is not None:
+                return cls(table, key_columns, n, None, dense, None, None)
+        if not n:
+            return cls(table, key_columns, 0, None, None, None, None)
+        in_table = _column_hashes([table.column(name) for name in key_columns])
+        hashes = hash_keys(arrays) if in_table is None else in_table
+        buckets = HashTable()
+        buckets.rebuild(hashes)
+        exact = is_exact([a.type for a in arrays])
+        for start in range(0, n, _CHUNK):
+            # A key whose hash finds an earlier row repeats that row's hash: the same key
+            # (exact hashes), or a collision, told apart by comparing the keys.
+            stop = min(start + _CHUNK, n)
+            found, _ = buckets.find(hashes[start:stop], hashes)
+            again = np.flatnonzero(found != np.arange(start, stop))
+            if not len(again):
+                continue
+            if exact:
+                return None
+            rows = pa.array(again + start, type=pa.int64())
+            earlier = pa.array(found[again], type=pa.int64())
+            same = np.ones(len(again), dtype=bool)
+            for array in arrays:
+                equal = pc.equal(array.take(rows), array.take(earlier))
+                same &= np.asarray(equal.to_numpy(zero_copy_only=False), dtype=bool)
+            if same.any():
+                return None
+        return cls(table, key_columns, n, None, None, hashes, buckets, in_table is not None)
 
     # --- building
 
@@ -101,11 +146,13 @@ class KeyIndex:
             dense = DenseKeys.of(arrays[0])
         if dense is not None or not num_keys:
             return cls(table, key_columns, num_keys, offsets, dense, None, None)
-        hashes = hash_keys(arrays)
+        in_table = _column_hashes(arrays) if offsets is None else None
+        hashes = hash_keys(arrays) if in_table is None else in_table
         del arrays, firsts
         buckets = HashTable()
         buckets.rebuild(hashes)
-        return cls(table, key_columns, num_keys, offsets, None, hashes, buckets)
+        return cls(table, key_columns, num_keys, offsets, None, hashes, buckets,
+                   in_table is not None)
 
     def payload(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """The header (JSON-able) and arrays that :meth:`from_payload` reads back."""
@@ -121,8 +168,10 @@ class KeyIndex:
             if self._dense.positions is not None:
                 arrays["positions"] = self._dense.positions
         elif self._table is not None and self._hashes is not None:
-            header.update(mode="hash", count=self._table.count)
-            arrays["hashes"] = self._hashes
+            header.update(mode="hash", count=self._table.count,
+                          hashes="table" if self._hashes_in_table else "file")
+            if not self._hashes_in_table:
+                arrays["hashes"] = self._hashes
             arrays["buckets"] = self._table.buckets
         else:
             header.update(mode="empty")
@@ -160,14 +209,19 @@ class KeyIndex:
             dense = DenseKeys(lowest, span, positions)
             return cls(table, key_columns, num_keys, offsets, dense, None, None)
         if mode == "hash":
-            hashes = _array(arrays, "hashes", np.uint64, num_keys)
+            if header.get("hashes") == "table":
+                hashes = _column_hashes([table.column(name) for name in key_columns])
+                if hashes is None or offsets is not None:
+                    raise ValueError("the key column cannot be the index's hashes")
+            else:
+                hashes = _array(arrays, "hashes", np.uint64, num_keys)
             buckets = arrays.get("buckets")
             count = header.get("count")
             if (buckets is None or buckets.dtype != np.int32 or len(buckets) < 16
                     or len(buckets) & (len(buckets) - 1) or count != num_keys):
                 raise ValueError("bad hash table buckets")
             return cls(table, key_columns, num_keys, offsets, None, hashes,
-                       HashTable.over(buckets, num_keys))
+                       HashTable.over(buckets, num_keys), header.get("hashes") == "table")
         if mode == "empty" and num_keys == 0:
             return cls(table, key_columns, 0, offsets, None, None, None)
         raise ValueError(f"unknown key index mode {mode!r}")
@@ -177,12 +231,14 @@ class KeyIndex:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the index's arrays (mapped or not)."""
+        """Bytes of the index's arrays (mapped or not; not the table's own)."""
         total = 0 if self.offsets is None else int(self.offsets.nbytes)
         if self._dense is not None:
             total += self._dense.nbytes
         if self._hashes is not None and self._table is not None:
-            total += int(self._hashes.nbytes) + self._table.nbytes
+            total += self._table.nbytes
+            if not self._hashes_in_table:
+                total += int(self._hashes.nbytes)
         return total
 
     # --- probing
@@ -256,6 +312,25 @@ class KeyIndex:
             if [column[row].as_py() for column in self._columns] == wanted:
                 return slot
         return -1
+
+
+def _column_hashes(columns: Sequence[pa.Array | pa.ChunkedArray]) -> np.ndarray | None:
+    """The hashes :func:`hash_keys` gives one 64-bit integer-like column of one chunk
+    and no null, as a view of the column's own values (they are their own hashes);
+    None for any other key."""
+    if len(columns) != 1:
+        return None
+    column = columns[0]
+    if isinstance(column, pa.ChunkedArray):
+        if column.num_chunks != 1:
+            return None
+        column = column.chunk(0)
+    kind = column.type
+    if (column.null_count or not any(test(kind) for test in _INTEGER_LIKE)
+            or kind.bit_width != 64):
+        return None
+    values = column.buffers()[1]
+    return np.frombuffer(values, dtype=np.uint64, count=len(column), offset=column.offset * 8)
 
 
 def _array(arrays: Mapping[str, np.ndarray], name: str, dtype: type, length: int, *,

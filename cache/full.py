@@ -1,14 +1,14 @@
 """The full cache: a whole dimension table as one immutable, indexed Arrow snapshot.
 
-A :class:`FullSnapshot` holds the table sorted by key (rows with a null key dropped:
-they can never match) and its key index (:mod:`cache._key_index`: flat numpy arrays,
-built here or mapped from a published snapshot), so a batch of probe keys is matched
-in a few vectorized passes. :class:`LookupFullCache` serves lookups from the current snapshot
-and swaps in a new one atomically: a lookup sees the old table or the new one, never a
-half-loaded one. Loading (which scan, which trigger) is the lookup runtime's business.
-Python keys are read as values of the key columns' types by the connectors' rules
-(:mod:`cache._keys`), so a key that is no such value (``1.5`` for an integer column)
-matches nothing.
+A :class:`FullSnapshot` holds the table (rows with a null key dropped: they can never
+match; sorted by key when a key has several rows) and its key index
+(:mod:`cache._key_index`: flat numpy arrays, built here or mapped from a published
+snapshot), so a batch of probe keys is matched in a few vectorized passes.
+:class:`LookupFullCache` serves lookups from the current snapshot and swaps in a new
+one atomically: a lookup sees the old table or the new one, never a half-loaded one.
+Loading (which scan, which trigger) is the lookup runtime's business. Python keys are
+read as values of the key columns' types by the connectors' rules (:mod:`cache._keys`),
+so a key that is no such value (``1.5`` for an integer column) matches nothing.
 """
 
 from __future__ import annotations
@@ -23,8 +23,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cache._combine import combine_releasing
 from cache._key_index import KeyIndex, key_starts
 from cache._keys import CacheKeys
+from cache._release import give_back
 from cache.base import Key, LookupCache, Row, Rows, check_key, expand
 from cache.metrics import CacheMetrics
 from connectors.rows import python_values
@@ -42,12 +44,13 @@ _NO_OFFSETS.flags.writeable = False
 class FullSnapshot:
     """One loaded version of a dimension table, immutable once built.
 
-    Build it with :meth:`build`. ``table`` is sorted by the key columns (a key's rows by
-    their other columns); the rows of the ``i``-th distinct key (group) are
-    ``table[offsets[i]:offsets[i + 1]]``, or row ``i`` itself when every key has one row
-    (``unique``; ``offsets`` is then empty). The key index (:class:`cache._key_index.KeyIndex`)
-    may be built here or mapped from a published snapshot: nothing else held per process
-    grows with the table.
+    Build it with :meth:`load` or :meth:`build`. When every key has one row
+    (``unique``), the ``i``-th group (distinct key) is row ``i`` and the table is in the
+    order it was loaded in (``offsets`` is empty); otherwise ``table`` is sorted by the
+    key columns (a key's rows by their other columns) and the rows of the ``i``-th
+    group are ``table[offsets[i]:offsets[i + 1]]``. The key index
+    (:class:`cache._key_index.KeyIndex`) may be built here or mapped from a published
+    snapshot: nothing else held per process grows with the table.
 
     Attributes
     ----------
@@ -82,7 +85,6 @@ class FullSnapshot:
         self.nbytes = int(table.nbytes) + key_index.nbytes
 
     @classmethod
-    @loading()  # lookups of this process take turns meanwhile (spark_lookup._load_priority)
     def build(
         cls,
         table: pa.Table,
@@ -91,44 +93,78 @@ class FullSnapshot:
         loaded_at: float,
         version: int = 1,
     ) -> FullSnapshot:
-        """Sort ``table`` by ``key_columns`` and index it.
-
-        Rows whose key holds a null (or NaN) are dropped: they never match.
+        """Index ``table`` by ``key_columns`` (see :meth:`load`, which also frees the
+        loaded table's chunks as it goes; here the caller still holds them).
 
         Raises
         ------
         ConfigError
             When a key column is missing from the table.
         """
-        keys = _key_columns_of(table, key_columns)
+        return cls._build([table], key_columns, loaded_at=loaded_at, version=version)
+
+    @classmethod
+    def load(
+        cls,
+        read: Callable[[], pa.Table],
+        key_columns: Sequence[str],
+        *,
+        loaded_at: float,
+        version: int = 1,
+    ) -> FullSnapshot:
+        """Read a table with ``read`` and index it by ``key_columns``.
+
+        Rows whose key holds a null (or NaN) are dropped: they never match. When every
+        key has one row the table keeps its order (group ``g`` is row ``g``); its
+        columns are combined into one chunk each, releasing the loaded chunks as they
+        are copied, so the build costs about one table and its index. When a key has
+        several rows the table is sorted by key (and a key's rows by their other
+        columns, so that they come in the same order after every load), which costs a
+        second copy of the table.
+
+        Raises
+        ------
+        ConfigError
+            When a key column is missing from the table.
+        """
+        return cls._build([read()], key_columns, loaded_at=loaded_at, version=version)
+
+    @classmethod
+    @loading()  # lookups of this process take turns meanwhile (spark_lookup._load_priority)
+    def _build(
+        cls,
+        holder: list[pa.Table],
+        key_columns: Sequence[str],
+        *,
+        loaded_at: float,
+        version: int,
+    ) -> FullSnapshot:
+        # ``holder`` is the only reference to the loaded table (when built by load()).
+        keys = _key_columns_of(holder[0], key_columns)
         valid: Any = None
         for name in keys:
-            column = table.column(name)
+            column = holder[0].column(name)
             ok = pc.is_valid(column)
             if pa.types.is_floating(column.type):
                 ok = pc.and_(ok, pc.invert(pc.is_nan(column)))
             valid = ok if valid is None else pc.and_(valid, ok)
-        if valid is not None and table.num_rows and not pc.all(valid).as_py():
-            table = table.filter(valid)
-        unique: bool | None = None
-        if table.num_rows > 1:
-            order = [(name, "ascending") for name in keys]
-            if not _is_sorted(table, keys):
-                # Sorting is a take of every column, which also combines its chunks: the
-                # loaded table is not combined first (one copy fewer).
-                table = table.sort_by(order)
-            unique = len(key_starts(table, keys)) == table.num_rows
-            if not unique:
-                # Parallel splits arrive in any order: order a key's rows by their values
-                # too, so that its rows (and "the first match" of the SQL function) are
-                # the same after every load. Only paid when a key has several rows.
-                ties = [(field.name, "ascending") for field in table.schema
-                        if field.name not in keys and _orderable(field.type)]
-                if ties:
-                    table = table.sort_by(order + ties)
-        if any(column.num_chunks > 1 for column in table.columns):
-            table = table.combine_chunks()  # one chunk per column: what readers take fastest
-        return cls.from_sorted(table, keys, loaded_at=loaded_at, version=version, unique=unique)
+        if valid is not None and holder[0].num_rows and not pc.all(valid).as_py():
+            holder.append(holder.pop().filter(valid))
+        del valid
+        table = combine_releasing(holder)
+        index = KeyIndex.of_unique(table, keys)
+        give_back()  # the index's temporaries
+        if index is not None:
+            return cls(table, keys, index, loaded_at, version)
+        # A key has several rows: sorted by key, a key's rows are one range. Parallel
+        # splits arrive in any order: order a key's rows by their values too, so that
+        # its rows (and "the first match" of the SQL function) are the same after every
+        # load.
+        order = [(name, "ascending") for name in keys]
+        ties = [(field.name, "ascending") for field in table.schema
+                if field.name not in keys and _orderable(field.type)]
+        table = table.sort_by(order + ties)
+        return cls.from_sorted(table, keys, loaded_at=loaded_at, version=version, unique=False)
 
     @classmethod
     def from_sorted(
@@ -162,6 +198,17 @@ class FullSnapshot:
         if unique is None:
             unique = len(key_starts(table, keys)) == table.num_rows
         return cls(table, keys, KeyIndex.build(table, keys, unique), loaded_at, version)
+
+    def hand_over(self, mapped: FullSnapshot) -> None:
+        """Point this snapshot, built here and never served, at ``mapped``: the same
+        version read back from where it was published. Its own table and index are
+        released (its holders, a load still finishing, keep only the mapped copy)."""
+        if mapped.num_rows != self.num_rows or mapped.num_keys != self.num_keys:
+            raise ValueError("hand_over() takes the same version, mapped")
+        self.table = mapped.table
+        self.key_index = mapped.key_index
+        self.nbytes = mapped.nbytes
+        give_back()
 
     @property
     def num_rows(self) -> int:
@@ -395,20 +442,6 @@ class LookupFullCache(PerProcess, LookupCache):
         """Drop the snapshot."""
         self._snapshot = None
         self._settled.clear()
-
-
-def _is_sorted(table: pa.Table, keys: Sequence[str]) -> bool:
-    """Whether the rows are in ascending order of a single key column (checked in one
-    vectorized pass; composite keys are always sorted)."""
-    if len(keys) != 1:
-        return False
-    column = table.column(keys[0])
-    if not (pa.types.is_integer(column.type) or pa.types.is_string(column.type)
-            or pa.types.is_date(column.type) or pa.types.is_timestamp(column.type)):
-        return False
-    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    n = len(column)
-    return bool(pc.all(pc.less_equal(column.slice(0, n - 1), column.slice(1))).as_py())
 
 
 def _orderable(type_: pa.DataType) -> bool:

@@ -152,6 +152,7 @@ class SharedFullCache(LookupFullCache):
         with self._switch_lock:
             self.swap(mapped)
             self._seen = self.store.pointer_key()
+        snapshot.hand_over(mapped)  # the loaded copy goes: one table in memory, the file's
         return mapped
 
     def _switch(self, *, blocking: bool) -> FullSnapshot | None:

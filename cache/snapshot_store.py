@@ -21,21 +21,22 @@ index is written beside it by the same publisher (a sibling file, named in the s
 pointer record with its own checksum) and mapped the same way, so no reader builds
 anything proportional to the table.
 
-Publishing is crash-safe: the table is written to a temporary name in the same
-directory, fsynced, read back and validated in full (every offset and every value's
-bounds, ``Table.validate(full=True)``), checksummed (CRC-32 of the file, kept in the
-pointer), renamed into place, and the directory fsynced; only then is the pointer
-replaced the same way. A reader checks the checksums before it maps a version, so a
-damaged file (truncated, flipped bits, a bad offset) is never mapped, which could crash
-the process: it is set aside (renamed ``.damaged-...``) and the next load rebuilds the
-version from the source. Checking reads every byte (a second per few GB), so a file
-once checked on this host is recorded in ``VERIFIED`` with its identity (device, inode,
-size, modification and change times, which any write through the file system
-changes); a reader finding the same identity trusts the check and maps the version at
-once. Damage that bypasses the file system (a failing disk under a cached page) is
-not seen after that first check. A writer killed at any point leaves ``CURRENT``
-pointing to the previous, complete version; its temporary file is never read and is
-deleted by the next publisher.
+Publishing is crash-safe: the table is validated in full (every offset and every value's
+bounds, ``Table.validate(full=True)``), written to a temporary name in the same
+directory (its CRC-32 computed from the bytes as they are written), fsynced, read back
+(by reads, not a map: the writer's memory does not grow with it) and checked to be those
+very bytes and a whole Arrow file of the table's rows, renamed into place, and the
+directory fsynced; only then is the pointer replaced the same way. A reader checks the
+checksums before it maps a version, so a damaged file (truncated, flipped bits, a bad
+offset) is never mapped, which could crash the process: it is set aside (renamed
+``.damaged-...``) and the next load rebuilds the version from the source. Checking reads
+every byte (a second per few GB), so a file once checked on this host is recorded in
+``VERIFIED`` with its identity (device, inode, size, modification and change times,
+which any write through the file system changes); a reader finding the same identity
+trusts the check and maps the version at once. Damage that bypasses the file system (a
+failing disk under a cached page) is not seen after that first check. A writer killed at
+any point leaves ``CURRENT`` pointing to the previous, complete version; its temporary
+file is never read and is deleted by the next publisher.
 
 Only the holder of ``lock`` writes, so it may delete every version but the one it
 publishes and every temporary file. Deleting a version that other processes still map
@@ -534,15 +535,20 @@ class SnapshotStore:
         tmp = self._tmp_name(".arrow")
         tmp_index = self._tmp_name(".index")
         try:
-            with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(
-                sink, table.schema.with_metadata(metadata)
-            ) as writer:
-                # Uncompressed (the default) so that readers can map it without a copy.
-                for number, batch in enumerate(table.to_batches(self._batch_rows), 1):
-                    writer.write_batch(batch)
-                    self._wrote_batch(tmp, number)
+            try:
+                table.validate(full=True)
+            except (pa.ArrowInvalid, ValueError) as exc:
+                raise OSError(f"the table to publish as {record.file} is invalid: {exc}") from exc
+            with open(tmp, "wb", buffering=0) as raw:
+                sink = _ChecksummingSink(raw)
+                with pa.ipc.new_file(pa.PythonFile(sink, mode="w"),
+                                     table.schema.with_metadata(metadata)) as writer:
+                    # Uncompressed (the default) so that readers can map it without a copy.
+                    for number, batch in enumerate(table.to_batches(self._batch_rows), 1):
+                        writer.write_batch(batch)
+                        self._wrote_batch(tmp, number)
             _fsync(tmp)
-            record = replace(record, checksum=_validated(tmp, table.num_rows))
+            record = replace(record, checksum=_checked_back(tmp, table, sink.checksum))
             if index is not None:
                 write_arrays(tmp_index, *index)
                 record = replace(record, index_checksum=_checksum(tmp_index))
@@ -664,25 +670,60 @@ def _as_embedded(record: StoredSnapshot) -> StoredSnapshot:
     return replace(record, checksum="", index_checksum="")
 
 
-def _validated(path: Path, num_rows: int) -> str:
-    """Read a written version back, validate every buffer and value in full, and return
-    its checksum.
+class _ChecksummingSink:
+    """A binary file that keeps the CRC-32 of every byte written through it."""
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+        self._crc = 0
+        self.closed = False
+
+    @property
+    def checksum(self) -> str:
+        return f"{self._crc:08x}"
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        self._crc = zlib.crc32(view, self._crc)
+        while view:  # an unbuffered write may take part of it (at most 2 GiB at once)
+            view = view[self._raw.write(view):]
+        return len(memoryview(data).cast("B"))
+
+    def tell(self) -> int:
+        position: int = self._raw.tell()
+        return position
+
+    def flush(self) -> None:
+        self._raw.flush()
+
+    def close(self) -> None:
+        self.closed = True
+        self._raw.flush()
+
+
+def _checked_back(path: Path, table: pa.Table, written: str) -> str:
+    """Check that ``path`` holds the bytes written (``written``: their CRC-32) and is a
+    whole Arrow file of ``table``'s schema and rows; return its checksum.
 
     Raises
     ------
     OSError
-        When the file is not a whole, valid table of ``num_rows`` rows (nothing is
-        published then).
+        When it is not (nothing is published then).
     """
+    found = _checksum(path)
+    if found != written:
+        raise OSError(f"{path} does not hold the bytes written (checksum {found}, {written})")
     with pa.memory_map(str(path), "r") as source:
-        try:
-            written = pa.ipc.open_file(source).read_all()
-            written.validate(full=True)
+        try:  # the footer and each batch's metadata only: no data page is read
+            reader = pa.ipc.open_file(source)
+            rows = sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
+            same = reader.schema.remove_metadata().equals(table.schema.remove_metadata())
         except (pa.ArrowInvalid, ValueError) as exc:
-            raise OSError(f"{path} failed validation after writing: {exc}") from exc
-        if written.num_rows != num_rows:
-            raise OSError(f"{path} holds {written.num_rows} rows, not {num_rows}")
-    return _checksum(path)
+            raise OSError(f"{path} failed its check after writing: {exc}") from exc
+    if rows != table.num_rows or not same:
+        raise OSError(f"{path} holds {rows} rows (schema {'as' if same else 'unlike'} written), "
+                      f"not {table.num_rows}")
+    return found
 
 
 def _sweep_once(root: Path, *, keep: Path, retention: timedelta) -> None:

@@ -241,9 +241,8 @@ def test_from_sorted_indexes_what_build_made_even_in_several_chunks() -> None:
         probes = [(1,), (2,), (3,), (4,)]
         assert [a.tolist() for a in again.locate(probes)] == [
             a.tolist() for a in built.locate(probes)]
-    unique_table = FullSnapshot.build(pa.table({"k": [2, 1], "v": ["b", "a"]}), ["k"],
-                                      loaded_at=1.0)
-    fast = FullSnapshot.from_sorted(unique_table.table, ["k"], loaded_at=1.0, unique=True)
+    fast = FullSnapshot.from_sorted(pa.table({"k": [1, 2], "v": ["a", "b"]}), ["k"],
+                                    loaded_at=1.0, unique=True)
     assert fast.unique
     assert fast.rows(fast.locate([(2,)])[1]) == [(2, "b")]
 
