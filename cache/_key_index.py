@@ -100,7 +100,7 @@ class KeyIndex:
         if not n:
             return cls(table, key_columns, 0, None, None, None, None)
         in_table = _column_hashes([table.column(name) for name in key_columns])
-        hashes = hash_keys(arrays) if in_table is None else in_table
+        hashes = _hashes_of(arrays) if in_table is None else in_table
         buckets = HashTable()
         buckets.rebuild(hashes)
         exact = is_exact([a.type for a in arrays])
@@ -147,7 +147,7 @@ class KeyIndex:
         if dense is not None or not num_keys:
             return cls(table, key_columns, num_keys, offsets, dense, None, None)
         in_table = _column_hashes(arrays) if offsets is None else None
-        hashes = hash_keys(arrays) if in_table is None else in_table
+        hashes = _hashes_of(arrays) if in_table is None else in_table
         del arrays, firsts
         buckets = HashTable()
         buckets.rebuild(hashes)
@@ -312,6 +312,17 @@ class KeyIndex:
             if [column[row].as_py() for column in self._columns] == wanted:
                 return slot
         return -1
+
+
+def _hashes_of(arrays: Sequence[pa.Array]) -> np.ndarray:
+    """:func:`hash_keys` of every row, a chunk of rows at a time: its temporaries (a
+    few words a key) stay bounded however many keys a snapshot has."""
+    n = len(arrays[0])
+    hashes = np.empty(n, dtype=np.uint64)
+    for start in range(0, n, _CHUNK):
+        stop = min(start + _CHUNK, n)
+        hashes[start:stop] = hash_keys([a.slice(start, stop - start) for a in arrays])
+    return hashes
 
 
 def _column_hashes(columns: Sequence[pa.Array | pa.ChunkedArray]) -> np.ndarray | None:
