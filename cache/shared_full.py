@@ -186,8 +186,14 @@ class SharedFullCache(LookupFullCache):
             else:
                 return FullSnapshot(mapped.table, self.key_columns, index, record.loaded_at,
                                     record.version)
+        # A table of one row a key may be in any order (this version keeps the load's);
+        # one with several rows a key is sorted by key (every version sorts it).
+        built = KeyIndex.of_unique(mapped.table, self.key_columns) if record.unique else None
+        if built is not None:
+            return FullSnapshot(mapped.table, self.key_columns, built, record.loaded_at,
+                                record.version)
         return FullSnapshot.from_sorted(mapped.table, self.key_columns, loaded_at=record.loaded_at,
-                                        version=record.version, unique=record.unique)
+                                        version=record.version, unique=False)
 
 
 def _is_newer(record: StoredSnapshot, current: FullSnapshot) -> bool:
