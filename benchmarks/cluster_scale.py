@@ -75,6 +75,11 @@ def _memory(pid: int) -> dict[str, int] | None:
                 name, _, value = line.partition(":")
                 if name in ("VmSize", "RssAnon", "RssFile"):
                     found[name] = int(value.split()[0]) * 1024
+        with open(f"/proc/{pid}/limits") as file:
+            for line in file:
+                if line.startswith("Max address space"):
+                    limit = line.split()[3]  # soft limit: bytes, or "unlimited"
+                    found["RLIMIT_AS"] = int(limit) if limit.isdigit() else 0
     except OSError:
         return None
     found["USS"] = found.get("Private_Clean", 0) + found.get("Private_Dirty", 0)
@@ -163,10 +168,12 @@ def main() -> None:
     mb = 1e6
     print(f"dimension {args.dim_rows:,} rows; snapshot files {sum(files.values()) / mb:.0f} MB")
     print(f"{'worker':>8} {'peak USS MB':>12} {'peak RSS MB':>12} {'peak PSS MB':>12} "
-          f"{'peak VmSize MB':>15}")
+          f"{'peak VmSize MB':>15} {'RLIMIT_AS MB':>13}")
     for pid, peak in sorted(sampler.peaks.items()):
+        limit = peak.get("RLIMIT_AS", 0)
         print(f"{pid:>8} {peak.get('USS', 0) / mb:12.0f} {peak.get('Rss', 0) / mb:12.0f} "
-              f"{peak.get('Pss', 0) / mb:12.0f} {peak.get('VmSize', 0) / mb:15.0f}")
+              f"{peak.get('Pss', 0) / mb:12.0f} {peak.get('VmSize', 0) / mb:15.0f} "
+              f"{limit / mb if limit else float('inf'):13.0f}")
     print(f"load average: {os.getloadavg()}")
     write_result("cluster_scale", {"args": vars(args), "runs": runs, "files": files,
                                    "workers": sampler.peaks, "loadavg": os.getloadavg()})
