@@ -54,7 +54,7 @@ def _workers(token: str) -> list[int]:
                 if f"{MARKER}={token}".encode() not in file.read().split(b"\0"):
                     continue
             with open(f"/proc/{entry}/cmdline", "rb") as file:
-                if b"python" not in file.read():
+                if b"python" not in file.read().split(b"\0")[0]:  # not an executor JVM
                     continue
         except OSError:
             continue
@@ -91,6 +91,7 @@ class Sampler(threading.Thread):
         super().__init__(daemon=True)
         self.token = token
         self.peaks: dict[int, dict[str, int]] = {}
+        self.last: dict[int, dict[str, int]] = {}
         self.done = threading.Event()
 
     def run(self) -> None:
@@ -99,6 +100,7 @@ class Sampler(threading.Thread):
                 now = _memory(pid)
                 if now is None:
                     continue
+                self.last[pid] = now
                 peak = self.peaks.setdefault(pid, {})
                 for name, value in now.items():
                     peak[name] = max(peak.get(name, 0), value)
@@ -167,16 +169,20 @@ def main() -> None:
         files = {p.name: p.stat().st_size for p in (Path(snapshots) / "dim").glob("v*")}
     mb = 1e6
     print(f"dimension {args.dim_rows:,} rows; snapshot files {sum(files.values()) / mb:.0f} MB")
-    print(f"{'worker':>8} {'peak USS MB':>12} {'peak RSS MB':>12} {'peak PSS MB':>12} "
-          f"{'peak VmSize MB':>15} {'RLIMIT_AS MB':>13}")
+    print(f"{'process':>8} {'peak USS MB':>12} {'last USS MB':>12} {'peak RSS MB':>12} "
+          f"{'peak PSS MB':>12} {'peak VmSize MB':>15} {'RLIMIT_AS MB':>13}")
     for pid, peak in sorted(sampler.peaks.items()):
         limit = peak.get("RLIMIT_AS", 0)
-        print(f"{pid:>8} {peak.get('USS', 0) / mb:12.0f} {peak.get('Rss', 0) / mb:12.0f} "
+        print(f"{pid:>8} {peak.get('USS', 0) / mb:12.0f} "
+              f"{sampler.last[pid].get('USS', 0) / mb:12.0f} {peak.get('Rss', 0) / mb:12.0f} "
               f"{peak.get('Pss', 0) / mb:12.0f} {peak.get('VmSize', 0) / mb:15.0f} "
               f"{limit / mb if limit else float('inf'):13.0f}")
+    print("(the pyspark daemons and the Python workers of both executors; a worker's last "
+          "figures are its last sample before it exited or the job ended)")
     print(f"load average: {os.getloadavg()}")
     write_result("cluster_scale", {"args": vars(args), "runs": runs, "files": files,
-                                   "workers": sampler.peaks, "loadavg": os.getloadavg()})
+                                   "workers": sampler.peaks, "last": sampler.last,
+                                   "loadavg": os.getloadavg()})
 
 
 if __name__ == "__main__":
