@@ -42,7 +42,7 @@ _NO_OFFSETS.flags.writeable = False
 
 
 class FullSnapshot:
-    """One loaded version of a dimension table, immutable once built.
+    """One loaded version of a dimension table, immutable once served.
 
     Build it with :meth:`load` or :meth:`build`. When every key has one row
     (``unique``), the ``i``-th group (distinct key) is row ``i`` and the table is in the
@@ -176,8 +176,9 @@ class FullSnapshot:
         version: int = 1,
         unique: bool | None = None,
     ) -> FullSnapshot:
-        """Index a table that is already what :meth:`build` makes: sorted by
-        ``key_columns``, with no null key.
+        """Index a table sorted by ``key_columns``, with no null key (what :meth:`build`
+        makes of a table where a key has several rows; a table of one row a key, in any
+        order, is indexed by :meth:`cache._key_index.KeyIndex.of_unique`).
 
         Nothing is copied or sorted, so a memory-mapped table stays shared with the other
         processes mapping it; the key index is built here (a published snapshot comes
