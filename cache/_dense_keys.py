@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["DenseKeys"]
+__all__ = ["DenseKeys", "dense_rows"]
 
 _MAX_SPREAD = 2
 """The range may be at most this many times the number of keys (else: hash them)."""
@@ -93,3 +93,35 @@ class DenseKeys:
         if self.positions is None:
             return np.where(inside, at, -1)
         return np.where(inside, self.positions[at], -1).astype(np.int64, copy=False)
+
+
+_CHUNK = 1 << 20
+
+
+def dense_rows(keys: pa.Array) -> tuple[DenseKeys | None, bool | None]:
+    """An index of ``keys`` in any order (no null) whose group of row ``i`` is ``i``,
+    and whether every key is distinct: ``(None, None)`` when they are too sparse for
+    one (or past int64: hash them), ``(None, False)`` when a key repeats."""
+    count = len(keys)
+    values, usable = _integers(keys)
+    if not count or usable is not None:
+        return None, None
+    lowest, highest = int(values.min()), int(values.max())
+    span = highest - lowest + 1
+    if span > _MAX_SPREAD * count or span >= 2**31:
+        return None, None
+    if span < count:
+        return None, False  # more keys than values between the lowest and the highest
+    positions = np.full(span, -1, dtype=np.int32)
+    for start in range(0, count, _CHUNK):  # bounded temporaries
+        stop = min(start + _CHUNK, count)
+        at = values[start:stop] - lowest
+        rows = np.arange(start, stop, dtype=np.int32)
+        if (positions[at] >= 0).any():
+            return None, False
+        positions[at] = rows
+        if not np.array_equal(positions[at], rows):  # a key repeated within the chunk
+            return None, False
+    if span == count and np.array_equal(positions, np.arange(span, dtype=np.int32)):
+        return DenseKeys(lowest, span, None), True  # sorted, and filling the range
+    return DenseKeys(lowest, span, positions), True

@@ -20,6 +20,7 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _GOLDEN_INT = 0x9E3779B97F4A7C15
 _MASK64 = 2**64 - 1
 _WINDOW = 8
+_REBUILD_CHUNK = 1 << 18
 
 
 def _capacity_for(count: int) -> int:
@@ -43,6 +44,18 @@ class HashTable:
 
     def __init__(self, capacity: int = _MIN_CAPACITY) -> None:
         self._size(capacity)
+
+    @classmethod
+    def over(cls, buckets: np.ndarray, count: int) -> HashTable:
+        """A table over existing ``buckets`` (``int32``, a power of two long: a mapped
+        file's, say) holding ``count`` slots; nothing is copied."""
+        table = cls.__new__(cls)
+        table.buckets = buckets
+        capacity = len(buckets)
+        table.mask = np.uint64(capacity - 1)
+        table.shift = np.uint64(64 - (capacity.bit_length() - 1))
+        table.count = count
+        return table
 
     def _size(self, capacity: int) -> None:
         self.buckets = np.full(capacity, _EMPTY, dtype=np.int32)
@@ -109,6 +122,24 @@ class HashTable:
                 return occupant
             position = (position + 1) & mask
 
+    def slots_of(self, hash_value: int, slot_hashes: np.ndarray) -> list[int]:
+        """Every slot holding ``hash_value``, in probe order (several only when distinct
+        keys share a hash: their owner tells them apart)."""
+        found: list[int] = []
+        if not self.count:
+            return found
+        buckets = self.buckets
+        mask = int(self.mask)
+        position = ((hash_value * _GOLDEN_INT) & _MASK64) >> int(self.shift)
+        for _ in range(len(buckets)):
+            occupant = int(buckets[position])
+            if occupant < 0:
+                break
+            if int(slot_hashes[occupant]) == hash_value:
+                found.append(occupant)
+            position = (position + 1) & mask
+        return found
+
     def insert(self, hashes: np.ndarray, slots: np.ndarray, slot_hashes: np.ndarray) -> None:
         """Enter ``slots`` under their ``hashes`` (distinct, and none in the table yet;
         ``slot_hashes`` already holds theirs)."""
@@ -142,8 +173,13 @@ class HashTable:
         """Empty the table and enter slots ``0 .. len(slot_hashes) - 1`` (distinct
         hashes), sized for ``count`` slots (default: those)."""
         size = len(slot_hashes) if count is None else count
-        self._size(_capacity_for(size))
-        self.insert(slot_hashes, np.arange(len(slot_hashes), dtype=np.int64), slot_hashes)
+        self._size(_capacity_for(max(size, len(slot_hashes))))
+        # A chunk at a time: the temporaries of an insert (a few int64 per key) stay
+        # bounded however many keys a snapshot has.
+        for start in range(0, len(slot_hashes), _REBUILD_CHUNK):
+            stop = min(start + _REBUILD_CHUNK, len(slot_hashes))
+            self.insert(slot_hashes[start:stop], np.arange(start, stop, dtype=np.int64),
+                        slot_hashes)
 
     def _grow(self, count: int, slot_hashes: np.ndarray) -> None:
         occupied = self.buckets[self.buckets != _EMPTY]

@@ -1,14 +1,14 @@
 """The full cache: a whole dimension table as one immutable, indexed Arrow snapshot.
 
-A :class:`FullSnapshot` holds the table sorted by key (rows with a null key dropped:
-they can never match), the distinct keys in a hashed ``pandas.Index``, and the row
-range of each key, so a batch of probe keys is matched with one vectorized
-``get_indexer`` call. :class:`LookupFullCache` serves lookups from the current snapshot
-and swaps in a new one atomically: a lookup sees the old table or the new one, never a
-half-loaded one. Loading (which scan, which trigger) is the lookup runtime's business.
-Python keys are read as values of the key columns' types by the connectors' rules
-(:mod:`cache._keys`), so a key that is no such value (``1.5`` for an integer column)
-matches nothing.
+A :class:`FullSnapshot` holds the table (rows with a null key dropped: they can never
+match; sorted by key when a key has several rows) and its key index
+(:mod:`cache._key_index`: flat numpy arrays, built here or mapped from a published
+snapshot), so a batch of probe keys is matched in a few vectorized passes.
+:class:`LookupFullCache` serves lookups from the current snapshot and swaps in a new
+one atomically: a lookup sees the old table or the new one, never a half-loaded one.
+Loading (which scan, which trigger) is the lookup runtime's business. Python keys are
+read as values of the key columns' types by the connectors' rules (:mod:`cache._keys`),
+so a key that is no such value (``1.5`` for an integer column) matches nothing.
 """
 
 from __future__ import annotations
@@ -21,14 +21,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cache._dense_keys import DenseKeys
-from cache._hash_table import HashTable
-from cache._key_hash import hash_keys
+from cache._combine import combine_releasing
+from cache._key_index import KeyIndex, key_starts
 from cache._keys import CacheKeys
+from cache._release import give_back
 from cache.base import Key, LookupCache, Row, Rows, check_key, expand
 from cache.metrics import CacheMetrics
 from connectors.rows import python_values
@@ -39,24 +38,26 @@ from spark_lookup.errors import ConfigError, SnapshotUnavailableError
 __all__ = ["FullSnapshot", "LookupFullCache"]
 
 _EMPTY: tuple[Row, ...] = ()
-
-
-def _hashed_in_numpy(arrow_type: pa.DataType) -> bool:
-    """Whether keys of this type hash to their own bits (integers, dates, timestamps)."""
-    return bool(pa.types.is_integer(arrow_type) or pa.types.is_temporal(arrow_type))
+_NO_OFFSETS = np.zeros(0, dtype=np.int64)
+_NO_OFFSETS.flags.writeable = False
 
 
 class FullSnapshot:
-    """One loaded version of a dimension table, immutable once built.
+    """One loaded version of a dimension table, immutable once served.
 
-    Build it with :meth:`build`. ``table`` is sorted by the key columns (a key's rows by
-    their other columns); the rows of the ``i``-th distinct key are
-    ``table[offsets[i]:offsets[i + 1]]``.
+    Build it with :meth:`load` or :meth:`build`. When every key has one row
+    (``unique``), the ``i``-th group (distinct key) is row ``i`` and the table is in the
+    order it was loaded in (``offsets`` is empty); otherwise ``table`` is sorted by the
+    key columns (a key's rows by their other columns) and the rows of the ``i``-th
+    group are ``table[offsets[i]:offsets[i + 1]]``. The key index
+    (:class:`cache._key_index.KeyIndex`) may be built here or mapped from a published
+    snapshot: nothing else held per process grows with the table.
 
     Attributes
     ----------
     table : pyarrow.Table
     key_columns : tuple of str
+    key_index : KeyIndex
     loaded_at : float
         Epoch seconds when the load that produced it started (staleness is measured
         from here).
@@ -67,73 +68,29 @@ class FullSnapshot:
         load (None: unknown); a reload finding the source still there reads nothing.
     """
 
-    __slots__ = (
-        "_columns_cache",
-        "_converter",
-        "_dense",
-        "_index_lock",
-        "_index_ready",
-        "_key_hashes",
-        "_table",
-        "index",
-        "key_columns",
-        "loaded_at",
-        "nbytes",
-        "offsets",
-        "source_version",
-        "table",
-        "unique",
-        "version",
-    )
+    __slots__ = ("_converter", "key_columns", "key_index", "loaded_at", "nbytes",
+                 "source_version", "table", "unique", "version")
 
     def __init__(
         self,
         table: pa.Table,
         key_columns: tuple[str, ...],
-        index: pd.Index,
-        offsets: np.ndarray,
+        key_index: KeyIndex,
         loaded_at: float,
         version: int,
         source_version: str | None = None,
     ) -> None:
         self.table = table
         self.key_columns = key_columns
-        self.index = index
-        self.offsets = offsets
+        self.key_index = key_index
         self.loaded_at = loaded_at
         self.version = version
         self.source_version = source_version
-        self.unique = len(index) == table.num_rows
+        self.unique = key_index.offsets is None
         self._converter: CacheKeys | None = None  # made by the first per-key lookup
-        self._columns_cache: list[list[Any]] | None = None
-        # Hash tables are built now, during the load, so that the first lookup after a
-        # swap does not pay for them. A key of one integer-like column is probed in the
-        # numpy table of the partial cache (5x faster than pandas, 12 bytes a key
-        # instead of 34); pandas' own is then built only if a Python-keyed call needs it.
-        self._table: HashTable | None = None
-        self._key_hashes: np.ndarray | None = None
-        self._dense: DenseKeys | None = None
-        self._index_lock = threading.Lock()
-        self._index_ready = False
-        extra = 0
-        if len(key_columns) == 1 and _hashed_in_numpy(table.schema.field(key_columns[0]).type):
-            column = table.column(key_columns[0]).combine_chunks()
-            firsts = column if self.unique else column.take(pa.array(offsets[:-1]))
-            # Sorted surrogate keys filling most of their range need no hashing at all.
-            self._dense = DenseKeys.of(firsts)
-            if self._dense is not None:
-                extra = self._dense.nbytes
-            else:
-                self._key_hashes = hash_keys([firsts])
-                self._table = HashTable()
-                self._table.rebuild(self._key_hashes)
-                extra = int(self._key_hashes.nbytes) + self._table.nbytes
-        else:
-            self._indexed()
-        self.nbytes = int(table.nbytes + offsets.nbytes + index.memory_usage(deep=True)) + extra
+        self.nbytes = int(table.nbytes) + key_index.nbytes
 
     @classmethod
-    @loading()  # lookups of this process take turns meanwhile (spark_lookup._load_priority)
     def build(
         cls,
         table: pa.Table,
@@ -143,43 +100,82 @@ class FullSnapshot:
         version: int = 1,
         source_version: str | None = None,
     ) -> FullSnapshot:
-        """Index ``table`` by ``key_columns``.
-
-        Rows whose key holds a null (or NaN) are dropped: they never match.
+        """Index ``table`` by ``key_columns`` (see :meth:`load`, which also frees the
+        loaded table's chunks as it goes; here the caller still holds them).
 
         Raises
         ------
         ConfigError
             When a key column is missing from the table.
         """
-        keys = _key_columns_of(table, key_columns)
-        table = table.combine_chunks() if table.num_rows else table
+        return cls._build([table], key_columns, loaded_at=loaded_at, version=version,
+                          source_version=source_version)
+
+    @classmethod
+    def load(
+        cls,
+        read: Callable[[], pa.Table],
+        key_columns: Sequence[str],
+        *,
+        loaded_at: float,
+        version: int = 1,
+        source_version: str | None = None,
+    ) -> FullSnapshot:
+        """Read a table with ``read`` and index it by ``key_columns``.
+
+        Rows whose key holds a null (or NaN) are dropped: they never match. When every
+        key has one row the table keeps its order (group ``g`` is row ``g``); its
+        columns are combined into one chunk each, releasing the loaded chunks as they
+        are copied, so the build costs about one table and its index. When a key has
+        several rows the table is sorted by key (and a key's rows by their other
+        columns, so that they come in the same order after every load), which costs a
+        second copy of the table.
+
+        Raises
+        ------
+        ConfigError
+            When a key column is missing from the table.
+        """
+        return cls._build([read()], key_columns, loaded_at=loaded_at, version=version,
+                          source_version=source_version)
+
+    @classmethod
+    @loading()  # lookups of this process take turns meanwhile (spark_lookup._load_priority)
+    def _build(
+        cls,
+        holder: list[pa.Table],
+        key_columns: Sequence[str],
+        *,
+        loaded_at: float,
+        version: int,
+        source_version: str | None = None,
+    ) -> FullSnapshot:
+        # ``holder`` is the only reference to the loaded table (when built by load()).
+        keys = _key_columns_of(holder[0], key_columns)
         valid: Any = None
         for name in keys:
-            column = table.column(name)
+            column = holder[0].column(name)
             ok = pc.is_valid(column)
             if pa.types.is_floating(column.type):
                 ok = pc.and_(ok, pc.invert(pc.is_nan(column)))
             valid = ok if valid is None else pc.and_(valid, ok)
-        if valid is not None and table.num_rows and not pc.all(valid).as_py():
-            table = table.filter(valid)
-        unique: bool | None = None
-        if table.num_rows > 1:
-            order = [(name, "ascending") for name in keys]
-            if not _is_sorted(table, keys):
-                # A source read in key order (a SQL table by its primary key, in one
-                # split) is not copied again: sorting is a take of every column.
-                table = table.sort_by(order)
-            unique = len(_key_starts(table, keys)) == table.num_rows
-            if not unique:
-                # Parallel splits arrive in any order: order a key's rows by their values
-                # too, so that its rows (and "the first match" of the SQL function) are
-                # the same after every load. Only paid when a key has several rows.
-                ties = [(field.name, "ascending") for field in table.schema
-                        if field.name not in keys and _orderable(field.type)]
-                if ties:
-                    table = table.sort_by(order + ties)
-        return cls.from_sorted(table, keys, loaded_at=loaded_at, version=version, unique=unique,
+        if valid is not None and holder[0].num_rows and not pc.all(valid).as_py():
+            holder.append(holder.pop().filter(valid))
+        del valid
+        table = combine_releasing(holder)
+        index = KeyIndex.of_unique(table, keys)
+        give_back()  # the index's temporaries
+        if index is not None:
+            return cls(table, keys, index, loaded_at, version, source_version)
+        # A key has several rows: sorted by key, a key's rows are one range. Parallel
+        # splits arrive in any order: order a key's rows by their values too, so that
+        # its rows (and "the first match" of the SQL function) are the same after every
+        # load.
+        order = [(name, "ascending") for name in keys]
+        ties = [(field.name, "ascending") for field in table.schema
+                if field.name not in keys and _orderable(field.type)]
+        table = table.sort_by(order + ties)
+        return cls.from_sorted(table, keys, loaded_at=loaded_at, version=version, unique=False,
                                source_version=source_version)
 
     @classmethod
@@ -193,12 +189,13 @@ class FullSnapshot:
         unique: bool | None = None,
         source_version: str | None = None,
     ) -> FullSnapshot:
-        """Index a table that is already what :meth:`build` makes: sorted by
-        ``key_columns``, with no null key.
+        """Index a table sorted by ``key_columns``, with no null key (what :meth:`build`
+        makes of a table where a key has several rows; a table of one row a key, in any
+        order, is indexed by :meth:`cache._key_index.KeyIndex.of_unique`).
 
         Nothing is copied or sorted, so a memory-mapped table stays shared with the other
-        processes mapping it: only the key index is built, in this process. For a table
-        written by another process from a built snapshot (the host snapshot store).
+        processes mapping it; the key index is built here (a published snapshot comes
+        with its own: see :class:`cache.shared_full.SharedFullCache`).
 
         Parameters
         ----------
@@ -212,22 +209,10 @@ class FullSnapshot:
             When a key column is missing from the table.
         """
         keys = _key_columns_of(table, key_columns)
-        n = table.num_rows
-        if unique:
-            # Every row starts its key: the distinct keys are the key columns themselves.
-            starts = np.arange(n, dtype=np.int64)
-            firsts = table.select(list(keys))
-        else:
-            starts = _key_starts(table, keys)
-            firsts = table.select(list(keys)).take(pa.array(starts))
-        offsets = np.append(starts, np.int64(n))
-        arrays = [firsts.column(i).to_pandas() for i in range(len(keys))]
-        index: pd.Index
-        if len(keys) == 1:
-            index = pd.Index(arrays[0], copy=False)
-        else:
-            index = pd.MultiIndex.from_arrays(arrays)
-        return cls(table, keys, index, offsets, loaded_at, version, source_version)
+        if unique is None:
+            unique = len(key_starts(table, keys)) == table.num_rows
+        return cls(table, keys, KeyIndex.build(table, keys, unique), loaded_at, version,
+                   source_version)
 
     def confirmed(self, at: float) -> FullSnapshot:
         """This snapshot as loaded at ``at``: the source was found still at its version
@@ -237,6 +222,17 @@ class FullSnapshot:
         twin.loaded_at = at
         return twin
 
+    def hand_over(self, mapped: FullSnapshot) -> None:
+        """Point this snapshot, built here and never served, at ``mapped``: the same
+        version read back from where it was published. Its own table and index are
+        released (its holders, a load still finishing, keep only the mapped copy)."""
+        if mapped.num_rows != self.num_rows or mapped.num_keys != self.num_keys:
+            raise ValueError("hand_over() takes the same version, mapped")
+        self.table = mapped.table
+        self.key_index = mapped.key_index
+        self.nbytes = mapped.nbytes
+        give_back()
+
     @property
     def num_rows(self) -> int:
         """Rows in the snapshot."""
@@ -245,34 +241,18 @@ class FullSnapshot:
     @property
     def num_keys(self) -> int:
         """Distinct keys in the snapshot."""
-        return len(self.index)
+        return self.key_index.num_keys
 
-    def _indexed(self) -> pd.Index:
-        """The pandas index, its hash table built: once, under a lock (pandas builds it
-        lazily, and two threads building it at once see a non-unique index)."""
-        if not self._index_ready:
-            with self._index_lock:
-                if not self._index_ready:
-                    self.index.get_indexer(self.index[:1])
-                    self._index_ready = True
-        return self.index
+    @property
+    def offsets(self) -> np.ndarray:
+        """Row offsets of the groups (``num_keys + 1``); empty when ``unique``."""
+        offsets = self.key_index.offsets
+        return _NO_OFFSETS if offsets is None else offsets
 
     def groups(self, keys: Sequence[pa.Array]) -> np.ndarray:
         """The group (distinct key) of each key given as one array per key column, or
         -1: one vectorized probe."""
-        same_type = len(keys) == 1 and keys[0].type == self.table.schema.field(
-            self.key_columns[0]).type
-        if same_type and self._dense is not None:
-            return self._dense.groups(keys[0])
-        table, hashes = self._table, self._key_hashes
-        if same_type and table is not None and hashes is not None:
-            slots, _ = table.find(hash_keys(keys), hashes)
-            return slots
-        if len(keys) == 1:
-            values: Any = keys[0].to_pandas()
-        else:
-            values = pd.MultiIndex.from_arrays([k.to_pandas() for k in keys])
-        return np.asarray(self._indexed().get_indexer(values), dtype=np.int64)
+        return self.key_index.groups(keys)
 
     def locate(self, probes: Sequence[Key]) -> tuple[np.ndarray, np.ndarray]:
         """Match probe keys (tuples) against the snapshot, vectorized.
@@ -305,20 +285,15 @@ class FullSnapshot:
         """Turn per-probe group numbers (-1: no match) into (probe, row) index pairs."""
         if self.unique:
             matched = np.flatnonzero(groups >= 0)
-            return matched.astype(np.int64), self.offsets[groups[matched]]
+            return matched.astype(np.int64), groups[matched].astype(np.int64)
         return expand(groups, self.offsets)
 
     def rows(self, row_indices: np.ndarray) -> list[Row]:
-        """Table rows as Python tuples in schema order."""
-        columns = self._columns()
-        return [tuple(column[i] for column in columns) for i in row_indices.tolist()]
-
-    def _columns(self) -> list[list[Any]]:
-        # Python values of every column, converted once per snapshot on first use by the
-        # tuple-returning API (the Arrow path used by Spark joins never needs them).
-        if self._columns_cache is None:
-            self._columns_cache = [python_values(column) for column in self.table.columns]
-        return self._columns_cache
+        """Table rows as Python tuples in schema order (only those rows are converted)."""
+        if not len(row_indices):
+            return []
+        taken = self.table.take(pa.array(row_indices, type=pa.int64()))
+        return list(zip(*(python_values(column) for column in taken.columns), strict=True))
 
 
 class LookupFullCache(PerProcess, LookupCache):
@@ -490,33 +465,6 @@ class LookupFullCache(PerProcess, LookupCache):
         """Drop the snapshot."""
         self._snapshot = None
         self._settled.clear()
-
-
-def _is_sorted(table: pa.Table, keys: Sequence[str]) -> bool:
-    """Whether the rows are in ascending order of a single key column (checked in one
-    vectorized pass; composite keys are always sorted)."""
-    if len(keys) != 1:
-        return False
-    column = table.column(keys[0])
-    if not (pa.types.is_integer(column.type) or pa.types.is_string(column.type)
-            or pa.types.is_date(column.type) or pa.types.is_timestamp(column.type)):
-        return False
-    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    n = len(column)
-    return bool(pc.all(pc.less_equal(column.slice(0, n - 1), column.slice(1))).as_py())
-
-
-def _key_starts(table: pa.Table, keys: Sequence[str]) -> np.ndarray:
-    """Where each key's rows start in ``table`` (sorted by ``keys``, no null key)."""
-    n = table.num_rows
-    if not n:
-        return np.zeros(0, dtype=np.int64)
-    changed = np.zeros(n - 1, dtype=bool)
-    for name in keys:
-        column = table.column(name)
-        diff = pc.not_equal(column.slice(1), column.slice(0, n - 1))
-        changed |= np.asarray(diff.to_numpy(zero_copy_only=False), dtype=bool)
-    return np.concatenate(([0], np.flatnonzero(changed) + 1)).astype(np.int64)
 
 
 def _orderable(type_: pa.DataType) -> bool:

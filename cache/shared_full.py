@@ -1,27 +1,33 @@
 """A full cache whose snapshots are shared by every process of the host.
 
 :class:`SharedFullCache` is a :class:`~cache.full.LookupFullCache` that serves the
-version published in a :class:`~cache.snapshot_store.SnapshotStore`: the table is a
-memory map of the store's Arrow file (one copy of the pages for all processes); only
-the key index is built in each process. Who loads and when is the caller's business
-(the full caching runtime); this class switches to a newer published version, at most
-one ``stat`` of the pointer per ``check_interval``, at the next lookup.
+version published in a :class:`~cache.snapshot_store.SnapshotStore`: the table and its
+key index are memory maps of the store's files (one copy of the pages for all
+processes), so a process that opens a published version builds nothing proportional to
+the table. A version published without an index (an older format) is indexed here. Who
+loads and when is the caller's business (the full caching runtime); this class switches
+to a newer published version, at most one ``stat`` of the pointer per
+``check_interval``, at the next lookup.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
+from cache._key_index import KeyIndex
 from cache.full import FullSnapshot, LookupFullCache
 from cache.metrics import CacheMetrics
-from cache.snapshot_store import SnapshotStore, StoredSnapshot
+from cache.snapshot_store import Mapped, SnapshotStore, StoredSnapshot
 from spark_lookup import options as opts
 
 __all__ = ["DEFAULT_CHECK_INTERVAL", "SharedFullCache"]
+
+log = logging.getLogger("cache")
 
 DEFAULT_CHECK_INTERVAL = dt.timedelta(milliseconds=100)
 """How often a lookup may look for a newer published version (one ``stat``)."""
@@ -139,18 +145,18 @@ class SharedFullCache(LookupFullCache):
         The caller holds the store's lock (``with cache.store.try_lock()``). The table
         served afterwards is the memory map of the published file, not ``snapshot``'s
         own table, so this process shares the pages with the others too; the key index
-        is ``snapshot``'s (same rows, same order), not built again.
+        is written with it, and served mapped as well.
         """
         record = self.store.publish(snapshot.table, version=snapshot.version,
                                     loaded_at=snapshot.loaded_at, unique=snapshot.unique,
-                                    source_version=snapshot.source_version or "")
-        mapped = FullSnapshot(self.store.read(record), self.key_columns, snapshot.index,
-                              snapshot.offsets, snapshot.loaded_at, snapshot.version,
-                              snapshot.source_version)
+                                    source_version=snapshot.source_version or "",
+                                    index=snapshot.key_index.payload())
+        mapped = self._snapshot_of(record, self.store.open(record))
         with self._switch_lock:
             self.swap(mapped)
             self._served = record
             self._seen = self.store.pointer_key()
+        snapshot.hand_over(mapped)  # the loaded copy goes: one table in memory, the file's
         return mapped
 
     def published(self) -> StoredSnapshot | None:
@@ -182,21 +188,41 @@ class SharedFullCache(LookupFullCache):
                 self._served = record
                 self.swap(confirmed)
                 return confirmed
-            found = self.store.read_latest()
+            found = self.store.open_latest()
             if found is None:
                 return None
-            record, table = found
+            record, mapped = found
             self._seen = key
             if current is not None and not _is_newer(record, current):
                 return None
-            snapshot = FullSnapshot.from_sorted(
-                table, self.key_columns, loaded_at=record.loaded_at, version=record.version,
-                unique=record.unique, source_version=record.source_version or None)
+            snapshot = self._snapshot_of(record, mapped)
             self._served = record
             self.swap(snapshot)
             return snapshot
         finally:
             self._switch_lock.release()
+
+    def _snapshot_of(self, record: StoredSnapshot, mapped: Mapped) -> FullSnapshot:
+        """The snapshot of a published version: its mapped index, or one built here for
+        a version without a usable one (an older format, another hash version)."""
+        if mapped.key_index is not None:
+            try:
+                index = KeyIndex.from_payload(*mapped.key_index, mapped.table, self.key_columns)
+            except ValueError as exc:
+                log.warning("the key index of %s is not usable (%s): indexing it in this "
+                            "process", record.file, exc)
+            else:
+                return FullSnapshot(mapped.table, self.key_columns, index, record.loaded_at,
+                                    record.version, record.source_version or None)
+        # A table of one row a key may be in any order (this version keeps the load's);
+        # one with several rows a key is sorted by key (every version sorts it).
+        built = KeyIndex.of_unique(mapped.table, self.key_columns) if record.unique else None
+        if built is not None:
+            return FullSnapshot(mapped.table, self.key_columns, built, record.loaded_at,
+                                record.version, record.source_version or None)
+        return FullSnapshot.from_sorted(mapped.table, self.key_columns, loaded_at=record.loaded_at,
+                                        version=record.version, unique=False,
+                                        source_version=record.source_version or None)
 
 
 def _is_newer(record: StoredSnapshot, current: FullSnapshot) -> bool:

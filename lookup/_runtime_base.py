@@ -88,8 +88,9 @@ class Probe:
     rows: pa.Table
     """The dimension rows, every column of the schema."""
     one_row_each: bool = False
-    """Every group has one row and group ``g``'s row is ``rows[g]`` (``offsets`` is
-    ``0, 1, ..., len(rows)``): a join may take ``groups`` as row numbers."""
+    """Every group has one row and group ``g``'s row is ``rows[g]``: a join takes
+    ``groups`` as row numbers (``offsets`` is then ``0, 1, ..., len(rows)``, or empty
+    when the answer comes from a full snapshot, which keeps none)."""
 
 
 class LookupRuntime:

@@ -256,10 +256,10 @@ class FullCachingRuntime(LookupRuntime):
                     return
                 with loading(), counting_bad_values(provider.source, lambda grown: self._record(
                         partial(self.metrics.inc_bad_values, grown))):
-                    # The loaded table is handed over, not kept here: the snapshot's own
-                    # copy (its columns combined) is then the only one left.
-                    snapshot = FullSnapshot.build(
-                        read_arrow(provider.source, provider.parallelism),
+                    # The loaded table is never held here: the snapshot's build releases
+                    # its chunks as it combines them (one copy of the table, not two).
+                    snapshot = FullSnapshot.load(
+                        partial(read_arrow, provider.source, provider.parallelism),
                         provider.key_columns, loaded_at=loaded_at, version=version,
                         source_version=source_version,
                     )

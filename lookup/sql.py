@@ -177,7 +177,9 @@ class _StructLookup:
         else:
             groups = np.full(n, -1, dtype=np.int64)
         missing = groups < 0
-        first = np.where(missing, -1, offsets[np.maximum(groups, 0)])
+        # One row a key: a group is its row (a full snapshot then keeps no offsets).
+        first = groups if probe.one_row_each else np.where(
+            missing, -1, offsets[np.maximum(groups, 0)])
         take = pa.array(first, type=pa.int64(), mask=missing)
         children = [column.take(take).combine_chunks() for column in dim.columns]
         return pa.StructArray.from_arrays(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pytest
 
@@ -85,5 +86,22 @@ def test_a_snapshot_answers_the_same_whichever_index_it_chose(keys: np.ndarray) 
     rng = np.random.default_rng(5)
     probe = np.concatenate([rng.choice(keys, 300), rng.integers(-5, int(keys.max()) + 5, 300)])
     groups = snapshot.groups([pa.array(probe, pa.int64())])
-    expected = snapshot.index.get_indexer(probe)
+    expected = pd.Index(keys).get_indexer(probe)  # keys: sorted, distinct: group = position
     assert groups.tolist() == expected.tolist()
+
+
+def test_keys_in_any_order_find_their_rows() -> None:
+    from cache._dense_keys import dense_rows
+
+    keys = pa.array([7, 3, 5, 4, 6], pa.int64())  # fill 3..7, shuffled: a position array
+    dense, unique = dense_rows(keys)
+    assert unique
+    assert dense is not None
+    assert dense.positions is not None
+    assert dense.groups(pa.array([3, 7, 8, 2, None], pa.int64())).tolist() == [1, 0, -1, -1, -1]
+    in_order, _ = dense_rows(pa.array([3, 4, 5], pa.int64()))
+    assert in_order is not None
+    assert in_order.positions is None  # sorted and filling the range: subtraction alone
+    assert dense_rows(pa.array([3, 4, 3], pa.int64())) == (None, False)  # a repeat
+    assert dense_rows(pa.array([1, 2, 2, 5], pa.int64())) == (None, False)
+    assert dense_rows(pa.array([0, 10**9], pa.int64())) == (None, None)  # sparse: hash it

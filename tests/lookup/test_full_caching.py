@@ -13,12 +13,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from lookup import FullCachingLookupProvider, LookupOptions, RetryPolicy, open_lookup
 from lookup.full_caching import FullCachingRuntime
 from lookup.runtime import REGISTRY
-from scan import SqlTableSource
+from scan import CollectionSource, SqlTableSource
 from spark_lookup.errors import SnapshotUnavailableError
 from triggers import PeriodicCacheReloadTrigger
 
@@ -311,3 +312,18 @@ def test_close_during_the_first_load_returns_without_waiting_for_it(db: Path) ->
     assert close_during_load(handle, connect) < 5
     assert runtime.cache.current() is None
     assert (runtime.metrics.load_count, runtime.metrics.num_load_failures) == (0, 0)
+
+
+@pytest.mark.parametrize("repeat", [False, True])
+def test_the_sql_function_answers_the_first_row_from_a_full_snapshot(repeat: bool) -> None:
+    # One row a key: the snapshot keeps no row offsets, a group is its row.
+    from lookup.sql import _StructLookup
+
+    rows = [(3, "c"), (1, "a"), (2, "b")] + ([(1, "0")] if repeat else [])
+    p = FullCachingLookupProvider.of(CollectionSource(rows, schema="id BIGINT, v STRING"),
+                                     PeriodicCacheReloadTrigger(timedelta(hours=1)), ["id"])
+    with open_lookup(p) as handle:
+        out = _StructLookup("f", p).lookup_batch([pa.array([2, 5, None, 3, 1], pa.int64())],
+                                                 handle.runtime)
+    first_of_1 = {"id": 1, "v": "0" if repeat else "a"}  # a key's rows by their values
+    assert out.to_pylist() == [{"id": 2, "v": "b"}, None, None, {"id": 3, "v": "c"}, first_of_1]

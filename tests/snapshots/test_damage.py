@@ -14,6 +14,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+import cache.snapshot_store as store_module
+from cache.full import FullSnapshot
 from cache.snapshot_store import SnapshotStore, sweep
 from lookup.full_caching import FullCachingRuntime
 from tests.snapshots.helpers import ManualTrigger, count_lines, make_db, provider, store_for
@@ -118,3 +120,81 @@ def test_cleanup_removes_only_directories_carrying_the_store_marker(tmp_path: Pa
     assert removed == [root / "old"]
     assert (mine / "users").read_text() == "my data"
     assert (root / ".trash-mine").is_dir()
+
+
+# --- the key index: covered by its own checksum in the same pointer record
+
+
+def published_with_index(store: SnapshotStore, rows: int = 200) -> tuple[Path, Path]:
+    """A version whose ids are spread (3 apart), so its index holds a hash table."""
+    table = pa.table({"id": pa.array(range(0, 3 * rows, 3), pa.int64()),
+                      "name": [f"n{i}" for i in range(rows)], "tier": ["old"] * rows})
+    snapshot = FullSnapshot.build(table, ["id"], loaded_at=time.time())
+    with store.try_lock() as locked:
+        assert locked
+        record = store.publish(snapshot.table, version=1, loaded_at=snapshot.loaded_at,
+                               unique=True, index=snapshot.key_index.payload())
+    assert record.index
+    assert record.index_checksum
+    return store.directory / record.file, store.directory / record.index
+
+
+def flip_a_bucket(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 0x40  # in the last array (the buckets)
+    path.write_bytes(bytes(data))
+
+
+INDEX_DAMAGE: dict[str, Callable[[Path], None]] = {
+    "truncated": truncate, "flipped bits": flip_a_bucket}
+
+
+@pytest.mark.parametrize("damage", sorted(INDEX_DAMAGE))
+def test_a_damaged_index_is_refused_and_its_version_set_aside(
+        store: SnapshotStore, damage: str) -> None:
+    data, index = published_with_index(store)
+    found = store.open_latest()
+    assert found is not None
+    assert found[1].key_index is not None
+    INDEX_DAMAGE[damage](index)
+    assert store.open_latest() is None  # refused before any of it is mapped
+    assert not data.exists()
+    assert not index.exists()
+    assert (store.directory / f".damaged-{index.name}").exists()
+    assert (store.directory / f".damaged-{data.name}").exists()
+
+
+@pytest.mark.parametrize("damage", sorted(INDEX_DAMAGE))
+def test_a_runtime_rebuilds_a_version_whose_index_is_damaged(tmp_path: Path, damage: str) -> None:
+    db = make_db(tmp_path / "dim.db")
+    p = provider(db, tmp_path / "scans", trigger=ManualTrigger(interval=3600.0))
+    _, index = published_with_index(store_for(p, tmp_path / "store"))
+    INDEX_DAMAGE[damage](index)
+    runtime = FullCachingRuntime(p, store=store_for(p, tmp_path / "store"))
+    runtime.open()
+    try:
+        runtime.trigger_reload().result(timeout=30)
+        assert runtime.lookup((150,)) == ((150, "n150", "v1"),)  # the source's row
+        assert count_lines(tmp_path / "scans") == 1
+    finally:
+        runtime.close()
+
+
+def test_files_checked_once_are_trusted_until_they_change(
+        store: SnapshotStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    data, index = published_with_index(store)
+    checked: list[str] = []
+    real = store_module._checksum
+
+    def counting(path: Path) -> str:
+        checked.append(path.name)
+        return real(path)
+
+    monkeypatch.setattr(store_module, "_checksum", counting)
+    assert store.open_latest() is not None
+    assert checked == []  # the publisher checked them as it wrote them
+    os.utime(index)  # any write through the file system changes the identity
+    assert store.open_latest() is not None
+    assert checked == [data.name, index.name]
+    assert store.open_latest() is not None
+    assert checked == [data.name, index.name]  # recorded again, trusted again

@@ -9,6 +9,7 @@ other they behave as two processes do (``flock`` locks belong to open files).
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import sqlite3
@@ -183,15 +184,75 @@ def test_a_published_snapshot_keeps_its_index_and_maps_the_file(tmp_path: Path) 
                                    loaded_at=5.0, version=3)
         with store.try_lock():
             mapped = cache.publish(built)
-        assert mapped.index is built.index
-        assert mapped.table is not built.table
-        assert mapped.table.equals(built.table)
+        # The index is published with the table and served mapped; the built snapshot is
+        # handed over to the mapped copy (the loader keeps no table of its own).
+        assert mapped.offsets.tolist() == [0, 2, 3]  # keys 1, 1, 2
+        assert not mapped.offsets.flags.writeable  # a view of the mapped index file
+        assert built.table is mapped.table
+        assert built.key_index is mapped.key_index
         assert cache.get_all([(1,)])[(1,)] == ((1, "a"), (1, "c"))
         assert store.latest().version == 3  # type: ignore[union-attr]
     finally:
         cache.close()
     with pytest.raises(TypeError, match="ship the provider"):
         pickle.dumps(cache)
+
+
+def test_a_worker_maps_the_published_index_and_builds_none(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = SnapshotStore(tmp_path / "store")
+    writer = SharedFullCache(["k"], store)
+    writer.open()
+    keys = [f"key-{i}" for i in range(1000)]
+    try:
+        built = FullSnapshot.build(pa.table({"k": keys, "v": range(1000)}), ["k"],
+                                   loaded_at=5.0, version=1)
+        with store.try_lock():
+            writer.publish(built)
+    finally:
+        writer.close()
+    import cache._key_index as key_index
+
+    def no_building(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a reader of a published index built one")
+
+    monkeypatch.setattr(key_index.KeyIndex, "build", classmethod(no_building))
+    monkeypatch.setattr(key_index.KeyIndex, "of_unique", classmethod(no_building))
+    reader = SharedFullCache(["k"], store)
+    reader.open()
+    try:
+        assert reader.get_all([("key-7",), ("nope",)]) == {("key-7",): (("key-7", 7),),
+                                                           ("nope",): ()}
+    finally:
+        reader.close()
+
+
+@pytest.mark.parametrize("old", ["format 2, no index", "another hash version"])
+def test_a_version_without_a_usable_index_is_served_indexed_here(
+        tmp_path: Path, old: str) -> None:
+    store = SnapshotStore(tmp_path / "store")
+    store.attach()
+    table = FullSnapshot.build(pa.table({"k": [3, 1, 2], "v": ["c", "a", "b"]}), ["k"],
+                               loaded_at=5.0).table
+    with store.try_lock():
+        if old == "format 2, no index":
+            record = store.publish(table, version=1, loaded_at=5.0, unique=True)
+            raw = json.loads((store.directory / "CURRENT").read_bytes())
+            raw = {k: v for k, v in raw.items() if not k.startswith("index")}
+            (store.directory / "CURRENT").write_text(json.dumps({**raw, "format": 2}))
+        else:
+            snapshot = FullSnapshot.build(table, ["k"], loaded_at=5.0)
+            header, arrays = snapshot.key_index.payload()
+            record = store.publish(table, version=1, loaded_at=5.0, unique=True,
+                                   index=({**header, "hash": 99}, arrays))
+    store.detach()
+    assert record.file
+    cache = SharedFullCache(["k"], store)
+    cache.open()
+    try:
+        assert cache.get_all([(2,)]) == {(2,): ((2, "b"),)}
+    finally:
+        cache.close()
 
 
 # --- provider options
