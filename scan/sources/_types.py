@@ -63,3 +63,31 @@ def arrow_to_spark(arrow_type: Any, where: str) -> T.DataType:
         raise ConfigError(
             f"{where} has Arrow type {arrow_type} with no Spark type here; pass schema"
         ) from exc
+
+
+def table_columns(arrow_schema: Any, schema: Any, columns: Any, what: str
+                  ) -> tuple[T.StructType, list[str]]:
+    """The Spark schema a table source reads and its column names: ``schema`` declared
+    (its columns picked by name), else ``columns`` (or all) with the table's own types.
+    ``what`` names the table in messages (``"Delta table 'x'"``).
+
+    Raises
+    ------
+    ConfigError
+        For a declared or chosen column the table lacks.
+    """
+    from spark_lookup.schema import parse_schema
+
+    names = arrow_schema.names
+    struct = parse_schema(schema, f"{what.split()[0]}Source schema") if schema is not None else None
+    wanted = list(struct.names) if struct is not None else (
+        list(columns) if columns is not None else list(names))
+    missing = [c for c in wanted if c not in names]
+    if missing:
+        raise ConfigError(f"{what} has no column(s) {missing}; it has {names}")
+    if struct is None:
+        struct = T.StructType([
+            T.StructField(name, arrow_to_spark(arrow_schema.field(name).type,
+                                               f"column {name!r} of {what}"))
+            for name in wanted])
+    return struct, wanted

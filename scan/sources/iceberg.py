@@ -16,7 +16,7 @@ from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
 from scan.sources._batches import BatchReading, with_last
 from scan.sources._enumerator import ListPlanner, SplitPlanner
 from scan.sources._pull import PullSource, QueueSplitReader
-from scan.sources._types import arrow_to_spark
+from scan.sources._types import table_columns
 from scan.split import SourceSplit
 from spark_lookup._per_process import PerProcess
 from spark_lookup._shown import shown
@@ -27,7 +27,7 @@ from spark_lookup.errors import (
     SparkLookupError,
     TransientConnectorError,
 )
-from spark_lookup.schema import SchemaLike, parse_schema
+from spark_lookup.schema import SchemaLike
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -332,19 +332,8 @@ class IcebergSource(PerProcess, PullSource[IcebergSplit]):
 
         arrow_schema = schema_to_pyarrow(loaded.schema(), include_field_ids=False)
         names = arrow_schema.names
-        if schema is not None:
-            struct = parse_schema(schema, "IcebergSource schema")
-            wanted = struct.names
-        else:
-            wanted = list(columns) if columns is not None else names
-        missing = [c for c in wanted if c not in names]
-        if missing:
-            raise ConfigError(f"Iceberg table {table!r} has no column(s) {missing}; it has {names}")
-        if schema is None:
-            struct = T.StructType([
-                T.StructField(name, arrow_to_spark(arrow_schema.field(name).type,
-                                                   f"column {name!r} of Iceberg table {table!r}"))
-                for name in wanted])
+        struct, wanted = table_columns(arrow_schema, schema, columns,
+                                       f"Iceberg table {table!r}")
         self._schema = struct
         self.names = list(wanted)
         self._filters = check_predicates(filters, names, f"IcebergSource({table!r})")
