@@ -64,6 +64,12 @@ class LookupCache(ABC):
     def invalidate(self, key: Key) -> None:
         """Remove ``key`` if present."""
 
+    def invalidate_all(self) -> None:
+        """Remove every entry this cache can serve (a change feed lost its connection and
+        cannot say what changed meanwhile). Caches that cannot raise
+        ``NotImplementedError``, and a change feed refuses them."""
+        raise NotImplementedError(f"{type(self).__name__} cannot drop all its entries")
+
     @abstractmethod
     def size(self) -> int:
         """Number of cached keys."""
@@ -130,6 +136,20 @@ class LookupCache(ABC):
                                  strict=True):
             grouped[tuples[position]].append(row)
         self.put_all(grouped)
+
+    def invalidate_arrow(self, keys: Sequence[pa.Array]) -> int:
+        """Remove the entries of ``n`` keys given as one array per key column (of the
+        bound key types, no nulls); returns how many were removed (a cache that cannot
+        tell: how many keys were given). A key that is not cached costs nothing more
+        than its probe.
+
+        This default goes through :meth:`invalidate`, key by key;
+        :class:`~cache.DefaultLookupCache` removes them in bulk.
+        """
+        tuples = key_tuples(keys)
+        for key in tuples:
+            self.invalidate(key)
+        return len(tuples)
 
     def __enter__(self) -> LookupCache:
         self.open()

@@ -731,6 +731,25 @@ class DefaultLookupCache(LookupCache):
                 self._kill(slots[:1])
                 self._maybe_compact()
 
+    def invalidate_arrow(self, keys: Sequence[pa.Array]) -> int:
+        """Remove the entries of keys given as arrays of the key types, found in bulk;
+        returns how many live entries were removed."""
+        arrays = [a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in keys]
+        with self._lock:
+            if self._key_types is None or not self._live or not len(arrays[0]):
+                return 0
+            slots, _, same = self._find(arrays, hash_keys(arrays))
+            found = np.unique(slots[same])
+            live = found[self._touched[found] > 0]
+            self._kill(live)
+            self._maybe_compact()
+            return len(live)
+
+    def invalidate_all(self) -> None:
+        """Drop every entry (the bound types stay)."""
+        with self._lock:
+            self._reset()
+
     def size(self) -> int:
         """Number of cached keys (expired entries are not counted)."""
         with self._lock:

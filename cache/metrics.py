@@ -17,6 +17,9 @@ _COUNTERS = (
     "num_cache_errors",
     "num_bad_values",
     "reloads_skipped",
+    "num_notifications",
+    "num_keys_invalidated",
+    "num_reconnect_flushes",
 )
 _GAUGES = ("num_cached_records", "num_cached_bytes")
 FIELDS: tuple[str, ...] = (*_COUNTERS, "latest_load_time", *_GAUGES)
@@ -49,16 +52,20 @@ class _Counter:
 class CacheMetrics:
     """Counters and gauges of one lookup cache; thread-safe.
 
-    Flink's metrics, plus four of ours: ``num_retries`` (load attempts that were
-    retried), ``num_cache_errors`` (operations of a remote cache tier that failed and
-    were served as misses), ``num_bad_values`` (stored values that could not be read
-    as their column's type, handled by the connector's bad-value policy) and
-    ``reloads_skipped`` (full-cache reloads that read nothing because the source was
-    still at the version loaded, ``scan.Source.current_version``).
+    Flink's metrics, plus ours: ``num_retries`` (load attempts that were retried),
+    ``num_cache_errors`` (operations of a remote cache tier that failed and were served
+    as misses), ``num_bad_values`` (stored values that could not be read as their
+    column's type, handled by the connector's bad-value policy), ``reloads_skipped``
+    (full-cache reloads that read nothing because the source was still at the version
+    loaded, ``scan.Source.current_version``), and those of a change feed
+    (``lookup.ChangeFeed``): ``num_notifications`` (change notifications received),
+    ``num_keys_invalidated`` (cached keys dropped because they changed) and
+    ``num_reconnect_flushes`` (whole-cache flushes after the feed's connection was lost).
 
     - Counters (``hit_count``, ``miss_count``, ``load_count``, ``num_load_failures``,
-      ``num_retries``, ``num_cache_errors``, ``num_bad_values``, ``reloads_skipped``)
-      only grow.
+      ``num_retries``, ``num_cache_errors``, ``num_bad_values``, ``reloads_skipped``,
+      ``num_notifications``, ``num_keys_invalidated``, ``num_reconnect_flushes``) only
+      grow.
     - ``latest_load_time`` is the duration in milliseconds of the latest load, -1 before any.
     - Gauges (``num_cached_records``, ``num_cached_bytes``) are read from the cache that
       registered them (:meth:`register_gauges`) at the moment they are read; bytes are an
@@ -114,6 +121,18 @@ class CacheMetrics:
         """Count ``n`` reloads skipped because the source's version had not changed."""
         self._add("reloads_skipped", n)
 
+    def inc_notifications(self, n: int = 1) -> None:
+        """Count ``n`` change notifications received from a change feed."""
+        self._add("num_notifications", n)
+
+    def inc_keys_invalidated(self, n: int = 1) -> None:
+        """Count ``n`` cached keys dropped because a change feed said they changed."""
+        self._add("num_keys_invalidated", n)
+
+    def inc_reconnect_flushes(self, n: int = 1) -> None:
+        """Count ``n`` flushes of the whole cache after a change feed lost its connection."""
+        self._add("num_reconnect_flushes", n)
+
     def record_load_time(self, millis: float) -> None:
         """Set ``latest_load_time`` to the duration of the load that just ended."""
         with self._lock:
@@ -141,6 +160,10 @@ class CacheMetrics:
     num_bad_values = _Counter("Stored values that could not be read as their column's type.")
     reloads_skipped = _Counter(
         "Full-cache reloads skipped: the source was still at the version loaded.")
+    num_notifications = _Counter("Change notifications received from a change feed.")
+    num_keys_invalidated = _Counter("Cached keys dropped because a change feed said they changed.")
+    num_reconnect_flushes = _Counter(
+        "Whole-cache flushes after a change feed lost its connection (changes may be missed).")
     latest_load_time = _Counter("Duration in ms of the latest load; -1 before any load.")
 
     @property

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from cache._codec import CodecError, decode_rows, encode_key, encode_rows
 from cache._fit import misfit_check
-from cache.base import Key, LookupCache, Rows, check_key, freeze_rows
+from cache.base import Key, LookupCache, Rows, check_key, freeze_rows, key_tuples
 from cache.metrics import CacheMetrics
 from connectors.redis.client import SharedClient, check_redis_url, redact_url, redis_client_from_url
 from spark_lookup import options as opts
@@ -365,6 +365,42 @@ class RedisLookupCache(PerProcess, LookupCache):
         redis_key = self._redis_key(check_key(key))
         if redis_key is not None:
             self._round_trip("DEL", lambda client: client.delete(redis_key))
+
+    def invalidate_arrow(self, keys: Sequence[pa.Array]) -> int:
+        """Remove the keys from Redis (for every worker) in one pipelined round trip;
+        returns how many were there (0 if Redis fails: the entries then live out their TTL,
+        and the failure is counted in ``num_cache_errors``)."""
+        names = [name for name in map(self._redis_key, key_tuples(keys)) if name is not None]
+        if not names:
+            return 0
+        step = self._max_keys
+
+        def delete(client: Any) -> int:
+            pipe = client.pipeline(transaction=False)
+            for start in range(0, len(names), step):
+                pipe.delete(*names[start : start + step])
+            return sum(int(count) for count in pipe.execute())
+
+        removed = self._round_trip("DEL", delete)
+        return 0 if isinstance(removed, _Failed) else removed
+
+    def invalidate_all(self) -> None:
+        """Remove every key of the namespace (``SCAN`` and ``UNLINK``, for every worker);
+        a no-op if Redis fails (the entries then live out their TTL)."""
+        pattern = f"{self._namespace}:[[]*"  # as in size(): not the keys of "namespace:b"
+        step = self._max_keys
+
+        def drop(client: Any) -> None:
+            batch: list[Any] = []
+            for name in client.scan_iter(match=pattern, count=1000):
+                batch.append(name)
+                if len(batch) >= step:
+                    client.unlink(*batch)
+                    batch = []
+            if batch:
+                client.unlink(*batch)
+
+        self._round_trip("SCAN and UNLINK", drop)
 
     def size(self) -> int:
         """Keys in the namespace now, counted with ``SCAN`` (approximate: entries expire

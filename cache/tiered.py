@@ -172,6 +172,16 @@ class TieredLookupCache(LookupCache):
         self._l1.invalidate(key)
         self._l2.invalidate(key)
 
+    def invalidate_arrow(self, keys: Sequence[pa.Array]) -> int:
+        """Remove the keys from both tiers; returns what ``l2`` (the shared tier) removed."""
+        self._l1.invalidate_arrow(keys)
+        return self._l2.invalidate_arrow(keys)
+
+    def invalidate_all(self) -> None:
+        """Drop every entry of both tiers."""
+        self._l1.invalidate_all()
+        self._l2.invalidate_all()
+
     def size(self) -> int:
         """Keys held by ``l1`` (in this process)."""
         return self._l1.size()

@@ -1,6 +1,8 @@
-"""Lookup joins: functions, providers, the caching runtime, connectors, Spark joins and SQL."""
+"""Lookup joins: functions, providers, the caching runtime, connectors, change feeds,
+Spark joins and SQL."""
 
-from lookup.connectors import RedisLookupFunction, SqlLookupFunction
+from lookup.changes import ChangeFeed
+from lookup.connectors import PostgresChanges, RedisLookupFunction, SqlLookupFunction
 from lookup.function import AsyncLookupFunction, LookupFunction, LookupFunctionBase
 from lookup.join import lookup_join
 from lookup.metrics import lookup_metrics
@@ -22,6 +24,7 @@ from lookup.table_join import register_lookup_join
 __all__ = [
     "AsyncLookupFunction",
     "AsyncLookupFunctionProvider",
+    "ChangeFeed",
     "FullCachingLookupProvider",
     "LookupFunction",
     "LookupFunctionBase",
@@ -33,6 +36,7 @@ __all__ = [
     "MissRetry",
     "PartialCachingAsyncLookupProvider",
     "PartialCachingLookupProvider",
+    "PostgresChanges",
     "RedisLookupFunction",
     "RefreshStatus",
     "RetryPolicy",

@@ -48,6 +48,8 @@ from cache.full import FullSnapshot, LookupFullCache
 from cache.shared_full import SharedFullCache
 from cache.snapshot_store import SnapshotStore, StoredSnapshot
 from connectors.errors import should_retry
+from lookup._change_reload import ChangeReloads
+from lookup._listener import Subscription, subscribe
 from lookup._runtime_base import LookupRuntime, Probe, counting_bad_values
 from lookup.providers import FullCachingLookupProvider
 from spark_lookup._load_priority import loading, lookup_turn
@@ -112,6 +114,8 @@ class FullCachingRuntime(LookupRuntime):
         self._due_timer: Scheduled | None = None
         self._due_checked_until = -math.inf
         self._due_soon_from = math.inf
+        self._change_reloads: ChangeReloads | None = None
+        self._subscription: Subscription | None = None
 
     @property
     def shared(self) -> bool:
@@ -123,6 +127,15 @@ class FullCachingRuntime(LookupRuntime):
     def open(self) -> None:
         self.cache.open(self.metrics)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="lookup-full-reload")
+        feed = self._provider.changes
+        if feed is not None:
+            # Listening before the first load: what it reads is covered by the feed.
+            self._change_reloads = ChangeReloads(
+                served_since=self._served_since, reload=self._reload_for_change,
+                min_interval=feed.min_interval.total_seconds(), metrics=self.metrics,
+                clock=self.cache.clock, call_later=process_scheduler().call_later,
+                describe=self._provider.describe())
+            self._subscription = subscribe(feed, self._change_reloads)
         self._trigger.open(self)
 
     def close(self) -> None:
@@ -130,6 +143,10 @@ class FullCachingRuntime(LookupRuntime):
         scan cannot be interrupted): it runs on, and its result is discarded uncounted."""
         with self._recording:
             self._closed.set()
+        if self._subscription is not None:
+            self._subscription.close()
+        if self._change_reloads is not None:
+            self._change_reloads.close()
         with self._lock:
             running, self._running = self._running, None
             timer, self._due_timer = self._due_timer, None
@@ -167,7 +184,19 @@ class FullCachingRuntime(LookupRuntime):
         Shared, "reload" means "make sure the host's snapshot is not due": the future
         may end by switching to a version another process loaded, with no scan.
         """
-        fired_at = self.cache.clock()
+        return self._submit(self.cache.clock())
+
+    def _reload_for_change(self, since: float) -> Future[None]:
+        """A reload for a change seen at ``since``: shared, only a version loaded after
+        it will do (not one merely not due on the schedule). Joins a load running."""
+        return self._submit(since, strict=True)
+
+    def _served_since(self) -> float | None:
+        """When the load of the snapshot served started (None: none yet)."""
+        current = self.cache.current()
+        return None if current is None else current.loaded_at
+
+    def _submit(self, fired_at: float, *, strict: bool = False) -> Future[None]:
         with self._lock:
             running = self._running
             if running is not None and not running.done():
@@ -181,12 +210,12 @@ class FullCachingRuntime(LookupRuntime):
             # The future handed out is not the executor's: close() can end it while
             # the load still runs.
             outcome: Future[None] = Future()
-            executor.submit(self._reload, fired_at).add_done_callback(
+            executor.submit(self._reload, fired_at, strict).add_done_callback(
                 partial(_relay, outcome))
             self._running = outcome
             return outcome
 
-    def _reload(self, fired_at: float) -> None:
+    def _reload(self, fired_at: float, strict: bool = False) -> None:
         if self._shared is None:
             current = self.cache.current()
             unchanged = None
@@ -194,7 +223,7 @@ class FullCachingRuntime(LookupRuntime):
                 unchanged = (current.source_version, partial(self._confirm, current))
             self._load(self._version() + 1, self.cache.swap, unchanged)
         else:
-            self._reload_shared(self._shared, fired_at)
+            self._reload_shared(self._shared, fired_at, strict)
             # Also when nothing was swapped: a firing just before the version came due
             # (that a timer's firing then joined) reloads nothing, and the timer must
             # still fire at the due time.
@@ -296,13 +325,15 @@ class FullCachingRuntime(LookupRuntime):
 
     # --- sharing across the processes of a host
 
-    def _reload_shared(self, shared: SharedFullCache, fired_at: float) -> None:
-        """Serve a version that is good for a firing at ``fired_at``, loading it only if
-        no process of the host has, and only in the one process holding the lock."""
+    def _reload_shared(self, shared: SharedFullCache, fired_at: float,
+                       strict: bool = False) -> None:
+        """Serve a version that is good for a firing at ``fired_at`` (``strict``: loaded
+        after it), loading it only if no process of the host has, and only in the one
+        process holding the lock."""
         store = shared.store
         waited = False
         while not self._closed.is_set():
-            if self._serve(shared, store.latest(), fired_at):
+            if self._serve(shared, store.latest(), fired_at, strict):
                 return
             if waited:
                 failure = store.last_failure()
@@ -320,7 +351,7 @@ class FullCachingRuntime(LookupRuntime):
                 if locked:
                     # The process that held the lock before us may have just published.
                     record = store.latest()
-                    if not self._serve(shared, record, fired_at):
+                    if not self._serve(shared, record, fired_at, strict):
                         version = max(0 if record is None else record.version, self._version())
                         self._load(version + 1, partial(self._publish, shared),
                                    self._unchanged_shared(shared))
@@ -369,14 +400,16 @@ class FullCachingRuntime(LookupRuntime):
             )
             shared.swap(snapshot)
 
-    def _serve(self, shared: SharedFullCache, record: StoredSnapshot | None, fired_at: float
-               ) -> bool:
+    def _serve(self, shared: SharedFullCache, record: StoredSnapshot | None, fired_at: float,
+               strict: bool = False) -> bool:
         """Serve the published ``record`` (or a newer version) if it satisfies a firing at
-        ``fired_at``: loaded after the firing, or not yet due on the trigger's schedule.
-        False when it does not, or cannot be read."""
+        ``fired_at``: loaded after the firing, or (unless ``strict``) not yet due on the
+        trigger's schedule. False when it does not, or cannot be read."""
         if record is None:
             return False
         if record.loaded_at < fired_at:
+            if strict:
+                return False
             due = self._due(record.loaded_at)
             if due is None or due <= fired_at:
                 return False

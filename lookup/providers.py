@@ -24,6 +24,7 @@ from pyspark import TaskContext
 from pyspark.sql.types import StructType
 
 from cache.base import LookupCache
+from lookup.changes import ChangeFeed
 from lookup.function import (
     AsyncLookupFunction,
     LookupFunction,
@@ -91,6 +92,12 @@ class LookupProvider:
 _P = TypeVar("_P", bound=LookupProvider)
 
 
+def _check_changes(changes: object, key_columns: Sequence[str], what: str) -> None:
+    check_instance(changes, ChangeFeed, "changes", "a lookup.ChangeFeed (or None)")
+    assert isinstance(changes, ChangeFeed)
+    changes.check_provider_keys(list(key_columns), what)
+
+
 def _built(cls: type[_P], fn: Any, base: type[LookupFunctionBase], max_retries: int | None,
            retry_policy: RetryPolicy | None, retry_on_miss: MissRetry | None, batch_size: int,
            **extra: Any) -> _P:
@@ -106,6 +113,13 @@ def _built(cls: type[_P], fn: Any, base: type[LookupFunctionBase], max_retries: 
         raise ConfigError(f"retry_on_miss must be a MissRetry or None, got {retry_on_miss!r}")
     if "cache" in extra:
         check_instance(extra["cache"], LookupCache, "cache", "a cache.LookupCache")
+    if extra.get("changes") is not None:
+        _check_changes(extra["changes"], fn.key_fields(), f"{type(fn).__name__}")
+        if type(extra["cache"]).invalidate_all is LookupCache.invalidate_all:
+            raise ConfigError(
+                f"changes= needs a cache that can drop all its entries after a lost "
+                f"connection (invalidate_all); {type(extra['cache']).__name__} cannot"
+            )
     build: Any = cls  # each caller's class has function and batch_size fields
     return build(  # type: ignore[no-any-return]
         fn.struct, tuple(fn.key_fields()), _retry_policy(max_retries, retry_policy),
@@ -159,9 +173,11 @@ class LookupFunctionProvider(LookupProvider):
 
 @dataclass(frozen=True)
 class _PartiallyCached:
-    """A function provider whose results are cached in ``cache``."""
+    """A function provider whose results are cached in ``cache``, kept fresh by
+    ``changes`` when given."""
 
     cache: LookupCache = field(kw_only=True)
+    changes: ChangeFeed | None = field(default=None, kw_only=True)
 
     @property
     def kind(self) -> str:
@@ -183,9 +199,15 @@ class PartialCachingLookupProvider(_PartiallyCached, LookupFunctionProvider):
         retry_policy: RetryPolicy | None = None,
         retry_on_miss: MissRetry | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
+        changes: ChangeFeed | None = None,
     ) -> PartialCachingLookupProvider:
         """A provider caching the results of ``fn`` in ``cache`` (e.g. a
         :class:`cache.DefaultLookupCache`); other options as :meth:`LookupFunctionProvider.of`.
+
+        ``changes`` (a :class:`~lookup.ChangeFeed`, e.g. :class:`~lookup.PostgresChanges`)
+        drops each key from the cache when the feed says it changed, in every worker,
+        with no cost to lookups; after the feed's connection was lost the cache is
+        flushed (see the README, "Freshness: TTL, schedules and change feeds").
 
         Examples
         --------
@@ -200,7 +222,7 @@ class PartialCachingLookupProvider(_PartiallyCached, LookupFunctionProvider):
         ('PARTIAL', ('n',))
         """
         return _built(cls, fn, LookupFunction, max_retries, retry_policy, retry_on_miss,
-                      batch_size, cache=cache)
+                      batch_size, cache=cache, changes=changes)
 
 
 @dataclass(frozen=True)
@@ -257,12 +279,14 @@ class PartialCachingAsyncLookupProvider(_PartiallyCached, AsyncLookupFunctionPro
         retry_policy: RetryPolicy | None = None,
         retry_on_miss: MissRetry | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
+        changes: ChangeFeed | None = None,
     ) -> PartialCachingAsyncLookupProvider:
         """A provider caching the results of the async ``fn`` in ``cache``; options as
-        :meth:`AsyncLookupFunctionProvider.of`."""
+        :meth:`AsyncLookupFunctionProvider.of`, ``changes`` as
+        :meth:`PartialCachingLookupProvider.of`."""
         return _built(cls, fn, AsyncLookupFunction, max_retries, retry_policy, retry_on_miss,
                       batch_size, capacity=check_int(capacity, "capacity"),
-                      timeout=as_timedelta(timeout, "timeout"), cache=cache)
+                      timeout=as_timedelta(timeout, "timeout"), cache=cache, changes=changes)
 
 
 @dataclass(frozen=True)
@@ -286,6 +310,7 @@ class FullCachingLookupProvider(LookupProvider):
     share_across_workers: bool | None = field(default=None, kw_only=True)
     snapshot_dir: str | None = field(default=None, kw_only=True)
     snapshot_name: str | None = field(default=None, kw_only=True)
+    changes: ChangeFeed | None = field(default=None, kw_only=True)
 
     @property
     def kind(self) -> str:
@@ -331,6 +356,7 @@ class FullCachingLookupProvider(LookupProvider):
         share_across_workers: bool | None = None,
         snapshot_dir: str | os.PathLike[str] | None = None,
         snapshot_name: str | None = None,
+        changes: ChangeFeed | None = None,
     ) -> FullCachingLookupProvider:
         """A provider serving lookups from full snapshots of ``source``.
 
@@ -373,6 +399,13 @@ class FullCachingLookupProvider(LookupProvider):
             this application) share it, and a new application starts from a new store.
             A name shares it across applications too (a restarted query starts warm):
             give one only to providers that read the same table.
+        changes
+            A :class:`~lookup.ChangeFeed` of the source's table (e.g.
+            :class:`~lookup.PostgresChanges`): a change reloads the cache soon after
+            (at most once per the feed's ``min_interval``; shared, one load for the
+            host), and a lost connection reloads it once the feed is back. The trigger
+            still reloads on its schedule, which bounds staleness when no notification
+            comes.
 
         Raises
         ------
@@ -393,6 +426,8 @@ class FullCachingLookupProvider(LookupProvider):
         keys = check_key_columns(key_columns, schema.fieldNames(), "key_columns",
                                  "name the columns lookups match on", "the source schema")
         share, directory = _sharing(share_across_workers, snapshot_dir, snapshot_name)
+        if changes is not None:
+            _check_changes(changes, keys, f"the full cache of {type(source).__name__}")
         return cls(
             schema, tuple(keys), _retry_policy(max_retries, retry_policy), None, source=source,
             reload_trigger=reload_trigger,
@@ -403,6 +438,7 @@ class FullCachingLookupProvider(LookupProvider):
             share_across_workers=share,
             snapshot_dir=directory,
             snapshot_name=None if snapshot_name is None else check_store_name(snapshot_name),
+            changes=changes,
         )
 
 

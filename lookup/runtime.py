@@ -29,6 +29,8 @@ from cache.base import Key, LookupCache, Row, answers_to_arrow, key_tuples, row_
 from cache.default import DefaultLookupCache
 from cache.metrics import CacheMetrics
 from connectors.keys import KeyCodec
+from lookup._invalidation import CacheInvalidation
+from lookup._listener import Subscription, subscribe
 from lookup._loaders import Loader, PartialLoad, loader_for
 from lookup._runtime_base import (
     EMPTY,
@@ -39,6 +41,7 @@ from lookup._runtime_base import (
     has_null,
     probe_answers,
 )
+from lookup.changes import ChangeFeed
 from lookup.full_caching import FullCachingRuntime
 from lookup.function import LookupFunction
 from lookup.providers import (
@@ -95,6 +98,15 @@ class _LoadingRuntime(LookupRuntime):
         # itself (the connectors); one that answers in Python tuples is asked for them.
         self._arrow_native = self._arrow_function is not None and (
             type(self._arrow_function).lookup_arrow is not LookupFunction.lookup_arrow)
+        # With a change feed, loads put through its guard (see lookup._invalidation).
+        self._feed: ChangeFeed | None = getattr(provider, "changes", None)
+        feed = self._feed
+        self._guard: CacheInvalidation | None = None
+        if feed is not None and self._cache is not None:
+            self._guard = CacheInvalidation(
+                self._cache, self._codec, feed, list(provider.key_columns), provider.key_types,
+                self.metrics, provider.describe())
+        self._subscription: Subscription | None = None
 
     def open(self) -> None:
         # Retried as a failed load is: a worker that starts during an outage (Spark hands
@@ -113,12 +125,18 @@ class _LoadingRuntime(LookupRuntime):
             try:
                 self._cache.bind(self._schema, list(self.provider.key_columns))
                 self._cache.open(self.metrics)
+                if self._guard is not None and self._feed is not None:
+                    self._subscription = subscribe(self._feed, self._guard)
             except BaseException:
                 self._loader.close()
                 raise
 
     def close(self) -> None:
         try:
+            if self._subscription is not None:
+                self._subscription.close()
+            if self._guard is not None:
+                self._guard.close()
             if self._cache is not None:
                 self._cache.close()
         finally:
@@ -163,9 +181,18 @@ class _LoadingRuntime(LookupRuntime):
             return _Fetched(groups, offsets, rows, miss, miss, None)
         take = pa.array(miss, type=pa.int64())
         miss_keys = [array.take(take) for array in arrays] if len(miss) < count else arrays
-        index, loaded = self._load_arrow(function, miss_keys)
-        if cache is not None:
-            cache.put_arrow(miss_keys, index, loaded)
+        guard = self._guard
+        if guard is None:
+            index, loaded = self._load_arrow(function, miss_keys)
+            if cache is not None:
+                cache.put_arrow(miss_keys, index, loaded)
+        else:
+            token = guard.begin()
+            try:
+                index, loaded = self._load_arrow(function, miss_keys)
+                guard.put_arrow(token, miss_keys, index, loaded)
+            finally:
+                guard.end(token)
         return _Fetched(groups, offsets, rows, miss, index.to_numpy(zero_copy_only=False),
                         _as_table(loaded, self._schema))
 
@@ -327,9 +354,18 @@ class _LoadingRuntime(LookupRuntime):
                 self._drop_malformed(found)
         misses = [key for key in keys if key not in found]
         if misses:
-            loaded = self._load(misses)
-            if cache is not None:
-                cache.put_all(loaded)
+            guard = self._guard
+            if guard is None:
+                loaded = self._load(misses)
+                if cache is not None:
+                    cache.put_all(loaded)
+            else:
+                token = guard.begin()
+                try:
+                    loaded = self._load(misses)
+                    guard.put_all(token, loaded)
+                finally:
+                    guard.end(token)
             found.update(loaded)
         return {key: rows if type(rows) is tuple else tuple(rows)
                 for key, rows in found.items()}

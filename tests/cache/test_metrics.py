@@ -16,6 +16,7 @@ def test_fresh_metrics() -> None:
     assert m.snapshot() == {
         "hit_count": 0, "miss_count": 0, "load_count": 0, "num_load_failures": 0,
         "num_retries": 0, "num_cache_errors": 0, "num_bad_values": 0, "reloads_skipped": 0,
+        "num_notifications": 0, "num_keys_invalidated": 0, "num_reconnect_flushes": 0,
         "latest_load_time": -1, "num_cached_records": 0, "num_cached_bytes": 0,
     }
 
@@ -33,6 +34,15 @@ def test_counters_and_gauges() -> None:
     assert (m.hit_count, m.miss_count, m.load_count, m.num_load_failures) == (3, 1, 1, 1)
     assert (m.num_retries, m.num_cache_errors, m.latest_load_time) == (2, 1, 13)
     assert (m.num_cached_records, m.num_cached_bytes) == (5, 500)
+
+
+def test_change_feed_counters() -> None:
+    m = CacheMetrics()
+    m.inc_notifications(3)
+    m.inc_keys_invalidated(5)
+    m.inc_reconnect_flushes()
+    assert (m.num_notifications, m.num_keys_invalidated, m.num_reconnect_flushes) == (3, 5, 1)
+    assert (m + m).num_keys_invalidated == 10
 
 
 def test_sum_adds_counters_and_gauges_and_keeps_the_max_load_time() -> None:

@@ -1,0 +1,129 @@
+"""A change feed applied to a full cache: reload soon after a change, debounced.
+
+:class:`ChangeReloads` is the full caching runtime's subscriber (``lookup._listener``).
+A change seen at time ``t`` needs a snapshot whose load started at or after ``t`` (the
+change was committed before its notification arrived). One timer per runtime waits
+:data:`SETTLE_SECONDS` (so that a burst of changes, and the same notification reaching
+every worker of the host, make one load), and at least ``min_interval`` since the last
+load it started; then, unless the snapshot served already started loading after the
+latest change, it asks the runtime for a reload that must start after it (joining the
+one running, never two at once). When that ends well and the snapshot served is still
+older than the change (the load joined had started before it), it asks again; when it
+fails, the failure is the runtime's (counted, retried on the trigger's schedule), so
+the schedule stays the bound on staleness.
+
+Shared across a host's workers, the reload is the runtime's shared reload: the first
+worker to take the store's lock loads and publishes, and every other finds a version
+loaded after the change and serves it (one load per change for the host).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+
+from cache.metrics import CacheMetrics
+from lookup.changes import Change
+
+__all__ = ["SETTLE_SECONDS", "ChangeReloads"]
+
+log = logging.getLogger("lookup")
+
+SETTLE_SECONDS = 0.05
+"""How long a change waits before its reload: the workers of a host hear a notification
+within milliseconds of each other, so the first one's load starts after every one has
+heard it, and the others find that load good enough (one load per change per host)."""
+
+CallLater = Callable[[float, Callable[[], object], str], object]
+
+
+class ChangeReloads:
+    """Reloads a full cache after changes (a :class:`~lookup._listener.ChangeSink`).
+
+    Parameters
+    ----------
+    served_since
+        When the load of the snapshot served started (None: no snapshot yet).
+    reload
+        Starts a reload whose load starts after the given time, or joins the one
+        running; its future ends with it.
+    min_interval
+        Seconds between the starts of two reloads for changes.
+    clock
+        The full cache's clock (seconds; the one load times are read with).
+    call_later
+        Runs ``action`` once after ``delay`` seconds: ``(delay, action, name)``, returns
+        something with ``cancel()`` (the process scheduler's ``call_later``).
+    """
+
+    def __init__(self, *, served_since: Callable[[], float | None],
+                 reload: Callable[[float], Future[None]], min_interval: float,
+                 metrics: CacheMetrics, clock: Callable[[], float], call_later: CallLater,
+                 describe: str) -> None:
+        self._served_since = served_since
+        self._reload = reload
+        self._min_interval = min_interval
+        self._metrics = metrics
+        self._clock = clock
+        self._call_later = call_later
+        self._describe = describe
+        self._lock = threading.Lock()
+        self._since: float | None = None  # the latest change not yet asked for
+        self._timer: object | None = None
+        self._last_start = float("-inf")
+        self._closed = False
+
+    def close(self) -> None:
+        """Reload nothing more (the runtime closes)."""
+        with self._lock:
+            self._closed = True
+            timer, self._timer = self._timer, None
+        cancel = getattr(timer, "cancel", None)
+        if cancel is not None:
+            cancel()
+
+    def changes(self, changes: Sequence[Change]) -> None:
+        """Changes arrived: reload soon."""
+        self._metrics.inc_notifications(len(changes))
+        self._due(self._clock())
+
+    def connected(self, reconnected: bool) -> None:
+        """The feed listens (again): a change may have been missed, reload soon (unless
+        the snapshot served started loading after this)."""
+        if reconnected:
+            self._metrics.inc_reconnect_flushes()
+        self._due(self._clock())
+
+    def _due(self, since: float) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._since = since if self._since is None else max(self._since, since)
+            if self._timer is not None:
+                return
+            delay = max(SETTLE_SECONDS, self._last_start + self._min_interval - self._clock())
+            self._timer = self._call_later(delay, self._fire,
+                                           f"reload for changes of {self._describe}")
+
+    def _fire(self) -> None:
+        with self._lock:
+            since, self._since = self._since, None
+            self._timer = None
+            if since is None or self._closed:
+                return
+        served = self._served_since()
+        if served is not None and served >= since:
+            return  # a load that started after the change serves already
+        with self._lock:
+            self._last_start = self._clock()
+        self._reload(since).add_done_callback(lambda done: self._ended(done, since))
+
+    def _ended(self, done: Future[None], since: float) -> None:
+        if done.cancelled() or done.exception() is not None:
+            return  # closed, or failed: counted and logged by the load; the schedule retries
+        served = self._served_since()
+        if served is None or served < since:
+            # The load joined had started before the change: one more.
+            self._due(since)
