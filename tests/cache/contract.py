@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from cache import CacheMetrics, LookupCache
@@ -58,6 +59,24 @@ class LookupCacheContract:
         cache.invalidate((2,))  # absent: no error
         assert cache.get_if_present((1,)) is None
         assert cache.size() == 0
+
+    def test_invalidate_arrow_removes_the_keys_given(self, make_cache: MakeCache) -> None:
+        cache = make_cache()
+        cache.put_all({(1,): [(1, "a")], (2,): [(2, "b")], (3,): []})
+        removed = cache.invalidate_arrow([pa.array([1, 3, 7], pa.int64())])
+        assert removed in (2, 3)  # a cache that cannot tell counts the keys given
+        assert cache.get_if_present((1,)) is None
+        assert cache.get_if_present((3,)) is None
+        assert list(cache.get_if_present((2,)) or []) == [(2, "b")]
+
+    def test_invalidate_all(self, make_cache: MakeCache) -> None:
+        cache = make_cache()
+        cache.put_all({(1,): [(1, "a")], (2,): []})
+        cache.invalidate_all()
+        assert cache.get_all([(1,), (2,)]) == {}
+        assert cache.size() == 0
+        cache.put((1,), [(1, "again")])
+        assert list(cache.get_if_present((1,)) or []) == [(1, "again")]
 
     def test_get_all_and_put_all(self, make_cache: MakeCache) -> None:
         cache = make_cache()

@@ -425,3 +425,24 @@ TestCacheModel = CacheModel.TestCase
 TestCacheModel.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
 TestWriteOnlyCacheModel = WriteOnlyCacheModel.TestCase
 TestWriteOnlyCacheModel.settings = TestCacheModel.settings
+
+
+def test_invalidate_arrow_counts_the_live_entries_it_removed() -> None:
+    cache = build(maximum_size=1000)
+    cache.bind(pa.schema([("id", pa.string()), ("n", pa.int64()), ("v", pa.string())]),
+               ["id", "n"])
+    cache.put_all({("a", 1): [("a", 1, "x")], ("b", 2): [("b", 2, "y")], ("c", 3): []})
+    keys = [pa.array(["a", "c", "a", "zz"]), pa.array([1, 3, 1, 9], pa.int64())]
+    assert cache.invalidate_arrow(keys) == 2  # a repeat and an absent key count nothing
+    assert cache.invalidate_arrow(keys) == 0
+    assert cache.get_all([("a", 1), ("b", 2), ("c", 3)]) == {("b", 2): (("b", 2, "y"),)}
+    assert cache.invalidate_arrow([pa.array(["b"]), pa.array([3], pa.int64())]) == 0
+
+
+def test_invalidated_entries_are_compacted_away() -> None:
+    cache = build(maximum_size=100_000)
+    cache.put_all({(i,): [(i, "v")] for i in range(5000)})
+    held = cache.metrics.num_cached_bytes
+    assert cache.invalidate_arrow([pa.array(range(4000), pa.int64())]) == 4000
+    assert cache.size() == 1000
+    assert cache.metrics.num_cached_bytes < held / 2
