@@ -4,17 +4,21 @@
 A change seen at time ``t`` needs a snapshot whose load started at or after ``t`` (the
 change was committed before its notification arrived). One timer per runtime waits
 :data:`SETTLE_SECONDS` (so that a burst of changes, and the same notification reaching
-every worker of the host, make one load), and at least ``min_interval`` since the last
-load it started; then, unless the snapshot served already started loading after the
-latest change, it asks the runtime for a reload that must start after it (joining the
-one running, never two at once). When that ends well and the snapshot served is still
-older than the change (the load joined had started before it), it asks again; when it
-fails, the failure is the runtime's (counted, retried on the trigger's schedule), so
-the schedule stays the bound on staleness.
+every worker of the host, make one load), and at least ``min_interval`` since the
+latest load started (its own, or the one the host's store published); then, unless the
+snapshot served already started loading after the latest change, it asks the runtime
+for a reload that must start after it (joining the one running, never two at once).
+When that ends well and the snapshot served is still older than the change (the load
+joined had started before it), it asks again; when it fails, the failure is the
+runtime's (counted, retried on the trigger's schedule), so the schedule stays the
+bound on staleness.
 
 Shared across a host's workers, the reload is the runtime's shared reload: the first
 worker to take the store's lock loads and publishes, and every other finds a version
-loaded after the change and serves it (one load per change for the host).
+loaded after the change and serves it (one load per change for the host); one that
+finds a version loaded less than ``min_interval`` ago, but before its change, loads
+nothing and waits for the next round (at most one load per ``min_interval`` for the
+host, and no change left behind).
 """
 
 from __future__ import annotations
@@ -45,7 +49,8 @@ class ChangeReloads:
     Parameters
     ----------
     served_since
-        When the load of the snapshot served started (None: no snapshot yet).
+        When the load of the snapshot served started, or of a newer one the host's
+        store holds (None: no snapshot yet).
     reload
         Starts a reload whose load starts after the given time, or joins the one
         running; its future ends with it.
@@ -96,6 +101,11 @@ class ChangeReloads:
             self._metrics.inc_reconnect_flushes()
         self._due(self._clock())
 
+    def _base(self) -> float:
+        """When the latest load started: this runtime's, or the host's (served)."""
+        served = self._served_since()
+        return self._last_start if served is None else max(self._last_start, served)
+
     def _due(self, since: float) -> None:
         with self._lock:
             if self._closed:
@@ -103,7 +113,7 @@ class ChangeReloads:
             self._since = since if self._since is None else max(self._since, since)
             if self._timer is not None:
                 return
-            delay = max(SETTLE_SECONDS, self._last_start + self._min_interval - self._clock())
+            delay = max(SETTLE_SECONDS, self._base() + self._min_interval - self._clock())
             self._timer = self._call_later(delay, self._fire,
                                            f"reload for changes of {self._describe}")
 
@@ -116,8 +126,13 @@ class ChangeReloads:
         served = self._served_since()
         if served is not None and served >= since:
             return  # a load that started after the change serves already
+        now = self._clock()
+        if self._base() + self._min_interval > now:
+            # Another worker of the host loaded meanwhile: the next round covers this.
+            self._due(since)
+            return
         with self._lock:
-            self._last_start = self._clock()
+            self._last_start = now
         self._reload(since).add_done_callback(lambda done: self._ended(done, since))
 
     def _ended(self, done: Future[None], since: float) -> None:

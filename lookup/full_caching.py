@@ -192,9 +192,18 @@ class FullCachingRuntime(LookupRuntime):
         return self._submit(since, strict=True)
 
     def _served_since(self) -> float | None:
-        """When the load of the snapshot served started (None: none yet)."""
+        """When the load of the snapshot served started, or of a newer one published
+        in the host's store (None: none yet)."""
         current = self.cache.current()
-        return None if current is None else current.loaded_at
+        since = None if current is None else current.loaded_at
+        if self._shared is not None:
+            try:
+                latest = self._shared.store.latest()
+            except (OSError, ValueError):  # unreadable now: what is served is known
+                latest = None
+            if latest is not None and (since is None or latest.loaded_at > since):
+                since = latest.loaded_at
+        return since
 
     def _submit(self, fired_at: float, *, strict: bool = False) -> Future[None]:
         with self._lock:
@@ -351,6 +360,8 @@ class FullCachingRuntime(LookupRuntime):
                 if locked:
                     # The process that held the lock before us may have just published.
                     record = store.latest()
+                    if strict and self._loaded_lately(record, fired_at):
+                        return  # the next reload for changes covers this one
                     if not self._serve(shared, record, fired_at, strict):
                         version = max(0 if record is None else record.version, self._version())
                         self._load(version + 1, partial(self._publish, shared),
@@ -359,6 +370,14 @@ class FullCachingRuntime(LookupRuntime):
             waited = True
             # Another process is loading; keep serving the current version meanwhile.
             self._closed.wait(_LOCK_POLL_SECONDS)
+
+    def _loaded_lately(self, record: StoredSnapshot | None, since: float) -> bool:
+        """Whether ``record`` was loaded before ``since`` but less than the change
+        feed's ``min_interval`` ago: a reload for changes waits for the next round."""
+        feed = self._provider.changes
+        if record is None or feed is None or record.loaded_at >= since:
+            return False
+        return record.loaded_at + feed.min_interval.total_seconds() > self.cache.clock()
 
     def _unchanged_shared(self, shared: SharedFullCache
                           ) -> tuple[str, Callable[[float], object]] | None:

@@ -477,6 +477,23 @@ def test_reloads_for_changes_are_min_interval_apart() -> None:
     assert len(runtime.asked) == 2
 
 
+def test_a_load_by_another_worker_of_the_host_moves_the_next_round() -> None:
+    reloads, runtime, scheduler, clock, _ = debounced(min_interval=5.0)
+    runtime.served = 99.0  # the host's store published a version loaded at 99
+    reloads.changes([Change(((1,),))])
+    [(when, _)] = scheduler.jobs
+    assert when == pytest.approx(104.0)
+    runtime.served = 99.5  # another worker's load, published meanwhile, began before it
+    clock[0] = 104.0
+    scheduler.run_due()
+    assert runtime.asked == []  # deferred to that load's round, not a second load now
+    [(when, _)] = scheduler.jobs
+    assert when == pytest.approx(104.5)
+    clock[0] = when
+    scheduler.run_due()
+    assert runtime.asked == [100.0]
+
+
 def test_no_reload_when_the_snapshot_was_loaded_after_the_change() -> None:
     reloads, runtime, scheduler, clock, _ = debounced()
     reloads.changes([Change(((1,),))])
