@@ -5,8 +5,8 @@ changed keys a second.
 A table ``dim`` (id bigint primary key, name text, version bigint) of ``--rows`` rows
 is created in a schema of its own (dropped at the end) with ``PostgresChanges``'
 triggers. Measured through ``open_lookup`` handles in ``--readers`` Python processes
-(spawned; what Spark's Python workers are), not yet through a Structured Streaming
-``lookup_join``:
+(spawned; what Spark's Python workers are), and with ``--spark`` through a Structured
+Streaming ``lookup_join``:
 
 1. Staleness. Each reader opens a partial cache (``SqlLookupFunction``, psycopg,
    ``DefaultLookupCache`` expiring 1 h after write: without the feed a change could
@@ -27,10 +27,18 @@ triggers. Measured through ``open_lookup`` handles in ``--readers`` Python proce
    updates ``--rate`` keys a second for ``--lag-seconds`` in transactions of
    ``--batch`` keys (every key once); lag = sink time - the transaction's commit
    time. Reported: p50/p99/max, the rate reached, and the keys invalidated.
+3. With ``--spark``: a Structured Streaming ``lookup_join`` on local[2]. A rate stream
+   (``--stream-rate`` rows a second, 100 ms micro-batches) of ``--hot`` keys is joined
+   with both caches (each worker its own partial cache; the full cache shared by the
+   workers); ``--stream-updates`` UPDATEs of those keys over ``--stream-duration``
+   seconds; staleness = the end of the first micro-batch whose output
+   (``foreachBatch``, on the driver) shows the new version, minus the commit: it
+   includes the micro-batch's own latency.
 
     .venv/bin/python benchmarks/change_feed.py [--rows 100000] [--readers 2]
         [--updates 1000] [--duration 60] [--min-interval 1] [--rate 10000]
-        [--lag-seconds 10] [--batch 100] [--quick]
+        [--lag-seconds 10] [--batch 100] [--spark [--hot 200] [--stream-rate 2000]
+        [--stream-updates 300] [--stream-duration 30]] [--quick]
 """
 
 from __future__ import annotations
@@ -321,6 +329,87 @@ def notification_lag(args: argparse.Namespace, shared: dict[str, Any]) -> dict[s
             "notifications": result["notifications"]}
 
 
+def streaming(args: argparse.Namespace, shared: dict[str, Any]) -> dict[str, Any]:
+    """A Structured Streaming lookup_join on local[2]: a rate stream of ``--hot`` keys,
+    joined with both caches; the writer updates those keys; staleness = the micro-batch
+    whose output (``foreachBatch``, on the driver) first shows the new version, minus
+    the commit."""
+    import threading
+
+    import psycopg
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    from lookup import lookup_join
+
+    spark = (SparkSession.builder.master("local[2]").appName("spark-lookup-change-feed")
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    _, partial, full = _providers(args.dsn, shared["schema"], args.min_interval,
+                                  shared["store"])
+    pending: dict[str, dict[int, tuple[int, float]]] = {"partial": {}, "full": {}}
+    stale: dict[str, list[float]] = {"partial": [], "full": []}
+    lock = threading.Lock()
+    batches = [0]
+
+    def seen(frame: Any, _batch: int) -> None:
+        rows = frame.collect()
+        now = time.time()
+        batches[0] += 1
+        with lock:
+            for row in rows:
+                for name, version in (("partial", row["version"]), ("full", row["f_version"])):
+                    waiting = pending[name].get(row["id"])
+                    if waiting is not None and version is not None and version >= waiting[0]:
+                        stale[name].append(now - waiting[1])
+                        del pending[name][row["id"]]
+
+    keys = (spark.readStream.format("rate").option("rowsPerSecond", args.stream_rate).load()
+            .select(((F.col("value") % args.hot) + 1).alias("id")))
+    joined = lookup_join(keys, partial, on="id", columns=["version"])
+    joined = lookup_join(joined, full, on="id", columns=["version"], prefix="f_")
+    query = (joined.writeStream.foreachBatch(seen).trigger(processingTime="100 milliseconds")
+             .start())
+    try:
+        deadline = time.monotonic() + TIMEOUT * 5
+        while batches[0] < 3:  # both caches loaded, the workers' feeds listening
+            assert time.monotonic() < deadline, "the stream did not start"
+            time.sleep(0.1)
+        chooser = random.Random(5)
+        step = args.stream_duration / args.stream_updates
+        started = time.monotonic()
+        with psycopg.connect(args.dsn, autocommit=True,
+                             options=f"-c search_path={shared['schema']}") as writer:
+            for number in range(args.stream_updates):
+                wait = started + number * step - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
+                key = chooser.randint(1, args.hot)
+                version = 1_000_000 + number
+                writer.execute("UPDATE dim SET version = %s WHERE id = %s", (version, key))
+                committed = time.time()
+                with lock:
+                    for waiting in pending.values():
+                        waiting[key] = (version, committed)
+        deadline = time.monotonic() + TIMEOUT
+        while any(pending.values()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        progress = query.recentProgress
+    finally:
+        query.stop()
+        spark.stop()
+    durations = [p["durationMs"].get("triggerExecution", 0) for p in progress[-50:]]
+    return {"updates": args.stream_updates, "duration_s": args.stream_duration,
+            "hot_keys": args.hot, "rows_per_s": args.stream_rate,
+            "micro_batch_ms_median": statistics.median(durations) if durations else None,
+            "partial": {**_percentiles(stale["partial"]), "unseen": len(pending["partial"])},
+            "full": {**_percentiles(stale["full"]), "unseen": len(pending["full"])}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -333,11 +422,18 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=10_000)
     parser.add_argument("--lag-seconds", type=float, default=10.0)
     parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--spark", action="store_true",
+                        help="also a Structured Streaming lookup_join on local[2]")
+    parser.add_argument("--hot", type=int, default=200)
+    parser.add_argument("--stream-rate", type=int, default=2000)
+    parser.add_argument("--stream-updates", type=int, default=300)
+    parser.add_argument("--stream-duration", type=float, default=30.0)
     parser.add_argument("--quick", action="store_true",
                         help="smoke sizes: 20k rows, 100 updates over 5 s, 2 s of lag")
     args = parser.parse_args()
     if args.quick:
         args.rows, args.updates, args.duration, args.lag_seconds = 20_000, 100, 5.0, 2.0
+        args.stream_updates, args.stream_duration = 30, 5.0
     with _table(args.dsn, args.rows) as schema, tempfile.TemporaryDirectory() as store:
         shared = {"dsn": args.dsn, "schema": schema, "rows": args.rows, "store": store,
                   "min_interval": args.min_interval, "lag_seconds": args.lag_seconds}
@@ -345,9 +441,11 @@ def main() -> None:
 
         PostgresChanges(functools.partial(_connect, args.dsn, schema), f"{schema}.dim",
                         key_columns=["id"]).install()
-        result = {"staleness": staleness(args, shared),
-                  "notification_lag": notification_lag(args, shared),
-                  "args": vars(args), "load_average": os.getloadavg()}
+        result: dict[str, Any] = {"staleness": staleness(args, shared),
+                                  "notification_lag": notification_lag(args, shared)}
+        if args.spark:
+            result["streaming"] = streaming(args, shared)
+        result.update(args=vars(args), load_average=os.getloadavg())
     path = write_result("change_feed", result)
     import json
 
