@@ -174,6 +174,9 @@ class _TimingSink:
     def connected(self, reconnected: bool) -> None:
         pass
 
+    def disconnected(self) -> None:
+        pass
+
 
 def _lag_reader(args: dict[str, Any], inbox: Any, outbox: Any) -> None:
     from lookup import open_lookup

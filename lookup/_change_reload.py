@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 
 from cache.metrics import CacheMetrics
+from lookup._host_listeners import HostListeners
 from lookup.changes import Change
 
 __all__ = ["SETTLE_SECONDS", "ChangeReloads"]
@@ -61,12 +62,16 @@ class ChangeReloads:
     call_later
         Runs ``action`` once after ``delay`` seconds: ``(delay, action, name)``, returns
         something with ``cancel()`` (the process scheduler's ``call_later``).
+    host
+        The listening marks of the host's shared store (None: not shared): a listener
+        that connects reloads only when no other process of the host has been covering
+        the snapshot served (``lookup._host_listeners``).
     """
 
     def __init__(self, *, served_since: Callable[[], float | None],
                  reload: Callable[[float], Future[None]], min_interval: float,
                  metrics: CacheMetrics, clock: Callable[[], float], call_later: CallLater,
-                 describe: str) -> None:
+                 describe: str, host: HostListeners | None = None) -> None:
         self._served_since = served_since
         self._reload = reload
         self._min_interval = min_interval
@@ -74,8 +79,10 @@ class ChangeReloads:
         self._clock = clock
         self._call_later = call_later
         self._describe = describe
+        self._host = host
         self._lock = threading.Lock()
         self._since: float | None = None  # the latest change not yet asked for
+        self._needed: float | None = None  # the latest change not yet served
         self._timer: object | None = None
         self._last_start = float("-inf")
         self._closed = False
@@ -85,9 +92,14 @@ class ChangeReloads:
         with self._lock:
             self._closed = True
             timer, self._timer = self._timer, None
+            needed = self._needed
         cancel = getattr(timer, "cancel", None)
         if cancel is not None:
             cancel()
+        if self._host is not None:
+            if needed is not None:
+                self._host.leave_pending(needed)  # for a worker that starts listening later
+            self._host.stopped()
 
     def changes(self, changes: Sequence[Change]) -> None:
         """Changes arrived: reload soon."""
@@ -96,10 +108,22 @@ class ChangeReloads:
 
     def connected(self, reconnected: bool) -> None:
         """The feed listens (again): a change may have been missed, reload soon (unless
-        the snapshot served started loading after this)."""
+        the snapshot served started loading after this, or another process of the host
+        has listened since before it was loaded)."""
+        now = self._clock()
         if reconnected:
             self._metrics.inc_reconnect_flushes()
-        self._due(self._clock())
+        if self._host is not None:
+            self._host.listening(now)
+            served = self._served_since()
+            if served is not None and self._host.covered(served):
+                return
+        self._due(now)
+
+    def disconnected(self) -> None:
+        """The feed stopped listening: this process covers the host no more."""
+        if self._host is not None:
+            self._host.stopped()
 
     def _base(self) -> float:
         """When the latest load started: this runtime's, or the host's (served)."""
@@ -111,6 +135,7 @@ class ChangeReloads:
             if self._closed:
                 return
             self._since = since if self._since is None else max(self._since, since)
+            self._needed = since if self._needed is None else max(self._needed, since)
             if self._timer is not None:
                 return
             delay = max(SETTLE_SECONDS, self._base() + self._min_interval - self._clock())
@@ -125,6 +150,7 @@ class ChangeReloads:
                 return
         served = self._served_since()
         if served is not None and served >= since:
+            self._served(served)
             return  # a load that started after the change serves already
         now = self._clock()
         if self._base() + self._min_interval > now:
@@ -135,6 +161,11 @@ class ChangeReloads:
             self._last_start = now
         self._reload(since).add_done_callback(lambda done: self._ended(done, since))
 
+    def _served(self, served: float) -> None:
+        with self._lock:
+            if self._needed is not None and self._needed <= served:
+                self._needed = None
+
     def _ended(self, done: Future[None], since: float) -> None:
         if done.cancelled() or done.exception() is not None:
             return  # closed, or failed: counted and logged by the load; the schedule retries
@@ -142,3 +173,5 @@ class ChangeReloads:
         if served is None or served < since:
             # The load joined had started before the change: one more.
             self._due(since)
+        else:
+            self._served(served)

@@ -107,6 +107,9 @@ class CacheInvalidation:
         if reconnected:
             self._metrics.inc_reconnect_flushes()
 
+    def disconnected(self) -> None:
+        """Nothing to do yet: the flush comes once the feed listens again."""
+
     def _flush(self) -> None:
         with self._lock:
             if self._closed:

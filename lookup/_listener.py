@@ -43,6 +43,10 @@ class ChangeSink(Protocol):
         """The listener is (again, with ``reconnected``) listening: anything before may
         have been missed."""
 
+    def disconnected(self) -> None:
+        """The connection ended (lost, or the listener stops): changes may be missed
+        until :meth:`connected` is called again."""
+
 
 def _backoff(failures: int) -> float:
     return min(_FIRST_BACKOFF_SECONDS * 2.0 ** (failures - 1), _MAX_BACKOFF_SECONDS)
@@ -125,6 +129,7 @@ class _Listener:
                 self._connected.clear()
                 with self._lock:
                     self._connection = None
+                self._dispatch_disconnected()
                 with contextlib.suppress(Exception):  # it is broken already, maybe
                     connection.close()
 
@@ -134,6 +139,14 @@ class _Listener:
                 sink.connected(reconnected)
             except Exception:
                 log.exception("a cache failed to flush after %s connected",
+                              self.feed.describe())
+
+    def _dispatch_disconnected(self) -> None:
+        for sink in self._sinks:
+            try:
+                sink.disconnected()
+            except Exception:
+                log.exception("a cache failed to note that %s disconnected",
                               self.feed.describe())
 
     def _dispatch(self, changes: list[Change]) -> None:

@@ -49,6 +49,7 @@ from cache.shared_full import SharedFullCache
 from cache.snapshot_store import SnapshotStore, StoredSnapshot
 from connectors.errors import should_retry
 from lookup._change_reload import ChangeReloads
+from lookup._host_listeners import HostListeners
 from lookup._listener import Subscription, subscribe
 from lookup._runtime_base import LookupRuntime, Probe, counting_bad_values
 from lookup.providers import FullCachingLookupProvider
@@ -134,7 +135,9 @@ class FullCachingRuntime(LookupRuntime):
                 served_since=self._served_since, reload=self._reload_for_change,
                 min_interval=feed.min_interval.total_seconds(), metrics=self.metrics,
                 clock=self.cache.clock, call_later=process_scheduler().call_later,
-                describe=self._provider.describe())
+                describe=self._provider.describe(),
+                host=None if self._shared is None else HostListeners(
+                    self._shared.store.directory))
             self._subscription = subscribe(feed, self._change_reloads)
         self._trigger.open(self)
 

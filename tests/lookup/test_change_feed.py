@@ -32,6 +32,7 @@ from lookup import (
     open_lookup,
 )
 from lookup._change_reload import SETTLE_SECONDS, ChangeReloads
+from lookup._host_listeners import HostListeners
 from lookup._listener import listener_thread
 from lookup.changes import Change, InProcessChanges
 from lookup.full_caching import FullCachingRuntime
@@ -39,6 +40,7 @@ from spark_lookup.errors import ConfigError
 from spark_lookup.schema import to_arrow_schema
 from tests.lookup.functions import AsyncDictLookup
 from tests.snapshots.helpers import CountingSqlSource, ManualTrigger, count_lines, make_db
+from triggers.scheduler import process_scheduler
 
 TIMEOUT = 10.0
 
@@ -599,3 +601,72 @@ def test_a_shared_store_loads_once_per_change_for_the_host(tmp_path: Path) -> No
     finally:
         for runtime in runtimes:
             runtime.close()
+
+
+def settle(runtime: FullCachingRuntime) -> None:
+    """Wait until no reload for changes is waiting on the process scheduler, then for
+    the load running, if one is (a firing of the manual trigger joins it, or serves the
+    published version without loading)."""
+    wait_until(lambda: not [name for name in process_scheduler().pending()
+                            if "reload for changes" in name], "the reloads for changes")
+    runtime.trigger_reload().result(TIMEOUT)
+
+
+def test_a_worker_that_starts_listening_reloads_only_what_nobody_covered(
+        tmp_path: Path) -> None:
+    """Two workers of a host, each with its own listener (two feeds here, as two
+    processes each LISTEN on their own connection): a listener that connects reloads
+    only when no other has listened since before the snapshot served was loaded."""
+    db, counter = make_db(tmp_path / "dim.db", rows=20), tmp_path / "scans"
+    feeds = [InProcessChanges(["id"], min_interval=0) for _ in range(2)]
+    runtimes = []
+    try:
+        for feed in feeds:
+            provider = full(db, counter, feed, share_across_workers=True)
+            runtime = FullCachingRuntime(provider, store=SnapshotStore(
+                tmp_path / "store", fingerprint=provider.snapshot_fingerprint()))
+            runtime.open()
+            settle(runtime)
+            runtimes.append(runtime)
+        first, second = runtimes
+        assert count_lines(counter) == 1  # the first listened since before its load
+
+        feeds[1].drop_connections(refuse=True)
+        set_name(db, 3, "heard by the first only")
+        assert feeds[0].publish([(3,)]) == 1
+        feeds[1].accept_connections()
+        wait_until(lambda: second.metrics.num_reconnect_flushes == 1, "the reconnection")
+        for runtime in runtimes:
+            wait_until(lambda r=runtime: r.lookup((3,))[0][1] == "heard by the first only",
+                       "the reload")
+        assert count_lines(counter) == 2  # the first's, for the host
+
+        feeds[0].drop_connections(refuse=True)
+        set_name(db, 4, "heard by the second only")
+        assert feeds[1].publish([(4,)]) == 1
+        wait_until(lambda: second.lookup((4,))[0][1] == "heard by the second only",
+                   "the reload")
+        feeds[0].accept_connections()
+        wait_until(lambda: first.metrics.num_reconnect_flushes == 1, "the reconnection")
+        settle(first)
+        assert count_lines(counter) == 3  # the second covered the first's outage
+    finally:
+        for runtime in runtimes:
+            runtime.close()
+
+
+def test_listening_marks(tmp_path: Path) -> None:
+    mine, other = HostListeners(tmp_path), HostListeners(tmp_path)
+    assert not mine.covered(100.0)
+    other.listening(10.0)
+    assert mine.covered(20.0)
+    assert not mine.covered(5.0)  # it started listening after that load
+    other.leave_pending(30.0)  # a change it heard was not reloaded for yet
+    assert not mine.covered(20.0)
+    assert mine.covered(31.0)
+    other.stopped()
+    assert not mine.covered(31.0)
+    dead = tmp_path / ".listening-1-dead"
+    dead.write_text("1.0")  # no lock held: its process is gone
+    assert not mine.covered(31.0)
+    assert not dead.exists()
