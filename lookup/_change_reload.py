@@ -83,6 +83,8 @@ class ChangeReloads:
         self._lock = threading.Lock()
         self._since: float | None = None  # the latest change not yet asked for
         self._needed: float | None = None  # the latest change not yet served
+        self._firing = False
+        self._reloading: Future[None] | None = None
         self._timer: object | None = None
         self._last_start = float("-inf")
         self._closed = False
@@ -142,12 +144,25 @@ class ChangeReloads:
             self._timer = self._call_later(delay, self._fire,
                                            f"reload for changes of {self._describe}")
 
+    def idle(self) -> bool:
+        """Whether no reload for changes is waiting, starting or running (for tests)."""
+        with self._lock:
+            return self._timer is None and not self._firing and self._reloading is None
+
     def _fire(self) -> None:
         with self._lock:
             since, self._since = self._since, None
             self._timer = None
             if since is None or self._closed:
                 return
+            self._firing = True
+        try:
+            self._fire_for(since)
+        finally:
+            with self._lock:
+                self._firing = False
+
+    def _fire_for(self, since: float) -> None:
         served = self._served_since()
         if served is not None and served >= since:
             self._served(served)
@@ -157,9 +172,11 @@ class ChangeReloads:
             # Another worker of the host loaded meanwhile: the next round covers this.
             self._due(since)
             return
+        future = self._reload(since)
         with self._lock:
             self._last_start = now
-        self._reload(since).add_done_callback(lambda done: self._ended(done, since))
+            self._reloading = future
+        future.add_done_callback(lambda done: self._ended(done, since))
 
     def _served(self, served: float) -> None:
         with self._lock:
@@ -167,11 +184,16 @@ class ChangeReloads:
                 self._needed = None
 
     def _ended(self, done: Future[None], since: float) -> None:
-        if done.cancelled() or done.exception() is not None:
-            return  # closed, or failed: counted and logged by the load; the schedule retries
-        served = self._served_since()
-        if served is None or served < since:
-            # The load joined had started before the change: one more.
-            self._due(since)
-        else:
-            self._served(served)
+        try:
+            if done.cancelled() or done.exception() is not None:
+                return  # closed, or failed: counted and logged by the load; the schedule retries
+            served = self._served_since()
+            if served is None or served < since:
+                # The load joined had started before the change: one more.
+                self._due(since)
+            else:
+                self._served(served)
+        finally:
+            with self._lock:
+                if self._reloading is done:
+                    self._reloading = None

@@ -40,7 +40,6 @@ from spark_lookup.errors import ConfigError
 from spark_lookup.schema import to_arrow_schema
 from tests.lookup.functions import AsyncDictLookup
 from tests.snapshots.helpers import CountingSqlSource, ManualTrigger, count_lines, make_db
-from triggers.scheduler import process_scheduler
 
 TIMEOUT = 10.0
 
@@ -604,12 +603,10 @@ def test_a_shared_store_loads_once_per_change_for_the_host(tmp_path: Path) -> No
 
 
 def settle(runtime: FullCachingRuntime) -> None:
-    """Wait until no reload for changes is waiting on the process scheduler, then for
-    the load running, if one is (a firing of the manual trigger joins it, or serves the
-    published version without loading)."""
-    wait_until(lambda: not [name for name in process_scheduler().pending()
-                            if "reload for changes" in name], "the reloads for changes")
-    runtime.trigger_reload().result(TIMEOUT)
+    """Wait until no reload for changes is waiting, starting or running."""
+    reloads = runtime._change_reloads
+    assert reloads is not None
+    wait_until(reloads.idle, "the reloads for changes")
 
 
 def test_a_worker_that_starts_listening_reloads_only_what_nobody_covered(
