@@ -490,7 +490,7 @@ def _null_keys(keys: Sequence[pa.Array]) -> int:
     if not with_nulls:
         return 0
     if len(with_nulls) == 1:
-        return with_nulls[0].null_count
+        return int(with_nulls[0].null_count)
     valid = np.logical_and.reduce([k.is_valid().to_numpy(zero_copy_only=False)
                                    for k in with_nulls])
     return int(len(valid) - np.count_nonzero(valid))
