@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import threading
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
@@ -220,6 +223,12 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
         only matching rows are read.
     mode
         The bad-value policy: ``PERMISSIVE`` (default), ``DROPMALFORMED`` or ``FAILFAST``.
+    version_query
+        A statement of yours returning one row that changes whenever the table does
+        (``"SELECT max(updated_at), count(*) FROM t"``, a version counter a trigger
+        keeps): the source's :meth:`current_version`, so a full cache's reload at an
+        unchanged version costs this query, not a load. Run as given (it is your SQL,
+        not built from input). Default None: every reload loads.
 
     Raises
     ------
@@ -260,7 +269,11 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
         *,
         filters: Sequence[Predicate] | None = None,
         mode: BadValuePolicy | str = BadValuePolicy.PERMISSIVE,
+        version_query: str | None = None,
     ) -> None:
+        if version_query is not None and (not isinstance(version_query, str)
+                                          or not version_query.strip()):
+            raise ConfigError(f"version_query must be a SQL statement, got {version_query!r}")
         if split_column is not None:
             validate_identifier(split_column, "split column")
         if chunk_size is not None:
@@ -273,6 +286,7 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
         self._split_column = split_column
         self._chunk_size = chunk_size
         self._chunks: ChunkPlan | None = None
+        self._version_query = version_query
         self._init_runtime()
 
     def _init_runtime(self) -> None:
@@ -287,6 +301,28 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
     def chunk_size(self) -> int | None:
         """Rows per chunk; None: one chunk per reader."""
         return self._chunk_size
+
+    def current_version(self) -> tuple[Any, ...] | None:
+        """The row of ``version_query`` (None without one).
+
+        Raises
+        ------
+        ConnectorError
+            When the query fails, naming the table (transient or not, as the driver says).
+        ConfigError
+            When it returns other than one row, or a value with no stable ``repr``.
+        """
+        if self._version_query is None:
+            return None
+        session = self._sql.acquire()
+        try:
+            rows = session.rows(self._version_query, purpose="version query")
+        finally:
+            self._sql.release(session)
+        if len(rows) != 1:
+            raise ConfigError(f"version_query of table {self._table!r} must return one row, "
+                              f"it returned {len(rows)}")
+        return tuple(version_value(value, self._table) for value in rows[0])
 
     def read_plan(self) -> ChunkPlan:
         """The resolved chunk plan (split column, ordering, resume), reading the catalog
@@ -387,3 +423,19 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
 
     def __repr__(self) -> str:
         return f"SqlTableSource(table={self._table!r}, chunk_size={self._chunk_size!r})"
+
+
+_VERSION_TYPES = (int, float, str, bytes, bool, type(None), decimal.Decimal, datetime.date,
+                  datetime.time, datetime.timedelta, uuid.UUID)
+
+
+def version_value(value: Any, table: str) -> Any:
+    """A value of a version query's row, as one whose ``repr`` identifies it (a host's
+    snapshot store records versions by ``repr``)."""
+    if isinstance(value, (memoryview, bytearray)):
+        return bytes(value)
+    if not isinstance(value, _VERSION_TYPES):
+        raise ConfigError(f"version_query of table {table!r} returned a "
+                          f"{type(value).__name__}, which has no stable repr; cast it to "
+                          "text or a number in the query")
+    return value
