@@ -107,7 +107,8 @@ def parse_jdbc_url(url: object, key: str = "url") -> JdbcUrl:
 
 
 def _sqlite(rest: str, key: str, shown: str) -> JdbcUrl:
-    if not rest or rest.startswith(":memory:") or "mode=memory" in rest:
+    path = rest.split("?")[0]
+    if not path or path == ":memory:" or "mode=memory" in rest:
         raise ConfigError(
             f"option {key!r}: {shown!r} is an in-memory SQLite database, which belongs to "
             "one connection of one process (the lookups and loads on executors would each "
@@ -116,6 +117,11 @@ def _sqlite(rest: str, key: str, shown: str) -> JdbcUrl:
     if rest.startswith("file:"):
         raise ConfigError(f"option {key!r}: {shown!r}: give the database file's path "
                           "('jdbc:sqlite:/path/file.db'), not a 'file:' URI")
+    if "?" in rest:
+        # sqlite-jdbc reads pragmas there; taken as part of the file name they would
+        # open another file.
+        raise ConfigError(f"option {key!r}: {shown!r}: parameters of a SQLite URL are not "
+                          "supported; give the database file's path only")
     # Resolved here, on the driver: executors have working directories of their own.
     return JdbcUrl(SQLITE, None, None, os.path.abspath(rest), None, None, (), shown)
 
