@@ -428,3 +428,16 @@ def test_the_options_of_a_target_given_are_unchanged() -> None:
         CollectionSource(rows, schema="id BIGINT, name STRING"), key_columns=["id"])
     with open_lookup(provider) as handle:
         assert handle.lookup((1,)) == ((1, "Ada"),)
+
+
+def test_the_readme_lists_every_key_of_every_connector() -> None:
+    from lookup.table_options import CONNECTORS
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Flink table options")[1].split("\n## ")[0]
+    for name, kind in CONNECTORS.items():
+        assert f"| `{name}` |" in section
+        for option in kind.OPTIONS:
+            assert f"`{option.key}`" in section, (name, option.key)
+        for key in kind.IGNORED:
+            assert f"`{key}*`" in section or f"`{key}`" in section, (name, key)
