@@ -58,6 +58,25 @@ class LookupOptions:
     >>> provider = options.provider(Names())
     >>> provider.kind, provider.retry_policy.max_retries
     ('PARTIAL', 5)
+
+    With the table's connector options, one call builds the function or source too
+    (keyed here by the table's primary key):
+
+    >>> import os, sqlite3, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "dim.db")
+    >>> with sqlite3.connect(path) as db:
+    ...     _ = db.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+    ...     _ = db.execute("INSERT INTO customers VALUES (1, 'Ada')")
+    >>> from lookup import open_lookup
+    >>> customers = LookupOptions.from_dict({
+    ...     "connector": "jdbc", "url": f"jdbc:sqlite:{path}", "table-name": "customers",
+    ...     "lookup.cache": "PARTIAL", "lookup.partial-cache.max-rows": "1000",
+    ... }).provider()
+    >>> customers.key_columns
+    ('id',)
+    >>> with open_lookup(customers) as handle:
+    ...     handle.lookup((1,))
+    ((1, 'Ada'),)
     """
 
     options: Mapping[str, Any]
