@@ -186,11 +186,10 @@ class JdbcConnect:
     def postgres_uri(self) -> str:
         """A libpq URI (ADBC PostgreSQL takes no keywords), every part percent-encoded."""
         url = self.url
-        credentials = ""
-        if self.user is not None:
-            credentials = quote(self.user, safe="")
-            if self.password is not None:
-                credentials += ":" + quote(self.password.reveal(), safe="")
+        credentials = quote(self.user or "", safe="")
+        if self.password is not None:
+            credentials += ":" + quote(self.password.reveal(), safe="")
+        if credentials:
             credentials += "@"
         host = f"[{url.host}]" if url.host and ":" in url.host else url.host
         query = f"?{urlencode(url.params)}" if url.params else ""

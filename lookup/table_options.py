@@ -388,7 +388,12 @@ class DeltaTableOptions(TableOptions):
 
 
 def _redis_url(value: object, key: str) -> str:
-    return check_redis_url(value, f"option {key!r}")
+    url = check_redis_url(value, f"option {key!r}")
+    if "password=" in urlsplit(url).query.lower():
+        # Only a password in the authority is redacted wherever the URL is shown.
+        raise ConfigError(f"option {key!r}: {_redacted(url)!r}: give the password in the "
+                          "URL's authority (redis://:password@host:6379/0), not as a parameter")
+    return url
 
 
 REDIS_URL: ConfigOption[str] = ConfigOption(

@@ -408,6 +408,20 @@ def test_the_password_is_never_shown_by_anything_built(db: Path,
     assert pickle.loads(pickle.dumps(connect)) == connect
 
 
+def test_the_factory_hands_each_driver_its_credentials() -> None:
+    url = parse_jdbc_url("jdbc:postgresql://h/db?sslmode=require")
+    connect = JdbcConnect("adbc", url, None, Secret("p@ss:w/rd"))
+    assert connect.postgres_uri() == "postgresql://:p%40ss%3Aw%2Frd@h:5432/db?sslmode=require"
+    connect = JdbcConnect("psycopg", url, "app", Secret("x"))
+    assert connect.libpq_keywords() == {"host": "h", "port": 5432, "dbname": "db",
+                                        "user": "app", "password": "x", "sslmode": "require"}
+    mysql = JdbcConnect("pymysql", parse_jdbc_url(
+        "jdbc:mysql://h/db?connectTimeout=1500&sslMode=DISABLED"), "app", None)
+    assert mysql.mysql_keywords("connect_timeout") == {
+        "host": "h", "port": 3306, "user": "app", "database": "db", "connect_timeout": 2,
+        "ssl_disabled": True}
+
+
 def test_a_password_in_the_url_is_hidden_in_the_options_and_errors(tmp_path: Path) -> None:
     options = LookupOptions.from_dict({
         "connector": "jdbc", "url": f"jdbc:postgresql://h/db?user=u&password={SECRET}",

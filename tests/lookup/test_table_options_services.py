@@ -185,3 +185,6 @@ def test_a_redis_table_needs_its_schema_and_hides_a_url_password(
     options = LookupOptions.from_dict({**redis_table, "url": url})
     provider = options.provider(schema="id BIGINT, name STRING")
     assert SECRET not in everything_shown(options, options.table, provider)
+    with pytest.raises(ConfigError, match="give the password in the URL's authority") as caught:
+        LookupOptions.from_dict({**redis_table, "url": f"redis://127.0.0.1/0?password={SECRET}"})
+    assert SECRET not in everything_shown(caught.value)
