@@ -152,6 +152,19 @@ def _reads_as_stored(plan: SqlPlan, index: int) -> bool:
     ) and ("'text'" in read.expression) == isinstance(data_type, T.StringType)
 
 
+_INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
+
+
+def _check_bounds(bounds: object, chunk_count: int | None) -> None:
+    if not (isinstance(bounds, (tuple, list)) and len(bounds) == 2
+            and all(type(b) is int for b in bounds)):
+        raise ConfigError(f"split_bounds must be (lower, upper), two ints, got {bounds!r}")
+    if bounds[0] > bounds[1]:
+        raise ConfigError(f"split_bounds {tuple(bounds)}: the lower bound is above the upper")
+    if chunk_count is None:
+        raise ConfigError("split_bounds need chunk_count (how many chunks divide them)")
+
+
 class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
     """A SQL table read in chunks of split-column ranges, as Flink CDC chunks a snapshot
     (see :mod:`scan.sources._sql_chunks`): PostgreSQL or SQLite over ADBC (Arrow end to
@@ -223,6 +236,15 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
         only matching rows are read.
     mode
         The bad-value policy: ``PERMISSIVE`` (default), ``DROPMALFORMED`` or ``FAILFAST``.
+    chunk_count
+        How many chunks to make, whatever the number of readers (instead of
+        ``chunk_size``; Flink JDBC's ``scan.partition.num``).
+    split_bounds
+        ``(lower, upper)``: the integer split column's expected smallest and largest
+        values (Flink JDBC's ``scan.partition.lower-bound``/``upper-bound``), with
+        ``chunk_count``: the range is divided into ``chunk_count`` equal key steps with
+        no planning query. Rows outside it are still read (the first chunk is open
+        below, the last above), where Flink's JDBC source would drop them.
     version_query
         A statement of yours returning one row that changes whenever the table does
         (``"SELECT max(updated_at), count(*) FROM t"``, a version counter a trigger
@@ -269,6 +291,8 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
         *,
         filters: Sequence[Predicate] | None = None,
         mode: BadValuePolicy | str = BadValuePolicy.PERMISSIVE,
+        chunk_count: int | None = None,
+        split_bounds: tuple[int, int] | None = None,
         version_query: str | None = None,
     ) -> None:
         if version_query is not None and (not isinstance(version_query, str)
@@ -278,6 +302,12 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
             validate_identifier(split_column, "split column")
         if chunk_size is not None:
             check_int(chunk_size, "chunk_size")
+        if chunk_count is not None:
+            check_int(chunk_count, "chunk_count")
+            if chunk_size is not None:
+                raise ConfigError("give chunk_size or chunk_count, not both")
+        if split_bounds is not None:
+            _check_bounds(split_bounds, chunk_count)
         self._sql = SqlTable(
             connection_factory, table, columns=columns, schema=schema, filters=filters,
             mode=mode,
@@ -285,6 +315,9 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
         self._table = table
         self._split_column = split_column
         self._chunk_size = chunk_size
+        self._chunk_count = chunk_count
+        self._split_bounds = (None if split_bounds is None
+                              else (split_bounds[0], split_bounds[1]))
         self._chunks: ChunkPlan | None = None
         self._version_query = version_query
         self._init_runtime()
@@ -354,6 +387,12 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
         elif plan.known_columns and split_column not in plan.known_columns:
             raise ConfigError(f"table {self._table!r} has no split column {split_column!r}; it has "
                               f"{list(plan.known_columns)}")
+        if (self._split_bounds is not None and split_column in names
+                and not isinstance(plan.schema[split_column].dataType, _INTEGRAL)):
+            raise ConfigError(
+                f"split_bounds {self._split_bounds} need an integer split column; "
+                f"{split_column!r} of table {self._table!r} is "
+                f"{plan.schema[split_column].dataType.simpleString()}")
         split_name = plan.dialect.quote(split_column, "split column")
         reads_as_stored = (split_column in names
                            and _reads_as_stored(plan, names.index(split_column)))
@@ -388,7 +427,8 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
                 ) -> SplitPlanner[SqlChunkSplit]:
         """The chunk planner (on the coordinator), sized for ``parallelism`` readers."""
         return SqlChunkPlanner(self._sql, self.read_plan(), self._chunk_size, progress,
-                               parallelism)
+                               parallelism, chunk_count=self._chunk_count,
+                               bounds=self._split_bounds)
 
     def create_enumerator(self, context: SplitEnumeratorContext[SqlChunkSplit]
                           ) -> PullSplitEnumerator[SqlChunkSplit]:
