@@ -17,7 +17,13 @@ from lookup.providers import (
     PartialCachingAsyncLookupProvider,
     PartialCachingLookupProvider,
 )
-from lookup.table_options import CONNECTORS, TableOptions, shown_options, table_options
+from lookup.table_options import (
+    CONNECTORS,
+    TableOptions,
+    shown_options,
+    table_options,
+    with_connector_defaults,
+)
 from spark_lookup import options as opts
 from spark_lookup.errors import ConfigError
 from spark_lookup.schema import SchemaLike
@@ -95,7 +101,7 @@ class LookupOptions:
         ``lookup.cache.caching-missing-key``) are accepted as Flink accepts them, with a
         ``FutureWarning`` naming the current key."""
         opts.check_instance(options, Mapping, "options", "a mapping")
-        options = opts.with_current_keys(options)
+        options = with_connector_defaults(opts.with_current_keys(options))
         opts.check_known_keys(options, [o.key for o in opts.LOOKUP_OPTIONS])
         table = table_options(options)
         cache_type = opts.CACHE.get(options) or "NONE"

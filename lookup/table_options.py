@@ -527,6 +527,40 @@ def table_options(options: Mapping[str, Any]) -> TableOptions | None:
     return kind.from_options(options)
 
 
+_WHOLE_TABLE_DEFAULTS = {"lookup.cache": "FULL",
+                         "lookup.full-cache.periodic-reload.interval": "1 h"}
+_FLINK_FILE_TTL = "lookup.join.cache.ttl"
+
+
+def with_connector_defaults(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` with what Flink implies for a connector read only whole: a
+    ``filesystem`` or ``delta`` table without ``'lookup.cache'`` is a full cache
+    reloaded every hour (Flink's filesystem lookup reloads after
+    ``lookup.join.cache.ttl``, 60 min by default, which is read as the reload interval).
+
+    Raises
+    ------
+    ConfigError
+        When ``lookup.join.cache.ttl`` and the reload interval are both given.
+    """
+    given = dict(options)
+    name = given.get("connector")
+    if not isinstance(name, str) or name.strip().lower() not in ("filesystem", "delta"):
+        return given
+    interval = "lookup.full-cache.periodic-reload.interval"
+    if _FLINK_FILE_TTL in given:
+        if interval in given:
+            raise ConfigError(f"give {_FLINK_FILE_TTL!r} (Flink's filesystem key) or "
+                              f"{interval!r}, not both")
+        given[interval] = given.pop(_FLINK_FILE_TTL)
+    if "lookup.cache" not in given:
+        given["lookup.cache"] = _WHOLE_TABLE_DEFAULTS["lookup.cache"]
+    if (str(given["lookup.cache"]).strip().upper() == "FULL"
+            and "lookup.full-cache.reload-strategy" not in given and interval not in given):
+        given[interval] = _WHOLE_TABLE_DEFAULTS[interval]
+    return given
+
+
 def shown_options(options: Mapping[str, Any]) -> dict[str, Any]:
     """``options`` as they may be kept and shown: the password a
     :class:`~lookup._secret.Secret`, URLs without their passwords."""

@@ -8,6 +8,7 @@ import logging
 import os
 import pickle
 import sqlite3
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -237,10 +238,14 @@ def test_scan_partition_keys_go_together_and_are_checked(db: Path, given: dict[s
 def test_files_and_delta_are_looked_up_through_a_full_cache_only(tmp_path: Path) -> None:
     for options in ({"connector": "filesystem", "path": str(tmp_path), "format": "parquet"},
                     {"connector": "delta", "table-path": str(tmp_path)}):
-        for mode in ({}, PARTIAL):
+        for mode in ({"lookup.cache": "NONE"}, PARTIAL):
             with pytest.raises(ConfigError, match="looked up through a full cache only: set "
                                                   "'lookup.cache' = 'FULL'"):
                 LookupOptions.from_dict({**options, **mode}).provider(key_columns=["id"])
+        # As in Flink, a table read only whole is a full cache by default, reloaded hourly.
+        default = LookupOptions.from_dict(options)
+        assert default.cache_type == "FULL"
+        assert default.build_trigger().interval == timedelta(hours=1)
         with pytest.raises(ConfigError, match="declares no primary key: pass key_columns"):
             LookupOptions.from_dict({**options, **FULL}).provider()
 
@@ -455,3 +460,17 @@ def test_the_readme_lists_every_key_of_every_connector() -> None:
             assert f"`{option.key}`" in section, (name, option.key)
         for key in kind.IGNORED:
             assert f"`{key}*`" in section or f"`{key}`" in section, (name, key)
+
+
+def test_flink_filesystem_cache_ttl_is_the_reload_interval(tmp_path: Path) -> None:
+    options = {"connector": "filesystem", "path": str(tmp_path), "format": "parquet",
+               "lookup.join.cache.ttl": "10 min"}
+    assert LookupOptions.from_dict(options).build_trigger().interval == timedelta(minutes=10)
+    with pytest.raises(ConfigError, match="not both"):
+        LookupOptions.from_dict({**options,
+                                 "lookup.full-cache.periodic-reload.interval": "1 h"})
+    timed = LookupOptions.from_dict({
+        "connector": "delta", "table-path": str(tmp_path), "lookup.cache": "FULL",
+        "lookup.full-cache.reload-strategy": "TIMED",
+        "lookup.full-cache.timed-reload.iso-time": "03:00Z"})
+    assert type(timed.build_trigger()).__name__ == "TimedCacheReloadTrigger"
