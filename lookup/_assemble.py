@@ -2,9 +2,10 @@
 
 Per batch: the distinct keys of the stream rows are found with one vectorized
 factorization; only the distinct keys go to the runtime's :meth:`~LookupRuntime.probe`
-(the one path for every provider: a full cache's hashed index, or a partial cache plus
-one batched load of the misses); the output is assembled with Arrow ``take`` on both
-sides. No Python loop runs per stream row.
+(the one path for every provider: a partial cache plus one batched load of the misses,
+or no cache); a full cache's index is probed with every row's key instead
+(``probes_rows``); the output is assembled with Arrow ``take`` on both sides. No Python
+loop runs per stream row.
 
 Pure pyarrow/numpy/pandas: it is unit-tested without a JVM.
 """
@@ -74,11 +75,18 @@ def factorize(arrays: Sequence[pa.Array | pa.ChunkedArray]) -> tuple[np.ndarray,
 def join_batch(batch: pa.RecordBatch, shape: JoinShape, runtime: LookupRuntime,
                describe: str = "lookup") -> pa.RecordBatch:
     """Join one stream batch with the dimension through ``runtime``."""
-    codes, uniques = factorize([batch.column(name) for name in shape.stream_keys])
-    probe = runtime.probe(uniques, describe)
+    keys = [batch.column(name) for name in shape.stream_keys]
+    if runtime.probes_rows:
+        # One probe per stream row costs what one per distinct key would: the
+        # factorization would be pure overhead (a third of a full-cache join's work).
+        probe = runtime.probe(keys, describe)
+        groups = probe.groups
+    else:
+        codes, uniques = factorize(keys)
+        probe = runtime.probe(uniques, describe)
+        groups = np.append(probe.groups, -1)[codes]  # code -1 (a null key) takes the -1
     dim = probe.rows.select(list(shape.dim_columns))
     n = batch.num_rows
-    groups = np.append(probe.groups, -1)[codes]  # code -1 (a null key) takes the -1 appended
     stream_part = batch
     if probe.one_row_each:
         # A group is its row: no ranges to expand, and a left join keeps the batch whole.

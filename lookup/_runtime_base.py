@@ -99,6 +99,10 @@ class LookupRuntime:
     Thread-safe: the tasks of a worker may call it concurrently.
     """
 
+    probes_rows = False
+    """:meth:`probe` takes repeated and null keys (one per stream row) as cheaply as
+    distinct ones, counting a hit or miss per key given: a join skips factorizing."""
+
     def __init__(self, provider: LookupProvider) -> None:
         self.provider = provider
         self.metrics = CacheMetrics()

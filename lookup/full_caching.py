@@ -41,6 +41,7 @@ from datetime import datetime, timezone
 from functools import partial
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from cache.base import Key, Row
@@ -83,6 +84,8 @@ class FullCachingRuntime(LookupRuntime):
         :meth:`~lookup.FullCachingLookupProvider.shares_snapshots` says so here).
         Giving one shares regardless of the provider's setting.
     """
+
+    probes_rows = True  # the snapshot's index answers repeats and nulls in the same pass
 
     def __init__(
         self, provider: FullCachingLookupProvider, *, store: SnapshotStore | None = None
@@ -518,15 +521,15 @@ class FullCachingRuntime(LookupRuntime):
         return (when - datetime.now(timezone.utc)).total_seconds()
 
     def probe(self, keys: Sequence[pa.Array], describe: str = "lookup") -> Probe:
-        """The distinct keys' groups in the snapshot's index (one vectorized probe), its
-        offsets and rows; hits and misses counted."""
+        """The keys' groups in the snapshot's index (one vectorized probe; repeats and
+        nulls welcome), its offsets and rows; a hit or miss counted per non-null key."""
         self._before_lookups()
         with lookup_turn(self._load_coming()):
             snapshot = self.cache.snapshot()
             groups = snapshot.groups(keys)
-        hits = int((groups >= 0).sum())
+        hits = int(np.count_nonzero(groups >= 0))
         self.metrics.inc_hits(hits)
-        self.metrics.inc_misses(len(groups) - hits)
+        self.metrics.inc_misses(len(groups) - hits - _null_keys(keys))
         return Probe(groups, snapshot.offsets, snapshot.table, one_row_each=snapshot.unique)
 
     def _lookup_distinct(self, keys: list[Key]) -> dict[Key, tuple[Row, ...]]:
@@ -534,6 +537,18 @@ class FullCachingRuntime(LookupRuntime):
         with lookup_turn(self._load_coming()):
             found = self.cache.get_all(keys) if keys else {}
         return {key: tuple(found[key]) for key in keys}
+
+
+def _null_keys(keys: Sequence[pa.Array]) -> int:
+    """How many of the keys hold a null (no lookup: neither a hit nor a miss)."""
+    with_nulls = [k for k in keys if k.null_count]
+    if not with_nulls:
+        return 0
+    if len(with_nulls) == 1:
+        return int(with_nulls[0].null_count)
+    valid = np.logical_and.reduce([k.is_valid().to_numpy(zero_copy_only=False)
+                                   for k in with_nulls])
+    return int(len(valid) - np.count_nonzero(valid))
 
 
 def _relay(outcome: Future[None], work: Future[None]) -> None:

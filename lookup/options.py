@@ -17,8 +17,16 @@ from lookup.providers import (
     PartialCachingAsyncLookupProvider,
     PartialCachingLookupProvider,
 )
+from lookup.table_options import (
+    CONNECTORS,
+    TableOptions,
+    shown_options,
+    table_options,
+    with_connector_defaults,
+)
 from spark_lookup import options as opts
 from spark_lookup.errors import ConfigError
+from spark_lookup.schema import SchemaLike
 
 __all__ = ["LookupOptions"]
 
@@ -27,12 +35,17 @@ _MODE_PREFIXES = {"PARTIAL": "lookup.partial-cache.", "FULL": "lookup.full-cache
 
 @dataclass(frozen=True)
 class LookupOptions:
-    """Flink ``lookup.*`` options, validated, and the providers they describe.
+    """A Flink table's ``WITH (...)`` options, validated, and the providers they describe.
 
-    A Flink DDL's ``WITH (...)`` options carry over unchanged: keys outside ``lookup.``
-    (a connector's own) are ignored here; an unknown ``lookup.*`` key, a key that does
-    not apply to the chosen ``lookup.cache`` mode, or a bad value raises
-    :class:`~spark_lookup.ConfigError` naming the key.
+    A Flink DDL's options carry over unchanged. With ``'connector'`` = ``'jdbc'``,
+    ``'filesystem'``, ``'delta'`` or ``'redis'``, :meth:`provider` builds the whole
+    provider from them (see :mod:`lookup.table_options` and the README's "Flink table
+    options"); otherwise it takes the lookup function or source, and the keys of
+    another connector are left alone. An unknown key (of ``lookup.*`` or of the named
+    connector), a key that does not apply to the chosen ``lookup.cache`` mode, or a
+    bad value raises :class:`~spark_lookup.ConfigError` naming the key. A password (the
+    ``'password'`` option, or one in a URL) is never shown: not in this object's repr,
+    the provider's, a log line or an error.
 
     Examples
     --------
@@ -51,21 +64,46 @@ class LookupOptions:
     >>> provider = options.provider(Names())
     >>> provider.kind, provider.retry_policy.max_retries
     ('PARTIAL', 5)
+
+    With the table's connector options, one call builds the function or source too
+    (keyed here by the table's primary key):
+
+    >>> import os, sqlite3, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "dim.db")
+    >>> with sqlite3.connect(path) as db:
+    ...     _ = db.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+    ...     _ = db.execute("INSERT INTO customers VALUES (1, 'Ada')")
+    >>> from lookup import open_lookup
+    >>> customers = LookupOptions.from_dict({
+    ...     "connector": "jdbc", "url": f"jdbc:sqlite:{path}", "table-name": "customers",
+    ...     "lookup.cache": "PARTIAL", "lookup.partial-cache.max-rows": "1000",
+    ... }).provider()
+    >>> customers.key_columns
+    ('id',)
+    >>> with open_lookup(customers) as handle:
+    ...     handle.lookup((1,))
+    ((1, 'Ada'),)
     """
 
     options: Mapping[str, Any]
+    """The options given (deprecated keys renamed), the password hidden."""
     cache_type: str
     max_retries: int
+    table: TableOptions | None = None
+    """The connector's options, checked (None when no connector built here is named)."""
 
     @classmethod
     def from_dict(cls, options: Mapping[str, Any]) -> LookupOptions:
-        """Validate ``options`` (a dict of Flink keys to strings). Flink's deprecated
-        lookup-cache keys (``lookup.cache.max-rows``, ``lookup.cache.ttl``,
+        """Validate ``options`` (a dict of Flink keys to strings), on the driver: every
+        key and value given; a connector's required keys are checked when
+        :meth:`provider` builds from them. Flink's deprecated lookup-cache keys
+        (``lookup.cache.max-rows``, ``lookup.cache.ttl``,
         ``lookup.cache.caching-missing-key``) are accepted as Flink accepts them, with a
         ``FutureWarning`` naming the current key."""
         opts.check_instance(options, Mapping, "options", "a mapping")
-        options = opts.with_current_keys(options)
+        options = with_connector_defaults(opts.with_current_keys(options))
         opts.check_known_keys(options, [o.key for o in opts.LOOKUP_OPTIONS])
+        table = table_options(options)
         cache_type = opts.CACHE.get(options) or "NONE"
         max_retries = opts.MAX_RETRIES.get(options)
         assert max_retries is not None
@@ -75,7 +113,7 @@ class LookupOptions:
                 raise ConfigError(
                     f"option {key!r} does not apply when 'lookup.cache' is {cache_type}"
                 )
-        checked = cls(dict(options), cache_type, max_retries)
+        checked = cls(shown_options(options), cache_type, max_retries, table)
         # Parse everything now, so a bad value fails here and not on an executor.
         if cache_type == "PARTIAL":
             checked.build_cache()
@@ -101,21 +139,52 @@ class LookupOptions:
         return reload_trigger_from_options(self.options)
 
     def provider(
-        self, target: Any, key_columns: Sequence[str] | str | None = None, **kwargs: Any
+        self,
+        target: Any = None,
+        key_columns: Sequence[str] | str | None = None,
+        *,
+        schema: SchemaLike | None = None,
+        **kwargs: Any,
     ) -> LookupProvider:
-        """The provider these options describe over ``target``.
+        """The provider these options describe: over ``target``, or, without one, over
+        the lookup function (``NONE``/``PARTIAL``) or scan source (``FULL``) the
+        connector options describe. Runs on the driver.
 
         Parameters
         ----------
         target
             A :class:`~lookup.LookupFunction` or :class:`~lookup.AsyncLookupFunction` for
-            ``NONE``/``PARTIAL``; a ``scan.Source`` for ``FULL``.
+            ``NONE``/``PARTIAL``; a ``scan.Source`` for ``FULL``. None: built from the
+            connector options (``jdbc``: ``lookup.SqlLookupFunction`` /
+            ``scan.SqlTableSource``; ``redis``: ``lookup.RedisLookupFunction`` /
+            ``scan.RedisScanSource``; ``filesystem``: ``scan.FileSource`` and ``delta``:
+            ``scan.DeltaSource``, ``FULL`` only).
         key_columns
-            Required for ``FULL`` (a source has no key). A function declares its own: given
-            for one, they must be the same.
+            For a target: required for ``FULL`` (a source has no key); a function
+            declares its own, and given for one they must be the same. Built from the
+            options: default the table's primary key (``jdbc``, from its catalog) or
+            the key template's columns (``redis``); required for files and Delta.
+        schema
+            Built from the options: the table's columns, as a Flink DDL lists them (a
+            Spark DDL string or ``StructType``); default all columns, with the types
+            the catalog or files give. Required for ``redis``.
         kwargs
             More provider options (``retry_on_miss``, ``batch_size``, ``parallelism``...).
+
+        Raises
+        ------
+        ConfigError
+            For a missing required option (naming it), a connector that cannot build a
+            provider, a table without a primary key and no ``key_columns``.
+        ConnectorError
+            When the table's catalog cannot be read (building from ``jdbc`` options
+            reads it, on the driver).
         """
+        if target is None:
+            target, key_columns = self._from_table(key_columns, schema)
+        elif schema is not None:
+            raise ConfigError("schema= describes a table built from the connector options; "
+                              "the target declares its own schema")
         retries = self.max_retries
         if self.cache_type == "FULL":
             if key_columns is None:
@@ -153,3 +222,21 @@ class LookupOptions:
         if cache is None:
             return LookupFunctionProvider.of(target, max_retries=retries, **kwargs)
         return PartialCachingLookupProvider.of(target, cache, max_retries=retries, **kwargs)
+
+    def _from_table(self, key_columns: Sequence[str] | str | None, schema: SchemaLike | None
+                    ) -> tuple[Any, Sequence[str] | str | None]:
+        """The function or source the connector options describe, and its keys."""
+        table = self.table
+        if table is None:
+            name = self.options.get("connector")
+            if name is None:
+                raise ConfigError("missing required option 'connector' (jdbc, filesystem, "
+                                  "delta or redis), or pass the lookup function or source")
+            raise ConfigError(
+                f"connector {name!r} cannot build a provider here (supported: "
+                f"{', '.join(CONNECTORS)}): pass its lookup function or source")
+        if self.cache_type == "FULL":
+            keys = table.key_columns(key_columns, schema)
+            return table.source(keys, schema), keys
+        function = table.function(key_columns, schema)
+        return function, function.key_fields()

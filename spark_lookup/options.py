@@ -345,9 +345,12 @@ class ConfigOption(Generic[T]):
 
 
 def check_known_keys(
-    options: Mapping[str, Any], known: Collection[str], prefix: str = "lookup."
+    options: Mapping[str, Any], known: Collection[str], prefix: str = "lookup.",
+    where: str = "",
 ) -> None:
-    """Refuse unknown keys under ``prefix`` so a typo is never silently ignored.
+    """Refuse unknown keys under ``prefix`` so a typo is never silently ignored; the
+    message names the key, the known key it resembles, and ``where`` (``" of connector
+    'jdbc'"``).
 
     Keys outside ``prefix`` (a connector's own ``url``, ``table-name``...) are left alone.
     """
@@ -357,7 +360,7 @@ def check_known_keys(
         if key.startswith(prefix) and key not in known:
             close = difflib.get_close_matches(key, list(known), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ConfigError(f"unknown option {key!r}{hint}")
+            raise ConfigError(f"unknown option {key!r}{where}{hint}")
 
 
 def _positive_duration(value: object, key: str) -> timedelta:

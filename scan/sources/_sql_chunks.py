@@ -9,7 +9,9 @@ table is never enumerated up front and its progress fits in the enumerator state
    reader reads the table as one unbounded chunk, with no planning query at all. Fewer,
    larger chunks are faster: each chunk is a statement, and a reader asks for its next
    chunk only when the last one is emitted; chunks stream in batches, so their size does
-   not bound memory.
+   not bound memory. An explicit ``chunk_count`` makes that many; with the split
+   column's bounds given too (Flink JDBC's ``scan.partition.*``), the bounds are
+   divided into equal key steps and steps 1-3 are skipped.
 1. ``MIN``/``MAX`` of the split column and the row count (PostgreSQL's estimate when it
    has one).
 2. Integer keys spread evenly (``(max - min + 1) / rows`` within Flink CDC's default
@@ -127,16 +129,24 @@ class SqlChunkPlanner(SplitPlanner[SqlChunkSplit]):
     """Makes the chunks of a table one at a time (see the module); opens its own
     connection on first use, on the coordinator.
 
-    ``chunk_size`` None: about one chunk per reader of ``parallelism``. A restored
-    planner keeps the sizes it chose at first (they are part of its progress).
+    ``chunk_size`` None: about one chunk per reader of ``parallelism``, or
+    ``chunk_count`` chunks when given; with ``bounds`` (the split column's expected
+    smallest and largest values, ints) too, the chunks divide that range evenly and
+    no planning query runs (Flink JDBC's ``scan.partition.*``), the first chunk still
+    open below and the last open above. A restored planner keeps the sizes it chose
+    at first (they are part of its progress).
     """
 
     def __init__(self, table: SqlTable, plan: ChunkPlan, chunk_size: int | None,
-                 progress: Any = None, parallelism: int = 1) -> None:
+                 progress: Any = None, parallelism: int = 1, *,
+                 chunk_count: int | None = None,
+                 bounds: tuple[int, int] | None = None) -> None:
         self._table = table
         self._plan = plan
         self._chunk_size = chunk_size
         self._parallelism = max(1, int(parallelism))
+        self._chunk_count = chunk_count
+        self._bounds = bounds
         self._session: Session | None = None
         state: dict[str, Any] = dict(progress) if progress is not None else {"phase": "init"}
         if state.get("phase") not in ("init", "even", "uneven", "null", "done"):
@@ -180,13 +190,18 @@ class SqlChunkPlanner(SplitPlanner[SqlChunkSplit]):
     def _initialize(self) -> None:
         plan = self._plan
         key = plan.split_name
-        chunks: int | None = None
-        if self._chunk_size is None and self._parallelism == 1:
+        chunks = self._chunk_count
+        if self._bounds is not None and chunks is not None:
+            self._divide(*self._bounds, chunks)
+            return
+        if chunks == 1 or (chunks is None and self._chunk_size is None
+                           and self._parallelism == 1):
             self._one_chunk()
             return
         rows = self._row_count()
         if self._chunk_size is None:
-            chunks = min(self._parallelism, max(1, rows // MIN_CHUNK_ROWS))
+            if chunks is None:
+                chunks = min(self._parallelism, max(1, rows // MIN_CHUNK_ROWS))
             # A chunk ends before the size-th key from its start (the next chunk's
             # first): one more, so the rows fill exactly ``chunks`` chunks.
             size = -(-rows // chunks) + 1
@@ -218,6 +233,13 @@ class SqlChunkPlanner(SplitPlanner[SqlChunkSplit]):
             state.update(phase="even", step=max(1, step), cursor=low)
         else:
             state.update(phase="uneven", cursor=low, last=False)
+
+    def _divide(self, low: int, high: int, chunks: int) -> None:
+        """``chunks`` chunks of equal key steps over ``[low, high]``; rows outside the
+        range are read too (by the first and the last chunk), unlike Flink's JDBC
+        source, which drops them."""
+        step = max(1, -(-(high - low + 1) // chunks))
+        self._state.update(index=0, max=high, cursor=low, phase="even", step=step)
 
     def _emit(self, lo: Any, hi: Any) -> SqlChunkSplit:
         index = self._state["index"]

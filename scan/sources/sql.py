@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import threading
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
@@ -149,6 +152,19 @@ def _reads_as_stored(plan: SqlPlan, index: int) -> bool:
     ) and ("'text'" in read.expression) == isinstance(data_type, T.StringType)
 
 
+_INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
+
+
+def _check_bounds(bounds: object, chunk_count: int | None) -> None:
+    if not (isinstance(bounds, (tuple, list)) and len(bounds) == 2
+            and all(type(b) is int for b in bounds)):
+        raise ConfigError(f"split_bounds must be (lower, upper), two ints, got {bounds!r}")
+    if bounds[0] > bounds[1]:
+        raise ConfigError(f"split_bounds {tuple(bounds)}: the lower bound is above the upper")
+    if chunk_count is None:
+        raise ConfigError("split_bounds need chunk_count (how many chunks divide them)")
+
+
 class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
     """A SQL table read in chunks of split-column ranges, as Flink CDC chunks a snapshot
     (see :mod:`scan.sources._sql_chunks`): PostgreSQL or SQLite over ADBC (Arrow end to
@@ -220,6 +236,21 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
         only matching rows are read.
     mode
         The bad-value policy: ``PERMISSIVE`` (default), ``DROPMALFORMED`` or ``FAILFAST``.
+    chunk_count
+        How many chunks to make, whatever the number of readers (instead of
+        ``chunk_size``; Flink JDBC's ``scan.partition.num``).
+    split_bounds
+        ``(lower, upper)``: the integer split column's expected smallest and largest
+        values (Flink JDBC's ``scan.partition.lower-bound``/``upper-bound``), with
+        ``chunk_count``: the range is divided into ``chunk_count`` equal key steps with
+        no planning query. Rows outside it are still read (the first chunk is open
+        below, the last above), where Flink's JDBC source would drop them.
+    version_query
+        A statement of yours returning one row that changes whenever the table does
+        (``"SELECT max(updated_at), count(*) FROM t"``, a version counter a trigger
+        keeps): the source's :meth:`current_version`, so a full cache's reload at an
+        unchanged version costs this query, not a load. Run as given (it is your SQL,
+        not built from input). Default None: every reload loads.
 
     Raises
     ------
@@ -260,11 +291,23 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
         *,
         filters: Sequence[Predicate] | None = None,
         mode: BadValuePolicy | str = BadValuePolicy.PERMISSIVE,
+        chunk_count: int | None = None,
+        split_bounds: tuple[int, int] | None = None,
+        version_query: str | None = None,
     ) -> None:
+        if version_query is not None and (not isinstance(version_query, str)
+                                          or not version_query.strip()):
+            raise ConfigError(f"version_query must be a SQL statement, got {version_query!r}")
         if split_column is not None:
             validate_identifier(split_column, "split column")
         if chunk_size is not None:
             check_int(chunk_size, "chunk_size")
+        if chunk_count is not None:
+            check_int(chunk_count, "chunk_count")
+            if chunk_size is not None:
+                raise ConfigError("give chunk_size or chunk_count, not both")
+        if split_bounds is not None:
+            _check_bounds(split_bounds, chunk_count)
         self._sql = SqlTable(
             connection_factory, table, columns=columns, schema=schema, filters=filters,
             mode=mode,
@@ -272,7 +315,11 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
         self._table = table
         self._split_column = split_column
         self._chunk_size = chunk_size
+        self._chunk_count = chunk_count
+        self._split_bounds = (None if split_bounds is None
+                              else (split_bounds[0], split_bounds[1]))
         self._chunks: ChunkPlan | None = None
+        self._version_query = version_query
         self._init_runtime()
 
     def _init_runtime(self) -> None:
@@ -287,6 +334,28 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
     def chunk_size(self) -> int | None:
         """Rows per chunk; None: one chunk per reader."""
         return self._chunk_size
+
+    def current_version(self) -> tuple[Any, ...] | None:
+        """The row of ``version_query`` (None without one).
+
+        Raises
+        ------
+        ConnectorError
+            When the query fails, naming the table (transient or not, as the driver says).
+        ConfigError
+            When it returns other than one row, or a value with no stable ``repr``.
+        """
+        if self._version_query is None:
+            return None
+        session = self._sql.acquire()
+        try:
+            rows = session.rows(self._version_query, purpose="version query")
+        finally:
+            self._sql.release(session)
+        if len(rows) != 1:
+            raise ConfigError(f"version_query of table {self._table!r} must return one row, "
+                              f"it returned {len(rows)}")
+        return tuple(version_value(value, self._table) for value in rows[0])
 
     def read_plan(self) -> ChunkPlan:
         """The resolved chunk plan (split column, ordering, resume), reading the catalog
@@ -318,6 +387,12 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
         elif plan.known_columns and split_column not in plan.known_columns:
             raise ConfigError(f"table {self._table!r} has no split column {split_column!r}; it has "
                               f"{list(plan.known_columns)}")
+        if (self._split_bounds is not None and split_column in names
+                and not isinstance(plan.schema[split_column].dataType, _INTEGRAL)):
+            raise ConfigError(
+                f"split_bounds {self._split_bounds} need an integer split column; "
+                f"{split_column!r} of table {self._table!r} is "
+                f"{plan.schema[split_column].dataType.simpleString()}")
         split_name = plan.dialect.quote(split_column, "split column")
         reads_as_stored = (split_column in names
                            and _reads_as_stored(plan, names.index(split_column)))
@@ -352,7 +427,8 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
                 ) -> SplitPlanner[SqlChunkSplit]:
         """The chunk planner (on the coordinator), sized for ``parallelism`` readers."""
         return SqlChunkPlanner(self._sql, self.read_plan(), self._chunk_size, progress,
-                               parallelism)
+                               parallelism, chunk_count=self._chunk_count,
+                               bounds=self._split_bounds)
 
     def create_enumerator(self, context: SplitEnumeratorContext[SqlChunkSplit]
                           ) -> PullSplitEnumerator[SqlChunkSplit]:
@@ -387,3 +463,19 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
 
     def __repr__(self) -> str:
         return f"SqlTableSource(table={self._table!r}, chunk_size={self._chunk_size!r})"
+
+
+_VERSION_TYPES = (int, float, str, bytes, bool, type(None), decimal.Decimal, datetime.date,
+                  datetime.time, datetime.timedelta, uuid.UUID)
+
+
+def version_value(value: Any, table: str) -> Any:
+    """A value of a version query's row, as one whose ``repr`` identifies it (a host's
+    snapshot store records versions by ``repr``)."""
+    if isinstance(value, (memoryview, bytearray)):
+        return bytes(value)
+    if not isinstance(value, _VERSION_TYPES):
+        raise ConfigError(f"version_query of table {table!r} returned a "
+                          f"{type(value).__name__}, which has no stable repr; cast it to "
+                          "text or a number in the query")
+    return value

@@ -242,3 +242,155 @@ def test_reloads_skipped_travels_in_metrics_reports() -> None:
     report = parse_report(text)
     assert report is not None
     assert report.values["reloads_skipped"] == 3
+
+
+# --- versions of SQL tables (a query of the user's) and of files ----------------------
+
+
+def sqlite_table(path: Path, rows: list[tuple[int, str]]) -> None:
+    import sqlite3
+
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE IF NOT EXISTS dim (id INTEGER PRIMARY KEY, name TEXT, "
+                   "updated INTEGER NOT NULL DEFAULT 0)")
+        db.executemany("INSERT OR REPLACE INTO dim (id, name, updated) VALUES (?, ?, ?)",
+                       [(i, n, i) for i, n in rows])
+    db.close()
+
+
+def test_a_sql_version_query_skips_reloads_of_an_unchanged_table(tmp_path: Path) -> None:
+    import functools
+    import sqlite3
+
+    from scan import SqlTableSource
+
+    path = tmp_path / "dim.db"
+    sqlite_table(path, [(i, f"n{i}") for i in range(10)])
+    source = SqlTableSource(functools.partial(sqlite3.connect, str(path)), "dim",
+                            columns=["id", "name"],
+                            version_query="SELECT max(updated), count(*) FROM dim")
+    assert source.current_version() == (9, 10)
+    with open_lookup(provider(source)) as handle:
+        assert handle.lookup((3,)) == ((3, "n3"),)
+        reload(handle)
+        reload(handle)
+        assert (handle.metrics.load_count, handle.metrics.reloads_skipped) == (1, 2)
+        sqlite_table(path, [(10, "n10")])
+        reload(handle)
+        assert handle.lookup((10,)) == ((10, "n10"),)
+        assert (handle.metrics.load_count, handle.metrics.reloads_skipped) == (2, 2)
+
+
+def test_a_sql_source_without_a_version_query_cannot_tell(tmp_path: Path) -> None:
+    import functools
+    import sqlite3
+
+    from scan import SqlTableSource
+
+    path = tmp_path / "dim.db"
+    sqlite_table(path, [(1, "a")])
+    assert SqlTableSource(functools.partial(sqlite3.connect, str(path)), "dim"
+                          ).current_version() is None
+
+
+@pytest.mark.parametrize(("query", "message"), [
+    ("SELECT id FROM dim", "must return one row, it returned 2"),
+    ("SELECT count(*) FROM nowhere", "version query failed"),
+])
+def test_a_bad_version_query_names_the_table(tmp_path: Path, query: str, message: str) -> None:
+    import functools
+    import sqlite3
+
+    from scan import SqlTableSource
+    from spark_lookup.errors import SparkLookupError
+
+    path = tmp_path / "dim.db"
+    sqlite_table(path, [(1, "a"), (2, "b")])
+    source = SqlTableSource(functools.partial(sqlite3.connect, str(path)), "dim",
+                            version_query=query)
+    with pytest.raises(SparkLookupError, match=message) as caught:
+        source.current_version()
+    assert "'dim'" in str(caught.value)
+
+
+@pytest.mark.parametrize("query", ["", "  ", 3])
+def test_a_version_query_must_be_sql(query: Any) -> None:
+    import sqlite3
+
+    from scan import SqlTableSource
+    from spark_lookup.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="version_query must be a SQL statement"):
+        SqlTableSource(sqlite3.connect, "dim", version_query=query)
+
+
+def test_a_postgres_version_query(postgres_dsn: str) -> None:
+    import functools
+    import uuid
+
+    import psycopg
+
+    from scan import SqlTableSource
+
+    table = f"versions_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, name text, "
+                     "updated timestamptz NOT NULL DEFAULT now())")
+        conn.execute(f"INSERT INTO {table} (id, name) VALUES (1, 'a'), (2, 'b')")
+    try:
+        source = SqlTableSource(functools.partial(psycopg.connect, postgres_dsn), table,
+                                columns=["id", "name"],
+                                version_query=f"SELECT max(updated), count(*) FROM {table}")
+        with open_lookup(provider(source)) as handle:
+            assert handle.lookup((2,)) == ((2, "b"),)
+            reload(handle)
+            assert handle.metrics.reloads_skipped == 1
+            with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+                conn.execute(f"UPDATE {table} SET name = 'c', updated = now() WHERE id = 2")
+            reload(handle)
+            assert handle.lookup((2,)) == ((2, "c"),)
+            assert (handle.metrics.load_count, handle.metrics.reloads_skipped) == (2, 1)
+    finally:
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            conn.execute(f"DROP TABLE {table}")
+
+
+def test_a_file_source_reloads_only_changed_files(tmp_path: Path) -> None:
+    import os
+
+    import pyarrow.parquet as pq
+
+    from scan import FileSource
+
+    folder = tmp_path / "dim"
+    folder.mkdir()
+    pq.write_table(dim(range(5), "v1"), folder / "a.parquet")
+    source = FileSource(str(folder))
+    first = source.current_version()
+    assert source.current_version() == first
+    with open_lookup(provider(source)) as handle:
+        assert handle.lookup((1,)) == ((1, "v1"),)
+        reload(handle)
+        assert (handle.metrics.load_count, handle.metrics.reloads_skipped) == (1, 1)
+        pq.write_table(dim(range(5, 8), "v2"), folder / "b.parquet")  # a file added
+        reload(handle)
+        assert handle.lookup((6,)) == ((6, "v2"),)
+        # The same size, the same modification time: replaced all the same.
+        stat = os.stat(folder / "a.parquet")
+        pq.write_table(dim(range(5), "v3"), folder / "a.tmp")
+        os.replace(folder / "a.tmp", folder / "a.parquet")
+        os.utime(folder / "a.parquet", ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        reload(handle)
+        assert handle.lookup((1,)) == ((1, "v3"),)
+        (folder / "b.parquet").unlink()  # a file removed
+        reload(handle)
+        assert handle.lookup((6,)) == ()
+        assert (handle.metrics.load_count, handle.metrics.reloads_skipped) == (4, 1)
+
+
+def test_a_missing_file_fails_the_version(tmp_path: Path) -> None:
+    from scan import FileSource
+    from spark_lookup.errors import ConnectorError
+
+    with pytest.raises(ConnectorError, match="nothing.parquet"):
+        FileSource(str(tmp_path / "nothing.parquet")).current_version()

@@ -87,6 +87,12 @@ def test_invalid_table_is_a_value_error_before_any_sql(table: Any) -> None:
         ({"schema": "a INT, `b c` STRING"}, "invalid column .b c."),
         ({"schema": "a INT", "columns": ["b"]}, "must be the schema.s field names"),
         ({"schema": "a INTEGRAL"}, "unknown type"),
+        ({"chunk_count": 0}, "chunk_count"),
+        ({"chunk_count": 2, "chunk_size": 10}, "chunk_size or chunk_count, not both"),
+        ({"split_bounds": (1, 9)}, "split_bounds need chunk_count"),
+        ({"split_bounds": (9, 1), "chunk_count": 2}, "lower bound is above the upper"),
+        ({"split_bounds": (1, 9.5), "chunk_count": 2}, "two ints"),
+        ({"split_bounds": (1, 2, 3), "chunk_count": 2}, "two ints"),
     ],
 )
 def test_invalid_arguments_fail_before_any_sql(kwargs: dict[str, Any], message: str) -> None:
@@ -303,6 +309,37 @@ def test_rows_beyond_the_planned_min_and_max_are_still_read(sqlite_db: Any) -> N
         db.executemany("INSERT INTO t VALUES (?, ?)", [(5, 5), (500, 500)])
     read = [row for split in splits for row in read_split(source, split)]  # on executors
     assert bag(read) == bag([(5, 5), *rows, (500, 500)])
+
+
+def test_a_chunk_count_over_bounds_divides_them_without_planning_queries(
+        sqlite_db: Any) -> None:
+    rows = [(i, i) for i in range(-3, 104)]
+    factory = sqlite_db("CREATE TABLE t (id INTEGER PRIMARY KEY, n INTEGER)", rows)
+    queries: list[str] = []
+
+    def counting() -> sqlite3.Connection:
+        connection = factory()
+        connection.set_trace_callback(queries.append)
+        return connection
+
+    source = SqlTableSource(counting, "t", chunk_count=4, split_bounds=(1, 100))
+    source.read_plan()  # the catalog
+    queries.clear()
+    splits = plan_splits(source, 1)
+    assert [(s.lo, s.hi) for s in splits] == [(None, 26), (26, 51), (51, 76), (76, None)]
+    assert queries == []
+    # Rows below and above the bounds are read too (Flink's JDBC source drops them).
+    read = [row for split in splits for row in read_split(source, split)]
+    assert bag(read) == bag(rows)
+
+
+def test_a_chunk_count_alone_is_that_many_chunks_whatever_the_readers(sqlite_db: Any) -> None:
+    rows = [(i, i) for i in range(1, 31)]
+    factory = sqlite_db("CREATE TABLE t (id INTEGER PRIMARY KEY, n INTEGER)", rows)
+    source = SqlTableSource(factory, "t", chunk_count=3)
+    assert len(plan_splits(source, 1)) == 3
+    assert bag(run_all(source, 2)) == bag(rows)
+    assert len(plan_splits(SqlTableSource(factory, "t", chunk_count=1), 8)) == 1
 
 
 def test_checkpoint_inside_a_chunk_resumes_after_the_last_key(sqlite_db: Any) -> None:
