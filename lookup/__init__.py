@@ -2,7 +2,12 @@
 Spark joins and SQL."""
 
 from lookup.changes import ChangeFeed
-from lookup.connectors import PostgresChanges, RedisLookupFunction, SqlLookupFunction
+from lookup.connectors import (
+    PostgresChanges,
+    RedisKeyspaceChanges,
+    RedisLookupFunction,
+    SqlLookupFunction,
+)
 from lookup.function import AsyncLookupFunction, LookupFunction, LookupFunctionBase
 from lookup.join import lookup_join
 from lookup.metrics import lookup_metrics
@@ -37,6 +42,7 @@ __all__ = [
     "PartialCachingAsyncLookupProvider",
     "PartialCachingLookupProvider",
     "PostgresChanges",
+    "RedisKeyspaceChanges",
     "RedisLookupFunction",
     "RefreshStatus",
     "RetryPolicy",

@@ -6,6 +6,7 @@ redis-py nor psycopg.
 
 from lookup.connectors.postgres_changes import PostgresChanges
 from lookup.connectors.redis import RedisLookupFunction
+from lookup.connectors.redis_changes import RedisKeyspaceChanges
 from lookup.connectors.sql import SqlLookupFunction
 
-__all__ = ["PostgresChanges", "RedisLookupFunction", "SqlLookupFunction"]
+__all__ = ["PostgresChanges", "RedisKeyspaceChanges", "RedisLookupFunction", "SqlLookupFunction"]
