@@ -154,10 +154,11 @@ class _Coercer:
             raise self._cannot_hold(value) from exc
         if math.isnan(number):
             return NO_MATCH
-        if isinstance(self.data_type, T.FloatType) and math.isfinite(number) and (
-            abs(number) > _FLOAT32_MAX
-        ):
-            raise self._cannot_hold(value)
+        if isinstance(self.data_type, T.FloatType):
+            if math.isfinite(number) and abs(number) > _FLOAT32_MAX:
+                raise self._cannot_hold(value)
+            # The FLOAT it is: 1.1 and the FLOAT nearest 1.1 are one key.
+            return float(np.float32(number))
         return number
 
     def _decimal(self, value: Any) -> Any:
