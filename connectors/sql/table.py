@@ -340,7 +340,7 @@ class SqlTable(PerProcess):
         if reason:
             raise ConfigError(
                 f"key column {column.name!r} of {self.what} is {column.db_type}, which the "
-                f"database cannot look up as a {spark.simpleString()} key: {reason}"
+                f"database cannot look up as a {spark.simpleString().upper()} key: {reason}"
             )
 
     def _read(self, dialect: Dialect, column: ColumnInfo | None, quoted: str,
