@@ -562,7 +562,8 @@ def _match_by_value(batch: pa.RecordBatch, key_positions: list[int], chunk: list
     ``chunk``."""
     read = [_zero_signless(batch.column(p)) for p in key_positions]
     chunk = [_zero_signless(array) for array in chunk]
-    if len(key_positions) == 1:
+    # index_in finds a row one key; asked both, 0.0 and -0.0 each take the join's.
+    if len(key_positions) == 1 and not pa.types.is_floating(chunk[0].type):
         found = pc.index_in(read[0], value_set=chunk[0])
         matched = pc.is_valid(found)
         if not pc.all(matched).as_py():

@@ -198,6 +198,14 @@ def test_keys_are_values_of_their_columns_types() -> None:
         encoded = singles.encode(keys)
         assert encoded.positions[:2] == [0, 0]
         assert encoded.arrays[0].to_pylist() == [nearest]
+    # -0.0 is 0.0, as Spark compares them (Arrow's hashing tells them apart).
+    for codec in (singles, floats):
+        for keys in ([(-0.0,), (0.0,)], [(-0.0,), (0.0,), (math.nan,)]):
+            encoded = codec.encode(keys)
+            assert encoded.positions[:2] == [0, 0]
+            assert str(encoded.arrays[0].to_pylist()) == "[0.0]"
+        given = codec.encode_arrays([pa.array([-0.0, 1.0])])
+        assert str(given.arrays[0].to_pylist()) == "[0.0, 1.0]"
 
 
 def test_no_key_is_rounded_or_cut_into_another() -> None:

@@ -221,16 +221,21 @@ class ContractMixin:
     @pytest.mark.parametrize("mode", LOOKUP_MODES)
     def test_keys_of_each_type_find_the_same_rows_in_every_mode(
             self, backend: Backend, mode: str, case: KeyTypeCase) -> None:
-        """Every key asked at once, again (a partial cache answers), then each alone:
-        the rows each finds are the case's, whichever mode answers."""
+        """Every key asked at once, again (a partial cache answers), without the NaN
+        (the keys' plain path, Arrow's), then each alone: the rows each finds are the
+        case's, whichever mode answers."""
         if case not in backend.key_cases:
             pytest.skip(f"{backend.name} stores no {case.name} key")
         keys = [(key,) for key, _ in case.asked]
+        plain = [key for key in keys if key[0] == key[0]]
         with open_lookup(provider_of(backend, mode, table=case.table)) as handle:
-            for attempt in ("together", "again", "alone"):
+            for attempt in ("together", "again", "plain", "alone"):
+                asked = plain if attempt == "plain" else keys
                 for key, (_, ids) in zip(keys, case.asked, strict=True):
+                    if key not in asked:
+                        continue
                     rows = (handle.lookup(key) if attempt == "alone"
-                            else handle.lookup_batch(keys)[key])
+                            else handle.lookup_batch(asked)[key])
                     got = sorted(rows, key=lambda row: row[1])
                     want = case.expected(ids)
                     where = f"{backend.name}, {mode}, {case.name} key {key!r} ({attempt})"

@@ -446,9 +446,10 @@ def _holds_exactly(column: ColumnInfo, bits: int) -> bool:
         return _bits(column) <= bits
     if kind in ("decimal", "numeric"):
         match = _DECIMAL.match(column.db_type)
+        if match is None:
+            return False
         # 10**7 < 2**24 and 10**15 < 2**53: that many digits, no fraction.
-        return bool(match) and int(match.group(2)) == 0 and int(match.group(1)) <= (
-            7 if bits == 24 else 15)
+        return int(match.group(2)) == 0 and int(match.group(1)) <= (7 if bits == 24 else 15)
     return False
 
 
