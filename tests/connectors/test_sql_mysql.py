@@ -200,6 +200,12 @@ def test_a_boolean_key_asks_the_index_for_its_truth() -> None:
     Plan.key_columns, Plan.key_bindings = ("b",), (KeyBinding(exact=True, truth=True),)
     alone = dialect.lookup_statement(Plan(), flavor, [pa.array([False])])  # type: ignore[arg-type]
     assert alone.sql.endswith("WHERE ((`b` = 0))")
+    # Floats are the double literals of their exact values, in a composite key too.
+    Plan.key_columns, Plan.key_bindings = ("f", "s"), (KeyBinding(exact=True),) * 2
+    floats = dialect.lookup_statement(Plan(), flavor, [  # type: ignore[arg-type]
+        pa.array([1.1, -0.0], pa.float32()), pa.array(["a", "b"])])
+    assert floats.sql.endswith("WHERE (`f`, `s`) IN ((1.100000023841858e0, %s), (-0e0, %s))")
+    assert floats.params == ("a", "b")
 
 
 @pytest.mark.parametrize("mode", MODES)
