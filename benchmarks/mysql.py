@@ -27,7 +27,7 @@ Batched lookups of ``--keys`` distinct keys (a fresh random sample each round):
 - the same for string keys (``code``) and a composite key (``id``, ``code``).
 
     PYTHONPATH=. .venv/bin/python benchmarks/mysql.py [--rows 1000000] [--keys 1000]
-        [--repeats 5] [--quick]
+        [--repeats 5] [--quick] [--lookups-only]
 """
 
 from __future__ import annotations
@@ -114,6 +114,8 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--lookups-only", action="store_true",
+                        help="skip the full loads (minutes at 1M rows)")
     args = parser.parse_args()
     if args.quick:
         args.rows, args.repeats = 100_000, 3
@@ -148,30 +150,32 @@ def main() -> None:
                     MysqlDialect.arrow_batches = original  # type: ignore[method-assign]
             return go
 
-        loads = {
-            "connectorx read_sql (SELECT *)": lambda: connectorx.read_sql(
-                cx_url, select, return_type="arrow"),
-            "connectorx, partition_num=2": lambda: connectorx.read_sql(
-                cx_url, select, return_type="arrow", partition_on="id", partition_num=2),
-            "pymysql SSCursor into Arrow": lambda: driver_arrow(
-                connect, select, pymysql.cursors.SSCursor),
-            "default read_arrow(SqlTableSource, 1)": lambda: read_arrow(
-                SqlTableSource(connect, table), 1),
-            "default read_arrow(SqlTableSource, 4)": lambda: read_arrow(
-                SqlTableSource(connect, table), 4),
-            "default, mysql-connector factory, p=1": lambda: read_arrow(
-                SqlTableSource(connect_myc, table), 1),
-            "driver only (pymysql SSCursor), p=1": driver_only(1),
-        }
-        slow = {"mysql-connector into Arrow": lambda: driver_arrow(connect_myc, select)}
-        load_times = timed(loads, args.repeats)
-        load_times.update(timed(slow, 1))  # 20 s a round: one timed round
-        fastest = min(v for k, v in load_times.items() if not k.startswith(("default", "driver")))
-        fastest_name = min((v, k) for k, v in load_times.items()
-                           if not k.startswith(("default", "driver")))[1]
-        print(f"full load of {args.rows:,} rows (median of {args.repeats}):")
-        for name, seconds in load_times.items():
-            print(f"  {name:42s} {seconds:7.3f} s  {fastest / seconds:5.2f}x of {fastest_name}")
+        load_times: dict[str, float] = {}
+        fastest_name = None
+        if not args.lookups_only:
+            loads = {
+                "connectorx read_sql (SELECT *)": lambda: connectorx.read_sql(
+                    cx_url, select, return_type="arrow"),
+                "connectorx, partition_num=2": lambda: connectorx.read_sql(
+                    cx_url, select, return_type="arrow", partition_on="id", partition_num=2),
+                "pymysql SSCursor into Arrow": lambda: driver_arrow(
+                    connect, select, pymysql.cursors.SSCursor),
+                "default read_arrow(SqlTableSource, 1)": lambda: read_arrow(
+                    SqlTableSource(connect, table), 1),
+                "default read_arrow(SqlTableSource, 4)": lambda: read_arrow(
+                    SqlTableSource(connect, table), 4),
+                "default, mysql-connector factory, p=1": lambda: read_arrow(
+                    SqlTableSource(connect_myc, table), 1),
+                "driver only (pymysql SSCursor), p=1": driver_only(1),
+            }
+            slow = {"mysql-connector into Arrow": lambda: driver_arrow(connect_myc, select)}
+            load_times = timed(loads, args.repeats)
+            load_times.update(timed(slow, 1))  # 20 s a round: one timed round
+            fastest, fastest_name = min((v, k) for k, v in load_times.items()
+                                        if not k.startswith(("default", "driver")))
+            print(f"full load of {args.rows:,} rows (median of {args.repeats}):")
+            for name, seconds in load_times.items():
+                print(f"  {name:42s} {seconds:7.3f} s  {fastest / seconds:5.2f}x of {fastest_name}")
 
         # --- lookups
         conn = connect()

@@ -57,6 +57,14 @@ _TEXT_TYPES = (T.StringType, T.VarcharType, T.CharType)
 _FLOAT32_MAX = 3.4028234663852886e38
 
 
+def _signless_zero(array: pa.Array) -> pa.Array:
+    """Floats with -0.0 made 0.0: one key, as Spark compares them (Arrow's hash kernels
+    tell them apart)."""
+    if not pa.types.is_floating(array.type):
+        return array
+    return pc.add(array, pa.scalar(0.0, array.type))
+
+
 def has_null(key: Key) -> bool:
     """Whether ``key`` holds a null (None, NaN, NaT, ``pd.NA``, a signalling NaN): such
     a key never matches (SQL's ``NULL = NULL`` is not true) and is never sent."""
@@ -154,10 +162,11 @@ class _Coercer:
             raise self._cannot_hold(value) from exc
         if math.isnan(number):
             return NO_MATCH
-        if isinstance(self.data_type, T.FloatType) and math.isfinite(number) and (
-            abs(number) > _FLOAT32_MAX
-        ):
-            raise self._cannot_hold(value)
+        if isinstance(self.data_type, T.FloatType):
+            if math.isfinite(number) and abs(number) > _FLOAT32_MAX:
+                raise self._cannot_hold(value)
+            # The FLOAT it is: 1.1 and the FLOAT nearest 1.1 are one key.
+            return float(np.float32(number))
         return number
 
     def _decimal(self, value: Any) -> Any:
@@ -418,7 +427,7 @@ class KeyCodec:
         """Values of a column's Spark type as an array of its Arrow type (exact, or raises)."""
         array = pa.array(values, type=self._coercers[column].arrow)
         target = self._recast[column]
-        return array if target is None else array.cast(target)
+        return _signless_zero(array if target is None else array.cast(target))
 
     def check_shape(self, key: Any) -> None:
         """Refuse a key that is not a tuple of one value per key column.
@@ -558,7 +567,7 @@ class KeyCodec:
                 # Kleene: a null's is_nan is null, and a null must not pass as usable.
                 ok = pc.and_kleene(ok, pc.invert(pc.is_nan(array)))
             usable = ok if usable is None else pc.and_(usable, ok)
-            cast.append(array)
+            cast.append(_signless_zero(array))
         if usable is None or pc.all(usable).as_py():
             return EncodedKeys(cast, list(range(len(cast[0]) if cast else 0)))
         kept = pc.indices_nonzero(usable)

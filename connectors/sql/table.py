@@ -300,6 +300,8 @@ class SqlTable(PerProcess):
             )
         check_predicates(self.filters, known or names, self.what)
         schema = self.declared or self._inferred(info, names, dialect)
+        for key in self.key_columns:
+            self._check_key(dialect, info.column(key), schema[key].dataType)
         rowid = (
             info.backend == SQLITE and len(info.primary_key) == 1
             and (info.column(info.primary_key[0]) or ColumnInfo("", "", False)).type_name
@@ -329,6 +331,17 @@ class SqlTable(PerProcess):
             filters=self.filters,
             known_columns=tuple(known),
         )
+
+    def _check_key(self, dialect: Dialect, column: ColumnInfo | None, spark: T.DataType
+                   ) -> None:
+        if column is None:
+            return
+        reason = dialect.key_refusal(column, spark)
+        if reason:
+            raise ConfigError(
+                f"key column {column.name!r} of {self.what} is {column.db_type}, which the "
+                f"database cannot look up as a {spark.simpleString().upper()} key: {reason}"
+            )
 
     def _read(self, dialect: Dialect, column: ColumnInfo | None, quoted: str,
               target: T.DataType, rowid: bool) -> ColumnRead:
@@ -545,21 +558,33 @@ class _Runtime:
 def _match_by_value(batch: pa.RecordBatch, key_positions: list[int], chunk: list[pa.Array]
                     ) -> tuple[pa.RecordBatch, pa.Array]:
     """The rows whose key columns equal a key of ``chunk`` exactly (Arrow equality;
-    a key read as null matches nothing), and each one's key position in ``chunk``."""
-    if len(key_positions) == 1:
-        found = pc.index_in(batch.column(key_positions[0]), value_set=chunk[0])
+    a key read as null matches nothing; -0.0 is 0.0), and each one's key position in
+    ``chunk``."""
+    read = [_zero_signless(batch.column(p)) for p in key_positions]
+    chunk = [_zero_signless(array) for array in chunk]
+    # index_in finds a row one key; asked both, 0.0 and -0.0 each take the join's.
+    if len(key_positions) == 1 and not pa.types.is_floating(chunk[0].type):
+        found = pc.index_in(read[0], value_set=chunk[0])
         matched = pc.is_valid(found)
         if not pc.all(matched).as_py():
             batch, found = batch.filter(matched), found.filter(matched)
         return batch, found
     names = [f"k{i}" for i in range(len(chunk))]
-    rows = pa.table([batch.column(p) for p in key_positions]
-                    + [pa.array(range(batch.num_rows), pa.int64())], names=[*names, "_row"])
+    rows = pa.table([*read, pa.array(range(batch.num_rows), pa.int64())],
+                    names=[*names, "_row"])
     asked = pa.table([*chunk, pa.array(range(len(chunk[0])), pa.int64())],
                      names=[*names, "_key"])
     joined = rows.join(asked, keys=names, join_type="inner").sort_by("_row")
     return (batch.take(joined.column("_row").combine_chunks()),
             joined.column("_key").combine_chunks())
+
+
+def _zero_signless(array: pa.Array) -> pa.Array:
+    """Floats with -0.0 made 0.0, as the caches hash them and SQL compares them (Arrow's
+    equality tells them apart)."""
+    if not pa.types.is_floating(array.type):
+        return array
+    return pc.add(array, pa.scalar(0.0, array.type))
 
 
 def _one_batch(batches: list[pa.RecordBatch], schema: pa.Schema) -> pa.RecordBatch:

@@ -190,6 +190,22 @@ def test_keys_are_values_of_their_columns_types() -> None:
         decimals.encode([(10**400,)])
     floats = KeyCodec(["f"], [T.DoubleType()], "t")
     assert floats.encode([(math.nan,), (1,)]).positions == [-1, 0]
+    # A FLOAT key is the FLOAT it rounds to, on both paths (a NaN takes the keys off the
+    # plain one): 1.1 and the FLOAT nearest it are one key, asked once.
+    singles = KeyCodec(["f"], [T.FloatType()], "t")
+    nearest = float(np.float32(1.1))
+    for keys in ([(1.1,), (nearest,)], [(1.1,), (nearest,), (math.nan,)]):
+        encoded = singles.encode(keys)
+        assert encoded.positions[:2] == [0, 0]
+        assert encoded.arrays[0].to_pylist() == [nearest]
+    # -0.0 is 0.0, as Spark compares them (Arrow's hashing tells them apart).
+    for codec in (singles, floats):
+        for keys in ([(-0.0,), (0.0,)], [(-0.0,), (0.0,), (math.nan,)]):
+            encoded = codec.encode(keys)
+            assert encoded.positions[:2] == [0, 0]
+            assert str(encoded.arrays[0].to_pylist()) == "[0.0]"
+        given = codec.encode_arrays([pa.array([-0.0, 1.0])])
+        assert str(given.arrays[0].to_pylist()) == "[0.0, 1.0]"
 
 
 def test_no_key_is_rounded_or_cut_into_another() -> None:

@@ -5,9 +5,12 @@ timeouts and error classification (the values of every type: tests/contract)."""
 from __future__ import annotations
 
 import functools
+import math
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -137,6 +140,148 @@ def test_composite_keys_are_matched_back_exactly(connect: Any, mysql_url: str, m
         found = handle.lookup_batch([("ams", 1), ("ams", 2), ("ber", 1), ("BER", 1), ("ams", 3)])
         assert found == {("ams", 1): (("ams", 1, 10),), ("ams", 2): (("ams", 2, 20),),
                          ("ber", 1): (), ("BER", 1): (("BER", 1, 30),), ("ams", 3): ()}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_boolean_key_columns_are_asked_their_truth_in_composite_keys(
+        connect: Any, mysql_url: str, mysql_db: str, mode: str) -> None:
+    """TINYINT(1) reads as BOOLEAN, non-zero true: ('ber', True) finds the rows holding
+    1 and -1, asked beside the other key columns, whichever mode answers."""
+    execute(mysql_url, mysql_db,
+            "CREATE TABLE flags (shop VARCHAR(8), active TINYINT(1), vip BOOL, n INT, "
+            "PRIMARY KEY (shop, n), KEY (shop, active))",
+            "INSERT INTO flags VALUES ('ams', 2, 0, 1), ('ams', 0, 0, 2), ('ber', 1, 5, 3), "
+            "('ber', -1, 0, 4), ('ber', 0, 1, 5)")
+    with open_lookup(provider(connect, "flags", ["shop", "active", "vip"], mode)) as handle:
+        keys = [("ams", True, False), ("ams", False, False), ("ber", True, True),
+                ("ber", True, False), ("ber", False, True), ("ber", False, False),
+                ("ams", True, True)]
+        expected = {
+            ("ams", True, False): (("ams", True, False, 1),),
+            ("ams", False, False): (("ams", False, False, 2),),
+            ("ber", True, True): (("ber", True, True, 3),),
+            ("ber", True, False): (("ber", True, False, 4),),
+            ("ber", False, True): (("ber", False, True, 5),),
+            ("ber", False, False): (),
+            ("ams", True, True): (),
+        }
+        for attempt in ("first", "again"):
+            assert dict(handle.lookup_batch(keys)) == expected, (mode, attempt)
+        for key in keys:
+            assert tuple(handle.lookup(key)) == expected[key], (mode, key)
+
+
+def test_a_boolean_key_asks_the_index_for_its_truth() -> None:
+    """True is ``<> 0`` (two ranges of the index), false ``= 0``: both served by an
+    index on the column, never a scan for the keys the other truth value holds."""
+    from connectors.sql.dialects.base import KeyBinding
+    from connectors.sql.flavor import MYSQL, Flavor
+
+    class Plan:
+        table_sql = "`t`"
+        key_columns = ("b", "n")
+        key_bindings = (KeyBinding(exact=True, truth=True), KeyBinding(exact=True))
+
+        def select_sql(self) -> str:
+            return "*"
+
+        def column_sql(self, name: str) -> str:
+            return f"`{name}`"
+
+        def filter_sql(self, placeholder: Any, first: int = 0) -> tuple[list[str], list[Any]]:
+            return [], []
+
+    dialect = MysqlDialect()
+    flavor = Flavor(MYSQL, False, "format")
+    chunk = [pa.array([True, False, True]), pa.array([1, 2, 3])]
+    statement = dialect.lookup_statement(Plan(), flavor, chunk)  # type: ignore[arg-type]
+    assert statement.sql.endswith(
+        "WHERE ((`b` <> 0 AND `n` IN (1, 3)) OR (`b` = 0 AND `n` IN (2)))")
+    Plan.key_columns, Plan.key_bindings = ("b",), (KeyBinding(exact=True, truth=True),)
+    alone = dialect.lookup_statement(Plan(), flavor, [pa.array([False])])  # type: ignore[arg-type]
+    assert alone.sql.endswith("WHERE ((`b` = 0))")
+    # Floats are the double literals of their exact values, in a composite key too.
+    Plan.key_columns, Plan.key_bindings = ("f", "s"), (KeyBinding(exact=True),) * 2
+    floats = dialect.lookup_statement(Plan(), flavor, [  # type: ignore[arg-type]
+        pa.array([1.1, -0.0], pa.float32()), pa.array(["a", "b"])])
+    assert floats.sql.endswith("WHERE (`f`, `s`) IN ((1.100000023841858e0, %s), (-0e0, %s))")
+    assert floats.params == ("a", "b")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_float_finds_its_row_in_every_mode(connect: Any, mysql_url: str, mysql_db: str,
+                                                 mode: str) -> None:
+    """Random FLOAT and DOUBLE values (every exponent, subnormals, both signs) are read
+    as their exact values and found by them, through the database and in the caches;
+    an infinity or NaN (MySQL stores neither) finds nothing and is never sent."""
+    rng = np.random.default_rng(7)
+    singles = rng.integers(0, 2**32, 400, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    doubles = rng.integers(0, 2**63, 400, dtype=np.uint64).view(np.float64) * rng.choice(
+        [-1.0, 1.0], 400)
+    singles, doubles = singles[np.isfinite(singles)], doubles[np.isfinite(doubles)]
+    for table, column_type, values in (("f32", "FLOAT", singles), ("f64", "DOUBLE", doubles)):
+        distinct = sorted({float(v) + 0.0 for v in values})  # -0.0 and 0.0 are one key
+        execute(mysql_url, mysql_db,
+                f"CREATE TABLE {table} (k {column_type} NOT NULL, id INT PRIMARY KEY, KEY (k))",
+                *inserts(table, [f"({v!r}e0, {i})" if "e" not in repr(v) else f"({v!r}, {i})"
+                                 for i, v in enumerate(distinct)]))
+        with open_lookup(provider(connect, table, ["k"], mode)) as handle:
+            keys = [(v,) for v in distinct] + [(math.inf,), (-math.inf,), (math.nan,)]
+            found = handle.lookup_batch(keys)
+            assert [found[(v,)] for v in distinct] == [((v, i),) for i, v in
+                                                       enumerate(distinct)], (table, mode)
+            assert all(found[key] == () for key in keys[-3:])
+
+
+def test_key_types_the_database_cannot_be_asked_for_are_refused(
+        connect: Any, mysql_url: str, mysql_db: str) -> None:
+    """A key type that rounds the column's values (several stored values would read as
+    one key, of which the database finds one), text asked as a truth, a number asked of
+    an ENUM: refused when the lookup plans, naming the column, before any answer
+    differs by mode. A full cache of the same table compares what it read: allowed."""
+    execute(mysql_url, mysql_db,
+            "CREATE TABLE odd (id INT PRIMARY KEY, d DOUBLE, b BIGINT, i INT, s SMALLINT, "
+            "f FLOAT, t VARCHAR(16), e ENUM('10', '20'), dec2 DECIMAL(10,2), "
+            "dec7 DECIMAL(7,0), u BIGINT UNSIGNED, flag TINYINT(1))",
+            "INSERT INTO odd VALUES (1, 1.1, 16777217, 16777217, 7, 1.1, 'true', '20', "
+            "1.10, 5, 18446744073709551615, 2)")
+    refused = {
+        ("d", "FLOAT"): "double, which the database cannot look up as a FLOAT key: FLOAT "
+                        "rounds its values",
+        ("b", "DOUBLE"): "DOUBLE rounds its values",
+        ("i", "FLOAT"): "declare the column's own type \\(INT\\)",
+        ("dec2", "DOUBLE"): "DOUBLE rounds",
+        ("t", "DOUBLE"): "DOUBLE rounds",
+        ("t", "BOOLEAN"): "only a number's truth",
+        ("e", "BIGINT"): "ENUM or SET with a number by its position",
+        ("f", "STRING"): "prints a FLOAT to six digits",
+        ("t", "DECIMAL(10,2)"): "declare it STRING",
+        ("t", "TIMESTAMP"): "declare it STRING",
+    }
+    for (column, spark), message in refused.items():
+        function = SqlLookupFunction(connect, "odd", key_columns=[column],
+                                     schema=f"id INT, {column} {spark}")
+        with pytest.raises(ConfigError, match=f"key column '{column}' of table 'odd' is .*"
+                                              f"{message}"):
+            function.open()
+        source = SqlTableSource(connect, "odd", schema=f"id INT, {column} {spark}")
+        assert read_arrow(source, 1).num_rows == 1
+    allowed = {  # the key asked, and the value it finds row 1 by (None: no row)
+        ("f", "DOUBLE"): (1.100000023841858, 1.100000023841858),
+        ("i", "DOUBLE"): (16777217.0, 16777217.0), ("s", "FLOAT"): (7.0, 7.0),
+        ("dec7", "FLOAT"): (5.0, 5.0), ("i", "BOOLEAN"): (True, True),
+        ("dec2", "BOOLEAN"): (True, None),  # '1.10' is no BOOLEAN: a bad value
+        ("t", "STRING"): ("true", "true"), ("e", "STRING"): ("20", "20"),
+        ("u", "DECIMAL(20,0)"): (Decimal(2**64 - 1), Decimal(2**64 - 1)),
+        ("flag", "TINYINT"): (2, 2), ("d", "STRING"): ("1.1", "1.1"),
+        ("b", "STRING"): ("16777217", "16777217"),
+    }
+    for (column, spark), (key, value) in allowed.items():
+        function = SqlLookupFunction(connect, "odd", key_columns=[column],
+                                     schema=f"id INT, {column} {spark}")
+        with open_lookup(LookupFunctionProvider.of(function)) as handle:
+            assert tuple(handle.lookup((key,))) == (() if value is None else ((1, value),)), (
+                column, spark)
 
 
 def test_a_large_batch_is_one_statement_per_ten_thousand_keys(

@@ -16,9 +16,11 @@ from tests.contract.cases import (
     DAYS_SCHEMA,
     BadCase,
     Case,
+    KeyTypeCase,
     bad_cases_for,
     cases_for,
     json_dumps,
+    key_type_cases_for,
     schema_of,
 )
 
@@ -30,8 +32,8 @@ BAD_SCHEMA = "id BIGINT, n BIGINT, s STRING"
 class Backend:
     """One backend holding the contract table ``dim``, the bad-value table ``bad``, per
     bad case a table ``odd_<case>`` (row 1 holds its value; a table of its own, so a
-    value that fails a whole load fails only its own case) and the table ``days`` keyed
-    by a DATE."""
+    value that fails a whole load fails only its own case), the table ``days`` keyed
+    by a DATE, and per key type case its table ``key_<case>`` keyed by ``k``."""
 
     name: str
     cases: list[Case]
@@ -40,6 +42,7 @@ class Backend:
     make_source: Callable[[str, str, str, str], Source[Any, Any]]
     """(table, schema, mode, key column) -> a scan source of the table."""
     bad_cases: list[BadCase] = field(default_factory=list)
+    key_cases: list[KeyTypeCase] = field(default_factory=list)
 
     @property
     def schema(self) -> str:
@@ -53,6 +56,7 @@ class Backend:
             "bad": (BAD_SCHEMA, "id"),
             "days": (DAYS_SCHEMA, "d"),
             **odd,
+            **{case.table: (case.schema, "k") for case in self.key_cases},
         }[name]
 
     def function(self, mode: str = "PERMISSIVE", table: str = "dim") -> LookupFunction:
@@ -138,7 +142,7 @@ def postgres_backend(dsn: str, schema: str, driver: str) -> Backend:
 
 
 def _sql_backend(name: str, cases: list[Case], odd: list[BadCase], factory: Any,
-                 qualifier: str) -> Backend:
+                 qualifier: str, key_cases: list[KeyTypeCase] | None = None) -> Backend:
     def make_function(table: str, schema: str, mode: str, key: str) -> LookupFunction:
         return SqlLookupFunction(factory, qualifier + table, key, schema=schema, mode=mode)
 
@@ -146,7 +150,7 @@ def _sql_backend(name: str, cases: list[Case], odd: list[BadCase], factory: Any,
         return SqlTableSource(factory, qualifier + table, schema=schema, chunk_size=2,
                               mode=mode)
 
-    return Backend(name, cases, make_function, make_source, odd)
+    return Backend(name, cases, make_function, make_source, odd, key_cases or [])
 
 
 # --- Redis ------------------------------------------------------------------------------
@@ -205,6 +209,7 @@ def mysql_backend(url: str, database: str, driver: str) -> Backend:
     from tests.conftest import mysql_params
 
     cases, odd = cases_for("mysql"), bad_cases_for("mysql")
+    key_cases = key_type_cases_for("mysql")
     params = mysql_params(url, database)
     with pymysql.connect(**params, autocommit=True) as conn, conn.cursor() as cursor:
         # Zero dates are kept (MySQL 8's default sql_mode refuses them); values of
@@ -226,10 +231,17 @@ def mysql_backend(url: str, database: str, driver: str) -> Backend:
             cursor.execute(f"INSERT INTO odd_{case.name} VALUES (1, {literal})")
         cursor.execute("CREATE TABLE days (d DATE PRIMARY KEY, n BIGINT)")
         cursor.execute("INSERT INTO days VALUES ('2024-01-01', 1)")
+        for key_case in key_cases:
+            column_type, literals = key_case.mysql  # type: ignore[misc]
+            # An index on the key, as a lookup table has: the database answers from it.
+            cursor.execute(f"CREATE TABLE {key_case.table} (k {column_type}, "
+                           "id BIGINT PRIMARY KEY, KEY (k))")
+            cursor.execute(f"INSERT INTO {key_case.table} VALUES " + ", ".join(
+                f"({literal}, {i})" for i, literal in enumerate(literals, 1)))
     if driver == "mysql-connector":
         import mysql.connector
 
         factory: Any = functools.partial(mysql.connector.connect, **params)
     else:
         factory = functools.partial(pymysql.connect, **params)
-    return _sql_backend(f"mysql/{driver}", cases, odd, factory, "")
+    return _sql_backend(f"mysql/{driver}", cases, odd, factory, "", key_cases)

@@ -13,6 +13,7 @@ import base64
 import datetime as dt
 import json
 import math
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -276,6 +277,110 @@ KEY_CASES: tuple[KeyCase, ...] = (
     KeyCase("datetime", "days", dt.date(2024, 1, 1), dt.datetime(2024, 1, 1, 23, 59),
             refusable=True),
 )
+
+def _f32(value: float) -> float:
+    """The FLOAT nearest ``value``, as the Python float (double) of its exact value."""
+    return float(struct.unpack("f", struct.pack("f", value))[0])
+
+
+@dataclass(frozen=True)
+class KeyTypeCase:
+    """A table keyed by a column of one type (``k``, indexed, not unique; ``id`` numbers
+    the rows from 1): the keys asked and the rows each finds, the same in every mode.
+
+    The rows found are ``(k, id)`` with ``k`` as its Spark type reads the stored value,
+    so a stored key the database compares otherwise than its Spark value (a ``TINYINT(1)``
+    holding 2, a FLOAT widened to double, a decimal beyond a double's digits) is asked
+    of the database, of a partial cache and of a full cache alike."""
+
+    name: str
+    spark: str
+    """The key column's Spark type (DDL)."""
+    reads: tuple[Any, ...]
+    """What each stored key reads as (row ``i + 1`` holds the ``i``-th)."""
+    asked: tuple[tuple[Any, tuple[int, ...]], ...]
+    """A key value, and the ids of the rows it finds."""
+    mysql: tuple[str, tuple[str, ...]] | None = None
+    """Column type, and the SQL literal of each stored key."""
+
+    @property
+    def table(self) -> str:
+        return f"key_{self.name}"
+
+    @property
+    def schema(self) -> str:
+        return f"k {self.spark}, id BIGINT"
+
+    def expected(self, ids: Sequence[int]) -> list[tuple[Any, int]]:
+        """The rows of ``ids``, in id order."""
+        return [(self.reads[i - 1], i) for i in sorted(ids)]
+
+
+_BIG = Decimal("12345678901234567890.123456789012345678")
+"""Beyond a double's 17 digits: its neighbours differ only in the last digit."""
+_NEXT = Decimal("12345678901234567890.123456789012345677")
+_ABOVE = Decimal("12345678901234567890.123456789012345679")
+
+KEY_TYPE_CASES: tuple[KeyTypeCase, ...] = (
+    # Read as BOOLEAN, non-zero is true: true finds every non-zero value, not only 1.
+    KeyTypeCase("bool", "BOOLEAN", (False, True, True, True, None),
+                ((True, (2, 3, 4)), (False, (1,))),
+                mysql=("TINYINT(1)", ("0", "1", "2", "-1", "NULL"))),
+    KeyTypeCase("bool_int", "BOOLEAN", (False, True, True),
+                ((True, (2, 3)), (False, (1,))),
+                mysql=("INT", ("0", "5", "-70000"))),
+    KeyTypeCase("bool_bit", "BOOLEAN", (False, True), ((True, (2,)), (False, (1,))),
+                mysql=("BIT(1)", ("b'0'", "b'1'"))),
+    # FLOAT keys are single-precision values: 1.1 is the FLOAT nearest 1.1, and a
+    # stored value is its exact single-precision value, not the six digits MySQL prints.
+    KeyTypeCase(
+        "float", "FLOAT",
+        (_f32(1.1), _f32(0.1), _f32(3.4e38), 0.0, _f32(1.0000001), 16777216.0,
+         -_f32(3.4028234663852886e38), _f32(1e-45), _f32(123456.7)),
+        ((1.1, (1,)), (_f32(1.1), (1,)), (0.1, (2,)), (3.4e38, (3,)), (0.0, (4,)),
+         (-0.0, (4,)), (_f32(1.0000001), (5,)), (1.0, ()), (16777217.0, (6,)),
+         (16777200.0, ()), (-3.4028234663852886e38, (7,)), (1e-45, (8,)),
+         (123456.703125, (9,)), (123457.0, ()), (math.nan, ()), (math.inf, ()),
+         (-math.inf, ())),
+        mysql=("FLOAT", ("1.1", "0.1", "3.4e38", "0", "1.0000001", "16777217",
+                         "-3.4028234663852886e38", "1e-45", "123456.7"))),
+    KeyTypeCase(
+        "double", "DOUBLE",
+        (0.1, 0.30000000000000004, 5e-324, 1.7976931348623157e308, 0.0, -1.5e300,
+         9007199254740992.0),
+        ((0.1, (1,)), (0.30000000000000004, (2,)), (0.3, ()), (5e-324, (3,)),
+         (1.7976931348623157e308, (4,)), (0.0, (5,)), (-0.0, (5,)), (-1.5e300, (6,)),
+         (9007199254740992.0, (7,)), (math.nan, ()), (math.inf, ())),
+        mysql=("DOUBLE", ("0.1", "0.30000000000000004e0", "5e-324",
+                          "1.7976931348623157e308", "0", "-1.5e300", "9007199254740993"))),
+    # A FLOAT column read as DOUBLE: its exact value, widened.
+    KeyTypeCase("float_double", "DOUBLE", (_f32(1.1), _f32(0.1)),
+                ((_f32(1.1), (1,)), (1.1, ()), (_f32(0.1), (2,))),
+                mysql=("FLOAT", ("1.1", "0.1"))),
+    KeyTypeCase(
+        "decimal", "DECIMAL(38,18)",
+        (Decimal("1.100000000000000000"), Decimal("-0.010000000000000000"),
+         Decimal("0E-18"), _BIG, _NEXT),
+        ((Decimal("1.1"), (1,)), (Decimal("1.10"), (1,)), (1.1, (1,)),
+         (Decimal("1.105"), ()), (Decimal("-0.01"), (2,)), (Decimal("0"), (3,)),
+         (Decimal("-0"), (3,)), (_BIG, (4,)), (_NEXT, (5,)),
+         (_ABOVE, ())),
+        mysql=("DECIMAL(38,18)", ("1.10", "-0.01", "0", str(_BIG), str(_NEXT)))),
+    # BIGINT UNSIGNED reads as DECIMAL(20,0): beyond 2**63, and beyond a double's digits.
+    KeyTypeCase(
+        "u64", "DECIMAL(20,0)",
+        (Decimal(2**64 - 1), Decimal(2**64 - 2), Decimal(2**63), Decimal(0)),
+        ((Decimal(2**64 - 1), (1,)), (2**64 - 1, (1,)), (Decimal(2**64 - 2), (2,)),
+         (Decimal(2**64 - 3), ()), (Decimal(2**63), (3,)), (2**63 + 1, ()), (0, (4,))),
+        mysql=("BIGINT UNSIGNED", (str(2**64 - 1), str(2**64 - 2), str(2**63), "0"))),
+)
+
+
+def key_type_cases_for(backend: str) -> list[KeyTypeCase]:
+    """The key types a backend stores."""
+    attribute = BACKEND_FIELDS[backend]
+    return [case for case in KEY_TYPE_CASES if getattr(case, attribute, None) is not None]
+
 
 BACKEND_FIELDS = {
     "sqlite": "sqlite",

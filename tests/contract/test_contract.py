@@ -38,8 +38,10 @@ from tests.contract.cases import (
     BAD_CASES,
     CASES,
     KEY_CASES,
+    KEY_TYPE_CASES,
     BadCase,
     KeyCase,
+    KeyTypeCase,
     expected_rows,
     same,
 )
@@ -97,6 +99,7 @@ def view_rows(spark: Any, source: Any, schema: str) -> list[tuple[Any, ...]]:
 
 
 BAD_CASE_PARAMS = [pytest.param(case, id=case.name) for case in BAD_CASES]
+KEY_TYPE_PARAMS = [pytest.param(case, id=case.name) for case in KEY_TYPE_CASES]
 
 
 def odd_table(backend: Backend, case: BadCase) -> str:
@@ -212,6 +215,35 @@ class ContractMixin:
                     assert case.refusable, f"{backend.name}, {mode}: {case.name} refused"
                     continue
                 assert rows == (), f"{backend.name}, {mode}: {probe!r} {attempt} found {rows!r}"
+
+
+    @pytest.mark.parametrize("case", KEY_TYPE_PARAMS)
+    @pytest.mark.parametrize("mode", LOOKUP_MODES)
+    def test_keys_of_each_type_find_the_same_rows_in_every_mode(
+            self, backend: Backend, mode: str, case: KeyTypeCase) -> None:
+        """Every key asked at once, again (a partial cache answers), without the NaN
+        (the keys' plain path, Arrow's), then each alone: the rows each finds are the
+        case's, whichever mode answers."""
+        if case not in backend.key_cases:
+            pytest.skip(f"{backend.name} stores no {case.name} key")
+        keys = [(key,) for key, _ in case.asked]
+        plain = [key for key in keys if key[0] == key[0]]
+        with open_lookup(provider_of(backend, mode, table=case.table)) as handle:
+            for attempt in ("together", "again", "plain", "alone"):
+                asked = plain if attempt == "plain" else keys
+                for key, (_, ids) in zip(keys, case.asked, strict=True):
+                    if key not in asked:
+                        continue
+                    rows = (handle.lookup(key) if attempt == "alone"
+                            else handle.lookup_batch(asked)[key])
+                    got = sorted(rows, key=lambda row: row[1])
+                    want = case.expected(ids)
+                    where = f"{backend.name}, {mode}, {case.name} key {key!r} ({attempt})"
+                    assert len(got) == len(want), f"{where}: found {got!r}, not {want!r}"
+                    for row, expected in zip(got, want, strict=True):
+                        assert all(same(a, b) for a, b in zip(row, expected, strict=True)), (
+                            f"{where}: found {got!r}, not {want!r}")
+            assert handle.metrics.num_bad_values == 0
 
 
 class TestSqlite3(ContractMixin):

@@ -62,8 +62,9 @@ class KeyBinding:
     exact: bool = False
     """Equality of the column in the database is equality of the key's Arrow values
     (integers, dates, timestamps, booleans): rows can be matched back to keys by value."""
-    sql_type: str = ""
-    """MySQL: the column's type as a key literal is cast to (empty: sent as is)."""
+    truth: bool = False
+    """MySQL: a BOOLEAN key of a numeric column, which reads as true when it is not 0:
+    true is asked as ``<> 0``, false as ``= 0``."""
 
 
 class LookupPlan(Protocol):
@@ -146,6 +147,11 @@ class Dialect:
     def key_binding(self, column: ColumnInfo | None, spark: T.DataType) -> KeyBinding:
         """How a key column's values are sent."""
         return KeyBinding()
+
+    def key_refusal(self, column: ColumnInfo, spark: T.DataType) -> str | None:
+        """Why the database cannot be asked for the rows whose ``column`` reads as a
+        ``spark`` key (its equality would miss rows a cache finds), or None."""
+        return None
 
     # --- values
 

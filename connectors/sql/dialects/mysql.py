@@ -4,26 +4,34 @@ lists, the session pinned to UTC, ``max_execution_time`` / ``max_statement_time`
 full loads through connectorx where it is installed.
 
 The type table (the README's "Types" says the same in prose): a column is read in the
-form every driver returns alike. Integers, floats, text and bytes come as the driver's
-values; everything a driver would convert in its own way, or refuse, is read as the
-text MySQL prints (``CAST(... AS CHAR)``): decimals (exact digits), dates and times
-(``0000-00-00`` reads as text, so it is a bad value rather than mysql-connector's
-silent None), ``BIGINT UNSIGNED`` (beyond 2^63), ``BIT``, JSON. The one conversion
-(:mod:`connectors.convert`) then makes every value its Spark type.
+form every driver returns alike. Integers, doubles, text and bytes come as the driver's
+values, a FLOAT widened to DOUBLE (MySQL prints it to six digits); everything a driver
+would convert in its own way, or refuse, is read as the text MySQL prints
+(``CAST(... AS CHAR)``): decimals (exact digits), dates and times (``0000-00-00`` reads
+as text, so it is a bad value rather than mysql-connector's silent None), ``BIGINT
+UNSIGNED`` (beyond 2^63), ``BIT``, JSON. The one conversion (:mod:`connectors.convert`)
+then makes every value its Spark type.
 
-String keys compare **exactly** in every mode (binary equality of the text, as the
-caches compare): a lookup asks the database with ``IN`` (so an index on the key serves
-it, under the column's collation), then keeps only the rows whose key equals the key
-asked, value for value. So ``'BOB'`` does not find ``'bob'`` and ``'a '`` does not find
-``'a'``, whether the lookup is answered by the database, a partial cache or a full cache.
+Keys compare as their Spark values in every mode, as the caches compare them: a lookup
+asks the database for a superset of the rows whose key reads as the key asked (``IN``,
+so an index on the key serves it, under the column's collation), then keeps only the
+rows whose key read equals the key asked, value for value. So ``'BOB'`` does not find
+``'bob'`` and ``'a '`` does not find ``'a'``; a BOOLEAN key of a ``TINYINT(1)`` asks
+``<> 0`` for true (the column reads as true when it is not 0) and ``= 0`` for false; a
+FLOAT key is the double literal of its exact value, as the stored FLOAT widens to;
+whether the lookup is answered by the database, a partial cache or a full cache. A key
+type for which the database's comparison would miss a row (one that rounds the column's
+values, text asked as a truth) is refused when the lookup plans
+(:meth:`MysqlDialect.key_refusal`).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 import ssl
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import date, datetime, timezone
 from decimal import Decimal
 from typing import Any
@@ -86,6 +94,11 @@ _UNSIGNED: dict[str, T.DataType] = {
     "int": T.LongType(), "integer": T.LongType(), "bigint": T.DecimalType(20, 0),
 }
 _DECIMAL = re.compile(r"^decimal\((\d+),(\d+)\)")
+_INTEGER_BITS = {"tinyint": 8, "smallint": 16, "mediumint": 24, "int": 32, "integer": 32,
+                 "bigint": 64}
+_NUMBERS = _INTEGERS | {"year", "bit", "decimal", "numeric", "float", "double", "real"}
+_NUMERIC_TARGETS = (*INTEGER_TYPES, T.FloatType, T.DoubleType, T.DecimalType)
+"""Spark types a FLOAT column is read as by its exact value."""
 _BIT = re.compile(r"^bit\((\d+)\)")
 _SPATIAL = frozenset({"geometry", "point", "linestring", "polygon", "multipoint",
                       "multilinestring", "multipolygon", "geometrycollection"})
@@ -193,8 +206,12 @@ class MysqlDialect(Dialect):
             if kind == "bigint" and "unsigned" in column.db_type:
                 return ColumnRead(text, pa.string())  # beyond 2^63: read as digits
             return ColumnRead(quoted, pa.int64())
+        if kind == "float" and isinstance(target, _NUMERIC_TARGETS):
+            # MySQL prints a FLOAT to six digits (16777216 as 16777200, 1.0000001 as 1);
+            # widened to DOUBLE it is its exact value, which its keys are compared as.
+            return ColumnRead(f"CAST({quoted} AS DOUBLE)", pa.float64())
         if isinstance(target, (T.FloatType, T.DoubleType)) and kind in (
-                "float", "double", "real", *_INTEGERS):
+                "double", "real", *_INTEGERS):
             return ColumnRead(quoted, pa.float64())
         if kind in _TEXT:
             return ColumnRead(quoted, pa.string())  # text read as a number, a date...
@@ -205,7 +222,39 @@ class MysqlDialect(Dialect):
         return ColumnRead(text, pa.string())
 
     def key_binding(self, column: ColumnInfo | None, spark: T.DataType) -> KeyBinding:
-        return KeyBinding(text=isinstance(spark, STRING_TYPES), exact=True)
+        truth = (isinstance(spark, T.BooleanType) and column is not None
+                 and column.type_name in _NUMBERS)
+        return KeyBinding(text=isinstance(spark, STRING_TYPES), exact=True, truth=truth)
+
+    def key_refusal(self, column: ColumnInfo, spark: T.DataType) -> str | None:
+        """A lookup asks the database for a superset of the rows whose key reads as the
+        key asked (its index serves it) and keeps the rows that read as it exactly, so
+        the database must find every such row. It cannot where its comparison of the
+        stored values is not their Spark values' (the key type rounds them, or MySQL
+        compares them by another rule)."""
+        kind, name = column.type_name, spark.simpleString().upper()
+        if kind == "json":
+            return "MySQL compares JSON as JSON values, not as the text read"
+        if kind in ("enum", "set") and not isinstance(spark, STRING_TYPES):
+            return "MySQL compares an ENUM or SET with a number by its position in the list"
+        if isinstance(spark, T.BooleanType) and kind not in _NUMBERS:
+            return ("only a number's truth (non-zero) can be asked of the database ('true' "
+                    "compares as 0); declare it STRING")
+        if isinstance(spark, (T.FloatType, T.DoubleType)):
+            bits = 24 if isinstance(spark, T.FloatType) else 53
+            if not _holds_exactly(column, bits):
+                return (f"{name} rounds its values, so several stored values may read as "
+                        "one key, and the database's equality finds only the one equal to "
+                        f"it; declare the column's own type ({_own_type(self, column)})")
+        if kind == "float" and isinstance(spark, (*STRING_TYPES, T.BinaryType)):
+            return ("MySQL prints a FLOAT to six digits: the text read is not the value the "
+                    "database compares; declare it FLOAT")
+        if (isinstance(spark, T.DecimalType) and kind not in _NUMBERS) or (
+                isinstance(spark, (T.TimestampType, T.TimestampNTZType))
+                and kind in _TEXT | _BYTES):
+            return (f"text is read as a {name} in forms the database compares as other "
+                    f"text ('1.1' and '1.10'); declare it STRING")
+        return None
 
     # --- values
 
@@ -222,6 +271,19 @@ class MysqlDialect(Dialect):
             return str(value)
         return value
 
+    def sendable(self, bindings: Sequence[KeyBinding], arrays: Sequence[pa.Array]
+                 ) -> pa.Array | None:
+        """Infinite keys are not sent: MySQL stores no infinity (nor NaN, which no key
+        holds), and its SQL has no literal for one."""
+        mask = None
+        for array in arrays:
+            if pa.types.is_floating(array.type):
+                finite = pc.is_finite(array)
+                mask = finite if mask is None else pc.and_(mask, finite)
+        if mask is None or pc.all(mask).as_py():
+            return None
+        return pc.indices_nonzero(mask)
+
     # --- statements
 
     def max_keys(self, session: SessionLike, width: int) -> int:
@@ -232,28 +294,63 @@ class MysqlDialect(Dialect):
         """``key IN (...)``, or ``(a, b) IN ((...), ...)`` for composite keys: measured
         as fast as ``JSON_TABLE`` and faster than a derived table of the keys
         (benchmarks/mysql.py), served by an index on the key. The rows are matched back
-        to their keys by value (exactly, see the module). Integer keys are written as
-        literals, built by Arrow (no Python object per key); others are bound."""
+        to their keys by value (exactly, see the module). Integer and floating keys are
+        written as literals built by Arrow (no Python object per key; a float as the
+        double literal of its exact value), others are bound. A BOOLEAN key of a number
+        column asks for its truth, as the column reads: ``<> 0`` for true, ``= 0`` for
+        false, each with the IN list of the other key columns of the keys holding it."""
         columns = [plan.column_sql(name) for name in plan.key_columns]
+        truths = [i for i, binding in enumerate(plan.key_bindings) if binding.truth]
         values: list[Any] = []
-        if len(chunk) == 1 and pa.types.is_integer(chunk[0].type):
-            listed = _joined(pc.cast(chunk[0], pa.string()))
-            condition = f"{columns[0]} IN ({listed})"
-        elif len(chunk) == 1:
-            values = [self.bindable(v) for v in chunk[0].to_pylist()]
-            condition = f"{columns[0]} IN ({', '.join(['%s'] * len(values))})"
+        if not truths:
+            condition = self._in_list(columns, chunk, values)
         else:
-            per_column = [[self.bindable(v) for v in a.to_pylist()] for a in chunk]
-            row = "(" + ", ".join(["%s"] * len(chunk)) + ")"
-            for key in zip(*per_column, strict=True):
-                values.extend(key)
-            condition = (f"({', '.join(columns)}) IN "
-                         f"({', '.join([row] * len(chunk[0]))})")
+            others = [i for i in range(len(chunk)) if i not in truths]
+            alternatives = []
+            for asked in itertools.product((True, False), repeat=len(truths)):
+                held = None
+                for i, value in zip(truths, asked, strict=True):
+                    same = chunk[i] if value else pc.invert(chunk[i])
+                    held = same if held is None else pc.and_(held, same)
+                if not pc.any(held).as_py():
+                    continue
+                parts = [f"{columns[i]} {'<>' if value else '='} 0"
+                         for i, value in zip(truths, asked, strict=True)]
+                if others:
+                    parts.append(self._in_list([columns[i] for i in others],
+                                               [chunk[i].filter(held) for i in others], values))
+                alternatives.append(" AND ".join(parts))
+            condition = "(" + " OR ".join(f"({a})" for a in alternatives) + ")"
         filters, filter_values = plan.filter_sql(flavor.placeholder, len(values))
         sql = (f"SELECT {plan.select_sql()} FROM {plan.table_sql} AS {self.quote('_lt')} "
                f"WHERE {' AND '.join([condition, *filters])}")
         params = flavor.params(values + [self.bindable(v) for v in filter_values])
         return LookupStatement(self.finish(sql, flavor), params, by_value=True)
+
+    def _in_list(self, columns: list[str], arrays: list[pa.Array], values: list[Any]) -> str:
+        """``column IN (...)`` of one column's keys, or the row constructor's of several;
+        the values it binds are appended to ``values``."""
+        if len(arrays) == 1 and (pa.types.is_integer(arrays[0].type)
+                                 or pa.types.is_floating(arrays[0].type)):
+            return f"{columns[0]} IN ({_joined(_literals(arrays[0]))})"
+        if len(arrays) == 1:
+            values.extend(self.bindable(v) for v in arrays[0].to_pylist())
+            return f"{columns[0]} IN ({', '.join(['%s'] * len(arrays[0]))})"
+        # Literals where a column has them, so every driver sends a float alike.
+        per_column = [_literals(a).to_pylist() if _literal(a.type) else
+                      [self.bindable(v) for v in a.to_pylist()] for a in arrays]
+        slots = [None if _literal(a.type) else "%s" for a in arrays]
+        rows = []
+        for key in zip(*per_column, strict=True):
+            row = []
+            for slot, value in zip(slots, key, strict=True):
+                if slot is None:
+                    row.append(value)
+                else:
+                    row.append(slot)
+                    values.append(value)
+            rows.append("(" + ", ".join(row) + ")")
+        return f"({', '.join(columns)}) IN ({', '.join(rows)})"
 
     def offset_sql(self, rows: int) -> str:
         # MySQL takes no OFFSET without a LIMIT: the largest one means none.
@@ -325,6 +422,47 @@ class MysqlDialect(Dialect):
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, (bytes, bytearray)) else str(value)
+
+
+def _literal(data_type: pa.DataType) -> bool:
+    return bool(pa.types.is_integer(data_type) or pa.types.is_floating(data_type))
+
+
+def _literals(array: pa.Array) -> pa.Array:
+    """Integers as their digits; floats as the double literal of their exact value
+    (Arrow's shortest text of the double, which reads back as it, with an exponent so
+    MySQL reads a double, not a decimal). Finite only (:meth:`MysqlDialect.sendable`)."""
+    if pa.types.is_integer(array.type):
+        return pc.cast(array, pa.string())
+    text = pc.cast(pc.cast(array, pa.float64()), pa.string())  # a FLOAT's own text is shorter
+    return pc.if_else(pc.match_substring(text, "e"), text,
+                      pc.binary_join_element_wise(text, "e0", ""))
+
+
+def _holds_exactly(column: ColumnInfo, bits: int) -> bool:
+    """Whether every value of ``column`` is a float of ``bits`` significant bits (24:
+    FLOAT, 53: DOUBLE), so reading it as one never rounds."""
+    kind = column.type_name
+    if kind == "float" or (kind in ("double", "real") and bits == 53):
+        return True
+    if kind in _INTEGERS:
+        return _INTEGER_BITS[kind] <= bits
+    if kind == "year":
+        return True
+    if kind == "bit":
+        return _bits(column) <= bits
+    if kind in ("decimal", "numeric"):
+        match = _DECIMAL.match(column.db_type)
+        if match is None:
+            return False
+        # 10**7 < 2**24 and 10**15 < 2**53: that many digits, no fraction.
+        return int(match.group(2)) == 0 and int(match.group(1)) <= (7 if bits == 24 else 15)
+    return False
+
+
+def _own_type(dialect: MysqlDialect, column: ColumnInfo) -> str:
+    natural = dialect.natural_type(column)
+    return natural.simpleString().upper() if natural is not None else "STRING"
 
 
 def _joined(texts: pa.Array) -> str:
