@@ -29,10 +29,14 @@ if TYPE_CHECKING:
 __all__ = ["FileSource", "FileSplit"]
 
 _FORMATS = ("parquet", "csv")
-# Rows of a Parquet row group decoded by one call (one fetch, one queue element): large
-# decode units keep pyarrow's threads busy (64K-row batches read a file about 15% slower
-# here) while bounding memory for huge row groups. Readers emit slices of it, poll by poll.
-_DECODE_ROWS = 1 << 19
+# Rows of a Parquet row group decoded by one call (one fetch, one queue element), on the
+# fetcher's own thread: a load's parallelism is its readers, and what a reader holds
+# (its queue, the batches it handed over, the decoder's state) stays a few MB each
+# whatever the row groups' size. Readers emit slices of it, poll by poll.
+_DECODE_ROWS = 1 << 16
+# A column chunk is read through a buffer of this size, not whole (nor all the chunks of
+# a row group at once, pyarrow's pre-buffering): a 128 MB row group costs 1 MB a column.
+_READ_BUFFER = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -177,7 +181,7 @@ class _SplitReader(QueueSplitReader[FileSplit]):
 
         if self._parquet_file is None or self._parquet_file[0] != path:
             self._close_parquet()
-            parquet = pq.ParquetFile(path)
+            parquet = pq.ParquetFile(path, pre_buffer=False, buffer_size=_READ_BUFFER)
             self._parquet_file = (path, parquet)
             # Checked here too: a split may be read where it was not planned (a restore,
             # a Spark executor), and the file may have changed since.
@@ -188,7 +192,8 @@ class _SplitReader(QueueSplitReader[FileSplit]):
         assert split.row_group is not None
         parquet = self._open_parquet(split.path)
         yield from self._after_offset(split, parquet.iter_batches(
-            batch_size=_DECODE_ROWS, row_groups=[split.row_group], columns=self._schema.names))
+            batch_size=_DECODE_ROWS, row_groups=[split.row_group], columns=self._schema.names,
+            use_threads=False))
 
     def _after_offset(self, split: FileSplit, batches: Iterable[pa.RecordBatch]
                       ) -> Iterator[pa.RecordBatch]:
@@ -290,8 +295,9 @@ class FileSource(PerProcess, PullSource[FileSplit]):
 
     Notes
     -----
-    A fetch is one decoded unit of up to 524,288 rows of a row group (a CSV parser
-    block for CSV); a reader holds at most ``element_queue_capacity + 1`` of them, so
+    A fetch is one decoded unit of up to 65,536 rows of a row group (a CSV parser
+    block for CSV), decoded on the fetcher's thread with column chunks read through a
+    1 MiB buffer; a reader holds at most ``element_queue_capacity + 1`` of them, so
     memory stays bounded for large row groups. Readers emit zero-copy slices of them,
     ``records_per_poll`` rows at a time.
 
