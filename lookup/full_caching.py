@@ -48,6 +48,7 @@ from cache.full import FullSnapshot, LookupFullCache
 from cache.shared_full import SharedFullCache
 from cache.snapshot_store import SnapshotStore, StoredSnapshot
 from connectors.errors import should_retry
+from lookup._full_load import load_snapshot
 from lookup._runtime_base import LookupRuntime, Probe, counting_bad_values
 from lookup.providers import FullCachingLookupProvider
 from spark_lookup._load_priority import loading, lookup_turn
@@ -230,8 +231,6 @@ class FullCachingRuntime(LookupRuntime):
         flight is discarded. Raises the last error when every attempt failed (counted
         and remembered; the current snapshot keeps serving).
         """
-        from scan import read_arrow
-
         provider = self._provider
         policy = provider.retry_policy
 
@@ -256,13 +255,10 @@ class FullCachingRuntime(LookupRuntime):
                     return
                 with loading(), counting_bad_values(provider.source, lambda grown: self._record(
                         partial(self.metrics.inc_bad_values, grown))):
-                    # The loaded table is never held here: the snapshot's build releases
-                    # its chunks as it combines them (one copy of the table, not two).
-                    snapshot = FullSnapshot.load(
-                        partial(read_arrow, provider.source, provider.parallelism),
-                        provider.key_columns, loaded_at=loaded_at, version=version,
-                        source_version=source_version,
-                    )
+                    # The loaded table is never held here (lookup._full_load: streamed
+                    # into the store when shared, else combined while released).
+                    snapshot = load_snapshot(provider, self._shared, version=version,
+                                             loaded_at=loaded_at, source_version=source_version)
             except Exception as exc:
                 if not tries.failed(exc):
                     break  # permanent (a missing table, FAILFAST): no use repeating it
