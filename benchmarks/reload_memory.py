@@ -13,9 +13,10 @@ version 2 while version 1 is served. Reported: the resident set before the reloa
 peak during it (``VmHWM``), the peak's growth, and these over the Arrow size of the new
 table (``Table.nbytes`` of the snapshot served after it); a thread also samples
 ``RssAnon`` (private) and ``RssFile`` (mapped file pages) every 5 ms. The peak is also
-split in two: while the source is read (``scan.read_arrow``: pyarrow decoding Parquet,
-the source's own memory) and after (combining the columns, indexing, validating,
-writing, checking and switching: this library's).
+split in two: while the source is read (``LocalSourceRunner.read_arrow_batches``:
+pyarrow decoding Parquet with 4 readers, each batch written to the store's spool as it
+arrives) and after (indexing the spooled table, writing the version's file from the
+spool, checking and switching).
 
     .venv/bin/python benchmarks/reload_memory.py [--rows 4000000,16000000] [--kind int]
 
@@ -54,24 +55,23 @@ def status() -> dict[str, int]:
 
 
 def child(path: str, store: str, kind: str, rows: int) -> None:
-    import scan
     from lookup import FullCachingLookupProvider, open_lookup
-    from scan import FileSource
+    from scan import FileSource, LocalSourceRunner
     from triggers import CacheReloadTrigger, ReloadContext
 
-    read_arrow = scan.read_arrow
+    read_batches = LocalSourceRunner.read_arrow_batches
     phases: dict[str, int] = {}
 
-    def reading(*args: Any, **kwargs: Any) -> Any:
-        # The source's own part of a load (pyarrow decoding Parquet): its peak apart.
-        table = read_arrow(*args, **kwargs)
+    def reading(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # The read of a load (pyarrow decoding Parquet, the batches spooled as they
+        # come): its peak apart from the rest's.
+        yield from read_batches(self, *args, **kwargs)
         now = status()
         phases["read peak"], phases["read end"] = now["VmHWM"], now["VmRSS"]
         with open("/proc/self/clear_refs", "w") as file:
             file.write("5")
-        return table
 
-    scan.read_arrow = reading  # the runtime imports it when it loads
+    LocalSourceRunner.read_arrow_batches = reading  # type: ignore[method-assign]
 
     class Hourly(CacheReloadTrigger):
         """Fires only when told; a version is due an hour after its load."""
@@ -162,8 +162,8 @@ def main() -> None:
               f"{r['peak'] / r['arrow_bytes']:11.2f} {r['grown'] / r['arrow_bytes']:12.2f} "
               f"{r['sampled']['RssAnon'] / mb:10.0f} {r['sampled']['RssFile'] / mb:10.0f} "
               f"{r['seconds']:6.1f}")
-    print("the reload in two parts: reading (the source: pyarrow decoding Parquet) and the "
-          "rest (combining, indexing, writing, checking, switching), peak growth over the "
+    print("the reload in two parts: reading (pyarrow decoding Parquet, the batches spooled) "
+          "and the rest (indexing, writing, checking, switching), peak growth over the "
           "RSS before the reload:")
     for rows, r in results.items():
         read, rest = r["read_peak"] - r["rss_before"], r["build_publish_peak"] - r["rss_before"]
