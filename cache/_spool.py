@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["ColumnSpool", "Span", "SpoolError"]
+__all__ = ["ArraySpool", "ColumnSpool", "Span", "SpoolError"]
 
 _TAKE_ROWS = 1 << 18
 """Rows a reorder takes at once: its temporaries stay bounded by this, not the table."""
@@ -69,7 +69,8 @@ class ColumnSpool:
         self._prefix = prefix
         self._generation = 0
         self._paths: list[Path] = []
-        self._columns = self._writers()
+        self._columns: list[_Column] = _writing(self._writers)
+        self._arrays: list[ArraySpool] = []
         self._table: pa.Table | None = None
         self._spans: list[Span] = []
 
@@ -136,6 +137,21 @@ class ColumnSpool:
             _remove(old)  # the old table's maps stay valid while the caller holds it
         return self.finish()
 
+    def array(self, name: str, dtype: type[np.number[Any]]) -> ArraySpool:
+        """A spool of one flat array of ``dtype`` beside the columns (values computed
+        from the batches as they arrive: the key index's hashes), deleted with them.
+
+        Raises
+        ------
+        SpoolError
+            When its file cannot be created.
+        """
+        path = self._directory / f"{self._prefix}{self._generation}-{name}.array"
+        self._paths.append(path)
+        spool = ArraySpool(_writing(_Sink, path), dtype)
+        self._arrays.append(spool)
+        return spool
+
     def holds(self, name: str) -> bool:
         """Whether the file called ``name`` is one of this spool's."""
         return name.startswith(self._prefix)
@@ -148,7 +164,10 @@ class ColumnSpool:
         """Delete the files and let go of the table (idempotent)."""
         for column in self._columns:
             column.close()
+        for array in self._arrays:
+            array.close()
         self._columns = []
+        self._arrays = []
         self._table = None
         self._spans = []
         _remove(self._paths)
@@ -230,6 +249,40 @@ class _Sink:
 
     def close(self) -> None:
         self._file.close()
+
+
+class ArraySpool:
+    """One flat numpy array appended in pieces to a file, mapped back when finished
+    (made by :meth:`ColumnSpool.array`)."""
+
+    def __init__(self, sink: _Sink, dtype: type[np.number[Any]]) -> None:
+        self._sink = sink
+        self._dtype = np.dtype(dtype)
+
+    def append(self, values: np.ndarray) -> None:
+        """Write ``values`` after those appended before.
+
+        Raises
+        ------
+        SpoolError
+            When writing fails.
+        """
+        _writing(self._sink.write, np.ascontiguousarray(values, dtype=self._dtype))
+
+    def finish(self) -> np.ndarray:
+        """Every value appended, read-only, mapped from the file.
+
+        Raises
+        ------
+        SpoolError
+            When the file cannot be completed or mapped.
+        """
+        self.close()
+        buffer = _writing(_mapped, self._sink.path)
+        return np.frombuffer(buffer, dtype=self._dtype)
+
+    def close(self) -> None:
+        self._sink.close()
 
 
 class _Validity:

@@ -28,7 +28,7 @@ from cache._combine import combine_releasing
 from cache._key_index import KeyIndex, key_starts
 from cache._keys import CacheKeys
 from cache._release import give_back
-from cache._spool import ColumnSpool
+from cache._spool import ArraySpool, ColumnSpool
 from cache.base import Key, LookupCache, Row, Rows, check_key, expand
 from cache.metrics import CacheMetrics
 from connectors.rows import python_values
@@ -174,10 +174,14 @@ class FullSnapshot:
             When the spool cannot be written.
         """
         keys = _key_columns_of(spool.schema, key_columns)
-        for batch in batches:
-            spool.append(_without_null_keys(batch, keys))
+        # Keys that need hashing are hashed as they arrive: the index then never reads
+        # the mapped key columns whole.
+        hashing = KeyIndex.hashes_needed([spool.schema.field(name).type for name in keys])
+        hashes = spool.array("hashes", np.uint64) if hashing else None
+        _spool_rows(batches, keys, spool, hashes)
         table = spool.finish()
-        index = KeyIndex.of_unique(table, keys)
+        give_back()  # what the read freed, before the index is built
+        index = KeyIndex.of_unique(table, keys, None if hashes is None else hashes.finish())
         give_back()  # the index's temporaries
         if index is not None:
             return cls(table, keys, index, loaded_at, version, source_version)
@@ -527,6 +531,18 @@ def _without_null_keys(rows: _Rows, keys: Sequence[str]) -> _Rows:
     if valid is None or not rows.num_rows or pc.all(valid).as_py():
         return rows
     return rows.filter(valid)
+
+
+def _spool_rows(batches: Iterable[pa.RecordBatch], keys: Sequence[str], spool: ColumnSpool,
+                hashes: ArraySpool | None) -> None:
+    """Append each batch's rows with a whole key to ``spool`` (and their key hashes
+    to ``hashes``), holding no batch once it is written."""
+    for batch in batches:
+        kept = _without_null_keys(batch, keys)
+        del batch
+        spool.append(kept)
+        if hashes is not None and kept.num_rows:
+            hashes.append(KeyIndex.row_hashes([kept.column(name) for name in keys]))
 
 
 def _sort_keys(schema: pa.Schema, keys: Sequence[str]) -> list[tuple[str, str]]:
