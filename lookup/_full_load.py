@@ -30,8 +30,10 @@ __all__ = ["load_snapshot"]
 
 log = logging.getLogger("lookup")
 
-_BATCH_ROWS = 1 << 16
-"""Rows per batch handed over by the readers (the sources' own batches are not cut)."""
+_BATCH_ROWS = 1 << 15
+"""The most rows per batch handed over by the readers: a few MB (a batch waits in a
+reader's queue and in the hand-over, a few per reader), and the unit a ``FileSource``
+decodes (smaller pieces are merged, larger ones sliced)."""
 
 _LOAD_OPTIONS = ReaderOptions(records_per_poll=_BATCH_ROWS, checkpoints=False,
                               release_memory=True)
