@@ -14,7 +14,7 @@ the allocator of each reader thread kept.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Generator
 from functools import partial
 
 import pyarrow as pa
@@ -75,7 +75,7 @@ def load_snapshot(
                              source_version=source_version)
 
 
-def _batches(provider: FullCachingLookupProvider) -> Iterator[pa.RecordBatch]:
+def _batches(provider: FullCachingLookupProvider) -> Generator[pa.RecordBatch, None, None]:
     """The source's rows as record batches, as its readers hand them over (at most
     ``2 * parallelism`` wait, so a slow consumer slows the readers down); the runner
     stops when the iteration ends, however it ends."""
