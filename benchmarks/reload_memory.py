@@ -96,8 +96,10 @@ def child(path: str, store: str, kind: str, rows: int) -> None:
         first_peak = max(status()["VmHWM"], reads[0]["peak"])
         assert handle.lookup_batch([key])[key]
         time.sleep(0.5)
-        # Two hours later on the cache's clock: version 1 is due, the firing reloads.
+        # Two hours later on the cache's clock: version 1 is due, the firing reloads
+        # (the file touched: a source that knows its version must not skip the load).
         runtime.cache.clock = lambda: time.time() + 7200
+        os.utime(path)
         before = status()
         with open("/proc/self/clear_refs", "w") as file:
             file.write("5")  # reset VmHWM to the current resident set
