@@ -3,7 +3,8 @@ the table it loads.
 
 For each ``--rows`` N, the Parquet dimension of ``benchmarks/snapshot_open.py`` (N rows
 in random key order: ``k`` BIGINT spread over 7N, ``name`` STRING, ``score`` DOUBLE;
-``--kind str`` for string keys) is read by a fresh process through
+``--kind str`` for string keys; ``--kind dup`` for N/4 keys of 4 rows each, a table
+that is sorted) is read by a fresh process through
 ``FullCachingLookupProvider.of(FileSource(path), trigger, key_columns=["k"],
 share_across_workers=True, ...)`` with a trigger that fires when told, a version
 being due an hour after its load: a first load publishes version 1 and serves it (one
@@ -18,7 +19,7 @@ pyarrow decoding Parquet with 4 readers, each batch written to the store's spool
 arrives) and after (indexing the spooled table, writing the version's file from the
 spool, checking and switching).
 
-    .venv/bin/python benchmarks/reload_memory.py [--rows 4000000,16000000] [--kind int]
+    .venv/bin/python benchmarks/reload_memory.py [--rows 4000000,16000000] [--kind int|str|dup]
 
 Writes a table to stdout and ``benchmarks/out/reload_memory.json``.
 """
@@ -42,6 +43,25 @@ from benchmarks._util import write_result
 from benchmarks.snapshot_open import key_of, write_dimension
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def write_rows(kind: str, rows: int, path: Path) -> None:
+    """The dimension of ``kind``: ``snapshot_open``'s, or ``dup``: its integer keys, each
+    on 4 rows (``k`` of row ``i`` is the key of ``i mod N/4``)."""
+    if kind != "dup":
+        write_dimension(kind, rows, path)
+        return
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    order = np.random.default_rng(rows).permutation(rows).astype(np.int64)
+    names = pc.binary_join_element_wise("name-", pc.cast(pa.array(order), pa.string()), "")
+    keys = pa.array(key_of("int", order % (rows // 4)))
+    score = pa.array(np.random.default_rng(1).random(rows))
+    pq.write_table(pa.table({"k": keys, "name": names, "score": score}), path,
+                   row_group_size=1 << 20)
 
 
 def status() -> dict[str, int]:
@@ -88,7 +108,7 @@ def child(path: str, store: str, kind: str, rows: int) -> None:
     provider = FullCachingLookupProvider.of(
         FileSource(path), Hourly(), key_columns=["k"], share_across_workers=True,
         snapshot_dir=store, snapshot_name=f"reload-{kind}-{rows}-{os.getpid()}")
-    key = (key_of(kind, rows // 3),)
+    key = (key_of("str" if kind == "str" else "int", rows // 5),)
     with open_lookup(provider) as handle:
         runtime: Any = handle.runtime
         start_rss = status()["VmRSS"]
@@ -139,7 +159,7 @@ def child(path: str, store: str, kind: str, rows: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default="4000000,16000000")
-    parser.add_argument("--kind", default="int", choices=["int", "str"])
+    parser.add_argument("--kind", default="int", choices=["int", "str", "dup"])
     parser.add_argument("--dir", default="/tmp/spark-lookup-open")
     args = parser.parse_args()
     base = Path(args.dir)
@@ -148,7 +168,7 @@ def main() -> None:
     for rows in [int(r) for r in args.rows.split(",")]:
         path = base / f"{args.kind}-{rows}.parquet"
         if not path.exists():
-            write_dimension(args.kind, rows, path)
+            write_rows(args.kind, rows, path)
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         done = subprocess.run(
             [sys.executable, __file__, "--child", str(path), str(base / "reload-stores"),

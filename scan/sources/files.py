@@ -29,11 +29,10 @@ if TYPE_CHECKING:
 __all__ = ["FileSource", "FileSplit"]
 
 _FORMATS = ("parquet", "csv")
-# Rows of a Parquet row group decoded by one call (one fetch, one queue element), on the
-# fetcher's own thread: a load's parallelism is its readers, and what a reader holds
-# (its queue, the batches it handed over, the decoder's state) stays a few MB each
-# whatever the row groups' size; a full cache's load of 1M rows peaked at 1.2x the
-# table with 64K-row units, 0.9x with these, as fast. Readers emit slices of it.
+# Rows of a Parquet row group decoded by one call (one fetch, one queue element): what a
+# reader holds (its queue, the batches it handed over, the decoder's state) stays a few
+# MB whatever the row groups' size; a full cache's load of 1M rows peaked at 1.2x the
+# table with 64K-row units, under 1x with these, as fast. Readers emit slices of it.
 _DECODE_ROWS = 1 << 15
 # A column chunk is read through a buffer of this size, not whole (nor all the chunks of
 # a row group at once, pyarrow's pre-buffering): a 128 MB row group costs 1 MB a column.
@@ -193,8 +192,7 @@ class _SplitReader(QueueSplitReader[FileSplit]):
         assert split.row_group is not None
         parquet = self._open_parquet(split.path)
         yield from self._after_offset(split, parquet.iter_batches(
-            batch_size=_DECODE_ROWS, row_groups=[split.row_group], columns=self._schema.names,
-            use_threads=False))
+            batch_size=_DECODE_ROWS, row_groups=[split.row_group], columns=self._schema.names))
 
     def _after_offset(self, split: FileSplit, batches: Iterable[pa.RecordBatch]
                       ) -> Iterator[pa.RecordBatch]:
@@ -297,10 +295,9 @@ class FileSource(PerProcess, PullSource[FileSplit]):
     Notes
     -----
     A fetch is one decoded unit of up to 32,768 rows of a row group (a CSV parser
-    block for CSV), decoded on the fetcher's thread with column chunks read through a
-    1 MiB buffer; a reader holds at most ``element_queue_capacity + 1`` of them, so
-    memory stays bounded for large row groups. Readers emit zero-copy slices of them,
-    ``records_per_poll`` rows at a time.
+    block for CSV), its column chunks read through a 1 MiB buffer; a reader holds at
+    most ``element_queue_capacity + 1`` of them, so memory stays bounded for large row
+    groups. Readers emit zero-copy slices of them, ``records_per_poll`` rows at a time.
 
     Examples
     --------
