@@ -31,12 +31,19 @@ __all__ = ["load_snapshot"]
 log = logging.getLogger("lookup")
 
 _BATCH_ROWS = 1 << 15
-"""The most rows per batch handed over by the readers: a few MB (a batch waits in a
-reader's queue and in the hand-over, a few per reader), and the unit a ``FileSource``
-decodes (smaller pieces are merged, larger ones sliced)."""
+"""The most rows per batch handed over by the readers of a streamed load: a few MB (a
+batch waits in a reader's queue and in the hand-over, a few per reader), and the unit a
+``FileSource`` decodes (smaller pieces are merged, larger ones sliced)."""
+
+_MEMORY_BATCH_ROWS = 1 << 16
+"""The same for a load in memory, whose batches are the table's chunks until they are
+combined: fewer, larger chunks combine with less memory (a 16M-row table peaked at
+1.4x its size with these, 1.7x with the streamed load's)."""
 
 _LOAD_OPTIONS = ReaderOptions(records_per_poll=_BATCH_ROWS, checkpoints=False,
                               release_memory=True)
+_MEMORY_LOAD_OPTIONS = ReaderOptions(records_per_poll=_MEMORY_BATCH_ROWS, checkpoints=False,
+                                     release_memory=True)
 
 
 def load_snapshot(
@@ -69,8 +76,8 @@ def load_snapshot(
                         provider.describe(), shared.store.directory, exc)
         finally:
             batches.close()  # the readers stop now, not when the generator is collected
-    read = partial(read_arrow, source, provider.parallelism, max_batch_rows=_BATCH_ROWS,
-                   options=_LOAD_OPTIONS)
+    read = partial(read_arrow, source, provider.parallelism, max_batch_rows=_MEMORY_BATCH_ROWS,
+                   options=_MEMORY_LOAD_OPTIONS)
     return FullSnapshot.load(read, keys, loaded_at=loaded_at, version=version,
                              source_version=source_version)
 
