@@ -32,17 +32,17 @@ written to a temporary name in the same directory (its CRC-32 computed from the 
 as they are written), fsynced, read back (by reads, not a map: the writer's memory does
 not grow with it) and checked to be those very bytes and a whole Arrow file of the
 table's rows, renamed into place, and the directory fsynced; only then is the pointer
-replaced the same way. A reader checks the
-checksums before it maps a version, so a damaged file (truncated, flipped bits, a bad
-offset) is never mapped, which could crash the process: it is set aside (renamed
-``.damaged-...``) and the next load rebuilds the version from the source. Checking reads
-every byte (a second per few GB), so a file once checked on this host is recorded in
-``VERIFIED`` with its identity (device, inode, size, modification and change times,
-which any write through the file system changes); a reader finding the same identity
-trusts the check and maps the version at once. Damage that bypasses the file system (a
-failing disk under a cached page) is not seen after that first check. A writer killed at
-any point leaves ``CURRENT`` pointing to the previous, complete version; its temporary
-file is never read and is deleted by the next publisher.
+replaced the same way. A reader checks the checksums before it maps a version, so a
+damaged file (truncated, flipped bits, a bad offset) is never mapped, which could crash
+the process: it is set aside (renamed ``.damaged-...``) and the next load rebuilds the
+version from the source. Checking reads every byte (a second per few GB), so a file
+once checked on this host is recorded in ``VERIFIED`` with its identity (device, inode,
+size, modification and change times, which any write through the file system changes);
+a reader finding the same identity trusts the check and maps the version at once.
+Damage that bypasses the file system (a failing disk under a cached page) is not seen
+after that first check. A writer killed at any point leaves ``CURRENT`` pointing to the
+previous, complete version; its spool and temporary files are never read and are
+deleted by the next loader.
 
 Only the holder of ``lock`` writes, so it may delete every version but the one it
 publishes and every temporary file. Deleting a version that other processes still map
