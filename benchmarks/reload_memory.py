@@ -3,7 +3,8 @@ the table it loads.
 
 For each ``--rows`` N, the Parquet dimension of ``benchmarks/snapshot_open.py`` (N rows
 in random key order: ``k`` BIGINT spread over 7N, ``name`` STRING, ``score`` DOUBLE;
-``--kind str`` for string keys) is read by a fresh process through
+``--kind str`` for string keys; ``--kind dup`` for N/4 keys of 4 rows each, a table
+that is sorted) is read by a fresh process through
 ``FullCachingLookupProvider.of(FileSource(path), trigger, key_columns=["k"],
 share_across_workers=True, ...)`` with a trigger that fires when told, a version
 being due an hour after its load: a first load publishes version 1 and serves it (one
@@ -13,11 +14,12 @@ version 2 while version 1 is served. Reported: the resident set before the reloa
 peak during it (``VmHWM``), the peak's growth, and these over the Arrow size of the new
 table (``Table.nbytes`` of the snapshot served after it); a thread also samples
 ``RssAnon`` (private) and ``RssFile`` (mapped file pages) every 5 ms. The peak is also
-split in two: while the source is read (``scan.read_arrow``: pyarrow decoding Parquet,
-the source's own memory) and after (combining the columns, indexing, validating,
-writing, checking and switching: this library's).
+split in two: while the source is read (``LocalSourceRunner.read_arrow_batches``:
+pyarrow decoding Parquet with 4 readers, each batch written to the store's spool as it
+arrives) and after (indexing the spooled table, writing the version's file from the
+spool, checking and switching).
 
-    .venv/bin/python benchmarks/reload_memory.py [--rows 4000000,16000000] [--kind int]
+    .venv/bin/python benchmarks/reload_memory.py [--rows 4000000,16000000] [--kind int|str|dup]
 
 Writes a table to stdout and ``benchmarks/out/reload_memory.json``.
 """
@@ -43,6 +45,25 @@ from benchmarks.snapshot_open import key_of, write_dimension
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def write_rows(kind: str, rows: int, path: Path) -> None:
+    """The dimension of ``kind``: ``snapshot_open``'s, or ``dup``: its integer keys, each
+    on 4 rows (``k`` of row ``i`` is the key of ``i mod N/4``)."""
+    if kind != "dup":
+        write_dimension(kind, rows, path)
+        return
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    order = np.random.default_rng(rows).permutation(rows).astype(np.int64)
+    names = pc.binary_join_element_wise("name-", pc.cast(pa.array(order), pa.string()), "")
+    keys = pa.array(key_of("int", order % (rows // 4)))
+    score = pa.array(np.random.default_rng(1).random(rows))
+    pq.write_table(pa.table({"k": keys, "name": names, "score": score}), path,
+                   row_group_size=1 << 20)
+
+
 def status() -> dict[str, int]:
     found: dict[str, int] = {}
     with open("/proc/self/status") as file:
@@ -54,24 +75,23 @@ def status() -> dict[str, int]:
 
 
 def child(path: str, store: str, kind: str, rows: int) -> None:
-    import scan
     from lookup import FullCachingLookupProvider, open_lookup
-    from scan import FileSource
+    from scan import FileSource, LocalSourceRunner
     from triggers import CacheReloadTrigger, ReloadContext
 
-    read_arrow = scan.read_arrow
-    phases: dict[str, int] = {}
+    read_batches = LocalSourceRunner.read_arrow_batches
+    reads: list[dict[str, int]] = []  # per load: the peak and the resident set as it ended
 
-    def reading(*args: Any, **kwargs: Any) -> Any:
-        # The source's own part of a load (pyarrow decoding Parquet): its peak apart.
-        table = read_arrow(*args, **kwargs)
+    def reading(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # The read of a load (pyarrow decoding Parquet, the batches spooled as they
+        # come): its peak apart from the rest's (a load's peak is the larger of both).
+        yield from read_batches(self, *args, **kwargs)
         now = status()
-        phases["read peak"], phases["read end"] = now["VmHWM"], now["VmRSS"]
+        reads.append({"peak": now["VmHWM"], "end": now["VmRSS"]})
         with open("/proc/self/clear_refs", "w") as file:
             file.write("5")
-        return table
 
-    scan.read_arrow = reading  # the runtime imports it when it loads
+    LocalSourceRunner.read_arrow_batches = reading  # type: ignore[method-assign]
 
     class Hourly(CacheReloadTrigger):
         """Fires only when told; a version is due an hour after its load."""
@@ -88,16 +108,18 @@ def child(path: str, store: str, kind: str, rows: int) -> None:
     provider = FullCachingLookupProvider.of(
         FileSource(path), Hourly(), key_columns=["k"], share_across_workers=True,
         snapshot_dir=store, snapshot_name=f"reload-{kind}-{rows}-{os.getpid()}")
-    key = (key_of(kind, rows // 3),)
+    key = (key_of("str" if kind == "str" else "int", rows // 5),)
     with open_lookup(provider) as handle:
         runtime: Any = handle.runtime
         start_rss = status()["VmRSS"]
         runtime.trigger_reload().result()
-        first_peak = status()["VmHWM"]
+        first_peak = max(status()["VmHWM"], reads[0]["peak"])
         assert handle.lookup_batch([key])[key]
         time.sleep(0.5)
-        # Two hours later on the cache's clock: version 1 is due, the firing reloads.
+        # Two hours later on the cache's clock: version 1 is due, the firing reloads
+        # (the file touched: a source that knows its version must not skip the load).
         runtime.cache.clock = lambda: time.time() + 7200
+        os.utime(path)
         before = status()
         with open("/proc/self/clear_refs", "w") as file:
             file.write("5")  # reset VmHWM to the current resident set
@@ -122,12 +144,14 @@ def child(path: str, store: str, kind: str, rows: int) -> None:
         assert snapshot.version == 2, snapshot.version
         assert handle.lookup_batch([key])[key]
         arrow = int(snapshot.table.nbytes)
+    read = reads[-1]
+    peak = max(after["VmHWM"], read["peak"])
     print("RESULT " + json.dumps({
-        "arrow_bytes": arrow, "rss_before": before["VmRSS"], "peak": after["VmHWM"],
-        "grown": after["VmHWM"] - before["VmRSS"], "sampled": peaks, "seconds": seconds,
+        "arrow_bytes": arrow, "rss_before": before["VmRSS"], "peak": peak,
+        "grown": peak - before["VmRSS"], "sampled": peaks, "seconds": seconds,
         "first_load": {"rss_before": start_rss, "peak": first_peak,
                        "grown": first_peak - start_rss},
-        "read_peak": phases["read peak"], "read_end": phases["read end"],
+        "read_peak": read["peak"], "read_end": read["end"],
         "build_publish_peak": after["VmHWM"],
         "before": before}))
 
@@ -135,7 +159,7 @@ def child(path: str, store: str, kind: str, rows: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default="4000000,16000000")
-    parser.add_argument("--kind", default="int", choices=["int", "str"])
+    parser.add_argument("--kind", default="int", choices=["int", "str", "dup"])
     parser.add_argument("--dir", default="/tmp/spark-lookup-open")
     args = parser.parse_args()
     base = Path(args.dir)
@@ -144,7 +168,7 @@ def main() -> None:
     for rows in [int(r) for r in args.rows.split(",")]:
         path = base / f"{args.kind}-{rows}.parquet"
         if not path.exists():
-            write_dimension(args.kind, rows, path)
+            write_rows(args.kind, rows, path)
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         done = subprocess.run(
             [sys.executable, __file__, "--child", str(path), str(base / "reload-stores"),
@@ -162,8 +186,8 @@ def main() -> None:
               f"{r['peak'] / r['arrow_bytes']:11.2f} {r['grown'] / r['arrow_bytes']:12.2f} "
               f"{r['sampled']['RssAnon'] / mb:10.0f} {r['sampled']['RssFile'] / mb:10.0f} "
               f"{r['seconds']:6.1f}")
-    print("the reload in two parts: reading (the source: pyarrow decoding Parquet) and the "
-          "rest (combining, indexing, writing, checking, switching), peak growth over the "
+    print("the reload in two parts: reading (pyarrow decoding Parquet, the batches spooled) "
+          "and the rest (indexing, writing, checking, switching), peak growth over the "
           "RSS before the reload:")
     for rows, r in results.items():
         read, rest = r["read_peak"] - r["rss_before"], r["build_publish_peak"] - r["rss_before"]

@@ -20,7 +20,7 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _GOLDEN_INT = 0x9E3779B97F4A7C15
 _MASK64 = 2**64 - 1
 _WINDOW = 8
-_REBUILD_CHUNK = 1 << 18
+_REBUILD_CHUNK = 1 << 16  # an insert's temporaries: a dozen words a key, a few MB
 
 
 def _capacity_for(count: int) -> int:

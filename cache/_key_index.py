@@ -43,7 +43,9 @@ HASH_VERSION = 1
 """Version of :func:`cache._key_hash.hash_keys`: an index hashed otherwise is rebuilt."""
 
 _INTEGER_LIKE = (pa.types.is_integer, pa.types.is_temporal)
-_CHUNK = 1 << 18
+# Keys hashed or checked at once: the temporaries (a dozen words a key) stay a few MB,
+# small beside a key index (1 << 18 held 40 MB of them, no faster).
+_CHUNK = 1 << 16
 
 
 def _combined(column: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -84,11 +86,31 @@ class KeyIndex:
         # key a row): neither stored in the index file nor copied by a reader.
         self._hashes_in_table = hashes_in_table
 
+    @staticmethod
+    def hashes_needed(types: Sequence[pa.DataType]) -> bool:
+        """Whether :meth:`of_unique` hashes keys of these column types (all but one
+        64-bit integer-like column, which is its own hash array): a load may compute
+        them batch by batch (:meth:`row_hashes`) and give them to it."""
+        only = types[0] if len(types) == 1 else None
+        return only is None or not (any(test(only) for test in _INTEGER_LIKE)
+                                    and only.bit_width == 64)
+
+    @staticmethod
+    def row_hashes(arrays: Sequence[pa.Array]) -> np.ndarray:
+        """The hash of each row of key ``arrays`` (no nulls) that :meth:`of_unique`
+        enters in its table."""
+        return _hashes_of([_combined(array) for array in arrays])
+
     @classmethod
-    def of_unique(cls, table: pa.Table, key_columns: Sequence[str]) -> KeyIndex | None:
+    def of_unique(cls, table: pa.Table, key_columns: Sequence[str],
+                  hashes: np.ndarray | None = None) -> KeyIndex | None:
         """Index ``table`` in the order it is in (no null key, one chunk per column) when
         every key has one row: group ``g`` is row ``g``, nothing is sorted. None when a
-        key has several rows (sort the table and :meth:`build` it)."""
+        key has several rows (sort the table and :meth:`build` it).
+
+        ``hashes``, when given, are :meth:`row_hashes` of the table's key columns (a
+        load computed them as the rows arrived): the key columns are then read only
+        where two keys share a hash, not hashed here."""
         n = table.num_rows
         arrays = [_combined(table.column(name)) for name in key_columns]
         if len(arrays) == 1 and any(test(arrays[0].type) for test in _INTEGER_LIKE):
@@ -100,7 +122,12 @@ class KeyIndex:
         if not n:
             return cls(table, key_columns, 0, None, None, None, None)
         in_table = _column_hashes([table.column(name) for name in key_columns])
-        hashes = _hashes_of(arrays) if in_table is None else in_table
+        if in_table is not None:
+            hashes = in_table
+        elif hashes is None:
+            hashes = _hashes_of(arrays)
+        elif len(hashes) != n:
+            raise ValueError(f"{len(hashes)} key hashes for a table of {n} rows")
         buckets = HashTable()
         buckets.rebuild(hashes)
         exact = is_exact([a.type for a in arrays])

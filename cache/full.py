@@ -18,7 +18,7 @@ import datetime as dt
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -28,6 +28,7 @@ from cache._combine import combine_releasing
 from cache._key_index import KeyIndex, key_starts
 from cache._keys import CacheKeys
 from cache._release import give_back
+from cache._spool import ArraySpool, ColumnSpool
 from cache.base import Key, LookupCache, Row, Rows, check_key, expand
 from cache.metrics import CacheMetrics
 from connectors.rows import python_values
@@ -38,6 +39,7 @@ from spark_lookup.errors import ConfigError, SnapshotUnavailableError
 __all__ = ["FullSnapshot", "LookupFullCache"]
 
 _EMPTY: tuple[Row, ...] = ()
+_Rows = TypeVar("_Rows", pa.Table, pa.RecordBatch)
 _NO_OFFSETS = np.zeros(0, dtype=np.int64)
 _NO_OFFSETS.flags.writeable = False
 
@@ -141,6 +143,58 @@ class FullSnapshot:
 
     @classmethod
     @loading()  # lookups of this process take turns meanwhile (spark_lookup._load_priority)
+    def stream(
+        cls,
+        batches: Iterable[pa.RecordBatch],
+        key_columns: Sequence[str],
+        *,
+        spool: ColumnSpool,
+        loaded_at: float,
+        version: int = 1,
+        source_version: str | None = None,
+    ) -> FullSnapshot:
+        """Index the rows of ``batches``, written into ``spool`` as they arrive.
+
+        As :meth:`load` (null keys dropped, the load's order kept when every key has one
+        row, else sorted by key and values), but the table is never in memory: each
+        batch goes to the spool's files when it arrives, and the snapshot's table maps
+        them (one chunk a column). What the build holds beside a few batches is the key
+        index, and the pages of the key columns it reads. A table where a key has
+        several rows is sorted by reordering the spool column by column: the mapped
+        pages of the columns sorted by are read once more, no copy of the table is made.
+        The caller owns ``spool`` (publishes from it, then discards it).
+
+        Raises
+        ------
+        ConfigError
+            When a key column is missing from the spool's schema.
+        ValueError
+            When a batch is not of the spool's schema or not valid Arrow data.
+        cache._spool.SpoolError
+            When the spool cannot be written.
+        """
+        keys = _key_columns_of(spool.schema, key_columns)
+        # Keys that need hashing are hashed as they arrive: the index then never reads
+        # the mapped key columns whole.
+        hashing = KeyIndex.hashes_needed([spool.schema.field(name).type for name in keys])
+        hashes = spool.array("hashes", np.uint64) if hashing else None
+        _spool_rows(batches, keys, spool, hashes)
+        table = spool.finish()
+        give_back()  # what the read freed, before the index is built
+        index = KeyIndex.of_unique(table, keys, None if hashes is None else hashes.finish())
+        give_back()  # the index's temporaries
+        if index is not None:
+            return cls(table, keys, index, loaded_at, version, source_version)
+        order = pc.sort_indices(table, sort_keys=_sort_keys(table.schema, keys))
+        del table
+        table = spool.reorder(order)
+        del order
+        give_back()
+        return cls.from_sorted(table, keys, loaded_at=loaded_at, version=version, unique=False,
+                               source_version=source_version)
+
+    @classmethod
+    @loading()  # lookups of this process take turns meanwhile (spark_lookup._load_priority)
     def _build(
         cls,
         holder: list[pa.Table],
@@ -151,30 +205,14 @@ class FullSnapshot:
         source_version: str | None = None,
     ) -> FullSnapshot:
         # ``holder`` is the only reference to the loaded table (when built by load()).
-        keys = _key_columns_of(holder[0], key_columns)
-        valid: Any = None
-        for name in keys:
-            column = holder[0].column(name)
-            ok = pc.is_valid(column)
-            if pa.types.is_floating(column.type):
-                ok = pc.and_(ok, pc.invert(pc.is_nan(column)))
-            valid = ok if valid is None else pc.and_(valid, ok)
-        if valid is not None and holder[0].num_rows and not pc.all(valid).as_py():
-            holder.append(holder.pop().filter(valid))
-        del valid
+        keys = _key_columns_of(holder[0].schema, key_columns)
+        holder.append(_without_null_keys(holder.pop(), keys))
         table = combine_releasing(holder)
         index = KeyIndex.of_unique(table, keys)
         give_back()  # the index's temporaries
         if index is not None:
             return cls(table, keys, index, loaded_at, version, source_version)
-        # A key has several rows: sorted by key, a key's rows are one range. Parallel
-        # splits arrive in any order: order a key's rows by their values too, so that
-        # its rows (and "the first match" of the SQL function) are the same after every
-        # load.
-        order = [(name, "ascending") for name in keys]
-        ties = [(field.name, "ascending") for field in table.schema
-                if field.name not in keys and _orderable(field.type)]
-        table = table.sort_by(order + ties)
+        table = table.sort_by(_sort_keys(table.schema, keys))
         return cls.from_sorted(table, keys, loaded_at=loaded_at, version=version, unique=False,
                                source_version=source_version)
 
@@ -208,7 +246,7 @@ class FullSnapshot:
         ConfigError
             When a key column is missing from the table.
         """
-        keys = _key_columns_of(table, key_columns)
+        keys = _key_columns_of(table.schema, key_columns)
         if unique is None:
             unique = len(key_starts(table, keys)) == table.num_rows
         return cls(table, keys, KeyIndex.build(table, keys, unique), loaded_at, version,
@@ -473,9 +511,45 @@ def _orderable(type_: pa.DataType) -> bool:
                 or pa.types.is_null(type_))
 
 
-def _key_columns_of(table: pa.Table, key_columns: Sequence[str]) -> tuple[str, ...]:
+def _key_columns_of(schema: pa.Schema, key_columns: Sequence[str]) -> tuple[str, ...]:
     keys = tuple(key_columns)
     for name in keys:
-        if name not in table.column_names:
-            raise ConfigError(f"key column {name!r} is not in the table {table.column_names}")
+        if name not in schema.names:
+            raise ConfigError(f"key column {name!r} is not in the table {schema.names}")
     return keys
+
+
+def _without_null_keys(rows: _Rows, keys: Sequence[str]) -> _Rows:
+    """``rows`` less those whose key holds a null or a NaN: they never match."""
+    valid: Any = None
+    for name in keys:
+        column = rows.column(name)
+        ok = pc.is_valid(column)
+        if pa.types.is_floating(column.type):
+            ok = pc.and_(ok, pc.invert(pc.is_nan(column)))
+        valid = ok if valid is None else pc.and_(valid, ok)
+    if valid is None or not rows.num_rows or pc.all(valid).as_py():
+        return rows
+    return rows.filter(valid)
+
+
+def _spool_rows(batches: Iterable[pa.RecordBatch], keys: Sequence[str], spool: ColumnSpool,
+                hashes: ArraySpool | None) -> None:
+    """Append each batch's rows with a whole key to ``spool`` (and their key hashes
+    to ``hashes``), holding no batch once it is written."""
+    for batch in batches:
+        kept = _without_null_keys(batch, keys)
+        del batch
+        spool.append(kept)
+        if hashes is not None and kept.num_rows:
+            hashes.append(KeyIndex.row_hashes([kept.column(name) for name in keys]))
+
+
+def _sort_keys(schema: pa.Schema, keys: Sequence[str]) -> list[tuple[str, str]]:
+    """A table's order when a key has several rows: by key, so that a key's rows are
+    one range, then by the other columns, so that they come in the same order after
+    every load (parallel splits arrive in any order, and "the first match" of the SQL
+    function must not change)."""
+    order = [(name, "ascending") for name in keys]
+    return order + [(field.name, "ascending") for field in schema
+                    if field.name not in keys and _orderable(field.type)]

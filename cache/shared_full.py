@@ -4,10 +4,12 @@
 version published in a :class:`~cache.snapshot_store.SnapshotStore`: the table and its
 key index are memory maps of the store's files (one copy of the pages for all
 processes), so a process that opens a published version builds nothing proportional to
-the table. A version published without an index (an older format) is indexed here. Who
-loads and when is the caller's business (the full caching runtime); this class switches
-to a newer published version, at most one ``stat`` of the pointer per
-``check_interval``, at the next lookup.
+the table. A version published without an index (an older format) is indexed here. The
+process that loads writes the new version into the store as it is read
+(:meth:`SharedFullCache.stage`, then :meth:`SharedFullCache.publish`). Who loads and
+when is the caller's business (the full caching runtime); this class switches to a
+newer published version, at most one ``stat`` of the pointer per ``check_interval``, at
+the next lookup.
 """
 
 from __future__ import annotations
@@ -16,10 +18,13 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import NoReturn
 
+import pyarrow as pa
+
 from cache._key_index import KeyIndex
+from cache._spool import ColumnSpool
 from cache.full import FullSnapshot, LookupFullCache
 from cache.metrics import CacheMetrics
 from cache.snapshot_store import Mapped, SnapshotStore, StoredSnapshot
@@ -83,6 +88,10 @@ class SharedFullCache(LookupFullCache):
         self._last_check = -float("inf")
         self._seen: tuple[int, int] | None = None
         self._served: StoredSnapshot | None = None
+        # A snapshot staged by this process and not yet published, with its spool.
+        self._staged: tuple[FullSnapshot, ColumnSpool] | None = None
+        self._staging_lock = threading.Lock()
+        self._closed = False
 
     def __reduce__(self) -> NoReturn:
         raise TypeError("a SharedFullCache holds open files and is built where it is used; "
@@ -93,12 +102,20 @@ class SharedFullCache(LookupFullCache):
     def open(self, metrics: CacheMetrics | None = None) -> None:
         """Report into ``metrics`` and attach the store (creating its directory)."""
         super().open(metrics)
+        with self._staging_lock:
+            self._closed = False
         self.store.attach()
 
     def close(self) -> None:
-        """Drop the snapshot (the map closes with its last user) and detach the store."""
+        """Drop the snapshot (the map closes with its last user), delete what was
+        staged and not published, and detach the store."""
         super().close()
         self._served = None
+        with self._staging_lock:
+            self._closed = True
+            staged, self._staged = self._staged, None
+        if staged is not None:
+            staged[1].discard()
         self.store.detach()
 
     # --- versions
@@ -139,18 +156,73 @@ class SharedFullCache(LookupFullCache):
         """
         return self._switch(blocking=True)
 
+    def stage(
+        self,
+        batches: Iterable[pa.RecordBatch],
+        schema: pa.Schema,
+        *,
+        loaded_at: float,
+        version: int,
+        source_version: str | None = None,
+    ) -> FullSnapshot:
+        """Build a snapshot of the rows of ``batches`` (of ``schema``), written into the
+        store's directory as they arrive (:meth:`SnapshotStore.spool`,
+        :meth:`FullSnapshot.stream`): the load holds a few batches and the key index,
+        never the table. :meth:`publish` it next; a staged snapshot not published is
+        deleted by the next stage or by :meth:`close` (served meanwhile, it stays valid:
+        its files are mapped).
+
+        The caller holds the store's lock (``with cache.store.try_lock()``).
+
+        Raises
+        ------
+        cache._spool.SpoolError
+            When the store's directory cannot take the table (a full disk): the source
+            was read fine, the caller may load it in memory instead.
+        """
+        spool = self.store.spool(schema)
+        try:
+            snapshot = FullSnapshot.stream(batches, self.key_columns, spool=spool,
+                                           loaded_at=loaded_at, version=version,
+                                           source_version=source_version)
+        except BaseException:
+            spool.discard()
+            raise
+        with self._staging_lock:
+            closed = self._closed
+            previous, self._staged = self._staged, None if closed else (snapshot, spool)
+        if previous is not None:
+            previous[1].discard()
+        if closed:  # closed during the load: nobody will publish it
+            spool.discard()
+        return snapshot
+
     def publish(self, snapshot: FullSnapshot) -> FullSnapshot:
-        """Publish a snapshot this process built, and serve the mapped copy of it.
+        """Publish a snapshot this process built (or staged), and serve the mapped copy
+        of it.
 
         The caller holds the store's lock (``with cache.store.try_lock()``). The table
         served afterwards is the memory map of the published file, not ``snapshot``'s
         own table, so this process shares the pages with the others too; the key index
-        is written with it, and served mapped as well.
+        is written with it, and served mapped as well. A staged snapshot's files are
+        deleted whether publishing succeeds or not (if it fails, the snapshot can still
+        be served: its files stay mapped).
         """
-        record = self.store.publish(snapshot.table, version=snapshot.version,
-                                    loaded_at=snapshot.loaded_at, unique=snapshot.unique,
-                                    source_version=snapshot.source_version or "",
-                                    index=snapshot.key_index.payload())
+        with self._staging_lock:
+            staged = self._staged
+            if staged is not None and staged[0] is snapshot:
+                self._staged = None
+            else:
+                staged = None
+        try:
+            record = self.store.publish(snapshot.table, version=snapshot.version,
+                                        loaded_at=snapshot.loaded_at, unique=snapshot.unique,
+                                        source_version=snapshot.source_version or "",
+                                        index=snapshot.key_index.payload(),
+                                        spool=None if staged is None else staged[1])
+        finally:
+            if staged is not None:
+                staged[1].discard()
         mapped = self._snapshot_of(record, self.store.open(record))
         with self._switch_lock:
             self.swap(mapped)

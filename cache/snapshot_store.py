@@ -12,6 +12,7 @@ One store is one directory, holding the published version of one dimension table
         FAILED                        JSON: when the latest load failed, and why
         .spark-lookup-store           the marker: only directories holding it are swept
         .tmp-<pid>-<hex>.arrow        a version being written: never read
+        .spool-<pid>-<hex>-...        the columns of a version being loaded (cache._spool)
         .damaged-<version file>       a version whose checksum failed: set aside, never read
 
 The data file is uncompressed Arrow IPC (file format), so a reader maps it with
@@ -21,22 +22,27 @@ index is written beside it by the same publisher (a sibling file, named in the s
 pointer record with its own checksum) and mapped the same way, so no reader builds
 anything proportional to the table.
 
+The loading process writes a new version's columns into the directory as its batches
+arrive (:meth:`SnapshotStore.spool`, :mod:`cache._spool`), so a load never holds the
+table in memory; the version's file is then written from those files.
+
 Publishing is crash-safe: the table is validated in full (every offset and every value's
-bounds, ``Table.validate(full=True)``), written to a temporary name in the same
-directory (its CRC-32 computed from the bytes as they are written), fsynced, read back
-(by reads, not a map: the writer's memory does not grow with it) and checked to be those
-very bytes and a whole Arrow file of the table's rows, renamed into place, and the
-directory fsynced; only then is the pointer replaced the same way. A reader checks the
-checksums before it maps a version, so a damaged file (truncated, flipped bits, a bad
-offset) is never mapped, which could crash the process: it is set aside (renamed
-``.damaged-...``) and the next load rebuilds the version from the source. Checking reads
-every byte (a second per few GB), so a file once checked on this host is recorded in
-``VERIFIED`` with its identity (device, inode, size, modification and change times,
-which any write through the file system changes); a reader finding the same identity
-trusts the check and maps the version at once. Damage that bypasses the file system (a
-failing disk under a cached page) is not seen after that first check. A writer killed at
-any point leaves ``CURRENT`` pointing to the previous, complete version; its temporary
-file is never read and is deleted by the next publisher.
+bounds, ``Table.validate(full=True)``; a spooled table batch by batch as it arrived),
+written to a temporary name in the same directory (its CRC-32 computed from the bytes
+as they are written), fsynced, read back (by reads, not a map: the writer's memory does
+not grow with it) and checked to be those very bytes and a whole Arrow file of the
+table's rows, renamed into place, and the directory fsynced; only then is the pointer
+replaced the same way. A reader checks the checksums before it maps a version, so a
+damaged file (truncated, flipped bits, a bad offset) is never mapped, which could crash
+the process: it is set aside (renamed ``.damaged-...``) and the next load rebuilds the
+version from the source. Checking reads every byte (a second per few GB), so a file
+once checked on this host is recorded in ``VERIFIED`` with its identity (device, inode,
+size, modification and change times, which any write through the file system changes);
+a reader finding the same identity trusts the check and maps the version at once.
+Damage that bypasses the file system (a failing disk under a cached page) is not seen
+after that first check. A writer killed at any point leaves ``CURRENT`` pointing to the
+previous, complete version; its spool and temporary files are never read and are
+deleted by the next loader.
 
 Only the holder of ``lock`` writes, so it may delete every version but the one it
 publishes and every temporary file. Deleting a version that other processes still map
@@ -74,6 +80,7 @@ import numpy as np
 import pyarrow as pa
 
 from cache._index_file import map_arrays, write_arrays
+from cache._spool import ColumnSpool, Span
 from spark_lookup.errors import ConfigError
 from spark_lookup.options import check_int
 
@@ -104,6 +111,7 @@ _LOCK = "lock"
 _USERS = "users"
 _FAILED = "FAILED"
 _TMP_PREFIX = ".tmp-"
+_SPOOL_PREFIX = ".spool-"
 _DAMAGED_PREFIX = ".damaged-"
 _MARKER = ".spark-lookup-store"
 _CHECKSUM_CHUNK = 1 << 20
@@ -512,10 +520,30 @@ class SnapshotStore:
         finally:
             os.close(fd)
 
+    def spool(self, schema: pa.Schema) -> ColumnSpool:
+        """A spool for the columns of the next version, in the store's directory: a
+        load appends its batches to it as they arrive, and :meth:`publish` writes the
+        spooled table from its files. Spools left by a dead loader are deleted first.
+
+        Call inside ``with store.try_lock() as locked`` when ``locked`` is True; the
+        caller discards the spool once published (or abandoned).
+
+        Raises
+        ------
+        RuntimeError
+            When this store does not hold the lock.
+        """
+        if self._lock_fd is None:
+            raise RuntimeError(f"{self!r}: spool() needs the lock (use try_lock())")
+        self._remove_files(lambda name: name.startswith(_SPOOL_PREFIX))
+        prefix = f"{_SPOOL_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}-"
+        return ColumnSpool(self._dir, prefix, schema)
+
     def publish(
         self, table: pa.Table, *, version: int, loaded_at: float, unique: bool,
         source_version: str = "",
         index: tuple[Mapping[str, Any], Mapping[str, np.ndarray]] | None = None,
+        spool: ColumnSpool | None = None,
     ) -> StoredSnapshot:
         """Write ``table`` (and its key ``index``: header and arrays, see
         :mod:`cache._index_file`) as ``version`` and make it the published one,
@@ -524,6 +552,9 @@ class SnapshotStore:
 
         Call inside ``with store.try_lock() as locked`` when ``locked`` is True.
         ``table`` must be what readers index directly (sorted by key, no null key).
+        With ``spool``, ``table`` is the one it finished (see :meth:`spool`): its
+        batches were validated in full as they arrived, and its mapped buffers are
+        copied from the spool's files, never read through the map.
 
         Raises
         ------
@@ -535,23 +566,27 @@ class SnapshotStore:
         """
         if self._lock_fd is None:
             raise RuntimeError(f"{self!r}: publish() needs the lock (use try_lock())")
+        if spool is not None and spool.finish() is not table:
+            raise ValueError("publish(table, spool=...) takes the table the spool finished")
         stem = f"v{version:010d}-{round(loaded_at * 1000)}"
         record = StoredSnapshot(
             version=version, loaded_at=loaded_at, num_rows=table.num_rows, unique=unique,
             file=f"{stem}.arrow", fingerprint=self.fingerprint,
             source_version=source_version, index=f"{stem}.index" if index is not None else "")
-        self._remove_files(lambda name: name.startswith((_TMP_PREFIX, _DAMAGED_PREFIX)))
+        self._remove_files(lambda name: name.startswith((_TMP_PREFIX, _DAMAGED_PREFIX)) or (
+            name.startswith(_SPOOL_PREFIX) and (spool is None or not spool.holds(name))))
         metadata = {**(table.schema.metadata or {}), _META_KEY: _as_embedded(record).to_json()}
         data = self._dir / record.file
         tmp = self._tmp_name(".arrow")
         tmp_index = self._tmp_name(".index")
         try:
             try:
-                table.validate(full=True)
+                # A spooled table is not read whole here: its batches were checked in full.
+                table.validate(full=spool is None)
             except (pa.ArrowInvalid, ValueError) as exc:
                 raise OSError(f"the table to publish as {record.file} is invalid: {exc}") from exc
             with open(tmp, "wb", buffering=0) as raw:
-                sink = _ChecksummingSink(raw)
+                sink = _ChecksummingSink(raw, () if spool is None else spool.spans())
                 with pa.ipc.new_file(pa.PythonFile(sink, mode="w"),
                                      table.schema.with_metadata(metadata)) as writer:
                     # Uncompressed (the default) so that readers can map it without a copy.
@@ -706,11 +741,19 @@ def _as_embedded(record: StoredSnapshot) -> StoredSnapshot:
 
 
 class _ChecksummingSink:
-    """A binary file that keeps the CRC-32 of every byte written through it."""
+    """A binary file that keeps the CRC-32 of every byte written through it.
 
-    def __init__(self, raw: Any) -> None:
+    A buffer of the table that lies in one of ``spans`` (a spooled table's mapped
+    files) is copied from its file a chunk at a time instead of read through the map,
+    which would bring each of its pages into the writer's resident set: the same bytes,
+    read through the page cache.
+    """
+
+    def __init__(self, raw: Any, spans: tuple[Span, ...] | list[Span] = ()) -> None:
         self._raw = raw
+        self._spans = spans
         self._crc = 0
+        self._chunk: bytearray | None = None
         self.closed = False
 
     @property
@@ -718,11 +761,33 @@ class _ChecksummingSink:
         return f"{self._crc:08x}"
 
     def write(self, data: Any) -> int:
+        if self._spans and isinstance(data, pa.Buffer):
+            for span in self._spans:
+                start = data.address - span.address
+                if start >= 0 and start + data.size <= span.size:
+                    self._copy(span.path, start, data.size)
+                    return int(data.size)
         view = memoryview(data).cast("B")
+        self._put(view)
+        return len(view)
+
+    def _put(self, view: memoryview) -> None:
         self._crc = zlib.crc32(view, self._crc)
         while view:  # an unbuffered write may take part of it (at most 2 GiB at once)
             view = view[self._raw.write(view):]
-        return len(memoryview(data).cast("B"))
+
+    def _copy(self, path: Path, start: int, size: int) -> None:
+        if self._chunk is None:
+            self._chunk = bytearray(_CHECKSUM_CHUNK)
+        chunk = memoryview(self._chunk)
+        with open(path, "rb", buffering=0) as source:
+            source.seek(start)
+            while size:
+                got = source.readinto(chunk[:min(size, len(chunk))])
+                if not got:
+                    raise OSError(f"{path} ends before the table's buffer it holds")
+                self._put(chunk[:got])
+                size -= got
 
     def tell(self) -> int:
         position: int = self._raw.tell()

@@ -50,6 +50,7 @@ from cache.shared_full import SharedFullCache
 from cache.snapshot_store import SnapshotStore, StoredSnapshot
 from connectors.errors import should_retry
 from lookup._change_reload import ChangeReloads
+from lookup._full_load import load_snapshot
 from lookup._host_listeners import HostListeners
 from lookup._listener import Subscription, subscribe
 from lookup._runtime_base import LookupRuntime, Probe, counting_bad_values
@@ -274,8 +275,6 @@ class FullCachingRuntime(LookupRuntime):
         flight is discarded. Raises the last error when every attempt failed (counted
         and remembered; the current snapshot keeps serving).
         """
-        from scan import read_arrow
-
         provider = self._provider
         policy = provider.retry_policy
 
@@ -300,13 +299,10 @@ class FullCachingRuntime(LookupRuntime):
                     return
                 with loading(), counting_bad_values(provider.source, lambda grown: self._record(
                         partial(self.metrics.inc_bad_values, grown))):
-                    # The loaded table is never held here: the snapshot's build releases
-                    # its chunks as it combines them (one copy of the table, not two).
-                    snapshot = FullSnapshot.load(
-                        partial(read_arrow, provider.source, provider.parallelism),
-                        provider.key_columns, loaded_at=loaded_at, version=version,
-                        source_version=source_version,
-                    )
+                    # The loaded table is never held here (lookup._full_load: streamed
+                    # into the store when shared, else combined while released).
+                    snapshot = load_snapshot(provider, self._shared, version=version,
+                                             loaded_at=loaded_at, source_version=source_version)
             except Exception as exc:
                 if not tries.failed(exc):
                     break  # permanent (a missing table, FAILFAST): no use repeating it

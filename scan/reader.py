@@ -54,18 +54,27 @@ class ReaderOptions:
         False (they take none); a source may then read a split in any order (a
         ``SqlTableSource`` drops the ``ORDER BY`` that resuming inside a chunk needs),
         and :meth:`LocalSourceRunner.checkpoint` refuses.
+    release_memory
+        Whether each fetcher thread hands the memory pyarrow's default pool freed back
+        to the system after every fetch (honoured by the fetchers of
+        :class:`~scan.connector.SplitFetcherManager`). A full cache's load sets it:
+        mimalloc, pyarrow's default, keeps what a thread freed in that thread's heap,
+        so the reader threads of a load would hold their decoding buffers as well as
+        the batches they handed over. Costs fresh pages for every fetch.
     """
 
     element_queue_capacity: int = 2
     records_per_poll: int = 1024
     checkpoints: bool = True
+    release_memory: bool = False
 
     def __post_init__(self) -> None:
         for name in ("element_queue_capacity", "records_per_poll"):
             check_int(getattr(self, name), f"ReaderOptions.{name}")
-        if not isinstance(self.checkpoints, bool):
-            raise ConfigError(f"ReaderOptions.checkpoints must be a bool, got "
-                              f"{type(self.checkpoints).__name__}")
+        for name in ("checkpoints", "release_memory"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"ReaderOptions.{name} must be a bool, got "
+                                  f"{type(getattr(self, name)).__name__}")
 
 
 class ReaderOutput(ABC):

@@ -51,8 +51,11 @@ class SplitFetcher(Generic[E, SplitT]):
         split_reader: SplitReader[E, SplitT],
         on_error: Callable[[BaseException], None],
         name: str = "scan-fetcher",
+        *,
+        release_memory: bool = False,
     ) -> None:
         self.fetcher_id = fetcher_id
+        self._release_memory = release_memory
         self._queue = queue
         self._split_reader = split_reader
         self._on_error = on_error
@@ -143,6 +146,8 @@ class SplitFetcher(Generic[E, SplitT]):
             finally:
                 with self._cond:
                     self._fetching = False
+            if self._release_memory:
+                _release_thread_memory()
             if records.is_empty():
                 return True  # woken up, or nothing yet: look at tasks, then fetch again
             self._pending = records
@@ -155,6 +160,16 @@ class SplitFetcher(Generic[E, SplitT]):
             for split_id in pending.finished_splits():
                 self._assigned.pop(split_id, None)
         return True
+
+
+def _release_thread_memory() -> None:
+    """Hand the free pages of pyarrow's default pool back to the system, from this
+    thread: mimalloc keeps a thread's freed blocks in that thread's heap (blocks freed
+    by another thread, the batches a reader handed over, come back to it), and only
+    the owning thread's collection releases them."""
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
 
 
 class SplitFetcherManager(ABC, Generic[E, SplitT]):
@@ -170,14 +185,20 @@ class SplitFetcherManager(ABC, Generic[E, SplitT]):
     element_queue_capacity
         Fetches (``RecordsWithSplitIds``, of rows or of Arrow batches) the queue holds
         before fetchers block.
+    release_memory
+        Whether fetchers hand freed memory back after every fetch (see
+        :class:`~scan.ReaderOptions`).
     """
 
     def __init__(
         self,
         split_reader_factory: Callable[[], SplitReader[E, SplitT]],
         element_queue_capacity: int = 2,
+        *,
+        release_memory: bool = False,
     ) -> None:
         self._factory = split_reader_factory
+        self._release_memory = release_memory
         self._queue: ElementQueue[RecordsWithSplitIds[E]] = ElementQueue(element_queue_capacity)
         self._fetchers: dict[int, SplitFetcher[E, SplitT]] = {}
         self._next_id = 0
@@ -236,7 +257,8 @@ class SplitFetcherManager(ABC, Generic[E, SplitT]):
             raise SourceError("the fetcher manager is closed")
         fetcher_id = self._next_id
         self._next_id += 1
-        fetcher = SplitFetcher(fetcher_id, self._queue, self._factory(), self._record_error)
+        fetcher = SplitFetcher(fetcher_id, self._queue, self._factory(), self._record_error,
+                               release_memory=self._release_memory)
         self._fetchers[fetcher_id] = fetcher
         fetcher.start()
         return fetcher
@@ -269,6 +291,8 @@ class MultiThreadFetcherManager(SplitFetcherManager[E, SplitT]):
         The most fetcher threads (and split readers, and so connections).
     element_queue_capacity
         Batches the shared queue holds before fetchers block.
+    release_memory
+        As :class:`SplitFetcherManager`.
 
     Raises
     ------
@@ -281,9 +305,12 @@ class MultiThreadFetcherManager(SplitFetcherManager[E, SplitT]):
         split_reader_factory: Callable[[], SplitReader[E, SplitT]],
         num_fetchers: int,
         element_queue_capacity: int = 2,
+        *,
+        release_memory: bool = False,
     ) -> None:
         self._num_fetchers = check_int(num_fetchers, "num_fetchers")
-        super().__init__(split_reader_factory, element_queue_capacity)
+        super().__init__(split_reader_factory, element_queue_capacity,
+                         release_memory=release_memory)
 
     def add_splits(self, splits: Sequence[SplitT]) -> None:
         for split in splits:

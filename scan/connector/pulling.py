@@ -48,7 +48,7 @@ class PullingSourceReader(SourceReaderBase[E, SplitT, StateT], Generic[E, SplitT
         The initial mutable state of a split (``state.to_split()`` rebuilds it).
     fetcher_manager
         Defaults to a :class:`~scan.connector.SingleThreadFetcherManager` with the context's
-        queue capacity.
+        queue capacity and memory release.
     """
 
     def __init__(
@@ -60,8 +60,10 @@ class PullingSourceReader(SourceReaderBase[E, SplitT, StateT], Generic[E, SplitT
         fetcher_manager: SplitFetcherManager[E, SplitT] | None = None,
     ) -> None:
         if fetcher_manager is None:
+            options = context.options
             fetcher_manager = SingleThreadFetcherManager(
-                split_reader_factory, context.options.element_queue_capacity
+                split_reader_factory, options.element_queue_capacity,
+                release_memory=options.release_memory,
             )
         super().__init__(fetcher_manager, record_emitter, context)
         self._state_factory = state_factory

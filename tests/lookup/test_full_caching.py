@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+import scan.connector.fetcher as fetcher_module
 from lookup import FullCachingLookupProvider, LookupOptions, RetryPolicy, open_lookup
 from lookup.full_caching import FullCachingRuntime
 from lookup.runtime import REGISTRY
@@ -273,6 +274,24 @@ def test_shared_across_processes_a_firing_reloads_only_when_the_schedule_is_due(
     files = sorted(f.name for f in (tmp_path / "snapshots" / p.provider_id).glob("v*.arrow"))
     assert len(files) == 1
     assert files[0].startswith("v0000000002-")
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["in-process", "shared"])
+def test_a_load_releases_what_its_readers_free_as_it_goes(
+        db: Path, tmp_path: Path, shared: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    released: list[str] = []
+    monkeypatch.setattr(fetcher_module, "_release_thread_memory",
+                        lambda: released.append(threading.current_thread().name))
+    options: dict[str, Any] = {"snapshot_dir": tmp_path / "snapshots"} if shared else {}
+    p = provider(db, share_across_workers=shared, **options)
+    with open_lookup(p) as handle:
+        assert handle.lookup((3,)) == ((3, "Alan", "gold"),)
+    assert released  # by every fetch of the load's readers, on their threads
+    assert all(name.startswith("scan-fetcher") for name in released)
+    if shared:
+        files = list((tmp_path / "snapshots" / p.provider_id).iterdir())
+        assert [f for f in files if f.suffix == ".arrow"]
+        assert not [f for f in files if f.name.startswith((".spool-", ".tmp-"))]
 
 
 @pytest.mark.parametrize("shared", [False, True], ids=["in-process", "shared"])

@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+import scan.connector.fetcher as fetcher_module
+from scan import ReaderOptions
 from scan.connector import ElementQueue, MultiThreadFetcherManager, SingleThreadFetcherManager
 from scan.connector.records import RecordsWithSplitIds
 from spark_lookup.errors import ConfigError, ConnectorError, SourceError
@@ -149,6 +151,31 @@ def test_single_thread_manager_reads_splits_in_order() -> None:
     finally:
         manager.close()
     assert faults.closed == 1
+
+
+@pytest.mark.parametrize("release", [True, False])
+def test_fetchers_release_freed_memory_after_every_fetch_when_asked(
+        release: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    threads: list[str] = []
+    monkeypatch.setattr(fetcher_module, "_release_thread_memory",
+                        lambda: threads.append(threading.current_thread().name))
+    faults = Faults()
+    manager = MultiThreadFetcherManager(lambda: MockSplitReader(faults), 2, 2,
+                                        release_memory=release)
+    try:
+        splits = _splits(2)
+        manager.add_splits(splits)
+        _drain(manager.queue, {s.split_id for s in splits})
+        _eventually(manager.all_idle)
+    finally:
+        manager.close()
+    if release:  # on the fetchers' own threads, whose heaps hold what they freed
+        assert len(threads) >= 2
+        assert all(name.startswith("scan-fetcher") for name in threads)
+    else:
+        assert threads == []
+    with pytest.raises(ConfigError, match="release_memory must be a bool"):
+        ReaderOptions(release_memory=1)  # type: ignore[arg-type]
 
 
 def test_splits_added_to_a_blocked_fetcher_wake_it_up() -> None:

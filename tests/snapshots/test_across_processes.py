@@ -108,13 +108,14 @@ def test_a_killed_loader_leaves_the_previous_version_served(env: dict[str, Path]
         assert [n for n in names if n.startswith("v")] == [
             n for n in names if n.startswith("v0000000001-")]
         assert any(n.startswith(".tmp-") for n in names)
+        assert any(n.startswith(".spool-") for n in names)  # the columns it loaded
         assert reader.tiers(IDS) == ({"v1"}, 1)  # the previous version, still readable
         assert store_for(p, env["store"]).latest().version == 1  # type: ignore[union-attr]
         # The lock died with the victim: the next firing loads and cleans up.
         assert reader.call("fire") == 2
         assert count_lines(env["scans"]) == 3
         assert reader.tiers(IDS) == ({"v2"}, 2)
-        assert not any(n.startswith(".tmp-") for n in os.listdir(env["store"]))
+        assert not any(n.startswith((".tmp-", ".spool-")) for n in os.listdir(env["store"]))
     finally:
         reader.close()
         victim.close()

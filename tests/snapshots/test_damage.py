@@ -6,6 +6,7 @@ directories that are not stores."""
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -198,3 +199,49 @@ def test_files_checked_once_are_trusted_until_they_change(
     assert checked == [data.name, index.name]
     assert store.open_latest() is not None
     assert checked == [data.name, index.name]  # recorded again, trusted again
+
+
+# --- versions a runtime loaded: streamed into the store, checked the same way
+
+
+def spread_db(path: Path) -> Path:
+    """The customers of ``make_db``, their ids 3 apart (a hash table in the index)."""
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT, tier TEXT)")
+        conn.executemany("INSERT INTO customers VALUES (?, ?, ?)",
+                         [(3 * i, f"n{i}", "v1") for i in range(200)])
+    return path
+
+
+LOADED_DAMAGE = {**{f"data {name}": (False, damage) for name, damage in DAMAGE.items()},
+                 **{f"index {name}": (True, damage) for name, damage in INDEX_DAMAGE.items()}}
+
+
+@pytest.mark.parametrize("damaged", sorted(LOADED_DAMAGE))
+def test_a_version_a_runtime_loaded_is_refused_when_damaged_and_rebuilt(
+        tmp_path: Path, damaged: str) -> None:
+    db = spread_db(tmp_path / "dim.db")
+    p = provider(db, tmp_path / "scans", trigger=ManualTrigger(interval=3600.0))
+    loader = FullCachingRuntime(p, store=store_for(p, tmp_path / "store"))
+    loader.open()
+    try:
+        loader.trigger_reload().result(timeout=30)  # streamed into the store, published
+        assert loader.lookup((450,)) == ((450, "n150", "v1"),)
+    finally:
+        loader.close()
+    record = store_for(p, tmp_path / "store").latest()
+    assert record is not None
+    assert record.index
+    assert not list((tmp_path / "store").glob(".spool-*"))  # deleted once published
+    in_index, damage = LOADED_DAMAGE[damaged]
+    damage(tmp_path / "store" / (record.index if in_index else record.file))
+    reader = FullCachingRuntime(p, store=store_for(p, tmp_path / "store"))
+    reader.open()
+    try:
+        reader.trigger_reload().result(timeout=30)  # not due, but unreadable: loaded again
+        assert reader.lookup((450,)) == ((450, "n150", "v1"),)
+        assert reader.lookup((451,)) == ()
+        assert reader.cache.snapshot().version == 2
+        assert count_lines(tmp_path / "scans") == 2
+    finally:
+        reader.close()

@@ -9,6 +9,7 @@ other they behave as two processes do (``flock`` locks belong to open files).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pickle
@@ -25,12 +26,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from cache._spool import ColumnSpool, SpoolError
 from cache.full import FullSnapshot
 from cache.shared_full import SharedFullCache
 from cache.snapshot_store import SnapshotStore
 from lookup import FullCachingLookupProvider
 from lookup.full_caching import FullCachingRuntime
-from scan import CollectionSource
+from scan import CollectionSource, read_arrow
 from spark_lookup.errors import ConfigError, LookupLoadError, SnapshotUnavailableError
 from tests.snapshots.helpers import (
     ManualTrigger,
@@ -362,8 +364,60 @@ def test_a_store_that_cannot_take_a_version_still_serves_it_in_process(
     p = provider(db, tmp_path / "scans")
     runtime = opened(p, FullDisk(tmp_path / "store", fingerprint=p.snapshot_fingerprint()))
     runtime.trigger_reload().result(30)
-    assert runtime.lookup((5,)) == ((5, "n5", "v1"),)
+    assert runtime.lookup((5,)) == ((5, "n5", "v1"),)  # served from its spooled files
     assert not os.path.exists(tmp_path / "store" / "CURRENT")
+    assert not list((tmp_path / "store").glob(".spool-*"))  # deleted, still mapped
+    assert count_lines(tmp_path / "scans") == 1
+
+
+class NoRoomToSpool(FullDisk):
+    def spool(self, schema: pa.Schema) -> ColumnSpool:
+        spool = super().spool(schema)
+
+        def full(batch: pa.RecordBatch) -> None:
+            raise SpoolError(errno.ENOSPC, "No space left on device")
+
+        spool.append = full  # type: ignore[method-assign]
+        return spool
+
+
+def test_a_store_that_cannot_take_the_load_loads_in_memory_for_this_process(
+        tmp_path: Path, db: Path, opened: Callable[..., FullCachingRuntime],
+        caplog: pytest.LogCaptureFixture) -> None:
+    p = provider(db, tmp_path / "scans")
+    runtime = opened(p, NoRoomToSpool(tmp_path / "store", fingerprint=p.snapshot_fingerprint()))
+    runtime.trigger_reload().result(30)
+    assert runtime.lookup((5,)) == ((5, "n5", "v1"),)
+    assert count_lines(tmp_path / "scans") == 2  # the streamed read stopped, read again
+    assert "loading it in memory" in caplog.text
+    assert not list((tmp_path / "store").glob(".spool-*"))
+    assert runtime.metrics.load_count == 1
+    assert runtime.metrics.num_load_failures == 0
+
+
+def staged_source() -> CollectionSource:
+    return CollectionSource([(i, f"n{i}") for i in range(100)], num_splits=3,
+                            schema="k BIGINT, v STRING")
+
+
+def test_a_staged_snapshot_never_published_is_deleted(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path / "store")
+    cache = SharedFullCache(["k"], store)
+    cache.open()
+    source = staged_source()
+    schema = read_arrow(source).schema
+    with store.try_lock():
+        staged = cache.stage(read_arrow(source, 2).to_batches(max_chunksize=16), schema,
+                             loaded_at=5.0, version=1)
+        assert list(store.directory.glob(".spool-*"))
+    cache.close()
+    assert not list(store.directory.glob(".spool-*"))
+    assert staged.rows(staged.locate([(7,)])[1]) == [(7, "n7")]  # mapped: still readable
+    # Closed while it loaded: nobody will publish it, its files go at once.
+    with store.try_lock():
+        late = cache.stage(read_arrow(source).to_batches(), schema, loaded_at=6.0, version=2)
+    assert not list(store.directory.glob(".spool-*"))
+    assert late.num_rows == 100
 
 
 def test_a_due_timer_that_fires_early_waits_for_the_rest(

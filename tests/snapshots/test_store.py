@@ -9,6 +9,7 @@ import os
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -163,6 +164,77 @@ def test_a_writer_killed_midway_leaves_the_previous_version_and_nothing_partial(
         second = store.publish(table(50, "v2"), version=2, loaded_at=300.0, unique=True)
     assert version_files(store) == [second.file]
     assert not any(n.startswith(".tmp-") for n in os.listdir(store.directory))
+
+
+# --- a version spooled as it is loaded (SnapshotStore.spool, publish(spool=...))
+
+
+def spooled(store: SnapshotStore, t: pa.Table, batch_rows: int = 7) -> tuple[pa.Table, Any]:
+    spool = store.spool(t.schema)
+    for batch in t.to_batches(batch_rows):
+        spool.append(batch)
+    return spool.finish(), spool
+
+
+@pytest.mark.parametrize("batch_rows", [None, 30])
+def test_a_spooled_table_is_published_byte_for_byte_as_in_memory(
+        tmp_path: Path, batch_rows: int | None) -> None:
+    t = FullSnapshot.build(table(100).append_column("score", pa.array(
+        [None if i % 9 == 0 else i / 3 for i in range(100)])), ["id"], loaded_at=5.0)
+    records = []
+    for name in ("in-memory", "spooled"):
+        s = SnapshotStore(tmp_path / name / "t", fingerprint="fp", batch_rows=batch_rows)
+        with s.try_lock() as locked:
+            assert locked
+            if name == "spooled":
+                data, spool = spooled(s, t.table)
+                records.append(s.publish(data, version=1, loaded_at=5.0, unique=True,
+                                         index=t.key_index.payload(), spool=spool))
+                spool.discard()
+            else:
+                records.append(s.publish(t.table, version=1, loaded_at=5.0, unique=True,
+                                         index=t.key_index.payload()))
+        assert (s.directory / records[-1].file).read_bytes() == (
+            tmp_path / "in-memory" / "t" / records[0].file).read_bytes()
+        assert not [n for n in os.listdir(s.directory) if n.startswith((".spool-", ".tmp-"))]
+    assert records[0] == records[1]  # the same checksums
+
+
+def test_a_spooled_table_is_written_from_its_files_not_through_its_map(
+        store: SnapshotStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    copied: list[int] = []
+    real = store_module._ChecksummingSink._copy
+
+    def counting(self: Any, path: Path, start: int, size: int) -> None:
+        copied.append(size)
+        real(self, path, start, size)
+
+    monkeypatch.setattr(store_module._ChecksummingSink, "_copy", counting)
+    with store.try_lock():
+        data, spool = spooled(store, table(1000))
+        store.publish(data, version=1, loaded_at=5.0, unique=True, spool=spool)
+        assert sum(copied) == sum(span.size for span in spool.spans())
+        spool.discard()
+    found = store.read_latest()
+    assert found is not None
+    assert found[1].equals(table(1000))
+
+
+def test_spools_need_the_lock_and_dead_loaders_spools_are_deleted(
+        store: SnapshotStore) -> None:
+    with pytest.raises(RuntimeError, match="needs the lock"):
+        store.spool(table(1).schema)
+    (store.directory / ".spool-99999-deadbeef-0-0.values").write_bytes(b"left by a crash")
+    with store.try_lock():
+        data, spool = spooled(store, table(10))
+        assert not (store.directory / ".spool-99999-deadbeef-0-0.values").exists()
+        (store.directory / ".spool-99999-deadbeef-0-1.values").write_bytes(b"another")
+        with pytest.raises(ValueError, match="the spool finished"):
+            store.publish(table(10), version=1, loaded_at=5.0, unique=True, spool=spool)
+        store.publish(data, version=1, loaded_at=5.0, unique=True, spool=spool)
+        assert not (store.directory / ".spool-99999-deadbeef-0-1.values").exists()
+        assert all(spool.holds(n) for n in os.listdir(store.directory) if n.startswith(".spool"))
+        spool.discard()
 
 
 def test_the_pointer_key_changes_with_every_publication(store: SnapshotStore) -> None:
