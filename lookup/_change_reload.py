@@ -106,6 +106,11 @@ class ChangeReloads:
     def changes(self, changes: Sequence[Change]) -> None:
         """Changes arrived: reload soon."""
         self._metrics.inc_notifications(len(changes))
+        self.reload_soon()
+
+    def reload_soon(self) -> None:
+        """Reload soon, as for a change seen now (what an overlay of changes cannot
+        apply by key: "everything", or more keys than it holds)."""
         self._due(self._clock())
 
     def connected(self, reconnected: bool) -> None:
