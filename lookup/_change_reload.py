@@ -1,4 +1,5 @@
-"""A change feed applied to a full cache: reload soon after a change, debounced.
+"""A change feed applied to a full cache: reload soon after a change, debounced (a
+source without a keyed lookup, or what ``lookup._change_overlay`` cannot apply by key).
 
 :class:`ChangeReloads` is the full caching runtime's subscriber (``lookup._listener``).
 A change seen at time ``t`` needs a snapshot whose load started at or after ``t`` (the
