@@ -115,7 +115,10 @@ class ChangeOverlay:
             self._closed.set()
             self._queued.clear()
             self.current = None
-        self._executor.submit(self._close_function)
+        try:
+            self._executor.submit(self._close_function)
+        except RuntimeError:  # closed twice: shut down already
+            return
         self._executor.shutdown(wait=False)
 
     def _close_function(self) -> None:

@@ -128,6 +128,17 @@ class ChangeReloads:
                 return
         self._due(now)
 
+    def subscribed(self) -> None:
+        """The runtime subscribed, perhaps to a listener connected long ago (then no
+        :meth:`connected` comes): a version of the host's store loaded before now may
+        lack a change only other processes heard (one they hold in their overlays, or
+        one nobody heard), so reload soon unless another process has covered it."""
+        if self._host is None:
+            return  # not shared: its first load starts after it listens
+        served = self._served_since()
+        if served is not None and not self._host.covered(served):
+            self._due(self._clock())
+
     def disconnected(self) -> None:
         """The feed stopped listening: this process covers the host no more."""
         if self._host is not None:

@@ -165,6 +165,7 @@ class FullCachingRuntime(LookupRuntime):
                     clock=self.cache.clock, retry_policy=provider.retry_policy,
                     max_keys=provider.max_overlay_keys, describe=provider.describe())
             self._subscription = subscribe(feed, sink)
+            reloads.subscribed()
         self._trigger.open(self)
 
     def close(self) -> None:

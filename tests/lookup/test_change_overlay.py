@@ -398,6 +398,51 @@ def test_a_shared_store_serves_the_overlays_by_the_published_load_start(
             runtime.close()
 
 
+def test_a_worker_opening_after_changes_it_never_heard_reloads(tmp_path: Path) -> None:
+    """A runtime opening on a store whose version predates changes another worker
+    holds in its overlay (its listener already connected: no connection of its own
+    to hear about) reloads for the host rather than serve that version as current."""
+    db, counter = make_db(tmp_path / "dim.db", rows=20), tmp_path / "scans"
+    feed = InProcessChanges(["id"], min_interval=0)
+    provider = keyed(db, counter, feed, share_across_workers=True)
+
+    def runtime() -> FullCachingRuntime:
+        return FullCachingRuntime(provider, store=SnapshotStore(
+            tmp_path / "store", fingerprint=provider.snapshot_fingerprint()))
+
+    first, second = runtime(), runtime()
+    try:
+        first.open()
+        assert name_of(first, 3) == "n3"
+        set_name(db, 3, "changed")
+        feed.publish([(3,)])
+        wait_until(lambda: name_of(first, 3) == "changed", "the change")
+        assert count_lines(counter) == 1
+        second.open()
+        wait_until(lambda: name_of(second, 3) == "changed", "the reload")
+        assert count_lines(counter) == 2
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_worker_opening_with_nothing_changed_reloads_nothing(tmp_path: Path) -> None:
+    db, counter = make_db(tmp_path / "dim.db", rows=20), tmp_path / "scans"
+    feed = InProcessChanges(["id"], min_interval=0)
+    provider = keyed(db, counter, feed, share_across_workers=True)
+    runtimes = [FullCachingRuntime(provider, store=SnapshotStore(
+        tmp_path / "store", fingerprint=provider.snapshot_fingerprint())) for _ in range(2)]
+    try:
+        for runtime in runtimes:
+            runtime.open()
+            assert name_of(runtime, 3) == "n3"
+            settled(runtime, 0)
+        assert count_lines(counter) == 1  # the first listened since before its load
+    finally:
+        for runtime in runtimes:
+            runtime.close()
+
+
 # --- the overlay itself
 
 
