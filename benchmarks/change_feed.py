@@ -18,9 +18,10 @@ Streaming ``lookup_join``:
    and commit time (after ``COMMIT`` returned). A reader looks its pending keys up in
    both caches every 0.5 ms until it sees the new version: staleness = seen - commit.
    Reported: p50/p99/max per cache over every (reader, update); the partial caches'
-   keys loaded per update (O(changed keys): 1 a reader is the floor) and the full
-   caches' loads for the host (one host-wide load per reload: at most one per
-   ``min_interval``).
+   keys loaded per update (O(changed keys): 1 a reader is the floor), the full
+   caches' whole-table loads for the host (the first; then only for what cannot be
+   read by key) and their keys read by key per update (each reader reads the changed
+   key into its overlay: 1 a reader).
 2. Notification lag. One reader, its partial cache warmed with every row, also
    subscribes a timing sink to the feed's listener after its cache (the listener calls
    them in that order, so the sink's time is after the keys were dropped). The writer
@@ -33,7 +34,8 @@ Streaming ``lookup_join``:
    workers); ``--stream-updates`` UPDATEs of those keys over ``--stream-duration``
    seconds; staleness = the end of the first micro-batch whose output
    (``foreachBatch``, on the driver) shows the new version, minus the commit: it
-   includes the micro-batch's own latency.
+   includes the micro-batch's own latency. The joins report their metrics
+   (``metrics=True``): the source work of both caches over the run.
 
     .venv/bin/python benchmarks/change_feed.py [--rows 100000] [--readers 2]
         [--updates 1000] [--duration 60] [--min-interval 1] [--rate 10000]
@@ -157,6 +159,7 @@ def _reader(args: dict[str, Any], inbox: Any, outbox: Any) -> None:
         "partial_loads": after_partial["load_count"] - before["load_count"],
         "partial_invalidated": after_partial["num_keys_invalidated"],
         "full_loads": after_full["load_count"],
+        "full_change_reads": after_full["num_change_reads"],
         "full_notifications": after_full["num_notifications"],
     })
 
@@ -289,9 +292,10 @@ def staleness(args: argparse.Namespace, shared: dict[str, Any]) -> dict[str, Any
             "unseen": sum(r["unseen"]["full"] for r in results),
             "host_loads": sum(r["full_loads"] for r in results),
             "loads_by_reader": [r["full_loads"] for r in results],
-            # The first load, then at most one per min_interval (a later reader's first
-            # connection is covered by the reader listening since before that load).
-            "bound": 1 + int(args.duration / max(args.min_interval, 1e-9)) + 1,
+            # Keys read by key for the overlay: O(changed keys), 1 an update a reader
+            # (a key changed twice while unread is read once).
+            "keys_read_per_update_per_reader": round(
+                statistics.mean(r["full_change_reads"] for r in results) / args.updates, 3),
         },
     }
 
@@ -345,7 +349,7 @@ def streaming(args: argparse.Namespace, shared: dict[str, Any]) -> dict[str, Any
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from lookup import lookup_join
+    from lookup import lookup_join, lookup_metrics
 
     spark = (SparkSession.builder.master("local[2]").appName("spark-lookup-change-feed")
              .config("spark.ui.enabled", "false")
@@ -373,8 +377,9 @@ def streaming(args: argparse.Namespace, shared: dict[str, Any]) -> dict[str, Any
 
     keys = (spark.readStream.format("rate").option("rowsPerSecond", args.stream_rate).load()
             .select(((F.col("value") % args.hot) + 1).alias("id")))
-    joined = lookup_join(keys, partial, on="id", columns=["version"])
-    joined = lookup_join(joined, full, on="id", columns=["version"], prefix="f_")
+    joined = lookup_join(keys, partial, on="id", columns=["version"], metrics=True)
+    joined = lookup_join(joined, full, on="id", columns=["version"], prefix="f_",
+                         metrics=True)
     query = (joined.writeStream.foreachBatch(seen).trigger(processingTime="100 milliseconds")
              .start())
     try:
@@ -402,6 +407,9 @@ def streaming(args: argparse.Namespace, shared: dict[str, Any]) -> dict[str, Any
         while any(pending.values()) and time.monotonic() < deadline:
             time.sleep(0.1)
         progress = query.recentProgress
+        time.sleep(1.0)  # the latest micro-batches' reports
+        sources = {name: lookup_metrics(provider).snapshot()
+                   for name, provider in (("partial", partial), ("full", full))}
     finally:
         query.stop()
         spark.stop()
@@ -409,8 +417,12 @@ def streaming(args: argparse.Namespace, shared: dict[str, Any]) -> dict[str, Any
     return {"updates": args.stream_updates, "duration_s": args.stream_duration,
             "hot_keys": args.hot, "rows_per_s": args.stream_rate,
             "micro_batch_ms_median": statistics.median(durations) if durations else None,
-            "partial": {**_percentiles(stale["partial"]), "unseen": len(pending["partial"])},
-            "full": {**_percentiles(stale["full"]), "unseen": len(pending["full"])}}
+            "partial": {**_percentiles(stale["partial"]), "unseen": len(pending["partial"]),
+                        "keys_loaded": sources["partial"]["miss_count"],
+                        "queries": sources["partial"]["load_count"]},
+            "full": {**_percentiles(stale["full"]), "unseen": len(pending["full"]),
+                     "table_loads": sources["full"]["load_count"],
+                     "keys_read_by_key": sources["full"]["num_change_reads"]}}
 
 
 def main() -> None:

@@ -20,6 +20,7 @@ _COUNTERS = (
     "num_notifications",
     "num_keys_invalidated",
     "num_reconnect_flushes",
+    "num_change_reads",
 )
 _GAUGES = ("num_cached_records", "num_cached_bytes")
 FIELDS: tuple[str, ...] = (*_COUNTERS, "latest_load_time", *_GAUGES)
@@ -59,13 +60,14 @@ class CacheMetrics:
     (full-cache reloads that read nothing because the source was still at the version
     loaded, ``scan.Source.current_version``), and those of a change feed
     (``lookup.ChangeFeed``): ``num_notifications`` (change notifications received),
-    ``num_keys_invalidated`` (cached keys dropped because they changed) and
-    ``num_reconnect_flushes`` (whole-cache flushes after the feed's connection was lost).
+    ``num_keys_invalidated`` (cached keys dropped because they changed),
+    ``num_reconnect_flushes`` (whole-cache flushes after the feed's connection was lost)
+    and ``num_change_reads`` (keys a full cache read by key for its overlay of changes).
 
     - Counters (``hit_count``, ``miss_count``, ``load_count``, ``num_load_failures``,
       ``num_retries``, ``num_cache_errors``, ``num_bad_values``, ``reloads_skipped``,
-      ``num_notifications``, ``num_keys_invalidated``, ``num_reconnect_flushes``) only
-      grow.
+      ``num_notifications``, ``num_keys_invalidated``, ``num_reconnect_flushes``,
+      ``num_change_reads``) only grow.
     - ``latest_load_time`` is the duration in milliseconds of the latest load, -1 before any.
     - Gauges (``num_cached_records``, ``num_cached_bytes``) are read from the cache that
       registered them (:meth:`register_gauges`) at the moment they are read; bytes are an
@@ -133,6 +135,10 @@ class CacheMetrics:
         """Count ``n`` flushes of the whole cache after a change feed lost its connection."""
         self._add("num_reconnect_flushes", n)
 
+    def inc_change_reads(self, n: int = 1) -> None:
+        """Count ``n`` keys a full cache read by key because a change feed named them."""
+        self._add("num_change_reads", n)
+
     def record_load_time(self, millis: float) -> None:
         """Set ``latest_load_time`` to the duration of the load that just ended."""
         with self._lock:
@@ -164,6 +170,8 @@ class CacheMetrics:
     num_keys_invalidated = _Counter("Cached keys dropped because a change feed said they changed.")
     num_reconnect_flushes = _Counter(
         "Whole-cache flushes after a change feed lost its connection (changes may be missed).")
+    num_change_reads = _Counter(
+        "Keys a full cache read by key from its source because a change feed named them.")
     latest_load_time = _Counter("Duration in ms of the latest load; -1 before any load.")
 
     @property

@@ -1,4 +1,5 @@
-"""A change feed applied to a full cache: reload soon after a change, debounced.
+"""A change feed applied to a full cache: reload soon after a change, debounced (a
+source without a keyed lookup, or what ``lookup._change_overlay`` cannot apply by key).
 
 :class:`ChangeReloads` is the full caching runtime's subscriber (``lookup._listener``).
 A change seen at time ``t`` needs a snapshot whose load started at or after ``t`` (the
@@ -106,6 +107,11 @@ class ChangeReloads:
     def changes(self, changes: Sequence[Change]) -> None:
         """Changes arrived: reload soon."""
         self._metrics.inc_notifications(len(changes))
+        self.reload_soon()
+
+    def reload_soon(self) -> None:
+        """Reload soon, as for a change seen now (what an overlay of changes cannot
+        apply by key: "everything", or more keys than it holds)."""
         self._due(self._clock())
 
     def connected(self, reconnected: bool) -> None:
@@ -121,6 +127,17 @@ class ChangeReloads:
             if served is not None and self._host.covered(served):
                 return
         self._due(now)
+
+    def subscribed(self) -> None:
+        """The runtime subscribed, perhaps to a listener connected long ago (then no
+        :meth:`connected` comes): a version of the host's store loaded before now may
+        lack a change only other processes heard (one they hold in their overlays, or
+        one nobody heard), so reload soon unless another process has covered it."""
+        if self._host is None:
+            return  # not shared: its first load starts after it listens
+        served = self._served_since()
+        if served is not None and not self._host.covered(served):
+            self._due(self._clock())
 
     def disconnected(self) -> None:
         """The feed stopped listening: this process covers the host no more."""

@@ -8,8 +8,9 @@ snapshot for it: nothing was missed. Each listening full cache of a shared store
 this in the store's directory: a file ``.listening-<pid>-<random>`` holding when it
 started listening, locked (``flock``) for as long as it listens, so a mark whose
 process died is known by its free lock (and removed). A process that closes with a
-change not yet reloaded for leaves its time in ``.changes-pending``; a mark covers only
-a snapshot loaded after that.
+change not yet reloaded for leaves its time in ``.changes-pending``, as does a process
+that applies changes by key to its own overlay (those changes reach no snapshot); a
+mark covers only a snapshot loaded after that.
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ class HostListeners:
             os.close(fd)
 
     def leave_pending(self, since: float) -> None:
-        """This cache closes with a change seen at ``since`` not yet reloaded for."""
+        """A change seen at ``since`` is in no snapshot of the host yet: this cache
+        closes before reloading for it, or holds it in its overlay of changes."""
         path = self.directory / _PENDING
         try:
             since = max(since, self._pending())

@@ -44,19 +44,29 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from cache._keys import CacheKeys
+from cache._overlay import Overlay
 from cache.base import Key, Row
 from cache.full import FullSnapshot, LookupFullCache
 from cache.shared_full import SharedFullCache
 from cache.snapshot_store import SnapshotStore, StoredSnapshot
 from connectors.errors import should_retry
+from lookup._change_overlay import ChangeOverlay
 from lookup._change_reload import ChangeReloads
 from lookup._full_load import load_snapshot
 from lookup._host_listeners import HostListeners
 from lookup._listener import Subscription, subscribe
-from lookup._runtime_base import LookupRuntime, Probe, counting_bad_values
+from lookup._runtime_base import (
+    LookupRuntime,
+    Probe,
+    add_rows,
+    counting_bad_values,
+    probe_answers,
+)
 from lookup.providers import FullCachingLookupProvider
 from spark_lookup._load_priority import loading, lookup_turn
 from spark_lookup.errors import LookupLoadError
+from spark_lookup.schema import to_arrow_schema
 from triggers.scheduler import Scheduled, process_scheduler
 
 __all__ = ["FullCachingRuntime"]
@@ -120,6 +130,8 @@ class FullCachingRuntime(LookupRuntime):
         self._due_checked_until = -math.inf
         self._due_soon_from = math.inf
         self._change_reloads: ChangeReloads | None = None
+        self._change_overlay: ChangeOverlay | None = None
+        self._overlay_keys: CacheKeys | None = None
         self._subscription: Subscription | None = None
 
     @property
@@ -132,17 +144,29 @@ class FullCachingRuntime(LookupRuntime):
     def open(self) -> None:
         self.cache.open(self.metrics)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="lookup-full-reload")
-        feed = self._provider.changes
+        provider = self._provider
+        feed = provider.changes
         if feed is not None:
+            host = None if self._shared is None else HostListeners(self._shared.store.directory)
             # Listening before the first load: what it reads is covered by the feed.
-            self._change_reloads = ChangeReloads(
+            self._change_reloads = reloads = ChangeReloads(
                 served_since=self._served_since, reload=self._reload_for_change,
                 min_interval=feed.min_interval.total_seconds(), metrics=self.metrics,
                 clock=self.cache.clock, call_later=process_scheduler().call_later,
-                describe=self._provider.describe(),
-                host=None if self._shared is None else HostListeners(
-                    self._shared.store.directory))
-            self._subscription = subscribe(feed, self._change_reloads)
+                describe=provider.describe(), host=host)
+            sink: ChangeReloads | ChangeOverlay = reloads
+            if provider.change_lookup is not None:
+                schema = to_arrow_schema(provider.schema)
+                self._overlay_keys = CacheKeys(provider.key_columns, [
+                    schema.field(name).type for name in provider.key_columns])
+                self._change_overlay = sink = ChangeOverlay(
+                    function=provider.change_lookup, feed=feed, key_columns=provider.key_columns,
+                    key_types=provider.key_types, schema=schema, reloads=reloads,
+                    served_at=self._served_at, host=host, metrics=self.metrics,
+                    clock=self.cache.clock, retry_policy=provider.retry_policy,
+                    max_keys=provider.max_overlay_keys, describe=provider.describe())
+            self._subscription = subscribe(feed, sink)
+            reloads.subscribed()
         self._trigger.open(self)
 
     def close(self) -> None:
@@ -152,6 +176,8 @@ class FullCachingRuntime(LookupRuntime):
             self._closed.set()
         if self._subscription is not None:
             self._subscription.close()
+        if self._change_overlay is not None:
+            self._change_overlay.close()
         if self._change_reloads is not None:
             self._change_reloads.close()
         with self._lock:
@@ -211,6 +237,11 @@ class FullCachingRuntime(LookupRuntime):
             if latest is not None and (since is None or latest.loaded_at > since):
                 since = latest.loaded_at
         return since
+
+    def _served_at(self) -> float | None:
+        """When the load of the snapshot served started (None: none yet)."""
+        current = self.cache.current()
+        return None if current is None else current.loaded_at
 
     def _submit(self, fired_at: float, *, strict: bool = False) -> Future[None]:
         with self._lock:
@@ -523,16 +554,57 @@ class FullCachingRuntime(LookupRuntime):
         with lookup_turn(self._load_coming()):
             snapshot = self.cache.snapshot()
             groups = snapshot.groups(keys)
-        hits = int(np.count_nonzero(groups >= 0))
+            overlay = self._overlay(snapshot)
+            answer = None if overlay is None else overlay.answer(snapshot, groups, keys)
+        if answer is None:
+            probe = Probe(groups, snapshot.offsets, snapshot.table, one_row_each=snapshot.unique)
+        else:
+            probe = Probe(*answer)
+        hits = int(np.count_nonzero(probe.groups >= 0))
         self.metrics.inc_hits(hits)
         self.metrics.inc_misses(len(groups) - hits - _null_keys(keys))
-        return Probe(groups, snapshot.offsets, snapshot.table, one_row_each=snapshot.unique)
+        return probe
+
+    def _overlay(self, snapshot: FullSnapshot) -> Overlay | None:
+        """The changes served in front of ``snapshot`` (None: none, nor a feed)."""
+        changes = self._change_overlay
+        return None if changes is None else changes.serving(snapshot.loaded_at)
 
     def _lookup_distinct(self, keys: list[Key]) -> dict[Key, tuple[Row, ...]]:
         self._before_lookups()
         with lookup_turn(self._load_coming()):
-            found = self.cache.get_all(keys) if keys else {}
+            changes = self._change_overlay
+            if not keys:
+                found = {}
+            elif changes is None or changes.current is None:
+                found = self.cache.get_all(keys)
+            else:
+                return self._overlaid(keys)
         return {key: tuple(found[key]) for key in keys}
+
+    def _overlaid(self, keys: list[Key]) -> dict[Key, tuple[Row, ...]]:
+        """The rows of distinct keys from the snapshot and the overlay in front of it,
+        as the join's probe finds them (a key no key type value equals: none)."""
+        assert self._overlay_keys is not None
+        snapshot = self.cache.snapshot()
+        arrays, positions = self._overlay_keys.arrays(keys, strict=False)
+        answers: dict[int, tuple[Row, ...]] = {}
+        if len(arrays[0]):
+            groups = snapshot.groups(arrays)
+            overlay = self._overlay(snapshot)
+            answer = None if overlay is None else overlay.answer(snapshot, groups, arrays)
+            if answer is None:
+                matched, row_numbers = snapshot.expand(groups)
+                add_rows(answers, matched, snapshot.table.take(pa.array(row_numbers,
+                                                                        type=pa.int64())))
+            else:
+                answers = probe_answers(answer[0], answer[1], answer[2])
+        found = [answers.get(position, ()) if position >= 0 else () for position in
+                 positions.tolist()]
+        hits = sum(1 for rows in found if rows)
+        self.metrics.inc_hits(hits)
+        self.metrics.inc_misses(len(keys) - hits)
+        return dict(zip(keys, found, strict=True))
 
 
 def _null_keys(keys: Sequence[pa.Array]) -> int:

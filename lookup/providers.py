@@ -48,6 +48,7 @@ __all__ = [
 DEFAULT_BATCH_SIZE = 10_000
 DEFAULT_CAPACITY = 100
 DEFAULT_ASYNC_TIMEOUT = timedelta(seconds=180)
+DEFAULT_MAX_OVERLAY_KEYS = 100_000
 
 
 def _retry_policy(max_retries: int | None, retry_policy: RetryPolicy | None) -> RetryPolicy:
@@ -311,6 +312,8 @@ class FullCachingLookupProvider(LookupProvider):
     snapshot_dir: str | None = field(default=None, kw_only=True)
     snapshot_name: str | None = field(default=None, kw_only=True)
     changes: ChangeFeed | None = field(default=None, kw_only=True)
+    change_lookup: LookupFunction | None = field(default=None, kw_only=True)
+    max_overlay_keys: int = field(default=DEFAULT_MAX_OVERLAY_KEYS, kw_only=True)
 
     @property
     def kind(self) -> str:
@@ -357,6 +360,8 @@ class FullCachingLookupProvider(LookupProvider):
         snapshot_dir: str | os.PathLike[str] | None = None,
         snapshot_name: str | None = None,
         changes: ChangeFeed | None = None,
+        change_lookup: LookupFunction | None = None,
+        max_overlay_keys: int = DEFAULT_MAX_OVERLAY_KEYS,
     ) -> FullCachingLookupProvider:
         """A provider serving lookups from full snapshots of ``source``.
 
@@ -401,11 +406,25 @@ class FullCachingLookupProvider(LookupProvider):
             give one only to providers that read the same table.
         changes
             A :class:`~lookup.ChangeFeed` of the source's table (e.g.
-            :class:`~lookup.PostgresChanges`): a change reloads the cache soon after
-            (at most once per the feed's ``min_interval``; shared, one load for the
-            host), and a lost connection reloads it once the feed is back. The trigger
-            still reloads on its schedule, which bounds staleness when no notification
-            comes.
+            :class:`~lookup.PostgresChanges`). With a keyed lookup of the source
+            (``change_lookup``, or the source's own: a ``scan.SqlTableSource`` has one),
+            each worker reads the changed keys by key (one batched query per batch of
+            notifications) into an overlay served in front of the snapshot, so a change
+            is seen milliseconds after its notification and the source reads only the
+            changed keys. Without one (files, Delta, Iceberg), a change reloads the
+            cache soon after (at most once per the feed's ``min_interval``; shared, one
+            load for the host). "Everything changed" (a ``TRUNCATE``) and a lost
+            connection reload it either way. The trigger still reloads on its schedule,
+            which bounds staleness when no notification comes.
+        change_lookup
+            A :class:`~lookup.LookupFunction` reading rows of the source's table by key,
+            with the provider's schema and key columns (in order): what ``changes``
+            reads changed keys with, for a source that has no keyed lookup of its own
+            (or to replace it). Its rows must be those a load gives (the same filters,
+            values and types): a row it does not find is a deleted key.
+        max_overlay_keys
+            Changed keys a worker's overlay holds before it asks for a full reload
+            (default 100,000); it keeps serving meanwhile, and the reload empties it.
 
         Raises
         ------
@@ -428,6 +447,13 @@ class FullCachingLookupProvider(LookupProvider):
         share, directory = _sharing(share_across_workers, snapshot_dir, snapshot_name)
         if changes is not None:
             _check_changes(changes, keys, f"the full cache of {type(source).__name__}")
+            if change_lookup is None:
+                change_lookup = _source_lookup(source, keys)
+        elif change_lookup is not None:
+            raise ConfigError("change_lookup reads the keys a change feed names: give "
+                              "changes= too")
+        if change_lookup is not None:
+            _check_change_lookup(change_lookup, schema, keys)
         return cls(
             schema, tuple(keys), _retry_policy(max_retries, retry_policy), None, source=source,
             reload_trigger=reload_trigger,
@@ -439,7 +465,45 @@ class FullCachingLookupProvider(LookupProvider):
             snapshot_dir=directory,
             snapshot_name=None if snapshot_name is None else check_store_name(snapshot_name),
             changes=changes,
+            change_lookup=change_lookup,
+            max_overlay_keys=check_int(max_overlay_keys, "max_overlay_keys"),
         )
+
+
+def _source_lookup(source: Any, key_columns: Sequence[str]) -> LookupFunction | None:
+    """The keyed lookup of a source that has one (a SQL table: the same table, columns,
+    filters, schema and bad-value mode), else None."""
+    from lookup.connectors.sql import SqlLookupFunction
+    from scan import SqlTableSource
+
+    if not isinstance(source, SqlTableSource):
+        return None
+    table = source.keyed_table(key_columns)
+    return None if table is None else SqlLookupFunction.over(table)
+
+
+def _check_change_lookup(function: object, schema: StructType,
+                         key_columns: Sequence[str]) -> None:
+    """Refuse a change lookup whose rows would not be the snapshot's.
+
+    Raises
+    ------
+    ConfigError
+        For another kind of function, other key columns, or another schema.
+    """
+    check_instance(function, LookupFunction, "change_lookup", "a lookup.LookupFunction")
+    assert isinstance(function, LookupFunction)
+    keys = function.key_fields()
+    if keys != list(key_columns):
+        raise ConfigError(f"change_lookup {type(function).__name__} looks up by {keys}; the "
+                          f"full cache by {list(key_columns)} (the same columns, in order)")
+    theirs = [(f.name, f.dataType) for f in function.struct.fields]
+    ours = [(f.name, f.dataType) for f in schema.fields]
+    if theirs != ours:
+        raise ConfigError(
+            f"change_lookup {type(function).__name__} has the schema "
+            f"{function.struct.simpleString()}; the full cache {schema.simpleString()}: its "
+            "rows must be the source's, column for column")
 
 
 def _sharing(share: object, directory: object, name: object) -> tuple[bool | None, str | None]:

@@ -163,6 +163,14 @@ class SqlLookupFunction(PerProcess, KeyedLookupFunction):
         self._codec = KeyCodec(keys, [struct[name].dataType for name in keys], f"table {table!r}")
         self._init_runtime()
 
+    @classmethod
+    def over(cls, table: SqlTable) -> SqlLookupFunction:
+        """A function looking rows of ``table`` up by its key columns, with its
+        connection factory, schema, filters, bad-value mode and timeout (what a
+        ``scan.SqlTableSource`` gives for its changed keys: ``keyed_table``)."""
+        return cls(table.factory, table.table, list(table.key_columns), schema=table.declared,
+                   filters=table.filters, mode=table.mode, timeout=table.timeout)
+
     def _init_runtime(self) -> None:
         self._lock = threading.Lock()
         self._local = threading.local()

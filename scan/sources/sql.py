@@ -357,6 +357,18 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
                               f"it returned {len(rows)}")
         return tuple(version_value(value, self._table) for value in rows[0])
 
+    def keyed_table(self, key_columns: Sequence[str]) -> SqlTable | None:
+        """This table read by ``key_columns``: the same connection factory, schema,
+        filters and bad-value mode, so that the rows of a key read through it are the
+        rows a scan reads (a row the filters leave out: none). A full cache with a
+        change feed reads the changed keys through it. A subclass may return None:
+        changes then reload the table.
+
+        Runs where the provider is built (the schema is resolved there).
+        """
+        return SqlTable(self._sql.factory, self._table, schema=self.schema,
+                        key_columns=key_columns, filters=self._sql.filters, mode=self._sql.mode)
+
     def read_plan(self) -> ChunkPlan:
         """The resolved chunk plan (split column, ordering, resume), reading the catalog
         on the first call.

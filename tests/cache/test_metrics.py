@@ -17,7 +17,8 @@ def test_fresh_metrics() -> None:
         "hit_count": 0, "miss_count": 0, "load_count": 0, "num_load_failures": 0,
         "num_retries": 0, "num_cache_errors": 0, "num_bad_values": 0, "reloads_skipped": 0,
         "num_notifications": 0, "num_keys_invalidated": 0, "num_reconnect_flushes": 0,
-        "latest_load_time": -1, "num_cached_records": 0, "num_cached_bytes": 0,
+        "num_change_reads": 0, "latest_load_time": -1, "num_cached_records": 0,
+        "num_cached_bytes": 0,
     }
 
 

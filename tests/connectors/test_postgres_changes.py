@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
+import pyarrow as pa
 import pytest
 
 from cache import DefaultLookupCache
@@ -295,18 +296,76 @@ def test_a_partial_cache_sees_an_update_and_reloads_only_that_key(dim: PgFactory
         assert handle.lookup_batch([(1,), (1000,)]) == {(1,): (), (1000,): ((1000, "v0"),)}
 
 
-def test_a_full_cache_reloads_after_an_update(dim: PgFactory) -> None:
-    feed, _ = changes(dim, min_interval=0)
+def full(dim: PgFactory, feed: PostgresChanges) -> FullCachingLookupProvider:
     source = SqlTableSource(dim, "dim", schema="id BIGINT, name STRING")
-    provider = FullCachingLookupProvider.of(source, PeriodicCacheReloadTrigger(HOUR), ["id"],
-                                            changes=feed, share_across_workers=False)
-    with open_lookup(provider) as handle:
+    return FullCachingLookupProvider.of(source, PeriodicCacheReloadTrigger(HOUR), ["id"],
+                                        changes=feed, share_across_workers=False)
+
+
+def test_a_full_cache_reads_changed_keys_by_key_and_reloads_after_truncate(
+        dim: PgFactory) -> None:
+    feed, _ = changes(dim, min_interval=0)
+    with open_lookup(full(dim, feed)) as handle:
         assert handle.lookup((5,)) == ((5, "v0"),)
         execute(dim, "UPDATE dim SET name = 'v1' WHERE id = 5")
-        wait_until(lambda: handle.lookup((5,)) == ((5, "v1"),), "the reload")
-        assert handle.metrics.load_count == 2
+        wait_until(lambda: handle.lookup((5,)) == ((5, "v1"),), "the change")
+        execute(dim, "INSERT INTO dim VALUES (500, 'new')")
+        execute(dim, "DELETE FROM dim WHERE id = 6")
+        execute(dim, "UPDATE dim SET id = 1000 WHERE id = 7")  # the key itself changed
+        wait_until(lambda: handle.lookup((1000,)) == ((1000, "v0"),), "the changes")
+        assert handle.lookup_batch([(500,), (6,), (7,), (8,)]) == {
+            (500,): ((500, "new"),), (6,): (), (7,): (), (8,): ((8, "v0"),)}
+        assert handle.metrics.load_count == 1  # no reload: 5 keys read by key
+        assert handle.metrics.num_change_reads == 5
         execute(dim, "TRUNCATE dim")
         wait_until(lambda: handle.lookup((5,)) == (), "the reload")
+        assert handle.metrics.load_count == 2
+
+
+def test_full_cache_lookups_racing_updates_end_with_the_database_s_rows(
+        dim: PgFactory) -> None:
+    """Join-style probes hammer 20 keys while a writer updates them; once every
+    update's notification is applied, every key answers the database's row."""
+    feed, _ = changes(dim, min_interval=0)
+    updates = 300
+    with open_lookup(full(dim, feed)) as handle:
+        runtime = handle.runtime
+        keys = [pa.array([*range(1, 21), None, 3], pa.int64())]
+        runtime.probe(keys)
+        stop = threading.Event()
+        errors: list[BaseException] = []
+
+        def look() -> None:
+            try:
+                while not stop.is_set():
+                    runtime.probe(keys)
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=look, daemon=True) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        try:
+            with psycopg.connect(dim.dsn, autocommit=True,
+                                 options=f"-c search_path={dim.schema}") as writer:
+                chooser = random.Random(11)
+                for version in range(1, updates + 1):
+                    writer.execute("UPDATE dim SET name = %s WHERE id = %s",
+                                   (f"v{version}", chooser.randint(1, 20)))
+            overlay = runtime._change_overlay  # type: ignore[attr-defined]
+            wait_until(lambda: handle.metrics.num_notifications >= updates
+                       and overlay.idle(), "the changes")
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(TIMEOUT)
+        assert not errors
+        truth = dict(execute(dim, "SELECT id, name FROM dim WHERE id <= 20"))
+        probe = runtime.probe(keys)
+        names = probe.rows.column("name").to_pylist()
+        found = [names[group] if group >= 0 else None for group in probe.groups.tolist()]
+        assert found == [truth[key] for key in range(1, 21)] + [None, truth[3]]
+        assert handle.metrics.load_count == 1
 
 
 def test_a_change_committed_while_the_listener_is_killed_is_seen_after_reconnecting(

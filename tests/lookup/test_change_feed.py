@@ -541,10 +541,20 @@ def test_a_reconnection_reloads_and_is_counted() -> None:
 # --- full caches: end to end
 
 
-def full(db: Path, counter: Path, feed: ChangeFeed, **kw: Any) -> FullCachingLookupProvider:
+class ScanOnlySource(CountingSqlSource):
+    """The table without a keyed lookup (as files, Delta, Iceberg): changes reload it."""
+
+    def keyed_table(self, key_columns: Sequence[str]) -> None:
+        return None
+
+
+def full(db: Path, counter: Path, feed: ChangeFeed, *, keyed: bool = False,
+         **kw: Any) -> FullCachingLookupProvider:
+    """A full cache of the table; ``keyed``: changes go to its overlay, else reload."""
     kw.setdefault("share_across_workers", False)
-    return FullCachingLookupProvider.of(CountingSqlSource(db, counter), ManualTrigger(), ["id"],
-                                        parallelism=2, changes=feed, **kw)
+    source = (CountingSqlSource if keyed else ScanOnlySource)(db, counter)
+    return FullCachingLookupProvider.of(source, ManualTrigger(), ["id"], parallelism=2,
+                                        changes=feed, **kw)
 
 
 def set_name(db: Path, key: int, name: str) -> None:
