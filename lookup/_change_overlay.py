@@ -32,6 +32,7 @@ Races, with no change lost and no stale row installed:
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -106,6 +107,9 @@ class ChangeOverlay:
         self._asked_at: float | None = None  # when the bound last asked for a reload
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="lookup-change-reads")
         self.current: Overlay | None = None
+        self.trimmed_to = -math.inf
+        """The newest snapshot load start the overlay was trimmed for: a probe holding an
+        older snapshot must take the newer one (the entries it lacks are gone)."""
         """The overlay as last published (None: empty); probes use :meth:`serving`."""
 
     def close(self) -> None:
@@ -146,6 +150,7 @@ class ChangeOverlay:
             overlay = self.current
             if overlay is not None and overlay.base < loaded_at:
                 overlay = self.current = overlay.since(loaded_at)
+                self.trimmed_to = max(self.trimmed_to, loaded_at)
         return overlay
 
     # --- the listener's side

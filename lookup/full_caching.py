@@ -552,9 +552,8 @@ class FullCachingRuntime(LookupRuntime):
         nulls welcome), its offsets and rows; a hit or miss counted per non-null key."""
         self._before_lookups()
         with lookup_turn(self._load_coming()):
-            snapshot = self.cache.snapshot()
+            snapshot, overlay = self._serving()
             groups = snapshot.groups(keys)
-            overlay = self._overlay(snapshot)
             answer = None if overlay is None else overlay.answer(snapshot, groups, keys)
         if answer is None:
             probe = Probe(groups, snapshot.offsets, snapshot.table, one_row_each=snapshot.unique)
@@ -565,10 +564,19 @@ class FullCachingRuntime(LookupRuntime):
         self.metrics.inc_misses(len(groups) - hits - _null_keys(keys))
         return probe
 
-    def _overlay(self, snapshot: FullSnapshot) -> Overlay | None:
-        """The changes served in front of ``snapshot`` (None: none, nor a feed)."""
+    def _serving(self) -> tuple[FullSnapshot, Overlay | None]:
+        """The snapshot served and the changes in front of it (None: none, nor a feed).
+        Another thread may have trimmed the overlay for a newer snapshot since this one
+        was read: the entries this one lacks are gone, so the newer one is taken."""
+        snapshot = self.cache.snapshot()
         changes = self._change_overlay
-        return None if changes is None else changes.serving(snapshot.loaded_at)
+        if changes is None:
+            return snapshot, None
+        overlay = changes.serving(snapshot.loaded_at)
+        while snapshot.loaded_at < changes.trimmed_to:
+            snapshot = self.cache.snapshot()
+            overlay = changes.serving(snapshot.loaded_at)
+        return snapshot, overlay
 
     def _lookup_distinct(self, keys: list[Key]) -> dict[Key, tuple[Row, ...]]:
         self._before_lookups()
@@ -586,12 +594,11 @@ class FullCachingRuntime(LookupRuntime):
         """The rows of distinct keys from the snapshot and the overlay in front of it,
         as the join's probe finds them (a key no key type value equals: none)."""
         assert self._overlay_keys is not None
-        snapshot = self.cache.snapshot()
+        snapshot, overlay = self._serving()
         arrays, positions = self._overlay_keys.arrays(keys, strict=False)
         answers: dict[int, tuple[Row, ...]] = {}
         if len(arrays[0]):
             groups = snapshot.groups(arrays)
-            overlay = self._overlay(snapshot)
             answer = None if overlay is None else overlay.answer(snapshot, groups, arrays)
             if answer is None:
                 matched, row_numbers = snapshot.expand(groups)

@@ -499,3 +499,26 @@ def test_change_lookup_needs_a_feed_and_the_source_s_shape(tmp_path: Path) -> No
     provider = FullCachingLookupProvider.of(source, ManualTrigger(), ["id"], changes=feed)
     assert provider.change_lookup is not None  # the source's own
     assert FullCachingLookupProvider.of(source, ManualTrigger(), ["id"]).change_lookup is None
+
+
+def test_a_probe_holding_a_snapshot_older_than_the_trim_takes_the_newer_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db, counter = make_db(tmp_path / "dim.db", rows=20), tmp_path / "scans"
+    feed = InProcessChanges(["id"], min_interval=0)
+    with open_lookup(keyed(db, counter, feed)) as handle:
+        runtime = handle.runtime
+        assert isinstance(runtime, FullCachingRuntime)
+        assert name_of(handle, 3) == "n3"
+        older = runtime.cache.snapshot()
+        set_name(db, 3, "changed")
+        feed.publish([(3,)])
+        wait_until(lambda: name_of(handle, 3) == "changed", "the change")
+        runtime.trigger_reload().result(TIMEOUT)
+        assert name_of(handle, 3) == "changed"  # this probe trims the overlay for the load
+        current = runtime.cache.snapshot
+        handed = iter([older])
+        # A thread that read the older snapshot just before another trimmed the overlay:
+        monkeypatch.setattr(runtime.cache, "snapshot", lambda: next(handed, None) or current())
+        probe = runtime.probe([pa.array([3], pa.int64())])
+        rows = probe.rows.take(pa.array([probe.groups[0]])).column("name").to_pylist()
+        assert rows == ["changed"]  # not the older snapshot's "n3"
