@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from cache.metrics import CacheMetrics
 from spark_lookup._shown import shown
+from spark_lookup.errors import KeyKindError
 
 __all__ = ["Key", "LookupCache", "Row", "Rows", "answers_to_arrow", "expand", "key_tuples",
            "row_ranges", "rows_to_table"]
@@ -232,9 +233,15 @@ def rows_to_table(rows: Sequence[Row], schema: pa.Schema) -> pa.Table:
 
 
 def check_key(key: object) -> Key:
-    """Validate a key argument: a tuple, so a scalar is never mistaken for a 1-tuple."""
+    """Validate a key argument: a tuple, so a scalar is never mistaken for a 1-tuple.
+
+    Raises
+    ------
+    KeyKindError
+        If ``key`` is not a tuple.
+    """
     if not isinstance(key, tuple):
-        raise TypeError(f"a lookup key must be a tuple, got {type(key).__name__}: {shown(key)}")
+        raise KeyKindError(f"a lookup key must be a tuple, got {type(key).__name__}: {shown(key)}")
     return key
 
 

@@ -38,7 +38,7 @@ from cache.metrics import CacheMetrics
 from connectors.rows import python_values
 from spark_lookup import options as opts
 from spark_lookup._shown import shown
-from spark_lookup.errors import ConfigError
+from spark_lookup.errors import ConfigError, KeyKindError
 from spark_lookup.options import check_bool, check_callable, check_int
 
 __all__ = ["DefaultLookupCache", "DefaultLookupCacheBuilder"]
@@ -515,7 +515,7 @@ class DefaultLookupCache(LookupCache):
             try:
                 CacheKeys(names, types)
             except ConfigError as exc:
-                raise TypeError(f"keys {shown(keys[0])} cannot be cached: {exc}") from None
+                raise KeyKindError(f"keys {shown(keys[0])} cannot be cached: {exc}") from None
             self._key_types, self._key_names = types, names
             self._reset()
         if self._schema is None and rows:
@@ -689,9 +689,10 @@ class DefaultLookupCache(LookupCache):
 
         Raises
         ------
+        KeyKindError
+            For a key that is not a tuple or does not convert to the key types.
         TypeError
-            For a key that is not a tuple or does not convert to the key types, or rows
-            that do not convert to the row types (naming the column).
+            For rows that do not convert to the row types (naming the column).
         """
         frozen = [(check_key(key), freeze_rows(key, rows)) for key, rows in entries.items()]
         if not frozen:

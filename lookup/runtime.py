@@ -477,7 +477,7 @@ def _new_runtime(provider: LookupProvider) -> LookupRuntime:
         return FullCachingRuntime(provider)
     if isinstance(provider, (LookupFunctionProvider, AsyncLookupFunctionProvider)):
         return _LoadingRuntime(provider)
-    raise TypeError(f"expected a lookup provider, got {type(provider).__name__}")
+    raise ConfigError(f"expected a lookup provider, got {type(provider).__name__}")
 
 
 @dataclass
@@ -623,6 +623,13 @@ def open_lookup(provider: LookupProvider) -> LookupHandle:
     >>> with open_lookup(LookupFunctionProvider.of(Squares())) as handle:
     ...     handle.lookup_batch([(2,), (3,), (2,), (None,)])
     {(2,): ((2, 4),), (3,): ((3, 9),), (None,): ()}
+
+    Raises
+    ------
+    ConfigError
+        If ``provider`` is not a lookup provider.
     """
+    if not isinstance(provider, LookupProvider):
+        raise ConfigError(f"expected a lookup provider, got {type(provider).__name__}")
     return LookupHandle(provider)
 

@@ -41,7 +41,7 @@ from lookup._join_plan import keys_compatible
 from lookup._worker import worker_runtime
 from lookup.providers import LookupProvider
 from lookup.runtime import LookupRuntime
-from spark_lookup.errors import ConfigError
+from spark_lookup.errors import ConfigError, KeyKindError
 from spark_lookup.schema import to_arrow_type
 
 __all__ = ["register_lookup_function", "register_lookup_table_function"]
@@ -160,7 +160,7 @@ class _StructLookup:
                 self.name, self.provider, position, from_arrow_type(array.type)
             )
         if problem is not None:
-            raise TypeError(problem)
+            raise KeyKindError(problem)
 
     def lookup_batch(self, arrays: Sequence[pa.Array], runtime: LookupRuntime) -> pa.Array:
         """The first matching row of each row's key as a struct; NULL when none."""
@@ -310,7 +310,7 @@ def _make_analyze(name: str, provider: LookupProvider, schema: T.StructType) -> 
             else:
                 problem = _argument_error(name, provider, position, argument.dataType)
         if problem is not None:
-            raise TypeError(problem)
+            raise KeyKindError(problem)
         return AnalyzeResult(schema)
 
     return analyze

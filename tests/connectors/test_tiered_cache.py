@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from cache import CacheMetrics, DefaultLookupCache, RedisLookupCache, TieredLookupCache
+from spark_lookup.errors import ConfigError
 from tests.cache.contract import LookupCacheContract
 from tests.clock import FakeTimer
 from tests.connectors.conftest import RedisServer
@@ -135,7 +136,7 @@ def test_pickles_as_configuration(make: Any) -> None:
 
 def test_construction_errors() -> None:
     l1 = near()
-    with pytest.raises(TypeError, match="l2 must be a LookupCache"):
+    with pytest.raises(ConfigError, match="l2 must be a LookupCache"):
         TieredLookupCache(l1, object())  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="different"):
         TieredLookupCache(l1, l1)
