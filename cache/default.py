@@ -25,6 +25,7 @@ from cache._key_hash import hash_keys, is_exact
 from cache._keys import CacheKeys, matchable
 from cache._segments import Segments
 from cache.base import (
+    CachedAnswers,
     Key,
     LookupCache,
     Row,
@@ -572,9 +573,7 @@ class DefaultLookupCache(LookupCache):
             self._expire(self._now())
             return self._live, self._nbytes()
 
-    def get_arrow(
-        self, keys: Sequence[pa.Array]
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, pa.Table]:
+    def get_arrow(self, keys: Sequence[pa.Array]) -> CachedAnswers:
         """The cached answers of distinct keys given as arrays of the key types, found
         in bulk (see :meth:`LookupCache.get_arrow`). While no put comes between reads,
         the rows are merged into one segment and answered in place: no row is copied."""
@@ -593,9 +592,11 @@ class DefaultLookupCache(LookupCache):
         hits = int(hit.sum())
         self._metrics.inc_hits(hits)
         self._metrics.inc_misses(len(hit) - hits)
-        return hit, groups, offsets, table if table is not None else schema.empty_table()
+        return CachedAnswers(hit, groups, offsets,
+                             table if table is not None else schema.empty_table())
 
-    def put_arrow(self, keys: Sequence[pa.Array], index: pa.Array, rows: Any) -> None:
+    def put_arrow(self, keys: Sequence[pa.Array], index: pa.Array,
+                  rows: pa.Table | pa.RecordBatch) -> None:
         """Cache the answers of distinct keys in bulk (see :meth:`LookupCache.put_arrow`)."""
         self._bound_schema()
         arrays = [a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in keys]

@@ -25,7 +25,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cache._fit import misfit_check
-from cache.base import Key, LookupCache, Row, answers_to_arrow, key_tuples, row_ranges
+from cache.base import (
+    CachedAnswers,
+    Key,
+    LookupCache,
+    Row,
+    answers_to_arrow,
+    key_tuples,
+    row_ranges,
+)
 from cache.default import DefaultLookupCache
 from cache.metrics import CacheMetrics
 from connectors.keys import KeyCodec
@@ -240,8 +248,7 @@ class _LoadingRuntime(LookupRuntime):
             add_rows(answers, fetched.miss[fetched.row_keys], fetched.loaded)
         return answers
 
-    def _cached(self, cache: LookupCache, arrays: list[pa.Array]
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, pa.Table]:
+    def _cached(self, cache: LookupCache, arrays: list[pa.Array]) -> CachedAnswers:
         """The cache's answers in Arrow, checked unless the cache is the in-process one."""
         if not self._check_cached:
             return cache.get_arrow(arrays)
