@@ -10,7 +10,7 @@ import pytest
 
 from cache import CacheMetrics, DefaultLookupCache, RedisLookupCache, TieredLookupCache
 from spark_lookup.errors import ConfigError
-from tests.cache.contract import LookupCacheContract
+from tests.cache.contract import Binding, LookupCacheContract
 from tests.clock import FakeTimer
 from tests.connectors.conftest import RedisServer
 
@@ -27,9 +27,11 @@ def near(timer: FakeTimer | None = None, **options: Any) -> DefaultLookupCache:
 @pytest.fixture
 def make(redis_url: str, redis_prefix: str) -> Any:
     def build(metrics: CacheMetrics | None = None, l1: DefaultLookupCache | None = None,
-              **options: Any) -> TieredLookupCache:
+              bind: Binding | None = None, **options: Any) -> TieredLookupCache:
         far = RedisLookupCache(redis_url, redis_prefix.rstrip(":"), ttl=60, **options)
         cache = TieredLookupCache(l1 if l1 is not None else near(), far)
+        if bind is not None:
+            cache.bind(*bind)
         cache.open(metrics)
         return cache
 
