@@ -1,13 +1,14 @@
-"""Lookup caches: partial (size/TTL), full (whole-table snapshot), Redis and tiered.
+"""Lookup caches: partial (size/TTL), Redis and tiered.
 
-The full cache's snapshot and the host snapshot store it shares between processes are
-the lookup runtime's machinery, not API: ``cache.full``, ``cache.shared_full`` and
-``cache.snapshot_store`` hold them.
+The full cache (``cache.full.LookupFullCache``), its snapshot and the host snapshot
+store it shares between processes are the full-caching runtime's machinery, not API:
+only that runtime builds one (``FullCachingLookupProvider``), and it refuses ``put``
+and ``invalidate``. ``cache.full``, ``cache.shared_full`` and ``cache.snapshot_store``
+hold them.
 """
 
 from cache.base import Key, LookupCache, Row, Rows
 from cache.default import DefaultLookupCache, DefaultLookupCacheBuilder
-from cache.full import LookupFullCache
 from cache.metrics import CacheMetrics
 from cache.redis import RedisLookupCache
 from cache.tiered import TieredLookupCache
@@ -18,7 +19,6 @@ __all__ = [
     "DefaultLookupCacheBuilder",
     "Key",
     "LookupCache",
-    "LookupFullCache",
     "RedisLookupCache",
     "Row",
     "Rows",

@@ -20,7 +20,7 @@ import pyarrow as pa
 from cache.base import Key
 from connectors.keys import KeyCodec
 from spark_lookup._shown import shown
-from spark_lookup.errors import ConfigError
+from spark_lookup.errors import ConfigError, KeyKindError
 
 __all__ = ["CacheKeys", "matchable"]
 
@@ -60,7 +60,7 @@ class CacheKeys:
 
         Raises
         ------
-        TypeError
+        KeyKindError
             When ``strict`` (a put), for a key that is no value of the key types (a
             wrong kind, out of range, or inexact: ``1.5`` for an integer column); a key
             holding a null or NaN is never refused, only never cached.
@@ -90,6 +90,6 @@ class CacheKeys:
                     raise self._refused(keys[i], "no value of the column's type equals it")
         return arrays, positions
 
-    def _refused(self, key: Key, why: object) -> TypeError:
-        return TypeError(f"key {shown(key)} does not convert to the cache's key types "
+    def _refused(self, key: Key, why: object) -> KeyKindError:
+        return KeyKindError(f"key {shown(key)} does not convert to the cache's key types "
                          f"{[str(t) for t in self.types]}: {why}")

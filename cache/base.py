@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 
 from cache.metrics import CacheMetrics
 from spark_lookup._shown import shown
+from spark_lookup.errors import KeyKindError
 
-__all__ = ["Key", "LookupCache", "Row", "Rows", "answers_to_arrow", "expand", "key_tuples",
-           "row_ranges", "rows_to_table"]
+__all__ = ["CachedAnswers", "Key", "LookupCache", "Row", "Rows", "answers_to_arrow", "expand",
+           "key_tuples", "row_ranges", "rows_to_table"]
 
 Key = tuple[Any, ...]
 """A lookup key: a tuple of scalars in the order of the key columns."""
@@ -21,6 +22,21 @@ Row = tuple[Any, ...]
 """A dimension row: a tuple in the order of the dimension schema."""
 Rows = Sequence[Row]
 """The rows stored for one key: empty (a cached miss), one, or many."""
+
+
+class CachedAnswers(NamedTuple):
+    """What :meth:`LookupCache.get_arrow` found for ``n`` distinct keys; key ``i``'s
+    rows are ``rows[offsets[groups[i]] : offsets[groups[i] + 1]]``. A tuple, so
+    ``hit, groups, offsets, rows = cache.get_arrow(keys)`` unpacks it."""
+
+    hit: np.ndarray
+    """``bool[n]``: answered from the cache, an empty answer included."""
+    groups: np.ndarray
+    """``int64[n]``: each key's group of rows; -1 for none (a miss, or an empty answer)."""
+    offsets: np.ndarray
+    """``int64``: where each group's rows start in ``rows``, and the last one ends."""
+    rows: pa.Table
+    """Rows of the bound schema; may hold rows of other keys too."""
 
 
 class LookupCache(ABC):
@@ -105,15 +121,9 @@ class LookupCache(ABC):
             raise RuntimeError(f"{type(self).__name__}.bind() must come before its Arrow methods")
         return bound  # type: ignore[no-any-return]
 
-    def get_arrow(
-        self, keys: Sequence[pa.Array]
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, pa.Table]:
+    def get_arrow(self, keys: Sequence[pa.Array]) -> CachedAnswers:
         """The cached answers of ``n`` distinct keys (one array per key column, no
-        nulls): ``hit`` (``bool[n]``: answered from the cache, an empty answer
-        included), and the rows in the form of a lookup probe: key ``i``'s rows are
-        ``rows[offsets[groups[i]] : offsets[groups[i] + 1]]``, none where ``groups[i]``
-        is -1 (a miss, or a cached empty answer); ``rows`` has the bound schema and may
-        hold rows of other keys too.
+        nulls), in the form of a lookup probe (see :class:`CachedAnswers`).
 
         This default goes through :meth:`get_all` (a Python tuple per key and row);
         :class:`~cache.DefaultLookupCache` answers in Arrow, without them.
@@ -122,7 +132,8 @@ class LookupCache(ABC):
         tuples = key_tuples(keys)
         return answers_to_arrow(tuples, self.get_all(tuples), schema)
 
-    def put_arrow(self, keys: Sequence[pa.Array], index: pa.Array, rows: Any) -> None:
+    def put_arrow(self, keys: Sequence[pa.Array], index: pa.Array,
+                  rows: pa.Table | pa.RecordBatch) -> None:
         """Cache the answers of ``n`` distinct keys: row ``j`` of ``rows`` (a table or
         record batch of the bound schema) belongs to key ``index[j]``; a key without
         rows is cached as a missing key, if the cache keeps those.
@@ -167,7 +178,7 @@ def key_tuples(keys: Sequence[pa.Array]) -> list[Key]:
 
 def answers_to_arrow(
     keys: Sequence[Key], found: Mapping[Key, Rows], schema: pa.Schema
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, pa.Table]:
+) -> CachedAnswers:
     """The answers of :meth:`LookupCache.get_all` in the form of ``get_arrow``.
 
     Raises
@@ -182,7 +193,7 @@ def answers_to_arrow(
     np.cumsum(counts, out=offsets[1:])
     groups = np.where(counts > 0, np.arange(len(keys), dtype=np.int64), -1)
     rows = [row for key in keys for row in found.get(key, ())]
-    return hit, groups, offsets, rows_to_table(rows, schema)
+    return CachedAnswers(hit, groups, offsets, rows_to_table(rows, schema))
 
 
 def expand(groups: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -232,9 +243,15 @@ def rows_to_table(rows: Sequence[Row], schema: pa.Schema) -> pa.Table:
 
 
 def check_key(key: object) -> Key:
-    """Validate a key argument: a tuple, so a scalar is never mistaken for a 1-tuple."""
+    """Validate a key argument: a tuple, so a scalar is never mistaken for a 1-tuple.
+
+    Raises
+    ------
+    KeyKindError
+        If ``key`` is not a tuple.
+    """
     if not isinstance(key, tuple):
-        raise TypeError(f"a lookup key must be a tuple, got {type(key).__name__}: {shown(key)}")
+        raise KeyKindError(f"a lookup key must be a tuple, got {type(key).__name__}: {shown(key)}")
     return key
 
 

@@ -25,6 +25,7 @@ from cache._key_hash import hash_keys, is_exact
 from cache._keys import CacheKeys, matchable
 from cache._segments import Segments
 from cache.base import (
+    CachedAnswers,
     Key,
     LookupCache,
     Row,
@@ -38,7 +39,7 @@ from cache.metrics import CacheMetrics
 from connectors.rows import python_values
 from spark_lookup import options as opts
 from spark_lookup._shown import shown
-from spark_lookup.errors import ConfigError
+from spark_lookup.errors import ConfigError, KeyKindError
 from spark_lookup.options import check_bool, check_callable, check_int
 
 __all__ = ["DefaultLookupCache", "DefaultLookupCacheBuilder"]
@@ -515,7 +516,7 @@ class DefaultLookupCache(LookupCache):
             try:
                 CacheKeys(names, types)
             except ConfigError as exc:
-                raise TypeError(f"keys {shown(keys[0])} cannot be cached: {exc}") from None
+                raise KeyKindError(f"keys {shown(keys[0])} cannot be cached: {exc}") from None
             self._key_types, self._key_names = types, names
             self._reset()
         if self._schema is None and rows:
@@ -572,9 +573,7 @@ class DefaultLookupCache(LookupCache):
             self._expire(self._now())
             return self._live, self._nbytes()
 
-    def get_arrow(
-        self, keys: Sequence[pa.Array]
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, pa.Table]:
+    def get_arrow(self, keys: Sequence[pa.Array]) -> CachedAnswers:
         """The cached answers of distinct keys given as arrays of the key types, found
         in bulk (see :meth:`LookupCache.get_arrow`). While no put comes between reads,
         the rows are merged into one segment and answered in place: no row is copied."""
@@ -593,9 +592,11 @@ class DefaultLookupCache(LookupCache):
         hits = int(hit.sum())
         self._metrics.inc_hits(hits)
         self._metrics.inc_misses(len(hit) - hits)
-        return hit, groups, offsets, table if table is not None else schema.empty_table()
+        return CachedAnswers(hit, groups, offsets,
+                             table if table is not None else schema.empty_table())
 
-    def put_arrow(self, keys: Sequence[pa.Array], index: pa.Array, rows: Any) -> None:
+    def put_arrow(self, keys: Sequence[pa.Array], index: pa.Array,
+                  rows: pa.Table | pa.RecordBatch) -> None:
         """Cache the answers of distinct keys in bulk (see :meth:`LookupCache.put_arrow`)."""
         self._bound_schema()
         arrays = [a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in keys]
@@ -689,9 +690,10 @@ class DefaultLookupCache(LookupCache):
 
         Raises
         ------
+        KeyKindError
+            For a key that is not a tuple or does not convert to the key types.
         TypeError
-            For a key that is not a tuple or does not convert to the key types, or rows
-            that do not convert to the row types (naming the column).
+            For rows that do not convert to the row types (naming the column).
         """
         frozen = [(check_key(key), freeze_rows(key, rows)) for key, rows in entries.items()]
         if not frozen:

@@ -9,6 +9,7 @@ import pyarrow as pa
 
 from cache.base import Key, LookupCache, Rows, check_key
 from cache.metrics import CacheMetrics
+from spark_lookup.errors import ConfigError
 
 __all__ = ["TieredLookupCache"]
 
@@ -60,10 +61,9 @@ class TieredLookupCache(LookupCache):
 
     Raises
     ------
-    TypeError
-        If a tier is not a :class:`LookupCache`.
-    ValueError
-        If ``l1`` and ``l2`` are the same object.
+    ConfigError
+        (a ``ValueError``) if a tier is not a :class:`LookupCache`, or ``l1`` and
+        ``l2`` are the same object.
 
     Examples
     --------
@@ -78,9 +78,9 @@ class TieredLookupCache(LookupCache):
     def __init__(self, l1: LookupCache, l2: LookupCache) -> None:
         for name, tier in (("l1", l1), ("l2", l2)):
             if not isinstance(tier, LookupCache):
-                raise TypeError(f"{name} must be a LookupCache, got {type(tier).__name__}")
+                raise ConfigError(f"{name} must be a LookupCache, got {type(tier).__name__}")
         if l1 is l2:
-            raise ValueError("l1 and l2 must be two different caches")
+            raise ConfigError("l1 and l2 must be two different caches")
         self._l1 = l1
         self._l2 = l2
         self._metrics = CacheMetrics()

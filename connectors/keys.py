@@ -3,12 +3,12 @@ turned into Arrow arrays, the form every connector sends to its store.
 
 A key value is read as a value of its column's Spark type, never compared as a Python
 object: ``True`` is no key of an INT column and ``1`` none of a STRING column (each is
-a :class:`~spark_lookup.ConfigError`), ``1.0`` is the BIGINT ``1``, ``Decimal('1.50')``
+a :class:`~spark_lookup.KeyKindError`), ``1.0`` is the BIGINT ``1``, ``Decimal('1.50')``
 the DECIMAL(10,2) ``1.50``. A key holding None, NaN or NaT, or a value of the right kind
 that no value of the column can equal (``1.5`` for a BIGINT column, ``1.005`` for a
 DECIMAL(10,2), text with a lone surrogate) never matches and is never sent. A value
 the column's type cannot hold (an integer beyond its range, ``Decimal('1E+1000000')``,
-``10**400`` for a DOUBLE) is a :class:`~spark_lookup.ConfigError` at once, found without
+``10**400`` for a DOUBLE) is a :class:`~spark_lookup.KeyKindError` at once, found without
 materializing it.
 """
 
@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 from pyspark.sql import types as T
 
 from spark_lookup._shown import shown
-from spark_lookup.errors import ConfigError
+from spark_lookup.errors import ConfigError, KeyKindError
 from spark_lookup.schema import to_arrow_type
 
 __all__ = ["NO_MATCH", "EncodedKeys", "KeyCodec", "KeyKindError", "has_null", "key_spark_type"]
@@ -44,10 +44,6 @@ class _NoMatch:
 
 NO_MATCH: Any = _NoMatch()
 """A key value no column value can equal: the key is not sent."""
-
-
-class KeyKindError(ConfigError):
-    """A key value of a kind its column's type never holds, or out of its range."""
 
 
 _INT_BITS: dict[type[T.DataType], int] = {
@@ -434,15 +430,13 @@ class KeyCodec:
 
         Raises
         ------
-        TypeError
-            If ``key`` is not a tuple.
-        ConfigError
-            If it has the wrong number of values.
+        KeyKindError
+            If ``key`` is not a tuple, or has the wrong number of values.
         """
         if not isinstance(key, tuple):
-            raise TypeError(f"a key must be a tuple of key values, got {type(key).__name__}")
+            raise KeyKindError(f"a key must be a tuple of key values, got {type(key).__name__}")
         if len(key) != len(self.names):
-            raise ConfigError(
+            raise KeyKindError(
                 f"key {shown(key, 60)} has {len(key)} value(s); {self.where} is looked up "
                 f"by {len(self.names)}: {self.names}"
             )
@@ -453,7 +447,7 @@ class KeyCodec:
 
         Raises
         ------
-        TypeError, ConfigError
+        KeyKindError
             As :meth:`encode`.
         """
         self.check_shape(key)
@@ -498,10 +492,8 @@ class KeyCodec:
 
         Raises
         ------
-        TypeError
-            If a key is not a tuple.
-        ConfigError
-            (:class:`KeyKindError`) for a key of the wrong length, a value of the wrong
+        KeyKindError
+            For a key that is not a tuple or of the wrong length, a value of the wrong
             kind, or a value its column's type cannot hold, naming the key and column.
         """
         if keys and not shapes_checked and (
@@ -531,12 +523,12 @@ class KeyCodec:
 
         Raises
         ------
-        ConfigError
+        KeyKindError
             For the wrong number of arrays, or arrays of a type that can never equal
             the column's (text for a BIGINT column).
         """
         if len(arrays) != len(self.names):
-            raise ConfigError(
+            raise KeyKindError(
                 f"{len(arrays)} key array(s) for {self.where}, looked up by {self.names}"
             )
         from connectors.convert import _kind, cast_column, castable
@@ -551,7 +543,7 @@ class KeyCodec:
                     _kind(array.type) != _kind(target)
                     and {_kind(array.type), _kind(target)} != {"integer", "number"}
                 ):
-                    raise ConfigError(
+                    raise KeyKindError(
                         f"keys of type {array.type} for {self.where}, column {name!r}, can "
                         f"never equal its {target} values"
                     )

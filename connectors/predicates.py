@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spark_lookup._shown import shown
 from spark_lookup.errors import ConfigError
 from spark_lookup.sql import validate_identifier
+
+if TYPE_CHECKING:
+    import pyarrow.compute as pc
 
 __all__ = ["OPERATORS", "Predicate", "predicates_to_arrow", "predicates_to_sql"]
 
@@ -133,12 +136,12 @@ def predicates_to_sql(
     return conditions, values
 
 
-def predicates_to_arrow(predicates: Sequence[Predicate]) -> Any:
+def predicates_to_arrow(predicates: Sequence[Predicate]) -> pc.Expression | None:
     """A ``pyarrow.compute.Expression`` true exactly where every predicate holds
     (None for no predicates)."""
     import pyarrow.compute as pc
 
-    expression = None
+    expression: pc.Expression | None = None
     for predicate in predicates:
         field = pc.field(predicate.column)
         op = predicate.op

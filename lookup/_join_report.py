@@ -1,6 +1,6 @@
 """The metrics report of a lookup join's worker function: the column it rides in, the
-report row of an inner join, and the note on a failing task's error (see
-:mod:`lookup.metrics` for the whole channel)."""
+report row of an inner join, and the note on a failing task's error (the whole
+channel: DESIGN.md, lookup/, "Metrics are opt-in")."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql import types as T
@@ -14,6 +14,9 @@ from pyspark.sql import types as T
 from lookup._join_worker import JoinFunction
 from spark_lookup.errors import ConfigError
 from spark_lookup.schema import to_arrow_type
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
 
 __all__ = ["PandasJoin", "pandas_input"]
 
@@ -23,7 +26,7 @@ _FLOATS = (T.FloatType, T.DoubleType)
 
 @dataclass(frozen=True)
 class _Wire:
-    """How one stream column crosses ``mapInPandas`` (see :func:`_pandas_input`)."""
+    """How one stream column crosses ``mapInPandas`` (see :func:`pandas_input`)."""
 
     arrow_type: pa.DataType | None
     """Its Arrow type in the joined batch (None: as pyarrow infers it)."""
@@ -33,28 +36,14 @@ class _Wire:
     """The position of the boolean column saying where its nulls were, if any."""
 
 
-def pandas_input(df: Any, stream: T.StructType) -> tuple[Any, tuple[_Wire, ...]]:
-    """``df`` as ``mapInPandas`` should see it, and how to read each column back.
-
-    PySpark's Arrow to pandas conversion (4.3: ``ArrowArrayToPandasConversion``, its
-    ``convert_numpy`` path, taken when every column is numeric, binary, boolean or
-    temporal) turns an integer column holding a null into float64, which cannot hold
-    every BIGINT (2**53 + 1 becomes 2**53), and a floating column's null into NaN, like
-    its NaN; it hands TIMESTAMP values over as wall-clock times of the session's zone
-    (an hour repeats when clocks go back; a key then no longer equals the dimension's
-    instant). So each nullable numeric column travels with its nulls replaced (integers
-    by 0: no null left, so no float64) and one boolean column more, after the stream's,
-    saying where they were; a TIMESTAMP travels as its microseconds since the epoch.
-    :class:`PandasJoin` rebuilds the stream's Arrow batch from them. No session
-    setting is read or changed (``preferIntExtensionDtype`` would change every pandas
-    UDF of the session, and is read when an action plans the query, not here). The
-    columns are renamed by position, so no stream name can clash with a mask's.
-    """
+def pandas_input(df: DataFrame, stream: T.StructType) -> tuple[DataFrame, tuple[_Wire, ...]]:
+    """``df`` as ``mapInPandas`` should see it, and how to read each column back (the
+    wire format: DESIGN.md, "lookup/"). Runs on the driver."""
     from pyspark.sql import functions as F
 
     count = len(stream.fields)
-    values: list[Any] = []
-    nulls: list[Any] = []
+    values: list[Column] = []
+    nulls: list[Column] = []
     wires: list[_Wire] = []
     for field in stream.fields:
         column = F.col("`" + field.name.replace("`", "``") + "`")
@@ -64,6 +53,8 @@ def pandas_input(df: Any, stream: T.StructType) -> tuple[Any, tuple[_Wire, ...]]
         except ConfigError:
             arrow_type = None  # no Arrow mapping of ours: left to pyarrow
         if isinstance(data_type, T.TimestampType):
+            # PySpark would hand it over as a wall-clock time of the session's zone, in
+            # which an hour repeats when clocks go back.
             column, data_type = F.unix_micros(column), T.LongType()
         elif arrow_type is not None:
             arrow_type = _wall_clock(arrow_type)
@@ -73,6 +64,8 @@ def pandas_input(df: Any, stream: T.StructType) -> tuple[Any, tuple[_Wire, ...]]
             continue
         mask = None
         if field.nullable:
+            # PySpark turns an integer column holding a null into float64 (2**53 + 1
+            # becomes 2**53) and a float's null into NaN: the nulls travel as a mask.
             mask = count + len(nulls)
             nulls.append(column.isNull())
             if isinstance(data_type, _INTEGERS):
@@ -81,6 +74,7 @@ def pandas_input(df: Any, stream: T.StructType) -> tuple[Any, tuple[_Wire, ...]]
         values.append(column)
     if not nulls and not any(isinstance(f.dataType, T.TimestampType) for f in stream.fields):
         return df, tuple(wires)  # nothing to change: every number is read as it comes
+    # Renamed by position: no stream column's name can clash with a mask's.
     columns = [c.alias(f"_{i}") for i, c in enumerate([*values, *nulls])]
     return df.select(*columns), tuple(wires)
 
@@ -113,7 +107,7 @@ def _as_pandas_type(arrow_type: pa.DataType) -> Any:
 
 
 class PandasJoin:
-    """The join for ``mapInPandas`` over :func:`_pandas_input`'s DataFrame (picklable):
+    """The join for ``mapInPandas`` over :func:`pandas_input`'s DataFrame (picklable):
     each frame back to the stream's Arrow batch, by position, then the same join as
     ``mapInArrow``'s, then pandas again."""
 

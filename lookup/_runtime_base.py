@@ -20,7 +20,7 @@ from connectors.keys import has_null
 from connectors.rows import python_values
 from lookup.providers import LookupProvider
 from spark_lookup._shown import shown
-from spark_lookup.errors import LookupLoadError
+from spark_lookup.errors import KeyKindError, LookupLoadError
 from spark_lookup.schema import to_arrow_schema
 
 __all__ = ["EMPTY", "LookupRuntime", "Probe", "add_rows", "counting_bad_values", "has_null",
@@ -165,7 +165,7 @@ class LookupRuntime:
     def _check_key(self, key: object) -> Key:
         if type(key) is not tuple or len(key) != self._arity:
             names = ", ".join(self.provider.key_columns)
-            raise TypeError(f"a lookup key is a tuple of {self._arity} value(s) ({names}), "
+            raise KeyKindError(f"a lookup key is a tuple of {self._arity} value(s) ({names}), "
                             f"got {type(key).__name__}: {shown(key)}")
         return key
 
@@ -187,7 +187,7 @@ class LookupRuntime:
                 try:
                     hash(key)
                 except TypeError as exc:
-                    raise TypeError(f"lookup keys must be hashable tuples of scalars, got "
+                    raise KeyKindError(f"lookup keys must be hashable tuples of scalars, got "
                                     f"{shown(key)}: {exc}") from None
             raise
         return given

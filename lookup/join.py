@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pyspark.sql import types as T
 
@@ -16,11 +16,14 @@ from lookup.providers import LookupProvider
 from spark_lookup.errors import ConfigError
 from spark_lookup.options import check_bool
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
 __all__ = ["JoinPlan", "keys_compatible", "lookup_join", "plan_join"]
 
 
 def lookup_join(
-    df: Any,
+    df: DataFrame,
     provider: LookupProvider,
     on: str | Sequence[str] | Mapping[str, str],
     how: str = "left",
@@ -29,7 +32,7 @@ def lookup_join(
     *,
     engine: str = "arrow",
     metrics: bool | None = None,
-) -> Any:
+) -> DataFrame:
     """Enrich ``df`` with the dimension rows ``provider`` looks up by key.
 
     Works on batch and Structured Streaming DataFrames (append mode: it is a narrow,
@@ -70,8 +73,8 @@ def lookup_join(
     metrics
         Report the workers' cache metrics to the driver for :func:`lookup.lookup_metrics`.
         Off by default: they travel in an extra column that the plan observes and drops
-        (see :mod:`lookup.metrics`), which costs about 10-25% of a full-cache join's
-        throughput. ``None`` (default) follows the session setting
+        (DESIGN.md, lookup/, "Metrics are opt-in"), which costs about 10-25% of a
+        full-cache join's throughput. ``None`` (default) follows the session setting
         ``spark.lookup.metrics.enabled`` (false unless set), read now; ``True`` or
         ``False`` decides for this join.
 

@@ -1,52 +1,7 @@
-"""Cache metrics of lookup joins, carried to the driver through Spark's own channels.
-
-The same mechanism serves classic and Spark Connect sessions; it needs no
-``SparkContext``.
-
-**Opt-in.** The channel costs throughput, so it is off unless asked:
-``lookup_join(..., metrics=True)`` for one join, or the session setting
-:data:`METRICS_ENABLED` for every join built after it. :func:`lookup_metrics` of a
-provider no join asked metrics of says how to turn them on.
-
-**Worker side.** After joining each Arrow batch, the function that ``mapInArrow`` /
-``mapInPandas`` runs for :func:`lookup.lookup_join` writes the worker's cumulative
-metrics of the provider as JSON (:func:`lookup._worker.metrics_report`: worker id,
-sequence number, time, and every field of :meth:`cache.CacheMetrics.snapshot` by name)
-into one more column, :data:`REPORT_COLUMN`, on the batch's first row, null everywhere
-else: an action that reads only part of a task's output (``show``, ``limit``) still
-reads a report. A left join writes it on the batch's first joined row. An inner join
-may have no row to write it on, so it emits a *report row* before the batch's rows.
-
-**In the plan.** Right after the map, ``observe`` collects the column's non-null values
-(``collect_list``); for an inner join a filter drops the report rows (metrics column
-not null); a ``drop`` removes the column, so the DataFrame the user gets is the join
-alone. The left join's plan has no filter: each operator after the map costs every
-row (the ``drop`` alone about 10% of a bare ``mapInArrow`` into the ``noop`` sink).
-
-**Driver side.** A batch DataFrame is observed with a ``pyspark.sql.Observation``: Spark
-fills it when an action on the DataFrame (or on one built from it) finishes. A
-streaming DataFrame is observed under a name of ours: every micro-batch's values arrive
-in ``StreamingQueryProgress.observedMetrics``, which a ``StreamingQueryListener``
-registered on the session (client side on Connect) reads. Reports are cumulative and
-keyed by worker, so the driver keeps each worker's latest (highest sequence number):
-a report read twice, or late, never counts twice, and a lost one is made good by the
-worker's next. :func:`lookup_metrics` adds up the workers' latest reports.
-
-What is not reported, and why:
-
-- SQL functions (:func:`lookup.register_lookup_function` and the table function) are
-  expressions and generators inside a query the user writes: there is no plan node of
-  ours to observe, and an executor has no channel to the driver of its own. Their
-  lookups still count in the worker's runtime they share with ``lookup_join``, so a
-  later ``lookup_join`` task in the same worker reports them with its own.
-- A task that fails sends no rows and no observed metrics (Spark drops them), and its
-  Python worker exits. When the failure ends a streaming query, the worker's report
-  rides on the error (a note on the exception, which Spark's error message shows; Python
-  3.11 and later) and the listener reads it from the query's termination event; a
-  failed *batch* action's report reaches no one but the caller, in the error message.
-- On a classic session an ``Observation`` takes the metrics of the first action on its
-  DataFrame only; on Connect, of each action. A worker's later report covers what an
-  action missed, when the worker reports again.
+"""Cache metrics of lookup joins, carried to the driver through Spark's own channels
+(an observed column), on classic and Spark Connect sessions alike; opt-in, as the
+channel costs throughput. How it works, and what is not reported: DESIGN.md, lookup/,
+"Metrics are opt-in".
 """
 
 from __future__ import annotations
@@ -61,7 +16,7 @@ import warnings
 import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
@@ -69,7 +24,11 @@ from cache.metrics import FIELDS, GAUGES, CacheMetrics
 from lookup._session import is_connect
 from lookup.providers import FullCachingLookupProvider, LookupProvider
 from spark_lookup._shown import shown
+from spark_lookup._spark_types import AnySparkSession
 from spark_lookup.errors import ConfigError, MetricsUnavailableError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, Observation
 
 __all__ = [
     "METRICS_ENABLED",
@@ -184,7 +143,7 @@ class _ClassicObservation:
     """A classic session's ``Observation`` of one batch lookup join, read on a thread
     of its own once :func:`lookup_metrics` asks (see ``_CLASSIC_WAIT_SECONDS``)."""
 
-    def __init__(self, registry: _Registry, name: str, observation: Any) -> None:
+    def __init__(self, registry: _Registry, name: str, observation: Observation) -> None:
         self.registry = registry
         self.name = name
         self.observation = observation
@@ -215,7 +174,8 @@ class _ConnectObservation:
     it after every action that runs it; it is read without waiting, and a last time
     when the DataFrames holding it are gone."""
 
-    def __init__(self, registry: _Registry, provider_id: str, name: str, observation: Any) -> None:
+    def __init__(self, registry: _Registry, provider_id: str, name: str,
+                 observation: Observation) -> None:
         self.registry = registry
         self.provider_id = provider_id
         self.name = name
@@ -233,7 +193,7 @@ class _ConnectObservation:
                 self.registry.receive(_reports_in(result))
 
 
-def _get(observation: Any) -> Mapping[str, Any] | None:
+def _get(observation: Observation) -> Mapping[str, Any] | None:
     try:
         result = observation.get
     except Exception as exc:  # the observation of a failed action holds its error
@@ -286,7 +246,8 @@ class _Registry:
 
     # --- registering (driver, at lookup_join)
 
-    def watch_batch(self, spark: Any, provider_id: str, name: str, observation: Any) -> None:
+    def watch_batch(self, spark: AnySparkSession, provider_id: str, name: str,
+                    observation: Observation) -> None:
         if is_connect(spark):
             watched = _ConnectObservation(self, provider_id, name, observation)
             with self._lock:
@@ -299,7 +260,7 @@ class _Registry:
             if len(unread) > _MAX_PENDING:
                 pending.remove(unread[0])
 
-    def listen(self, spark: Any) -> None:
+    def listen(self, spark: AnySparkSession) -> None:
         """Register the progress listener on ``spark`` (once per session)."""
         with self._lock:
             if spark in self._listeners:
@@ -314,7 +275,7 @@ class _Registry:
                 r"\[NO_ACTIVE_SESSION\]", UserWarning)
         spark.streams.addListener(listener)
 
-    def unlisten(self, spark: Any) -> bool:
+    def unlisten(self, spark: AnySparkSession) -> bool:
         with self._lock:
             listener = self._listeners.pop(spark, None)
         if listener is None:
@@ -388,7 +349,8 @@ class _ProgressListener(StreamingQueryListener):
 # --- driver-side API -------------------------------------------------------------------
 
 
-def observe_metrics(mapped: Any, provider: LookupProvider, *, report_rows: bool = True) -> Any:
+def observe_metrics(mapped: DataFrame, provider: LookupProvider, *,
+                    report_rows: bool = True) -> DataFrame:
     """Observe the reports in ``mapped`` (the output of a lookup join's map, with
     :data:`REPORT_COLUMN`), then drop the column, and with ``report_rows`` the rows
     that only carry a report. Runs on the driver, when the join is built; returns the
@@ -421,7 +383,7 @@ def _check_provider(provider: object) -> LookupProvider:
     return provider
 
 
-def metrics_enabled(spark: Any) -> bool:
+def metrics_enabled(spark: AnySparkSession) -> bool:
     """Whether :data:`METRICS_ENABLED` is on in ``spark`` (classic or Connect). Runs on
     the driver, when a join is built.
 
@@ -475,7 +437,7 @@ def worker_reports(provider: LookupProvider) -> list[WorkerReport]:
         return sorted(reports.latest.values(), key=lambda r: (r.at, r.sequence))
 
 
-def stop_metrics_listener(spark: Any) -> bool:
+def stop_metrics_listener(spark: AnySparkSession) -> bool:
     """Remove the progress listener that a streaming ``lookup_join`` registered on
     ``spark``; False if there is none. Runs on the driver.
 
@@ -487,7 +449,8 @@ def stop_metrics_listener(spark: Any) -> bool:
     return _REGISTRY.unlisten(spark)
 
 
-def lookup_metrics(provider: LookupProvider, spark: Any = None) -> CacheMetrics:
+def lookup_metrics(provider: LookupProvider, spark: AnySparkSession | None = None
+                   ) -> CacheMetrics:
     """The cache metrics of ``provider``, summed over the executors' Python workers
     that ran ``lookup_join`` tasks with it, as Spark has reported them to the driver.
 
@@ -526,7 +489,7 @@ def lookup_metrics(provider: LookupProvider, spark: Any = None) -> CacheMetrics:
     -----
     A streaming query's progress reaches the driver shortly after each micro-batch
     (asynchronously): right after ``processAllAvailable`` the latest micro-batch may not
-    be counted yet. A task that failed reports nothing (see the module notes); on a
+    be counted yet. A task that failed reports nothing (DESIGN.md, "Metrics"); on a
     classic session, only the first action on a ``lookup_join`` DataFrame is observed.
     ``lookup_metrics`` may wait up to a second for classic observations of DataFrames
     that were never run.

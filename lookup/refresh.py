@@ -7,34 +7,8 @@ new *version*, and points a temp view at that version with one catalog call. SQL
 DataFrames that name the view after the swap read the new version; plans resolved
 before it keep theirs. A reload that fails keeps the view on the last good version.
 
-Spark facts this design rests on (PySpark 4.3, classic and Spark Connect sessions alike;
-pinned by ``tests/refresh``, which runs on both):
-
-- A classic DataFrame (``spark.table(view)``, ``spark.sql(...)``) resolves the view when
-  it is built and keeps that plan: replacing the view never changes a DataFrame built
-  before. A Connect DataFrame is a plan the server resolves at each action: it reads
-  the version served when it runs.
-- A streaming query resolves its static side once, when the streaming DataFrame is
-  defined (on Connect, when the query starts). A stream-static join on
-  ``spark.table(view)`` therefore never follows the view: a local version stays frozen
-  for the life of the query; a cached version is read from the cache while it stays
-  persisted and, once unpersisted, each micro-batch re-runs the version's original
-  plan, a full scan of the *live* source per micro-batch. To follow reloads, resolve
-  the view per micro-batch in ``foreachBatch`` with the session that owns the view
-  (:meth:`ScheduledTableRefresh.table`):
-  ``batch_df.sparkSession`` is the query's clone of the session, whose temp views are
-  copies taken when the query started. On Connect the ``foreachBatch`` function runs on
-  the server, where the refresh is out of reach: a stream does not follow the view.
-- Unpersisting a cached DataFrame while a query scans it makes Spark recompute the
-  missing partitions from its plan, i.e. from the live source: such a query mixes
-  versions. Hence replaced cached versions are unpersisted ``unpersist_delay`` after
-  the swap, not at it; local versions hold their rows in the plan and need nothing.
-- While a cache is being built, Spark's ``CacheManager`` holds that cache's lock through
-  the physical planning of its plan, which for our data source is the source planning
-  its splits (``partitions()``, on the driver). Every ``unpersist``, ``uncacheTable``
-  and ``dropTempView`` of the application scans the cache entries and waits on that
-  lock: with ``CACHE`` or ``AUTO``, a source whose split planning hangs stalls them
-  (and :meth:`ScheduledTableRefresh.close`) until it ends. ``LOCAL`` loads cache nothing.
+The Spark behaviour this rests on (how classic and Connect DataFrames, streams and
+caches resolve a replaced view): DESIGN.md, lookup/, "Refreshed temp views".
 """
 
 from __future__ import annotations
@@ -52,15 +26,27 @@ from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
 
 from connectors.errors import should_retry
 from lookup._session import is_session
 from lookup.retry import RetryPolicy
+from spark_lookup import errors
+from spark_lookup._spark_types import AnySparkSession
 from spark_lookup.errors import ConfigError, LookupLoadError, SnapshotUnavailableError
 from spark_lookup.options import as_timedelta, check_callable, check_enum, check_instance, check_int
 from spark_lookup.schema import parse_schema
 from triggers.scheduler import Scheduled, process_scheduler
+
+if TYPE_CHECKING:
+    from pyspark import StorageLevel
+    from pyspark.sql import DataFrame
+    from pyspark.sql import types as T
+
+    from scan.source import Source
+    from triggers import CacheReloadTrigger
 
 __all__ = ["Materialization", "RefreshStatus", "ScheduledTableRefresh"]
 
@@ -152,7 +138,7 @@ class RefreshStatus:
 @dataclass(frozen=True)
 class _Version:
     number: int
-    df: Any  # the DataFrame the view points at
+    df: DataFrame  # the DataFrame the view points at
     mode: Materialization  # LOCAL or CACHE
     rows: int
     bytes: int | None
@@ -249,14 +235,14 @@ class ScheduledTableRefresh:
 
     def __init__(
         self,
-        spark: Any,
-        source: Any,
-        trigger: Any,
+        spark: AnySparkSession,
+        source: Source[Any, Any],
+        trigger: CacheReloadTrigger,
         view_name: str,
         *,
         materialization: Materialization | str = Materialization.AUTO,
         local_max_bytes: int = DEFAULT_LOCAL_MAX_BYTES,
-        storage_level: Any = None,
+        storage_level: StorageLevel | None = None,
         retry_policy: RetryPolicy | None = None,
         max_staleness: timedelta | float | None = None,
         unpersist_delay: timedelta | float = timedelta(seconds=60),
@@ -398,7 +384,7 @@ class ScheduledTableRefresh:
         temp view, persisted if cached, no longer refreshed.
 
         Dropping the view waits for a ``CACHE``/``AUTO`` load that is still planning its
-        splits (see the module notes), however long that takes.
+        splits (DESIGN.md, lookup/, "Refreshed temp views"), however long that takes.
         """
         with self._lock:
             if self._state == "closed":
@@ -449,7 +435,7 @@ class ScheduledTableRefresh:
         with self._lock:
             return self._status
 
-    def table(self) -> Any:
+    def table(self) -> DataFrame:
         """The view as a DataFrame of the refresh's session (resolved now on a classic
         session, at each action on Spark Connect).
 
@@ -583,7 +569,7 @@ class ScheduledTableRefresh:
             raise
         return _Version(0, df, Materialization.CACHE, rows, size)
 
-    def _local(self, table: Any) -> _Version:
+    def _local(self, table: pa.Table) -> _Version:
         # The given schema keeps the source's exact types and nullability.
         df = self._spark.createDataFrame(table, schema=self._struct)
         return _Version(0, df, Materialization.LOCAL, table.num_rows, table.nbytes)
@@ -706,24 +692,23 @@ class ScheduledTableRefresh:
         )
 
 
-def _cached_size(spark: Any, df: Any) -> int | None:
+def _cached_size(spark: AnySparkSession, df: DataFrame) -> int | None:
     """Spark's size of a materialized cached DataFrame (what its broadcast decision
-    reads), or None if Spark does not say.
-
-    Read from ``EXPLAIN COST`` (what both kinds of session offer; the exact figure is on
-    the JVM side): the size of the cached relation, which Spark prints to three
-    significant digits (``15.5 KiB``). The query is a fresh one (a plan's statistics are
-    computed once, maybe before the cache was built) over a projection of ``df``, not
-    ``df`` itself: a classic session passes a DataFrame to ``spark.sql`` as a temp view
-    that it drops afterwards, and dropping a view of ``df``'s own plan would uncache it.
-    """
+    reads), or None if Spark does not say."""
+    # PySpark has no API for a cached relation's statistics on either kind of session
+    # (classic would need the JVM): EXPLAIN COST prints them, to three significant
+    # digits ("15.5 KiB"); tests/refresh/test_spark_formats.py pins the format on both.
+    # A fresh query, as a plan's statistics are computed once (maybe before the cache
+    # was built), over a projection: a classic session passes df to spark.sql as a temp
+    # view that it drops afterwards, and dropping a view of df's own plan uncaches it.
     probe = df.selectExpr("*", f"1 AS `{_PROBE_COLUMN}`")
     try:
-        plan = spark.sql("EXPLAIN COST SELECT * FROM {df}", df=probe).first()[0]
+        row = spark.sql("EXPLAIN COST SELECT * FROM {df}", df=probe).first()
+        plan = None if row is None else str(row[0])
     except Exception:  # the size is informative, never required
         log.debug("no cached size for %r", df, exc_info=True)
         return None
-    return _parse_size(plan)
+    return None if plan is None else _parse_size(plan)
 
 
 _PROBE_COLUMN = "__spark_lookup_size_probe"
@@ -740,7 +725,7 @@ def _parse_size(plan: str) -> int | None:
     return round(float(number) * float(1024 ** _UNITS[unit]))
 
 
-def _stale_frame(spark: Any, struct: Any, message: str) -> Any:
+def _stale_frame(spark: AnySparkSession, struct: T.StructType, message: str) -> DataFrame:
     """A DataFrame of ``struct``'s schema whose every evaluation raises ``message``.
 
     The error sits both in a filter (``count(*)`` prunes every column) and in every
@@ -766,34 +751,54 @@ def _settle(future: Future[RefreshStatus], result: RefreshStatus | None = None,
         pass
 
 
-_PERMANENT_IN_SPARK = ("BadValueError", "ConfigError", "ConnectorError", "SourceError")
-
-
 def _retryable(exc: BaseException) -> bool:
-    """Whether a failed load is worth another attempt. The source's own error reaches
-    the driver inside Spark's (the data source ran on an executor, or planned there):
-    its class name in the message says whether it passes."""
-    text = str(exc)
-    if "spark_lookup.errors.TransientConnectorError" in text:
-        return True
-    if any(f"spark_lookup.errors.{name}" in text for name in _PERMANENT_IN_SPARK):
-        return False
+    """Whether a failed load is worth another attempt: as :func:`should_retry` says,
+    of the source's own error when it failed in a Python worker."""
+    line = _worker_error_line(exc)
+    module, _, name = ("" if line is None else line.partition(":")[0]).rpartition(".")
+    found = getattr(errors, name, None) if module == errors.__name__ else None
+    if isinstance(found, type) and issubclass(found, errors.SparkLookupError):
+        return issubclass(found, errors.TransientConnectorError)
     return should_retry(exc)
 
 
+def _worker_error_line(exc: BaseException) -> str | None:
+    """The ``module.Class: message`` line of the Python exception that failed ``exc``'s
+    Spark operation in a Python worker (the data source planning or reading), or None."""
+    from pyspark.errors import PySparkException
+
+    if not isinstance(exc, PySparkException):
+        return None
+    # PySpark has no structured field for the worker's exception class: it is in the
+    # worker's traceback, text. A classic session gives the traceback as a message
+    # parameter ("traceback" of PYTHON_EXCEPTION, "msg" of PYTHON_DATA_SOURCE_ERROR); a
+    # Connect PythonException carries no parameters, only the message.
+    # tests/refresh/test_spark_formats.py pins both.
+    parameters = exc.getMessageParameters() or {}
+    text = parameters.get("traceback") or parameters.get("msg") or str(exc)
+    _, header, tail = text.rpartition("Traceback (most recent call last):")
+    if not header:
+        return None
+    # Python's format: indented frames, then the exception's first unindented line.
+    line = next((line for line in tail.splitlines() if line and not line[0].isspace()), "")
+    return line.strip() if _EXCEPTION_LINE.match(line) else None
+
+
 def _summary(error: BaseException | None) -> str:
-    """One line for an error. Spark wraps an error of the data source's Python code in
-    a message holding the whole Python traceback; the cause is its last ``...Error:``
-    line, shown after Spark's first line."""
+    """One line for an error: its first line, then the Python worker's exception (see
+    :func:`_worker_error_line`) or else its last line naming an error."""
     if error is None:
         return "no error"
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     first = lines[0].removesuffix("Traceback (most recent call last):").strip() if lines else ""
     summary = f"{type(error).__name__}: {first}"
-    causes = [line for line in lines[1:] if _CAUSE.match(line)]
-    if causes:
-        summary = f"{summary} ... {causes[-1]}"
+    cause = _worker_error_line(error)
+    if cause is None:  # not a worker's: the last line naming an error, if any
+        cause = next((line for line in reversed(lines[1:]) if _CAUSE.match(line)), None)
+    if cause is not None:
+        summary = f"{summary} ... {cause}"
     return summary[:1000]
 
 
 _CAUSE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception)\b.*:")
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(:|$)")

@@ -25,7 +25,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cache._fit import misfit_check
-from cache.base import Key, LookupCache, Row, answers_to_arrow, key_tuples, row_ranges
+from cache.base import (
+    CachedAnswers,
+    Key,
+    LookupCache,
+    Row,
+    answers_to_arrow,
+    key_tuples,
+    row_ranges,
+)
 from cache.default import DefaultLookupCache
 from cache.metrics import CacheMetrics
 from connectors.keys import KeyCodec
@@ -240,8 +248,7 @@ class _LoadingRuntime(LookupRuntime):
             add_rows(answers, fetched.miss[fetched.row_keys], fetched.loaded)
         return answers
 
-    def _cached(self, cache: LookupCache, arrays: list[pa.Array]
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, pa.Table]:
+    def _cached(self, cache: LookupCache, arrays: list[pa.Array]) -> CachedAnswers:
         """The cache's answers in Arrow, checked unless the cache is the in-process one."""
         if not self._check_cached:
             return cache.get_arrow(arrays)
@@ -477,7 +484,7 @@ def _new_runtime(provider: LookupProvider) -> LookupRuntime:
         return FullCachingRuntime(provider)
     if isinstance(provider, (LookupFunctionProvider, AsyncLookupFunctionProvider)):
         return _LoadingRuntime(provider)
-    raise TypeError(f"expected a lookup provider, got {type(provider).__name__}")
+    raise ConfigError(f"expected a lookup provider, got {type(provider).__name__}")
 
 
 @dataclass
@@ -623,6 +630,13 @@ def open_lookup(provider: LookupProvider) -> LookupHandle:
     >>> with open_lookup(LookupFunctionProvider.of(Squares())) as handle:
     ...     handle.lookup_batch([(2,), (3,), (2,), (None,)])
     {(2,): ((2, 4),), (3,): ((3, 9),), (None,): ()}
+
+    Raises
+    ------
+    ConfigError
+        If ``provider`` is not a lookup provider.
     """
+    if not isinstance(provider, LookupProvider):
+        raise ConfigError(f"expected a lookup provider, got {type(provider).__name__}")
     return LookupHandle(provider)
 

@@ -5,7 +5,7 @@ Both run in executors' Python workers on the same per-worker runtime as
 :func:`lookup.lookup_join` (one open runtime and cache per provider per worker, see
 ``lookup._worker``), on classic and Spark Connect sessions alike. Neither reports
 metrics to the driver: a function call inside a query the user writes has no plan node
-of ours to observe (see :mod:`lookup.metrics`). Their lookups count in the shared
+of ours to observe (DESIGN.md, lookup/, "Metrics are opt-in"). Their lookups count in the shared
 runtime, so a later ``lookup_join`` task in the same worker reports them with its own.
 
 Kinds chosen (PySpark 4.1+):
@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -41,8 +41,12 @@ from lookup._join_plan import keys_compatible
 from lookup._worker import worker_runtime
 from lookup.providers import LookupProvider
 from lookup.runtime import LookupRuntime
-from spark_lookup.errors import ConfigError
+from spark_lookup._spark_types import AnySparkSession, AnyTableFunction
+from spark_lookup.errors import ConfigError, KeyKindError
 from spark_lookup.schema import to_arrow_type
+
+if TYPE_CHECKING:
+    from pyspark.sql._typing import UserDefinedFunctionLike
 
 __all__ = ["register_lookup_function", "register_lookup_table_function"]
 
@@ -55,7 +59,8 @@ _MEMO_MAX_KEYS = 10_000
 # --- driver side --------------------------------------------------------------------
 
 
-def _checked(spark: Any, name: object, provider: object) -> tuple[str, LookupProvider]:
+def _checked(spark: AnySparkSession, name: object, provider: object
+             ) -> tuple[str, LookupProvider]:
     """The checked function name and provider of a registration (the provider first)."""
     checked = _check_provider(provider)
     return _check_name(spark, name), checked
@@ -70,7 +75,7 @@ def _check_provider(provider: object) -> LookupProvider:
     return provider
 
 
-def _check_name(spark: Any, name: object) -> str:
+def _check_name(spark: AnySparkSession, name: object) -> str:
     """A plain SQL identifier that does not name a built-in function (Spark resolves
     built-ins first, so a function registered under such a name would never be called)."""
     if not isinstance(name, str) or not _FUNCTION_NAME.match(name):
@@ -160,7 +165,7 @@ class _StructLookup:
                 self.name, self.provider, position, from_arrow_type(array.type)
             )
         if problem is not None:
-            raise TypeError(problem)
+            raise KeyKindError(problem)
 
     def lookup_batch(self, arrays: Sequence[pa.Array], runtime: LookupRuntime) -> pa.Array:
         """The first matching row of each row's key as a struct; NULL when none."""
@@ -187,7 +192,8 @@ class _StructLookup:
         )
 
 
-def register_lookup_function(spark: Any, name: str, provider: LookupProvider) -> Any:
+def register_lookup_function(spark: AnySparkSession, name: str, provider: LookupProvider
+                             ) -> UserDefinedFunctionLike:
     """Register ``name`` as a SQL function returning the first row matching its key(s),
     as a struct of all dimension columns (NULL when no row matches or a key is null).
 
@@ -310,13 +316,14 @@ def _make_analyze(name: str, provider: LookupProvider, schema: T.StructType) -> 
             else:
                 problem = _argument_error(name, provider, position, argument.dataType)
         if problem is not None:
-            raise TypeError(problem)
+            raise KeyKindError(problem)
         return AnalyzeResult(schema)
 
     return analyze
 
 
-def register_lookup_table_function(spark: Any, name: str, provider: LookupProvider) -> Any:
+def register_lookup_table_function(spark: AnySparkSession, name: str,
+                                   provider: LookupProvider) -> AnyTableFunction:
     """Register ``name`` as a SQL table function yielding every dimension row that
     matches its key(s), for one-to-many ``LATERAL`` joins.
 
@@ -373,4 +380,7 @@ def register_lookup_table_function(spark: Any, name: str, provider: LookupProvid
             "analyze": staticmethod(_make_analyze(name, provider, provider.schema)),
         },
     )
-    return spark.udtf.register(name, udtf(handler, useArrow=False))
+    # Of the session's kind at run time (udtf builds a Connect one in Connect mode),
+    # which its stubs cannot say.
+    function: Any = udtf(handler, useArrow=False)
+    return spark.udtf.register(name, function)

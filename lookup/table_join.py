@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.udtf import AnalyzeResult
@@ -31,10 +31,8 @@ from lookup._session import is_connect
 from lookup._worker import worker_runtime
 from lookup.providers import LookupProvider
 from lookup.sql import _checked
+from spark_lookup._spark_types import AnySparkSession, AnyTableFunction
 from spark_lookup.errors import ConfigError
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
 
 __all__ = ["register_lookup_join"]
 
@@ -91,7 +89,7 @@ def _make_analyze(cls: type[_LookupJoinTable]) -> Any:
 
 
 def register_lookup_join(
-    spark: SparkSession,
+    spark: AnySparkSession,
     name: str,
     provider: LookupProvider,
     on: str | Sequence[str] | Mapping[str, str],
@@ -99,7 +97,7 @@ def register_lookup_join(
     columns: Sequence[str] | str | None = None,
     prefix: str | None = None,
     metrics: bool | None = None,
-) -> Any:
+) -> AnyTableFunction:
     """Register ``name`` as a SQL table function that enriches its table argument with
     the dimension rows ``provider`` looks up by key: ``lookup_join`` in one SQL call.
 

@@ -23,6 +23,7 @@ from pyspark.sql.types import StructType
 
 from scan.source import Source, check_bounded
 from scan.standalone import plan_splits, read_split_arrow
+from spark_lookup._spark_types import AnySparkSession
 from spark_lookup.errors import ConfigError
 from spark_lookup.options import check_int
 from spark_lookup.schema import parse_schema
@@ -93,7 +94,7 @@ class _SourceDataSource(DataSource):
         return _SourceReader(self.source, rows, parallelism)
 
 
-def _default_parallelism(spark: Any) -> int:
+def _default_parallelism(spark: AnySparkSession) -> int:
     """``spark.default.parallelism`` when the session sets it, else the driver's CPUs
     (what local mode defaults it to); read through the conf, which both session kinds
     have."""
@@ -106,7 +107,7 @@ def _default_parallelism(spark: Any) -> int:
     return os.cpu_count() or 1
 
 
-def register_data_source(spark: Any, name: str, source: Source[Any, Any], *,
+def register_data_source(spark: AnySparkSession, name: str, source: Source[Any, Any], *,
                          parallelism: int | None = None) -> type[DataSource]:
     """Register ``source`` under ``name`` for ``spark.read.format(name).load()``.
 
@@ -117,7 +118,7 @@ def register_data_source(spark: Any, name: str, source: Source[Any, Any], *,
     Parameters
     ----------
     spark
-        The SparkSession.
+        The SparkSession, classic or Spark Connect.
     name
         The format name (letters, digits, ``_``, ``.``, ``-``).
     source

@@ -16,6 +16,15 @@ class ConfigError(SparkLookupError, ValueError):
     """An invalid option or argument; the message names the option key or argument."""
 
 
+class KeyKindError(ConfigError, TypeError):
+    """A key handed to the per-key API (``lookup``, ``lookup_batch``, a cache's ``get``,
+    ``put`` or ``invalidate``, a SQL lookup function's arguments) that is not a tuple of
+    one value per key column, or holds a value of a kind its column never holds (text
+    for a BIGINT, a bool for an INT) or beyond its type's range; the message names the
+    key and column. A ``TypeError`` and a ``ValueError`` (``ConfigError``) alike, so
+    code written against either keeps catching it."""
+
+
 class ConnectorError(SparkLookupError):
     """A database, Redis or file access failed; the message names what was accessed.
 

@@ -1,7 +1,9 @@
 """The LookupCache contract, shared by the test file of every implementation.
 
 A test class mixes in :class:`LookupCacheContract` and provides a ``make_cache`` fixture
-returning an opened cache that keeps missing keys.
+returning an opened cache that keeps missing keys: ``make_cache(metrics=None,
+bind=None)``, where ``bind`` is the ``(schema, key_columns)`` the cache is bound to
+before it opens (as the lookup runtime binds it), for the Arrow methods of joins.
 """
 
 from __future__ import annotations
@@ -9,12 +11,35 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
 from cache import CacheMetrics, LookupCache
+from cache.base import CachedAnswers
 
 MakeCache = Callable[..., LookupCache]
+Binding = tuple[pa.Schema, list[str]]
+"""What ``make_cache(bind=...)`` binds a cache to: its row schema and key columns."""
+
+SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
+BY_ID: Binding = (SCHEMA, ["id"])
+
+
+def per_key(answers: CachedAnswers) -> list[list[tuple[Any, ...]] | None]:
+    """Each key's rows in ``get_arrow``'s answer (None: a miss), read through the names
+    of its parts."""
+    table = answers.rows.to_pylist()
+    out: list[list[tuple[Any, ...]] | None] = []
+    for hit, group in zip(answers.hit.tolist(), answers.groups.tolist(), strict=True):
+        if not hit:
+            out.append(None)
+        elif group < 0:
+            out.append([])
+        else:
+            span = table[answers.offsets[group]: answers.offsets[group + 1]]
+            out.append([tuple(row.values()) for row in span])
+    return out
 
 
 class LookupCacheContract:
@@ -98,6 +123,50 @@ class LookupCacheContract:
         assert (metrics.hit_count, metrics.miss_count) == (2, 3)
         assert metrics.num_cached_records == 1
         assert metrics.num_cached_bytes > 0
+
+    # --- the Arrow methods: the hot path of joins
+
+    def test_get_arrow_answers_what_was_put_in_the_probe_form(
+        self, make_cache: MakeCache
+    ) -> None:
+        cache = make_cache(bind=BY_ID)
+        cache.put_all({(1,): [(1, "a")], (2,): [], (3,): [(3, "c"), (3, "C")]})
+        answers = cache.get_arrow([pa.array([1, 2, 3, 4], pa.int64())])
+        assert isinstance(answers, CachedAnswers)
+        assert answers.hit.tolist() == [True, True, True, False]
+        assert answers.groups[1] == -1  # a cached empty answer: a hit without rows
+        assert answers.groups[3] == -1  # a miss
+        assert answers.rows.schema.equals(SCHEMA)
+        assert per_key(answers) == [[(1, "a")], [], [(3, "c"), (3, "C")], None]
+        hit, groups, offsets, rows = answers  # still the 4-tuple it was
+        assert (hit is answers.hit, groups is answers.groups, offsets is answers.offsets,
+                rows is answers.rows) == (True, True, True, True)
+
+    def test_put_arrow_is_read_back_by_both_paths(self, make_cache: MakeCache) -> None:
+        cache = make_cache(bind=BY_ID)
+        rows = pa.table({"id": [5, 5, 7], "name": ["e", "E", "g"]}, schema=SCHEMA)
+        # Rows 0 and 1 belong to key 0 (5), row 2 to key 2 (7); key 1 (6) has none.
+        cache.put_arrow([pa.array([5, 6, 7], pa.int64())], pa.array([0, 0, 2], pa.int64()),
+                        rows)
+        answers = cache.get_arrow([pa.array([7, 6, 5, 8], pa.int64())])
+        assert per_key(answers) == [[(7, "g")], [], [(5, "e"), (5, "E")], None]
+        assert list(cache.get_if_present((5,)) or []) == [(5, "e"), (5, "E")]
+        assert cache.get_if_present((6,)) == ()
+        assert cache.get_if_present((8,)) is None
+
+    def test_put_arrow_takes_a_record_batch(self, make_cache: MakeCache) -> None:
+        cache = make_cache(bind=BY_ID)
+        batch = pa.record_batch({"id": [1], "name": ["a"]}, schema=SCHEMA)
+        cache.put_arrow([pa.array([1], pa.int64())], pa.array([0], pa.int64()), batch)
+        assert per_key(cache.get_arrow([pa.array([1], pa.int64())])) == [[(1, "a")]]
+
+    def test_get_arrow_counts_hits_and_misses(self, make_cache: MakeCache) -> None:
+        metrics = CacheMetrics()
+        cache = make_cache(metrics=metrics, bind=BY_ID)
+        cache.put_all({(1,): [(1, "a")], (2,): []})
+        answers = cache.get_arrow([pa.array([1, 2, 3], pa.int64())])
+        assert int(np.count_nonzero(answers.hit)) == 2
+        assert (metrics.hit_count, metrics.miss_count) == (2, 1)
 
     @pytest.mark.parametrize("key", [None, 1, "1", [1]])
     def test_non_tuple_key_is_refused(self, make_cache: MakeCache, key: Any) -> None:

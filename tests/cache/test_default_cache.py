@@ -17,7 +17,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from cache import CacheMetrics, DefaultLookupCache, LookupCache
 from spark_lookup.errors import ConfigError
-from tests.cache.contract import LookupCacheContract
+from tests.cache.contract import Binding, LookupCacheContract
 from tests.clock import FakeTimer
 
 
@@ -35,8 +35,11 @@ def build(timer: FakeTimer | None = None, **limits: Any) -> DefaultLookupCache:
 class TestContract(LookupCacheContract):
     @pytest.fixture
     def make_cache(self) -> Any:
-        def make(metrics: CacheMetrics | None = None) -> LookupCache:
+        def make(metrics: CacheMetrics | None = None, bind: Binding | None = None
+                 ) -> LookupCache:
             cache = DefaultLookupCache.new_builder().maximum_size(100).build()
+            if bind is not None:
+                cache.bind(*bind)
             cache.open(metrics)
             return cache
 

@@ -14,8 +14,8 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from cache import CacheMetrics, LookupFullCache
-from cache.full import FullSnapshot
+from cache import CacheMetrics
+from cache.full import FullSnapshot, LookupFullCache
 from spark_lookup.errors import ConfigError, SnapshotUnavailableError
 from tests.clock import FakeTimer
 

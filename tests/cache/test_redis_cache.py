@@ -21,7 +21,7 @@ from cache._codec import FORMAT_PREFIX, decode_rows, encode_key
 from lookup import PartialCachingLookupProvider, RedisLookupFunction, open_lookup
 from spark_lookup.errors import ConfigError
 from spark_lookup.schema import to_arrow_schema
-from tests.cache.contract import LookupCacheContract
+from tests.cache.contract import Binding, LookupCacheContract
 from tests.clock import FakeTimer
 from tests.connectors.conftest import RedisServer, free_port
 
@@ -34,9 +34,12 @@ def namespace_of(prefix: str) -> str:
 
 @pytest.fixture
 def make(redis_url: str, redis_prefix: str) -> Any:
-    def build(metrics: CacheMetrics | None = None, **options: Any) -> RedisLookupCache:
+    def build(metrics: CacheMetrics | None = None, bind: Binding | None = None,
+              **options: Any) -> RedisLookupCache:
         options.setdefault("ttl", 60)
         cache = RedisLookupCache(redis_url, namespace_of(redis_prefix), **options)
+        if bind is not None:
+            cache.bind(*bind)
         cache.open(metrics)
         return cache
 

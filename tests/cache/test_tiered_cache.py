@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from cache import CacheMetrics, DefaultLookupCache, RedisLookupCache, TieredLookupCache
-from tests.cache.contract import LookupCacheContract
+from spark_lookup.errors import ConfigError
+from tests.cache.contract import Binding, LookupCacheContract
 from tests.clock import FakeTimer
 from tests.connectors.conftest import RedisServer
 
@@ -26,9 +27,11 @@ def near(timer: FakeTimer | None = None, **options: Any) -> DefaultLookupCache:
 @pytest.fixture
 def make(redis_url: str, redis_prefix: str) -> Any:
     def build(metrics: CacheMetrics | None = None, l1: DefaultLookupCache | None = None,
-              **options: Any) -> TieredLookupCache:
+              bind: Binding | None = None, **options: Any) -> TieredLookupCache:
         far = RedisLookupCache(redis_url, redis_prefix.rstrip(":"), ttl=60, **options)
         cache = TieredLookupCache(l1 if l1 is not None else near(), far)
+        if bind is not None:
+            cache.bind(*bind)
         cache.open(metrics)
         return cache
 
@@ -135,7 +138,7 @@ def test_pickles_as_configuration(make: Any) -> None:
 
 def test_construction_errors() -> None:
     l1 = near()
-    with pytest.raises(TypeError, match="l2 must be a LookupCache"):
+    with pytest.raises(ConfigError, match="l2 must be a LookupCache"):
         TieredLookupCache(l1, object())  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="different"):
         TieredLookupCache(l1, l1)
