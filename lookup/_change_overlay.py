@@ -44,9 +44,9 @@ import pyarrow as pa
 from cache._key_hash import hash_keys
 from cache._overlay import Overlay
 from cache.metrics import CacheMetrics
-from connectors.json_keys import decode_json_keys
 from connectors.keys import KeyCodec
 from lookup._change_reload import ChangeReloads
+from lookup._changed_keys import ChangedKeys
 from lookup._host_listeners import HostListeners
 from lookup._runtime_base import counting_bad_values
 from lookup.changes import Change, ChangeFeed
@@ -85,11 +85,9 @@ class ChangeOverlay:
                  host: HostListeners | None, metrics: CacheMetrics, clock: Callable[[], float],
                  retry_policy: RetryPolicy, max_keys: int, describe: str) -> None:
         self._function = function
-        self._names = list(key_columns)
-        self._types = list(key_types)
-        self._codec = KeyCodec(self._names, self._types, describe)
-        order = [feed.key_columns.index(name) for name in key_columns]
-        self._order = None if order == list(range(len(order))) else order
+        self._keys = ChangedKeys(feed, key_columns, key_types,
+                                 KeyCodec(list(key_columns), list(key_types), describe))
+        self._names = self._keys.names
         self._schema = schema
         self._reloads = reloads
         self._served_at = served_at
@@ -163,7 +161,7 @@ class ChangeOverlay:
             return
         now = self._clock()
         try:
-            arrays = self._arrays([key for change in changes for key in change.keys])
+            arrays = self._keys.arrays([key for change in changes for key in change.keys])
         except (ValueError, TypeError) as exc:  # ConfigError is a ValueError
             log.warning("%s: a change notification holds a key that is no key of the "
                         "provider (%s); reloading the table", self._describe, exc)
@@ -182,17 +180,6 @@ class ChangeOverlay:
     def disconnected(self) -> None:
         """The feed stopped listening (as :class:`ChangeReloads` handles it)."""
         self._reloads.disconnected()
-
-    def _arrays(self, keys: list[tuple[Any, ...]]) -> list[pa.Array] | None:
-        """The distinct matchable keys among ``keys`` as arrays of the key types."""
-        if not keys:
-            return None
-        if self._order is not None:
-            order = self._order
-            keys = [tuple(key[i] for i in order) for key in keys]
-        encoded = self._codec.encode(decode_json_keys(keys, self._types, self._names),
-                                     skip_null_keys=True)
-        return encoded.arrays if len(encoded) else None
 
     def _queue(self, queued: _Queued) -> None:
         with self._lock:

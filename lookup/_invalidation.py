@@ -30,8 +30,8 @@ import pyarrow as pa
 from cache._key_hash import hash_keys
 from cache.base import Key, LookupCache, Row
 from cache.metrics import CacheMetrics
-from connectors.json_keys import decode_json_keys
 from connectors.keys import KeyCodec
+from lookup._changed_keys import ChangedKeys
 from lookup.changes import Change, ChangeFeed
 
 __all__ = ["CacheInvalidation"]
@@ -54,11 +54,7 @@ class CacheInvalidation:
                  metrics: CacheMetrics, describe: str) -> None:
         self._cache = cache
         self._codec = codec
-        self._names = list(key_columns)
-        self._types = list(key_types)
-        # Position in a feed's key of each of the provider's key columns.
-        order = [feed.key_columns.index(name) for name in key_columns]
-        self._order = None if order == list(range(len(order))) else order
+        self._keys = ChangedKeys(feed, key_columns, key_types, codec)
         self._metrics = metrics
         self._describe = describe
         self._lock = threading.Lock()
@@ -85,7 +81,7 @@ class CacheInvalidation:
             return
         keys = [key for change in changes for key in change.keys]
         try:
-            arrays = self._arrays(keys)
+            arrays = self._keys.arrays(keys)
         except (ValueError, TypeError) as exc:  # ConfigError is a ValueError
             # A key the provider cannot read: which entry it means is unknown.
             log.warning("%s: a change notification holds a key that is no key of the "
@@ -116,17 +112,6 @@ class CacheInvalidation:
                 return
             self._note(_EVERYTHING)
             self._cache.invalidate_all()
-
-    def _arrays(self, keys: list[Key]) -> list[pa.Array] | None:
-        """The matchable keys among ``keys`` as arrays of the key types (None: none)."""
-        if not keys:
-            return None
-        if self._order is not None:
-            order = self._order
-            keys = [tuple(key[i] for i in order) for key in keys]
-        encoded = self._codec.encode(decode_json_keys(keys, self._types, self._names),
-                                     skip_null_keys=True)
-        return encoded.arrays if len(encoded) else None
 
     def _note(self, hashes: np.ndarray | None) -> None:
         """Remember a change for the loads in flight (under the lock)."""
