@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import types as T
 
 from connectors.sql.catalog import ColumnInfo, TableInfo
@@ -165,6 +166,7 @@ class Dialect:
         their column are not sent."""
         return None
 
+
     # --- statements
 
     def max_keys(self, session: SessionLike, width: int) -> int:
@@ -233,3 +235,14 @@ class Dialect:
         """A large parameter-free read (a scan's chunk) as Arrow record batches by a
         reader faster than the session's driver, or None: the driver reads it."""
         return None
+
+
+def kept_positions(masks: Sequence[pa.BooleanArray]) -> pa.Array | None:
+    """The positions every mask of ``masks`` keeps (a dialect's :meth:`Dialect.sendable`),
+    or None when they keep all."""
+    if not masks:
+        return None
+    mask = masks[0]
+    for more in masks[1:]:
+        mask = pc.and_(mask, more)
+    return None if pc.all(mask).as_py() else pc.indices_nonzero(mask)

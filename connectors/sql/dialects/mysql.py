@@ -48,6 +48,7 @@ from connectors.sql.dialects.base import (
     LookupPlan,
     LookupStatement,
     SessionLike,
+    kept_positions,
 )
 from connectors.sql.flavor import MYSQL, Flavor
 from connectors.sql.types import INTEGER_TYPES, STRING_TYPES, ColumnRead
@@ -275,14 +276,8 @@ class MysqlDialect(Dialect):
                  ) -> pa.Array | None:
         """Infinite keys are not sent: MySQL stores no infinity (nor NaN, which no key
         holds), and its SQL has no literal for one."""
-        mask = None
-        for array in arrays:
-            if pa.types.is_floating(array.type):
-                finite = pc.is_finite(array)
-                mask = finite if mask is None else pc.and_(mask, finite)
-        if mask is None or pc.all(mask).as_py():
-            return None
-        return pc.indices_nonzero(mask)
+        return kept_positions([pc.is_finite(array) for array in arrays
+                               if pa.types.is_floating(array.type)])
 
     # --- statements
 

@@ -18,6 +18,7 @@ from connectors.sql.dialects.base import (
     LookupPlan,
     LookupStatement,
     SessionLike,
+    kept_positions,
 )
 from connectors.sql.flavor import POSTGRES, Flavor
 from connectors.sql.types import INTEGER_TYPES, STRING_TYPES, ColumnRead
@@ -189,19 +190,15 @@ class PostgresDialect(Dialect):
 
     def sendable(self, bindings: Sequence[KeyBinding], arrays: Sequence[pa.Array]
                  ) -> pa.Array | None:
-        mask = None
+        masks = []
         for binding, array in zip(bindings, arrays, strict=True):
-            if not (binding.text or binding.uuid or binding.enum_labels):
-                continue
-            ok = pc.invert(pc.match_substring(array, "\x00"))
+            if binding.text or binding.uuid or binding.enum_labels:
+                masks.append(pc.invert(pc.match_substring(array, "\x00")))
             if binding.uuid:
-                ok = pc.and_(ok, pc.match_substring_regex(array, _UUID))
+                masks.append(pc.match_substring_regex(array, _UUID))
             if binding.enum_labels:
-                ok = pc.and_(ok, pc.is_in(array, pa.array(binding.enum_labels)))
-            mask = ok if mask is None else pc.and_(mask, ok)
-        if mask is None or pc.all(mask).as_py():
-            return None
-        return pc.indices_nonzero(mask)
+                masks.append(pc.is_in(array, pa.array(binding.enum_labels)))
+        return kept_positions(masks)
 
     def max_keys(self, session: SessionLike, width: int) -> int:
         return _MAX_KEYS
