@@ -256,13 +256,24 @@ def _pruning_term(predicate: Predicate, data_type: Any) -> Any:
 
 def predicates_mask(batch: Any, predicates: Sequence[Predicate]) -> Any:
     """A boolean array: which rows of ``batch`` meet every predicate (a null comparison
-    is not a match, as in SQL)."""
+    is not a match, as in SQL).
+
+    Raises
+    ------
+    ConfigError
+        For a predicate on a column ``batch`` does not have.
+    """
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    mask = pa.array([True] * batch.num_rows, pa.bool_())
+    mask = pa.array(np.ones(batch.num_rows, dtype=bool))
     for predicate in predicates:
-        column = batch.column(batch.schema.get_field_index(predicate.column))
+        index = batch.schema.get_field_index(predicate.column)
+        if index < 0:  # column(-1) would be the last column
+            raise ConfigError(f"no column {predicate.column!r} to filter by; "
+                              f"there are {batch.schema.names}")
+        column = batch.column(index)
         op = predicate.op
         if op == "is null":
             term = pc.is_null(column)
@@ -273,6 +284,9 @@ def predicates_mask(batch: Any, predicates: Sequence[Predicate]) -> Any:
             term = pa.nulls(batch.num_rows, pa.bool_())
         elif op in ("in", "not in"):
             values = pa.array(list(predicate.value), type=column.type)
+            if pa.types.is_floating(column.type):
+                # Hashed, -0.0 is not 0.0; compared (=), it is: adding 0.0 makes it 0.0.
+                column, values = pc.add(column, 0.0), pc.add(values, 0.0)
             term = pc.is_in(column, value_set=values)
             term = pc.if_else(pc.is_valid(column), term, pa.scalar(None, pa.bool_()))
             if op == "not in":

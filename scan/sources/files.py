@@ -411,7 +411,9 @@ class FileSource(PerProcess, PullSource[FileSplit]):
     def schema(self) -> T.StructType:
         """The declared schema, or the first file's (which reads its footer or header)."""
         if self._schema is None:
-            self._schema = self._infer_schema()
+            inferred = self._infer_schema()
+            check_predicates(self._filters, inferred.fieldNames(), f"FileSource({self._paths})")
+            self._schema = inferred
         return self._schema
 
     def _infer_schema(self) -> T.StructType:

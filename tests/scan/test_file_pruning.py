@@ -24,6 +24,7 @@ from scan import FileSource, LocalSourceRunner, ReaderOptions, plan_splits, read
 from scan.checkpoint import decode_checkpoint
 from scan.serializers import unpack_versioned
 from scan.sources import FileSplit
+from spark_lookup.errors import ConfigError
 from tests.scan.helpers import bag
 
 Row = dict[str, Any]
@@ -195,7 +196,7 @@ def test_planner_progress_of_a_checkpoint_without_pruned_row_groups_restores(
     assert planner.snapshot() == {"paths": [], "file": str(path), "row_groups": []}
 
 
-def test_not_in_with_a_null_is_never_true() -> None:
+def test_in_and_not_in_follow_sql() -> None:
     batch = pa.record_batch({"x": [1, 2, None]})
     assert predicates_mask(batch, [Predicate("x", "not in", [1, None])]).to_pylist() == [
         False, False, False]
@@ -203,6 +204,12 @@ def test_not_in_with_a_null_is_never_true() -> None:
         False, True, False]
     assert predicates_mask(batch, [Predicate("x", "in", [1, None])]).to_pylist() == [
         True, False, False]
+    floats = pa.record_batch({"x": pa.array([-0.0, 0.0, 1.0], pa.float32())})
+    for op, expected in (("in", [True, True, False]), ("not in", [False, False, True])):
+        # -0.0 = 0.0, so -0.0 is in (0.0), as the comparison says
+        assert predicates_mask(floats, [Predicate("x", op, [0.0])]).to_pylist() == expected
+        assert predicates_mask(floats, [Predicate("x", op, [-0.0])]).to_pylist() == expected
+    assert predicates_mask(floats, [Predicate("x", "=", 0.0)]).to_pylist() == [True, True, False]
 
 
 # --- property: a filtered read is the unfiltered read filtered by SQL's rules
@@ -266,3 +273,12 @@ def test_a_filtered_read_is_the_unfiltered_read_filtered_by_sql_rules(
 def _keys(rows: Sequence[Row]) -> list[str]:
     """Rows as comparable text (NaN equal to itself), sorted: a bag."""
     return sorted(repr(sorted(row.items())) for row in rows)
+
+
+def test_a_filter_on_a_column_the_inferred_schema_lacks_is_refused(tmp_path: Path) -> None:
+    _write(tmp_path / "t.parquet", pa.table({"id": [1, 2]}), 2)
+    source = FileSource(tmp_path / "t.parquet", filters=[Predicate("nope", "=", 1)])
+    with pytest.raises(ConfigError, match=r"unknown column\(s\) \['nope'\]"):
+        read_arrow(source)
+    with pytest.raises(ConfigError, match="no column 'nope'"):
+        predicates_mask(pa.record_batch({"id": [1]}), [Predicate("nope", "=", 1)])
