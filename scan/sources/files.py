@@ -332,9 +332,11 @@ class FileSource(PerProcess, PullSource[FileSplit]):
     Raises
     ------
     ConfigError
-        (a ``ValueError``) for an unknown format, no paths, or an invalid schema; on
-        use, for a file that lacks a declared column, naming the file and the column
-        (Parquet: at planning, from the footer; CSV: when its split is first read).
+        (a ``ValueError``) for an unknown format, no paths, an invalid schema, or
+        filters on columns the schema does not have (an inferred schema: when it is
+        read); on use, for a file that lacks a declared column, naming the file and
+        the column (Parquet: at planning, from the footer; CSV: when its split is
+        first read).
     SourceError
         On use, for a value that does not convert to its declared type (or a null in
         a NOT NULL column), naming the file and the column.
