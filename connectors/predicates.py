@@ -176,10 +176,11 @@ def predicates_to_pruning(predicates: Sequence[Predicate], file_schema: Any, sch
     unless the file holds its column as the declared type (or another layout of the
     same text or binary values), so that statistics describe the values read, and
     unless statistics can decide it: floating statistics leave NaN out, so ``!=`` and
-    ``not in`` (which NaN meets) and NaN operands are not tested; a date or timestamp
-    out of Spark's range reads as null (the bad-value policy), so ``is null`` is not
-    tested on them. A predicate SQL never holds (``in`` of nulls only, ``not in`` with a
-    null) is false.
+    ``not in`` (which NaN meets) and NaN operands are not tested on floating columns,
+    nor ``in`` (pyarrow 26 rules ``x in (0.0)`` out of a row group of 0.0, whose
+    statistics are -0.0 and 0.0); a date or timestamp out of Spark's range reads as
+    null (the bad-value policy), so ``is null`` is not tested on them. A predicate SQL
+    never holds (``in`` of nulls only, ``not in`` with a null) is false.
 
     Parameters
     ----------
@@ -241,7 +242,7 @@ def _pruning_term(predicate: Predicate, data_type: Any) -> Any:
         values = [value for value in predicate.value if value is not None]
         if not values or (op == "not in" and len(values) < len(predicate.value)):
             return pc.scalar(False)  # SQL never holds it
-        if floating:  # pyarrow 26 rules 0.0 out of a row group of 0.0 by its value set
+        if floating:  # see the docstring: NaN, and pyarrow's -0.0
             return None
         term = field.isin(pa.array(values, type=data_type))
         return term if op == "in" else ~term
