@@ -2,12 +2,13 @@
 
 The scripts run in sequence (never two at once: they would measure each other):
 cache_ops, scan_full_load, lookup_batch_pg, join_throughput, naive_vs_lookup,
-cache_memory, and scan_file_load / lakehouse_load / refresh_vs_lookup / worker_churn when
-they are in the tree. Each writes its JSON to ``benchmarks/out/``; this script collects them into
-``benchmarks/out/summary.json`` (status, duration and command of every script, its
-result, the headline ratios, the machine and the load average) and plots the main
-comparison -- throughput of the mapInPandas pass-through, ``lookup_join`` with a full and
-a partial cache, Spark's broadcast join and the naive per-row UDFs, whichever ran -- to
+cache_memory, and scan_file_load / file_source_pruning / lakehouse_load /
+refresh_vs_lookup / worker_churn when they are in the tree. Each writes its JSON to
+``benchmarks/out/``; this script collects them into ``benchmarks/out/summary.json``
+(status, duration and command of every script, its result, the headline ratios, the
+machine and the load average) and plots the main comparison -- throughput of the
+mapInPandas pass-through, ``lookup_join`` with a full and a partial cache, Spark's
+broadcast join and the naive per-row UDFs, whichever ran -- to
 ``benchmarks/plot.png``.
 
 ``--quick`` is the reduced form CI runs (under 4 minutes on a 2-CPU machine): each
@@ -49,7 +50,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
 # In run order: the cheap in-process ones first, Spark last.
-SCRIPTS = ("cache_ops", "scan_full_load", "scan_file_load", "lakehouse_load", "lookup_batch_pg",
+SCRIPTS = ("cache_ops", "scan_full_load", "scan_file_load", "file_source_pruning",
+           "lakehouse_load", "lookup_batch_pg",
            "cache_memory", "snapshot_check", "join_throughput", "naive_vs_lookup",
            "refresh_vs_lookup", "worker_churn")
 REQUIRED = ("cache_ops", "scan_full_load", "lookup_batch_pg", "cache_memory", "join_throughput",
@@ -226,6 +228,15 @@ def headline(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
                 "relative_to_read_table"]
             out[f"scan_file_read_arrow_{key}_vs_read_table_per_round"] = files[case][
                 "median_same_round_ratio_to_read_table"]
+
+    pruning = results.get("file_source_pruning", {}).get("results", {})
+    plain, filtered = pruning.get("FileSource"), pruning.get("FileSource + filter")
+    if plain and filtered:
+        out["file_source_filter_bytes_read_vs_plain"] = (
+            filtered["median_bytes_read"] / plain["median_bytes_read"])
+        out["file_source_plain_vs_read_table"] = plain["relative_to_read_table"]
+        out["file_source_plain_vs_read_table_per_round"] = plain[
+            "median_same_round_ratio_to_read_table"]
 
     batch = results.get("lookup_batch_pg", {}).get("results", {})
     batch_rates = {name: case["keys_per_second"] for name, case in batch.items()}

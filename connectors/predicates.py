@@ -2,9 +2,12 @@
 
 A :class:`Predicate` names a column, an operator and a value. A source evaluates a
 list of them (all must hold) where the data lives: a database gets ``"column" = ?``
-with the value bound, a Parquet file a pyarrow dataset filter, Redis an Arrow filter
-after the read. As Iceberg's Flink lookup source applies a join's constant conditions
-to its full cache, so a full cache of ``WHERE active = true`` holds only those rows.
+with the value bound; a Parquet file's row groups are skipped, unread, when their
+statistics rule the predicates out (:func:`predicates_to_pruning`, a pyarrow dataset
+expression), and the rows read are filtered after conversion to the declared types
+(:func:`predicates_mask`); Redis rows are filtered after the read. As Iceberg's Flink
+lookup source applies a join's constant conditions to its full cache, so a full cache
+of ``WHERE active = true`` holds only those rows.
 """
 
 from __future__ import annotations
@@ -20,7 +23,10 @@ from spark_lookup.sql import validate_identifier
 if TYPE_CHECKING:
     import pyarrow.compute as pc
 
-__all__ = ["OPERATORS", "Predicate", "predicates_to_arrow", "predicates_to_sql"]
+__all__ = [
+    "OPERATORS", "Predicate", "predicates_mask", "predicates_to_arrow", "predicates_to_pruning",
+    "predicates_to_sql",
+]
 
 OPERATORS = ("=", "!=", "<", "<=", ">", ">=", "in", "not in", "is null", "is not null")
 _UNARY = ("is null", "is not null")
@@ -163,22 +169,128 @@ def predicates_to_arrow(predicates: Sequence[Predicate]) -> pc.Expression | None
     return expression
 
 
-def predicates_mask(batch: Any, predicates: Sequence[Predicate]) -> Any:
-    """A boolean array: which rows of ``batch`` meet every predicate (a null comparison
-    is not a match, as in SQL)."""
+def predicates_to_pruning(predicates: Sequence[Predicate], file_schema: Any, schema: Any) -> Any:
+    """A ``pyarrow.compute.Expression`` over a file's columns that pyarrow.dataset may
+    test Parquet row-group statistics against (min, max, null count): false only for
+    row groups in which no row, read as ``schema``, meets every predicate. None when no
+    predicate can be tested so.
+
+    A predicate is left out (it still filters the rows read, :func:`predicates_mask`)
+    unless the file holds its column as the declared type (or another layout of the
+    same text or binary values), so that statistics describe the values read, and
+    unless statistics can decide it: floating statistics leave NaN out, so ``!=`` and
+    ``not in`` (which NaN meets) and NaN operands are not tested on floating columns,
+    nor ``in`` (pyarrow 26 rules ``x in (0.0)`` out of a row group of 0.0, whose
+    statistics are -0.0 and 0.0); a date or timestamp out of Spark's range reads as
+    null (the bad-value policy), so ``is null`` is not tested on them. A predicate SQL
+    never holds (``in`` of nulls only, ``not in`` with a null) is false.
+
+    Parameters
+    ----------
+    predicates
+        The predicates, all of which must hold.
+    file_schema
+        The file's Arrow schema (a fragment's ``physical_schema``).
+    schema
+        The declared Arrow schema, which the predicates' columns are in.
+    """
+    expression = None
+    for predicate in predicates:
+        index = file_schema.get_field_index(predicate.column)
+        if index < 0:
+            continue
+        file_type = file_schema.field(index).type
+        if not _same_values(file_type, schema.field(predicate.column).type):
+            continue
+        try:
+            term = _pruning_term(predicate, file_type)
+        except (ValueError, TypeError, OverflowError):  # a value not of the column's type
+            term = None  # the rows' filter meets it as it always did
+        if term is not None:
+            expression = term if expression is None else expression & term
+    return expression
+
+
+def _same_values(file_type: Any, declared: Any) -> bool:
+    """Whether values of ``file_type`` read as ``declared`` are the same values."""
+    import pyarrow as pa
+
+    # (Not the view layouts: pyarrow 26 has no is_in kernel for them.)
+    text = (pa.types.is_string, pa.types.is_large_string)
+    binary = (pa.types.is_binary, pa.types.is_large_binary)
+    for kind in (text, binary):
+        if any(test(file_type) for test in kind) and any(test(declared) for test in kind):
+            return True
+    plain = (pa.types.is_boolean, pa.types.is_integer, pa.types.is_floating,
+             pa.types.is_decimal, pa.types.is_date, pa.types.is_timestamp)
+    return bool(file_type == declared and any(test(file_type) for test in plain))
+
+
+def _pruning_term(predicate: Predicate, data_type: Any) -> Any:
+    """``predicate`` as an expression fit for statistics, or None where it is not."""
+    import math
+
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    mask = pa.array([True] * batch.num_rows, pa.bool_())
+    field = pc.field(predicate.column)
+    op = predicate.op
+    floating = pa.types.is_floating(data_type)
+    if op == "is null":
+        times = pa.types.is_date(data_type) or pa.types.is_timestamp(data_type)
+        return None if times else field.is_null()
+    if op == "is not null":
+        return field.is_valid()
+    if op in ("in", "not in"):
+        values = [value for value in predicate.value if value is not None]
+        if not values or (op == "not in" and len(values) < len(predicate.value)):
+            return pc.scalar(False)  # SQL never holds it
+        if floating:  # see the docstring: NaN, and pyarrow's -0.0
+            return None
+        term = field.isin(pa.array(values, type=data_type))
+        return term if op == "in" else ~term
+    if floating and (op == "!=" or math.isnan(float(predicate.value))):
+        return None
+    value = pa.scalar(predicate.value, type=data_type)
+    return {
+        "=": field == value, "!=": field != value, "<": field < value,
+        "<=": field <= value, ">": field > value, ">=": field >= value,
+    }[op]
+
+
+def predicates_mask(batch: Any, predicates: Sequence[Predicate]) -> Any:
+    """A boolean array: which rows of ``batch`` meet every predicate (a null comparison
+    is not a match, as in SQL).
+
+    Raises
+    ------
+    ConfigError
+        For a predicate on a column ``batch`` does not have.
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    mask = pa.array(np.ones(batch.num_rows, dtype=bool))
     for predicate in predicates:
-        column = batch.column(batch.schema.get_field_index(predicate.column))
+        index = batch.schema.get_field_index(predicate.column)
+        if index < 0:  # column(-1) would be the last column
+            raise ConfigError(f"no column {predicate.column!r} to filter by; "
+                              f"there are {batch.schema.names}")
+        column = batch.column(index)
         op = predicate.op
         if op == "is null":
             term = pc.is_null(column)
         elif op == "is not null":
             term = pc.is_valid(column)
+        elif op == "not in" and None in predicate.value:
+            # SQL: x NOT IN (1, NULL) is x <> 1 AND x <> NULL, never true.
+            term = pa.nulls(batch.num_rows, pa.bool_())
         elif op in ("in", "not in"):
             values = pa.array(list(predicate.value), type=column.type)
+            if pa.types.is_floating(column.type):
+                # Hashed, -0.0 is not 0.0; compared (=), it is: adding 0.0 makes it 0.0.
+                column, values = pc.add(column, 0.0), pc.add(values, 0.0)
             term = pc.is_in(column, value_set=values)
             term = pc.if_else(pc.is_valid(column), term, pa.scalar(None, pa.bool_()))
             if op == "not in":

@@ -1,4 +1,5 @@
-"""Parquet and CSV files, read with pyarrow: a split per Parquet row group or CSV file."""
+"""Parquet and CSV files, read with pyarrow: a split per Parquet row group (those that
+Parquet statistics rule out left out) or CSV file."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import types as T
 
 from connectors.policy import BadValuePolicy
-from connectors.predicates import Predicate, check_predicates
+from connectors.predicates import Predicate, check_predicates, predicates_to_pruning
 from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
 from scan.sources._batches import BatchReading, io_error, with_last
 from scan.sources._enumerator import SplitPlanner
@@ -103,28 +104,39 @@ def _csv_header(path: str) -> list[str]:
 
 class _FilePlanner(SplitPlanner[FileSplit]):
     """Walks the paths (directories listed when reached) and, for Parquet, the row
-    groups of one file at a time, read from its footer (where the declared columns are
-    checked, so a file that lacks one fails at planning, on the driver)."""
+    groups of one file at a time: the file is a ``pyarrow.dataset`` fragment, whose
+    footer gives its columns (the declared ones are checked, so a file that lacks one
+    fails at planning, on the driver) and the row groups' statistics, by which those
+    the filters rule out are left out (:func:`predicates_to_pruning`)."""
 
-    def __init__(self, paths: Sequence[str], file_format: str, columns: Sequence[str],
-                 progress: Any = None) -> None:
+    def __init__(self, paths: Sequence[str], file_format: str, schema: pa.Schema,
+                 filters: Sequence[Predicate], progress: Any = None) -> None:
         self._format = file_format
-        self._columns = list(columns)
+        self._schema = schema
+        self._filters = tuple(filters)
+        self._parquet: Any = None  # the dataset's file format, made on first use
         if progress is None:
-            progress = {"paths": list(paths), "file": None, "next": 0, "groups": 0}
+            progress = {"paths": list(paths), "file": None, "row_groups": []}
         if not isinstance(progress, dict) or not isinstance(progress.get("paths"), list):
             raise SourceError(f"malformed FileSource planner progress: {shown(progress, 120)}")
-        self._state: dict[str, Any] = dict(progress)
+        state = dict(progress)
+        if "row_groups" not in state:  # written before row groups were pruned
+            state["row_groups"] = list(range(int(state.pop("next", 0)),
+                                             int(state.pop("groups", 0))))
+        if not isinstance(state["row_groups"], list):
+            raise SourceError(f"malformed FileSource planner progress: {shown(progress, 120)}")
+        self._state: dict[str, Any] = state
 
     def snapshot(self) -> Any:
-        return {**self._state, "paths": list(self._state["paths"])}
+        state = self._state
+        return {"paths": list(state["paths"]), "file": state["file"],
+                "row_groups": list(state["row_groups"])}
 
     def next_split(self) -> FileSplit | None:
         state = self._state
         while True:
-            if state["file"] is not None and state["next"] < state["groups"]:
-                state["next"] += 1
-                return FileSplit(state["file"], state["next"] - 1)
+            if state["file"] is not None and state["row_groups"]:
+                return FileSplit(state["file"], int(state["row_groups"].pop(0)))
             state["file"] = None
             if not state["paths"]:
                 return None
@@ -134,21 +146,44 @@ class _FilePlanner(SplitPlanner[FileSplit]):
                 continue
             if self._format == "csv":
                 return FileSplit(path)
-            import pyarrow.parquet as pq
+            state.update(file=path, row_groups=self._row_groups(path))
 
-            try:
-                metadata = pq.read_metadata(path)
-                names = metadata.schema.to_arrow_schema().names
-            except (OSError, ValueError) as exc:  # ArrowInvalid is a ValueError
-                raise io_error(f"reading the Parquet footer of {path!r}", exc) from exc
-            _check_columns(path, names, self._columns)
-            state.update(file=path, next=0, groups=metadata.num_row_groups)
+    def _row_groups(self, path: str) -> list[int]:
+        """The ids of the row groups of ``path`` whose statistics do not rule the
+        filters out (all of them without filters)."""
+        import pyarrow.dataset as ds
+        from pyarrow import fs
+
+        if self._parquet is None:
+            self._parquet = ds.ParquetFileFormat()
+        try:
+            fragment = self._parquet.make_fragment(path, filesystem=fs.LocalFileSystem())
+            file_schema = fragment.physical_schema  # reads the footer
+            groups = fragment.num_row_groups
+        except (OSError, ValueError) as exc:  # ArrowInvalid is a ValueError
+            raise io_error(f"reading the Parquet footer of {path!r}", exc) from exc
+        _check_columns(path, file_schema.names, self._schema.names)
+        expression = predicates_to_pruning(self._filters, file_schema, self._schema)
+        if expression is None:
+            return list(range(groups))
+        try:
+            return [group.id for group in fragment.subset(filter=expression).row_groups]
+        except (ValueError, TypeError, NotImplementedError):  # pyarrow's errors
+            # Statistics only save reads; every row group is read and filtered exactly.
+            return list(range(groups))
 
 
 class _SplitReader(QueueSplitReader[FileSplit]):
     """Reads one split at a time, one decoded batch per fetch, only the declared
     columns; runs on its fetcher thread (the open Parquet file is kept for the next
-    row group of the same file)."""
+    row group of the same file).
+
+    A row group is decoded by ``ParquetFile.iter_batches``, not by the dataset's
+    scanner: pyarrow 26's scanner decodes a whole row group before slicing it into
+    batches (105 MB of pyarrow memory per reader for 1M-row groups of four columns,
+    against 18 MB), and its filter would leave nothing to the exact filter after
+    conversion, which runs anyway (statistics already kept the row groups to read).
+    """
 
     def __init__(self, file_format: str, schema: pa.Schema, reading: BatchReading) -> None:
         super().__init__()
@@ -254,19 +289,22 @@ def _csv_value_error(path: str, exc: ValueError) -> SparkLookupError:
 
 class FileSource(PerProcess, PullSource[FileSplit]):
     """Parquet or CSV files read with pyarrow: one split per Parquet row group, one per
-    CSV file.
+    CSV file; row groups that the filters rule out by their statistics are not read.
 
     Built on the driver and picklable (it holds paths only). The enumerator walks the
-    paths lazily (listing a directory when it gets there, reading a Parquet footer per
-    file); readers read their splits on their fetcher threads, as Arrow record batches
+    paths lazily (listing a directory when it gets there, opening each Parquet file as
+    a ``pyarrow.dataset`` fragment, which reads its footer): a row group whose
+    statistics (min, max, null count) show that no row meets the ``filters`` gets no
+    split. Readers read their splits on their fetcher threads, as Arrow record batches
     of the declared schema, with no Python object per row: Parquet with
     ``ParquetFile.iter_batches`` of the split's row group, CSV with pyarrow's streaming
     reader. Only the declared columns are read (a Parquet file of 50 columns and a
-    schema naming 3 decodes 3); each is cast to its declared type by Arrow.
+    schema naming 3 decodes 3); each is cast to its declared type by Arrow, then the
+    rows are filtered with SQL's null rules.
 
     Rows of a split are emitted in file order; a checkpoint records how many rows of
-    each split were emitted, and a restore skips them (files must not change in
-    between).
+    each split were emitted (after filtering), and a restore skips them (files must not
+    change in between).
 
     Parameters
     ----------
@@ -280,13 +318,25 @@ class FileSource(PerProcess, PullSource[FileSplit]):
         A Spark DDL string or ``StructType``; columns are picked by name (the others
         are not read) and cast to its types. Inferred from the first file when not
         given (then every column of that file is read).
+    filters
+        :class:`~connectors.Predicate` s on columns of the schema, all of which a row
+        must meet, compared as the declared types (a null meets none but ``is null``).
+        Parquet statistics rule row groups out for the predicates on columns a file
+        holds as their declared type (see :func:`connectors.predicates.predicates_to_pruning`);
+        every row read is filtered exactly.
+    mode
+        The bad-value policy (``PERMISSIVE``, ``DROPMALFORMED``, ``FAILFAST``) for
+        values that do not convert to their declared type. Values of the row groups
+        left unread are not looked at.
 
     Raises
     ------
     ConfigError
-        (a ``ValueError``) for an unknown format, no paths, or an invalid schema; on
-        use, for a file that lacks a declared column, naming the file and the column
-        (Parquet: at planning, from the footer; CSV: when its split is first read).
+        (a ``ValueError``) for an unknown format, no paths, an invalid schema, or
+        filters on columns the schema does not have (an inferred schema: when it is
+        read); on use, for a file that lacks a declared column, naming the file and
+        the column (Parquet: at planning, from the footer; CSV: when its split is
+        first read).
     SourceError
         On use, for a value that does not convert to its declared type (or a null in
         a NOT NULL column), naming the file and the column.
@@ -299,6 +349,8 @@ class FileSource(PerProcess, PullSource[FileSplit]):
     block for CSV), its column chunks read through a 1 MiB buffer; a reader holds at
     most ``element_queue_capacity + 1`` of them, so memory stays bounded for large row
     groups. Readers emit zero-copy slices of them, ``records_per_poll`` rows at a time.
+    CSV files are read by ``pyarrow.csv.open_csv``: they have no statistics to skip
+    by, and a dataset of one CSV file read 1M rows in 0.20 s against 0.11 s.
 
     Examples
     --------
@@ -361,7 +413,9 @@ class FileSource(PerProcess, PullSource[FileSplit]):
     def schema(self) -> T.StructType:
         """The declared schema, or the first file's (which reads its footer or header)."""
         if self._schema is None:
-            self._schema = self._infer_schema()
+            inferred = self._infer_schema()
+            check_predicates(self._filters, inferred.fieldNames(), f"FileSource({self._paths})")
+            self._schema = inferred
         return self._schema
 
     def _infer_schema(self) -> T.StructType:
@@ -409,7 +463,8 @@ class FileSource(PerProcess, PullSource[FileSplit]):
         return f"{count} files, sha256 {digest.hexdigest()}"
 
     def planner(self, progress: Any | None) -> SplitPlanner[FileSplit]:
-        return _FilePlanner(self._paths, self._format, self.schema.names, progress)
+        return _FilePlanner(self._paths, self._format, to_arrow_schema(self.schema),
+                            self._filters, progress)
 
     def split_reader(self) -> Callable[[], _SplitReader]:
         """Makes split readers, which open the files on their fetcher threads."""
