@@ -14,17 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from spark_lookup._shown import shown
 from spark_lookup.errors import ConfigError
 from spark_lookup.sql import validate_identifier
 
-if TYPE_CHECKING:
-    import pyarrow.compute as pc
-
 __all__ = [
-    "OPERATORS", "Predicate", "predicates_mask", "predicates_to_arrow", "predicates_to_pruning",
+    "OPERATORS", "Predicate", "predicates_mask", "predicates_to_pruning",
     "predicates_to_sql",
 ]
 
@@ -140,33 +137,6 @@ def predicates_to_sql(
             sql_op = "<>" if op == "!=" else op
             conditions.append(f"{column} {sql_op} {bind(predicate.value)}")
     return conditions, values
-
-
-def predicates_to_arrow(predicates: Sequence[Predicate]) -> pc.Expression | None:
-    """A ``pyarrow.compute.Expression`` true exactly where every predicate holds
-    (None for no predicates)."""
-    import pyarrow.compute as pc
-
-    expression: pc.Expression | None = None
-    for predicate in predicates:
-        field = pc.field(predicate.column)
-        op = predicate.op
-        if op == "is null":
-            term = field.is_null()
-        elif op == "is not null":
-            term = field.is_valid()
-        elif op == "in":
-            term = field.isin(list(predicate.value))
-        elif op == "not in":
-            term = ~field.isin(list(predicate.value))
-        else:
-            term = {
-                "=": field == predicate.value, "!=": field != predicate.value,
-                "<": field < predicate.value, "<=": field <= predicate.value,
-                ">": field > predicate.value, ">=": field >= predicate.value,
-            }[op]
-        expression = term if expression is None else expression & term
-    return expression
 
 
 def predicates_to_pruning(predicates: Sequence[Predicate], file_schema: Any, schema: Any) -> Any:

@@ -3,6 +3,7 @@ data file of one table version."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import os
@@ -16,7 +17,7 @@ from urllib.parse import unquote
 from pyspark.sql import types as T
 
 from connectors.policy import BadValuePolicy
-from connectors.predicates import Predicate, check_predicates, predicates_to_arrow
+from connectors.predicates import Predicate, check_predicates, predicates_to_pruning
 from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
 from scan.sources._batches import BatchReading, with_last
 from scan.sources._enumerator import ListPlanner, SplitPlanner
@@ -133,12 +134,17 @@ def _arrow_schema(table: Any) -> pa.Schema:
     return pa.schema(table.schema().to_arrow())
 
 
-def _file_filters(predicates: Sequence[Predicate]) -> list[tuple[str, str, Any]]:
+def _file_filters(predicates: Sequence[Predicate], floating: frozenset[str] = frozenset()
+                  ) -> list[tuple[str, str, Any]]:
     """The predicates delta-rs can prune files with (partition values and file
-    statistics), as its tuple filters; the others are only applied to rows."""
+    statistics), as its tuple filters; the others are only applied to rows. Statistics
+    of ``floating`` columns leave NaN out, so ``!=``, ``in`` and ``not in`` on them
+    (which a NaN row may meet, or -0.0 against 0.0) are not pushed."""
     pushed: list[tuple[str, str, Any]] = []
     for p in predicates:
         if p.op in ("is null", "is not null"):
+            continue
+        if p.column in floating and p.op in ("!=", "in", "not in"):
             continue
         values = p.value if p.op in ("in", "not in") else (p.value,)
         if all(isinstance(v, _PRUNABLE) for v in values):
@@ -155,7 +161,8 @@ def plan_files(uri: str, table: Any, predicates: Sequence[Predicate]
 
     _check_protocol(uri, table)
     version = int(table.version())
-    pushed = _file_filters(predicates)
+    floating = frozenset(f.name for f in _arrow_schema(table) if pa.types.is_floating(f.type))
+    pushed = _file_filters(predicates, floating)
     try:
         try:
             uris = table.file_uris(file_pruning_predicate=pushed or None)
@@ -309,11 +316,15 @@ class _SplitReader(QueueSplitReader[DeltaSplit]):
         keep = self._reading.deletion_vectors.keep(split) if split.deletes else None
         options: dict[str, Any] = {"columns": columns, "batch_size": _DECODE_ROWS}
         if keep is None:
-            # Row groups whose statistics rule the filters out are not read; rows are
-            # filtered again after conversion (SQL's null rules, partition columns).
+            # Row groups whose statistics rule the filters out are not read (only where
+            # statistics can decide: NaN is in no float statistics); every row read is
+            # filtered after conversion (SQL's null rules, partition columns).
             filters = [p for p in self._reading.filters if p.column in columns]  # not partitions
-            if filters:
-                options["filter"] = predicates_to_arrow(filters)
+            expression = (predicates_to_pruning(filters, fragment.physical_schema,
+                                                self._file_schema) if filters else None)
+            if expression is not None:
+                with contextlib.suppress(ValueError, TypeError, NotImplementedError):
+                    fragment = fragment.subset(filter=expression)
         # (A deletion vector counts rows by their position in the file: read them all.)
         skip = split.skip
         start = 0
