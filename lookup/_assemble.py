@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cache.base import expand
 from lookup.runtime import LookupRuntime
@@ -109,7 +110,12 @@ def join_batch(batch: pa.RecordBatch, shape: JoinShape, runtime: LookupRuntime,
             stream_part = batch.take(pa.array(positions, type=pa.int64()))
     missing = rows < 0
     take_rows = pa.array(rows, type=pa.int64(), mask=missing if missing.any() else None)
-    dim_columns = [dim.column(i).take(take_rows) for i in range(dim.num_columns)]
+    # Arrow's own bounds check of a gather costs a third of it; one numpy pass proves
+    # the same (rows are -1, masked, or row numbers of the probe's answer).
+    if len(rows) and int(rows.max()) >= dim.num_rows:
+        raise IndexError(f"{describe}: a row number past the dimension's {dim.num_rows} rows")
+    dim_columns = [pc.take(dim.column(i), take_rows, boundscheck=False)
+                   for i in range(dim.num_columns)]
     arrays = list(stream_part.columns) + [_one_array(c) for c in dim_columns]
     names = list(batch.schema.names) + list(shape.out_names)
     return pa.RecordBatch.from_arrays(arrays, names=names)

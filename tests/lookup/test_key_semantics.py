@@ -89,3 +89,25 @@ def test_a_join_keeps_bigint_keys_exact_beyond_2_53(kind: str) -> None:
             out = join_batch(batch, plan.shape, handle.runtime, provider.describe())
             assert out.column("id").to_pylist() == [BIG, None, BIG - 1, BIG]
             assert out.column("d_name").to_pylist() == ["odd", None, "even", "odd"]
+
+
+def test_a_probe_answer_past_the_dimension_is_refused_not_gathered() -> None:
+    # The join gathers without Arrow's bounds check (it checks the row numbers once):
+    # a row number past the answer's rows must fail, never read outside the table.
+    import numpy as np
+    import pyarrow as pa
+
+    from lookup._assemble import JoinShape, join_batch
+    from lookup._runtime_base import Probe
+
+    class Broken:
+        probes_rows = True
+
+        def probe(self, keys: Any, describe: str = "lookup") -> Probe:
+            return Probe(np.array([0, 7], dtype=np.int64), np.array([], dtype=np.int64),
+                         pa.table({"id": [1], "name": ["a"]}), one_row_each=True)
+
+    shape = JoinShape(("id",), ("name",), ("name",), (pa.string(),), "left")
+    batch = pa.record_batch({"id": pa.array([1, 2], pa.int64())})
+    with pytest.raises(IndexError, match="past the dimension's 1 rows"):
+        join_batch(batch, shape, Broken(), "test")  # type: ignore[arg-type]
