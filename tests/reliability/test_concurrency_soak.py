@@ -1,6 +1,7 @@
 """Concurrency soak (issue 8): 8 threads for ``SOAK_SECONDS`` (default 4; a longer soak:
-``SOAK_SECONDS=60``) against each cache type, through open_lookup and the cache API: DefaultLookupCache, a full cache
-reloaded meanwhile, RedisLookupCache and TieredLookupCache.
+``SOAK_SECONDS=60``) against each cache type, through open_lookup and the cache API:
+DefaultLookupCache, a full cache reloaded meanwhile, RedisLookupCache and
+TieredLookupCache.
 
 No thread may see an error or a wrong row for its key; size bounds hold at every
 sample; the hit and miss counters add up exactly to the keys asked (counters updated
