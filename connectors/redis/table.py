@@ -32,7 +32,7 @@ from spark_lookup.errors import ConfigError
 from spark_lookup.options import check_int
 from spark_lookup.schema import SchemaLike, parse_schema, to_arrow_schema
 
-__all__ = ["VALUE_TYPES", "RedisTable"]
+__all__ = ["VALUE_TYPES", "RedisTable", "cast_key_parts"]
 
 VALUE_TYPES = ("hash", "json", "string")
 
@@ -419,11 +419,8 @@ class RedisTable(PerProcess):
                     parts[column].append(None if parsed is None else parsed[column])
             for column in self.key_columns:
                 target = self.arrow_schema.field(column).type
-                wire = pa.array(parts[column], pa.string())
-                try:
-                    key_values[column] = pc.cast(wire, target)
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                    key_values[column] = _cast_each(wire, target)
+                key_values[column] = cast_key_parts(pa.array(parts[column], pa.string()),
+                                                    target)
         batch, _ = self._conform(redis_keys, owners, wires, flags, key_values, parsed_ok, malformed)
         return batch
 
@@ -437,6 +434,15 @@ def _parse_key(template: KeyTemplate, name: str | bytes) -> dict[str, str] | Non
         except UnicodeDecodeError:
             return None
     return template.parse(name)
+
+
+def cast_key_parts(wire: pa.Array, target: pa.DataType) -> pa.Array:
+    """Key parts parsed from Redis keys (text) as values of ``target``; a part that is no
+    value of it is null (that row's key then cannot be confirmed)."""
+    try:
+        return pc.cast(wire, target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return _cast_each(wire, target)
 
 
 def _cast_each(wire: pa.Array, target: pa.DataType) -> pa.Array:

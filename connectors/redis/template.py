@@ -133,6 +133,10 @@ class KeyTemplate:
         self.glob = glob
         """The SCAN ``MATCH`` pattern of every key the template can make."""
 
+    def spec(self, field: str) -> str:
+        """The format spec of ``field``'s placeholder (empty: none)."""
+        return self._specs[field]
+
     def part(self, field: str, value: Any) -> str:
         """The text of one key part (escaped when asked)."""
         text = format(value, self._specs[field])

@@ -27,10 +27,10 @@ from datetime import timedelta
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import types as T
 
 from connectors.redis.client import check_redis_url, redact_url, redis_client_from_url
+from connectors.redis.table import cast_key_parts
 from connectors.redis.template import KeyTemplate
 from lookup.changes import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -109,32 +109,35 @@ class RedisKeyspaceChanges(ChangeFeed):
         self.url = check_redis_url(url, "url")
         struct = parse_schema(schema, "RedisKeyspaceChanges schema")
         names = struct.fieldNames()
+        # The template's placeholders are the key columns; any name passes the parse here,
+        # the schema says which are columns.
         placeholders = [field for _, field, _, _ in _parsed(key_template) if field]
         missing = [name for name in placeholders if name not in names]
         if missing:
             raise ConfigError(f"key_template {key_template!r} names {missing}, which the "
                               f"schema {names} lacks")
-        template = KeyTemplate(key_template, placeholders, escape=escape)
-        super().__init__(template.fields, min_interval=min_interval,
+        self._template = KeyTemplate(key_template, placeholders, escape=escape)
+        super().__init__(self._template.fields, min_interval=min_interval,
                          connect_timeout=connect_timeout)
         self.key_template = key_template
         self.escape = bool(escape)
         self.key_schema = T.StructType([struct[name] for name in self.key_columns])
-        self._check_specs(key_template)
+        self._check_specs()
         self.health_check_interval = as_timedelta(health_check_interval,
                                                   "health_check_interval")
         if check:
             self.check_server()
 
-    def _check_specs(self, key_template: str) -> None:
-        for _, field, spec, _ in _parsed(key_template):
-            if field is None or not spec:
+    def _check_specs(self) -> None:
+        for field in self.key_columns:
+            spec = self._template.spec(field)
+            if not spec:
                 continue
             kind = self.key_schema[field].dataType
             integral = isinstance(kind, (T.ByteType, T.ShortType, T.IntegerType, T.LongType))
             if not (integral and _REVERSIBLE_INT_SPEC.fullmatch(spec)):
                 raise ConfigError(
-                    f"key_template {key_template!r}: the change feed cannot read placeholder "
+                    f"key_template {self.key_template!r}: the change feed cannot read placeholder "
                     f"{{{field}:{spec}}} back into one {kind.simpleString()} value (a format "
                     "spec may map several values to one text); use no spec, or a "
                     "zero-padded width of an integer column such as {id:08d}")
@@ -194,8 +197,7 @@ class RedisKeyspaceChanges(ChangeFeed):
         from redis.connection import parse_url
 
         db = parse_url(self.url).get("db", 0)  # type: ignore[no-untyped-call]
-        glob = KeyTemplate(self.key_template, self.key_columns, escape=self.escape).glob
-        return f"__keyspace@{db}__:{glob}"
+        return f"__keyspace@{db}__:{self._template.glob}"
 
     def connect(self) -> ChangeConnection:
         return _Subscription(self)
@@ -204,17 +206,15 @@ class RedisKeyspaceChanges(ChangeFeed):
         """The lookup keys (values of the key columns' types) of changed Redis keys; a
         Redis key no lookup key names (text that is no value of its column, or not the
         text a lookup would write) stands for none."""
-        template = KeyTemplate(self.key_template, self.key_columns, escape=self.escape)
+        template = self._template
         parsed = [template.parse(key) for key in redis_keys]
         kept = [(key, parts) for key, parts in zip(redis_keys, parsed, strict=True)
                 if parts is not None]
         if not kept:
             return []
         arrow = to_arrow_schema(self.key_schema)
-        columns = []
-        for field in arrow:
-            texts = pa.array([parts[field.name] for _, parts in kept], pa.string())
-            columns.append(_cast_texts(texts, field.type))
+        columns = [cast_key_parts(pa.array([parts[field.name] for _, parts in kept], pa.string()),
+                                  field.type).to_pylist() for field in arrow]
         keys: list[tuple[Any, ...]] = []
         for row, (redis_key, _) in enumerate(kept):
             values = tuple(column[row] for column in columns)
@@ -234,22 +234,6 @@ def _parsed(template: str) -> list[tuple[str, str | None, str | None, str | None
         return list(string.Formatter().parse(template))
     except ValueError as exc:
         raise ConfigError(f"key_template {template!r}: {exc}") from exc
-
-
-def _cast_texts(texts: pa.Array, target: pa.DataType) -> list[Any]:
-    """The Python values of ``texts`` cast to ``target``; None where one does not cast."""
-    if pa.types.is_string(target) or pa.types.is_large_string(target):
-        return list(texts.to_pylist())
-    try:
-        return list(pc.cast(texts, target).to_pylist())
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        out: list[Any] = []
-        for text in texts.to_pylist():
-            try:
-                out.append(pc.cast(pa.array([text], pa.string()), target)[0].as_py())
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                out.append(None)
-        return out
 
 
 class _Subscription(ChangeConnection):
