@@ -555,7 +555,7 @@ def with_connector_defaults(options: Mapping[str, Any]) -> dict[str, Any]:
         given[interval] = given.pop(_FLINK_FILE_TTL)
     if "lookup.cache" not in given:
         given["lookup.cache"] = _WHOLE_TABLE_DEFAULTS["lookup.cache"]
-    if (str(given["lookup.cache"]).strip().upper() == "FULL"
+    if (opts.CACHE.get(given) == "FULL"
             and "lookup.full-cache.reload-strategy" not in given and interval not in given):
         given[interval] = _WHOLE_TABLE_DEFAULTS[interval]
     return given
