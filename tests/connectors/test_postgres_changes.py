@@ -108,6 +108,17 @@ def receive_all(connection: Any, until: Callable[[list[Change]], bool]) -> list[
 # --- the triggers and their payloads
 
 
+
+def update_names(dim: Any, updates: int, seed: int) -> None:
+    """``updates`` committed UPDATEs, each renaming one of ids 1-20 (chosen by ``seed``)
+    to ``v<n>``, one statement and transaction each."""
+    with psycopg.connect(dim.dsn, autocommit=True,
+                         options=f"-c search_path={dim.schema}") as writer:
+        chooser = random.Random(seed)
+        for version in range(1, updates + 1):
+            writer.execute("UPDATE dim SET name = %s WHERE id = %s",
+                           (f"v{version}", chooser.randint(1, 20)))
+
 def test_the_primary_key_is_read_from_the_catalog(dim: PgFactory) -> None:
     feed = PostgresChanges(Connect(dim.dsn, dim.schema), f"{dim.schema}.dim")
     assert feed.key_columns == ("id",)
@@ -346,12 +357,7 @@ def test_full_cache_lookups_racing_updates_end_with_the_database_s_rows(
         for thread in threads:
             thread.start()
         try:
-            with psycopg.connect(dim.dsn, autocommit=True,
-                                 options=f"-c search_path={dim.schema}") as writer:
-                chooser = random.Random(11)
-                for version in range(1, updates + 1):
-                    writer.execute("UPDATE dim SET name = %s WHERE id = %s",
-                                   (f"v{version}", chooser.randint(1, 20)))
+            update_names(dim, updates, seed=11)
             overlay = runtime._change_overlay  # type: ignore[attr-defined]
             wait_until(lambda: handle.metrics.num_notifications >= updates
                        and overlay.idle(), "the changes")
@@ -414,12 +420,7 @@ def test_lookups_racing_updates_leave_no_stale_entry(dim: PgFactory, engine: str
         for thread in threads:
             thread.start()
         try:
-            with psycopg.connect(dim.dsn, autocommit=True,
-                                 options=f"-c search_path={dim.schema}") as writer:
-                chooser = random.Random(7)
-                for version in range(1, updates + 1):
-                    writer.execute("UPDATE dim SET name = %s WHERE id = %s",
-                                   (f"v{version}", chooser.randint(1, 20)))
+            update_names(dim, updates, seed=7)
             wait_until(lambda: handle.metrics.num_notifications >= updates, "the notifications")
         finally:
             stop.set()
