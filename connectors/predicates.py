@@ -12,6 +12,7 @@ of ``WHERE active = true`` holds only those rows.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,8 +22,12 @@ from spark_lookup.errors import ConfigError
 from spark_lookup.sql import validate_identifier
 
 __all__ = [
-    "OPERATORS", "Predicate", "predicates_mask", "predicates_to_pruning",
+    "OPERATORS",
+    "Predicate",
+    "predicates_mask",
+    "predicates_to_pruning",
     "predicates_to_sql",
+    "statistics_decide",
 ]
 
 OPERATORS = ("=", "!=", "<", "<=", ">", ">=", "in", "not in", "is null", "is not null")
@@ -198,8 +203,6 @@ def _same_values(file_type: Any, declared: Any) -> bool:
 
 def _pruning_term(predicate: Predicate, data_type: Any) -> Any:
     """``predicate`` as an expression fit for statistics, or None where it is not."""
-    import math
-
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -215,17 +218,34 @@ def _pruning_term(predicate: Predicate, data_type: Any) -> Any:
         values = [value for value in predicate.value if value is not None]
         if not values or (op == "not in" and len(values) < len(predicate.value)):
             return pc.scalar(False)  # SQL never holds it
-        if floating:  # see the docstring: NaN, and pyarrow's -0.0
-            return None
+    if not statistics_decide(predicate, floating):
+        return None
+    if op in ("in", "not in"):
         term = field.isin(pa.array(values, type=data_type))
         return term if op == "in" else ~term
-    if floating and (op == "!=" or math.isnan(float(predicate.value))):
-        return None
     value = pa.scalar(predicate.value, type=data_type)
     return {
         "=": field == value, "!=": field != value, "<": field < value,
         "<=": field <= value, ">": field > value, ">=": field >= value,
     }[op]
+
+
+def statistics_decide(predicate: Predicate, floating: bool) -> bool:
+    """Whether a column's min/max statistics can rule ``predicate`` out (for row groups,
+    and for whole files by a table format's statistics). Floating statistics leave NaN
+    out, so ``!=`` and ``not in`` (which NaN meets) and NaN operands cannot be decided,
+    nor ``in`` (pyarrow 26 rules ``x in (0.0)`` out of a row group of -0.0 and 0.0).
+
+    Raises
+    ------
+    ValueError, TypeError
+        For a floating column's operand that is no number.
+    """
+    if not floating or predicate.op in ("is null", "is not null"):
+        return True
+    if predicate.op in ("!=", "in", "not in"):
+        return False
+    return not math.isnan(float(predicate.value))
 
 
 def predicates_mask(batch: Any, predicates: Sequence[Predicate]) -> Any:

@@ -17,7 +17,12 @@ from urllib.parse import unquote
 from pyspark.sql import types as T
 
 from connectors.policy import BadValuePolicy
-from connectors.predicates import Predicate, check_predicates, predicates_to_pruning
+from connectors.predicates import (
+    Predicate,
+    check_predicates,
+    predicates_to_pruning,
+    statistics_decide,
+)
 from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
 from scan.sources._batches import BatchReading, with_last
 from scan.sources._enumerator import ListPlanner, SplitPlanner
@@ -137,14 +142,16 @@ def _arrow_schema(table: Any) -> pa.Schema:
 def _file_filters(predicates: Sequence[Predicate], floating: frozenset[str] = frozenset()
                   ) -> list[tuple[str, str, Any]]:
     """The predicates delta-rs can prune files with (partition values and file
-    statistics), as its tuple filters; the others are only applied to rows. Statistics
-    of ``floating`` columns leave NaN out, so ``!=``, ``in`` and ``not in`` on them
-    (which a NaN row may meet, or -0.0 against 0.0) are not pushed."""
+    statistics), as its tuple filters; the others are only applied to rows, as are those
+    statistics of the ``floating`` columns cannot decide (``statistics_decide``)."""
     pushed: list[tuple[str, str, Any]] = []
     for p in predicates:
         if p.op in ("is null", "is not null"):
             continue
-        if p.column in floating and p.op in ("!=", "in", "not in"):
+        try:
+            if not statistics_decide(p, p.column in floating):
+                continue
+        except (ValueError, TypeError):  # not a number for a floating column: rows decide
             continue
         values = p.value if p.op in ("in", "not in") else (p.value,)
         if all(isinstance(v, _PRUNABLE) for v in values):
