@@ -573,7 +573,11 @@ class FullCachingRuntime(LookupRuntime):
         if changes is None:
             return snapshot, None
         overlay = changes.serving(snapshot.loaded_at)
-        while snapshot.loaded_at < changes.trimmed_to:
+        # The snapshot served only moves forward, so one more read finds the newer one;
+        # a few tries at most, never a loop that could spin while holding the turn.
+        for _ in range(8):
+            if snapshot.loaded_at >= changes.trimmed_to:
+                break
             snapshot = self.cache.snapshot()
             overlay = changes.serving(snapshot.loaded_at)
         return snapshot, overlay
