@@ -100,25 +100,6 @@ def _local_path(value: object, key: str) -> str:
     return os.path.abspath(path)
 
 
-def _int(value: object, key: str) -> int:
-    return opts.parse_int(value, key)
-
-
-def _non_negative(value: object, key: str) -> int:
-    return opts.parse_int(value, key, min_value=0)
-
-
-def _positive(value: object, key: str) -> int:
-    return opts.parse_int(value, key, min_value=1)
-
-
-def _timeout(value: object, key: str) -> timedelta:
-    delta = opts.parse_duration(value, key)
-    if delta <= timedelta(0):
-        raise ConfigError(f"option {key!r}: must be a positive duration, got {value!r}")
-    return delta
-
-
 # --- the connectors
 
 class TableOptions(ABC):
@@ -223,15 +204,15 @@ PARTITION_COLUMN: ConfigOption[str] = ConfigOption(
     "scan.partition.column", _column, None,
     f"the integer column a full load is chunked by; {_PARTITION_NOTE}")
 PARTITION_NUM: ConfigOption[int] = ConfigOption(
-    "scan.partition.num", _positive, None, f"how many chunks; {_PARTITION_NOTE}")
+    "scan.partition.num", opts.positive_int, None, f"how many chunks; {_PARTITION_NOTE}")
 PARTITION_LOWER: ConfigOption[int] = ConfigOption(
-    "scan.partition.lower-bound", _int, None,
+    "scan.partition.lower-bound", opts.parse_int, None,
     f"the column's smallest expected value; {_PARTITION_NOTE}")
 PARTITION_UPPER: ConfigOption[int] = ConfigOption(
-    "scan.partition.upper-bound", _int, None,
+    "scan.partition.upper-bound", opts.parse_int, None,
     f"the column's largest expected value; {_PARTITION_NOTE}")
 FETCH_SIZE: ConfigOption[int] = ConfigOption(
-    "scan.fetch-size", _non_negative, None,
+    "scan.fetch-size", opts.non_negative_int, None,
     "accepted and not applied: every driver already streams a load in batches")
 
 
@@ -362,7 +343,8 @@ class FileTableOptions(TableOptions):
 DELTA_PATH: ConfigOption[str] = ConfigOption(
     "table-path", _text, None, "the Delta table's directory or URI (s3://, abfss://...)")
 DELTA_VERSION: ConfigOption[int] = ConfigOption(
-    "versionAsOf", _non_negative, None, "a table version to pin (default: the latest at each load)")
+    "versionAsOf", opts.non_negative_int, None,
+    "a table version to pin (default: the latest at each load)")
 
 
 @dataclass(frozen=True)
@@ -405,13 +387,15 @@ VALUE_TYPE: ConfigOption[str] = ConfigOption(
 ESCAPE: ConfigOption[bool] = ConfigOption(
     "escape", opts.parse_bool, False, "percent-encode separators inside key parts")
 SOCKET_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
-    "socket-timeout", _timeout, None, "bound of one command (default 5 s; 30 s for a FULL load)")
+    "socket-timeout", opts.positive_duration, None,
+    "bound of one command (default 5 s; 30 s for a FULL load)")
 CONNECT_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
-    "connect-timeout", _timeout, None, "bound of connecting (default 5 s)")
+    "connect-timeout", opts.positive_duration, None, "bound of connecting (default 5 s)")
 RETRIES: ConfigOption[int] = ConfigOption(
-    "retries", _non_negative, None, "immediate retries of a command after a connection error")
+    "retries", opts.non_negative_int, None,
+    "immediate retries of a command after a connection error")
 MAX_KEYS: ConfigOption[int] = ConfigOption(
-    "max-keys-per-command", _positive, None, "keys per MGET (default 1000)")
+    "max-keys-per-command", opts.positive_int, None, "keys per MGET (default 1000)")
 
 
 @dataclass(frozen=True)

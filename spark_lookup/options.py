@@ -47,12 +47,15 @@ __all__ = [
     "as_timedelta",
     "check_enum",
     "check_known_keys",
+    "non_negative_int",
     "parse_bool",
     "parse_duration",
     "parse_enum",
     "parse_int",
     "parse_iso_time",
     "parse_memory_size",
+    "positive_duration",
+    "positive_int",
 ]
 
 # Flink's TimeUtils unit labels (org.apache.flink.util.TimeUtils.TimeUnit).
@@ -363,18 +366,21 @@ def check_known_keys(
             raise ConfigError(f"unknown option {key!r}{where}{hint}")
 
 
-def _positive_duration(value: object, key: str) -> timedelta:
+def positive_duration(value: object, key: str) -> timedelta:
+    """Option ``key``'s value as a duration above zero (:func:`parse_duration`'s forms)."""
     delta = parse_duration(value, key)
     if delta <= timedelta(0):
         raise ConfigError(f"option {key!r}: must be a positive duration, got {value!r}")
     return delta
 
 
-def _non_negative_int(value: object, key: str) -> int:
+def non_negative_int(value: object, key: str) -> int:
+    """Option ``key``'s value as an integer of at least 0."""
     return parse_int(value, key, min_value=0)
 
 
-def _positive_int(value: object, key: str) -> int:
+def positive_int(value: object, key: str) -> int:
+    """Option ``key``'s value as an integer of at least 1."""
     return parse_int(value, key, min_value=1)
 
 
@@ -394,11 +400,11 @@ CACHE: ConfigOption[str] = ConfigOption(
     "lookup.cache", _one_of("NONE", "PARTIAL", "FULL"), "NONE", "Cache type: NONE, PARTIAL or FULL."
 )
 MAX_RETRIES: ConfigOption[int] = ConfigOption(
-    "lookup.max-retries", _non_negative_int, 3,
+    "lookup.max-retries", non_negative_int, 3,
     "Retries of a failed load, with exponential backoff.",
 )
 PARTIAL_CACHE_MAX_ROWS: ConfigOption[int] = ConfigOption(
-    "lookup.partial-cache.max-rows", _positive_int, None,
+    "lookup.partial-cache.max-rows", positive_int, None,
     "Maximum number of cached keys (LRU eviction).",
 )
 # Beyond Flink (Arroyo's lookup cache has one): a bound on the cache's bytes.
@@ -407,11 +413,11 @@ PARTIAL_CACHE_MAX_BYTES: ConfigOption[int] = ConfigOption(
     "Maximum bytes held by the cache, from its Arrow buffers ('256 mb'; LRU eviction).",
 )
 PARTIAL_CACHE_EXPIRE_AFTER_WRITE: ConfigOption[timedelta] = ConfigOption(
-    "lookup.partial-cache.expire-after-write", _positive_duration, None,
+    "lookup.partial-cache.expire-after-write", positive_duration, None,
     "An entry expires this long after it was loaded.",
 )
 PARTIAL_CACHE_EXPIRE_AFTER_ACCESS: ConfigOption[timedelta] = ConfigOption(
-    "lookup.partial-cache.expire-after-access", _positive_duration, None,
+    "lookup.partial-cache.expire-after-access", positive_duration, None,
     "An entry expires this long after it was last read or written.",
 )
 PARTIAL_CACHE_CACHE_MISSING_KEY: ConfigOption[bool] = ConfigOption(
@@ -423,7 +429,7 @@ FULL_CACHE_RELOAD_STRATEGY: ConfigOption[str] = ConfigOption(
     "PERIODIC (every interval) or TIMED (a time of day every N days).",
 )
 PERIODIC_RELOAD_INTERVAL: ConfigOption[timedelta] = ConfigOption(
-    "lookup.full-cache.periodic-reload.interval", _positive_duration, None,
+    "lookup.full-cache.periodic-reload.interval", positive_duration, None,
     "Interval between full reloads (PERIODIC).",
 )
 PERIODIC_RELOAD_SCHEDULE_MODE: ConfigOption[str] = ConfigOption(
@@ -436,20 +442,20 @@ TIMED_RELOAD_ISO_TIME: ConfigOption[time] = ConfigOption(
     "Time of day of the reload: '10:15' local, '10:15Z' UTC, '10:15+07:00' (TIMED).",
 )
 TIMED_RELOAD_INTERVAL_IN_DAYS: ConfigOption[int] = ConfigOption(
-    "lookup.full-cache.timed-reload.interval-in-days", _positive_int, 1,
+    "lookup.full-cache.timed-reload.interval-in-days", positive_int, 1,
     "Days between timed reloads (TIMED).",
 )
 # Beyond Flink: a failed reload keeps serving the last good snapshot up to this age.
 FULL_CACHE_MAX_STALENESS: ConfigOption[timedelta] = ConfigOption(
-    "lookup.full-cache.max-staleness", _positive_duration, None,
+    "lookup.full-cache.max-staleness", positive_duration, None,
     "Beyond Flink: lookups fail once the last good snapshot is older than this.",
 )
 ASYNC_CAPACITY: ConfigOption[int] = ConfigOption(
-    "lookup.async.capacity", _positive_int, 100,
+    "lookup.async.capacity", positive_int, 100,
     "Async lookups in flight at once.",
 )
 ASYNC_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
-    "lookup.async.timeout", _positive_duration, timedelta(seconds=180),
+    "lookup.async.timeout", positive_duration, timedelta(seconds=180),
     "Timeout of one async lookup.",
 )
 
