@@ -69,7 +69,7 @@ class ColumnSpool:
         self._prefix = prefix
         self._generation = 0
         self._paths: list[Path] = []
-        self._columns: list[_Column] = _writing(self._writers)
+        self._columns: list[_SpooledColumn] = _writing(self._writers)
         self._arrays: list[ArraySpool] = []
         self._table: pa.Table | None = None
         self._spans: list[Span] = []
@@ -175,10 +175,10 @@ class ColumnSpool:
 
     # --- helpers
 
-    def _writers(self) -> list[_Column]:
+    def _writers(self) -> list[_SpooledColumn]:
         return [self._writer(i, field.type) for i, field in enumerate(self.schema)]
 
-    def _writer(self, number: int, kind: pa.DataType) -> _Column:
+    def _writer(self, number: int, kind: pa.DataType) -> _SpooledColumn:
         def path(part: str) -> Path:
             name = self._directory / f"{self._prefix}{self._generation}-{number}.{part}"
             self._paths.append(name)
@@ -317,7 +317,7 @@ class _Validity:
                             .tobytes())
 
 
-class _Column:
+class _SpooledColumn:
     kind: pa.DataType
     spans: list[Span]
 
@@ -331,7 +331,7 @@ class _Column:
         """Close open files (after a failure: finish() closes them otherwise)."""
 
 
-class _FixedColumn(_Column):
+class _FixedColumn(_SpooledColumn):
     def __init__(self, kind: pa.DataType, width: int, path: Path) -> None:
         self.kind = kind
         self._width = width
@@ -361,7 +361,7 @@ class _FixedColumn(_Column):
         self._values.close()
 
 
-class _VariableColumn(_Column):
+class _VariableColumn(_SpooledColumn):
     def __init__(self, kind: pa.DataType, offsets: type[np.integer[Any]], offsets_path: Path,
                  data_path: Path) -> None:
         self.kind = kind
@@ -408,7 +408,7 @@ class _VariableColumn(_Column):
         self._data.close()
 
 
-class _MemoryColumn(_Column):
+class _MemoryColumn(_SpooledColumn):
     def __init__(self, kind: pa.DataType) -> None:
         self.kind = kind
         self._chunks: list[pa.Array] = []

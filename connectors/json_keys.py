@@ -20,6 +20,8 @@ from typing import Any
 
 from pyspark.sql import types as T
 
+from spark_lookup.type_families import FLOAT_TYPES, TIMESTAMP_TYPES
+
 __all__ = ["decode_json_keys"]
 
 Key = tuple[Any, ...]
@@ -56,11 +58,11 @@ def _datetime(value: Any) -> Any:
 
 
 _READERS: tuple[tuple[type | tuple[type, ...], Callable[[Any], Any]], ...] = (
-    ((T.FloatType, T.DoubleType), _floating),
+    (FLOAT_TYPES, _floating),
     (T.DecimalType, _decimal),
     (T.BinaryType, _binary),
     (T.DateType, _date),
-    ((T.TimestampType, T.TimestampNTZType), _datetime),
+    (TIMESTAMP_TYPES, _datetime),
 )
 
 

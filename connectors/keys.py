@@ -31,6 +31,7 @@ from pyspark.sql import types as T
 from spark_lookup._shown import shown
 from spark_lookup.errors import ConfigError, KeyKindError
 from spark_lookup.schema import to_arrow_type
+from spark_lookup.type_families import FLOAT_TYPES, STRING_TYPES
 
 __all__ = ["NO_MATCH", "EncodedKeys", "KeyCodec", "KeyKindError", "has_null", "key_spark_type"]
 
@@ -49,7 +50,6 @@ NO_MATCH: Any = _NoMatch()
 _INT_BITS: dict[type[T.DataType], int] = {
     T.ByteType: 8, T.ShortType: 16, T.IntegerType: 32, T.LongType: 64,
 }
-_TEXT_TYPES = (T.StringType, T.VarcharType, T.CharType)
 _FLOAT32_MAX = 3.4028234663852886e38
 
 
@@ -250,10 +250,10 @@ class _Coercer:
 # fast path; none for an instant, which needs its zone checked) and the converter.
 _Converter = Callable[["_Coercer", Any], Any]
 _KINDS: tuple[tuple[type | tuple[type, ...], type | None, _Converter], ...] = (
-    ((T.FloatType, T.DoubleType), float, _Coercer._floating),
+    (FLOAT_TYPES, float, _Coercer._floating),
     (T.DecimalType, Decimal, _Coercer._decimal),
     (T.BooleanType, bool, _Coercer._boolean),
-    (_TEXT_TYPES, str, _Coercer._text),
+    (STRING_TYPES, str, _Coercer._text),
     (T.BinaryType, bytes, _Coercer._binary),
     (T.DateType, date, _Coercer._date),
     (T.TimestampType, None, _Coercer._instant),

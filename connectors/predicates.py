@@ -19,7 +19,7 @@ from typing import Any
 
 from spark_lookup._shown import shown
 from spark_lookup.errors import ConfigError
-from spark_lookup.sql import validate_identifier
+from spark_lookup.identifiers import validate_identifier
 
 __all__ = [
     "OPERATORS",

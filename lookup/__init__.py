@@ -2,12 +2,6 @@
 Spark joins and SQL."""
 
 from lookup.changes import ChangeFeed
-from lookup.connectors import (
-    PostgresChanges,
-    RedisKeyspaceChanges,
-    RedisLookupFunction,
-    SqlLookupFunction,
-)
 from lookup.function import AsyncLookupFunction, LookupFunction, LookupFunctionBase
 from lookup.join import lookup_join
 from lookup.metrics import lookup_metrics
@@ -23,7 +17,13 @@ from lookup.providers import (
 from lookup.refresh import Materialization, RefreshStatus, ScheduledTableRefresh
 from lookup.retry import MissRetry, RetryPolicy
 from lookup.runtime import LookupHandle, open_lookup
-from lookup.sql import register_lookup_function, register_lookup_table_function
+from lookup.spark_sql import register_lookup_function, register_lookup_table_function
+from lookup.stores import (
+    PostgresChanges,
+    RedisKeyspaceChanges,
+    RedisLookupFunction,
+    SqlLookupFunction,
+)
 from lookup.table_join import register_lookup_join
 
 __all__ = [

@@ -13,24 +13,12 @@ from lookup.providers import LookupProvider
 from spark_lookup._shown import shown
 from spark_lookup.errors import ConfigError
 from spark_lookup.schema import to_arrow_type
+from spark_lookup.type_families import EQUALITY_FAMILIES
 
 __all__ = ["JoinPlan", "keys_compatible", "plan_join"]
 
-_FAMILIES: tuple[tuple[type[T.DataType], ...], ...] = (
-    (T.ByteType, T.ShortType, T.IntegerType, T.LongType),
-    (T.FloatType, T.DoubleType),
-    (T.StringType, T.VarcharType, T.CharType),
-    (T.DecimalType,),
-    (T.BooleanType,),
-    (T.BinaryType,),
-    (T.DateType,),
-    (T.TimestampType,),
-    (T.TimestampNTZType,),
-)
-
-
 def _family(data_type: T.DataType) -> int | None:
-    for number, family in enumerate(_FAMILIES):
+    for number, family in enumerate(EQUALITY_FAMILIES):
         if isinstance(data_type, family):
             return number
     return None

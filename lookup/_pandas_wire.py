@@ -14,14 +14,13 @@ from pyspark.sql import types as T
 from lookup._join_worker import JoinFunction
 from spark_lookup.errors import ConfigError
 from spark_lookup.schema import to_arrow_type
+from spark_lookup.type_families import FLOAT_TYPES, INTEGER_TYPES
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 __all__ = ["PandasJoin", "pandas_input"]
 
-_INTEGERS = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
-_FLOATS = (T.FloatType, T.DoubleType)
 
 
 @dataclass(frozen=True)
@@ -58,7 +57,7 @@ def pandas_input(df: DataFrame, stream: T.StructType) -> tuple[DataFrame, tuple[
             column, data_type = F.unix_micros(column), T.LongType()
         elif arrow_type is not None:
             arrow_type = _wall_clock(arrow_type)
-        if not isinstance(data_type, _INTEGERS + _FLOATS):
+        if not isinstance(data_type, INTEGER_TYPES + FLOAT_TYPES):
             wires.append(_Wire(arrow_type, None, None))
             values.append(column)
             continue
@@ -68,7 +67,7 @@ def pandas_input(df: DataFrame, stream: T.StructType) -> tuple[DataFrame, tuple[
             # becomes 2**53) and a float's null into NaN: the nulls travel as a mask.
             mask = count + len(nulls)
             nulls.append(column.isNull())
-            if isinstance(data_type, _INTEGERS):
+            if isinstance(data_type, INTEGER_TYPES):
                 column = F.coalesce(column, F.lit(0).cast(data_type))
         wires.append(_Wire(arrow_type, to_arrow_type(data_type), mask))
         values.append(column)

@@ -27,8 +27,8 @@ from datetime import timedelta
 from typing import Any
 
 from spark_lookup.errors import ConfigError
+from spark_lookup.identifiers import validate_identifier
 from spark_lookup.options import as_timedelta
-from spark_lookup.sql import validate_identifier
 
 __all__ = ["Change", "ChangeConnection", "ChangeFeed", "InProcessChanges"]
 

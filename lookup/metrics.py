@@ -117,7 +117,7 @@ def parse_report(text: object) -> WorkerReport | None:
 
 
 class _ProviderReports:
-    """The latest report of each worker of one provider (under the registry's lock)."""
+    """The latest report of each worker of one provider (under the store's lock)."""
 
     def __init__(self) -> None:
         self.latest: dict[str, WorkerReport] = {}
@@ -143,8 +143,8 @@ class _ClassicObservation:
     """A classic session's ``Observation`` of one batch lookup join, read on a thread
     of its own once :func:`lookup_metrics` asks (see ``_CLASSIC_WAIT_SECONDS``)."""
 
-    def __init__(self, registry: _Registry, name: str, observation: Observation) -> None:
-        self.registry = registry
+    def __init__(self, store: _MetricsStore, name: str, observation: Observation) -> None:
+        self.store = store
         self.name = name
         self.observation = observation
         self.done = threading.Event()
@@ -161,7 +161,7 @@ class _ClassicObservation:
     def _read(self) -> None:
         try:
             result = self.observation.get
-            self.registry.receive(_reports_in(result))
+            self.store.receive(_reports_in(result))
         except Exception as exc:  # a failed action, or the session stopped
             log.debug("observation %s gave no metrics: %r", self.name, exc)
         finally:
@@ -174,23 +174,23 @@ class _ConnectObservation:
     it after every action that runs it; it is read without waiting, and a last time
     when the DataFrames holding it are gone."""
 
-    def __init__(self, registry: _Registry, provider_id: str, name: str,
+    def __init__(self, store: _MetricsStore, provider_id: str, name: str,
                  observation: Observation) -> None:
-        self.registry = registry
+        self.store = store
         self.provider_id = provider_id
         self.name = name
         self._ref = weakref.ref(observation)
         # The client updates this very dict after each action (PySpark 4.3): read once
         # more when the observation is collected, for an action run since the last read.
         live = _get(observation)
-        weakref.finalize(observation, registry.forget, name, live)
+        weakref.finalize(observation, store.forget, name, live)
 
     def read(self) -> None:
         observation = self._ref()
         if observation is not None:
             result = _get(observation)
             if result:
-                self.registry.receive(_reports_in(result))
+                self.store.receive(_reports_in(result))
 
 
 def _get(observation: Observation) -> Mapping[str, Any] | None:
@@ -212,7 +212,7 @@ def _reports_in(result: Any) -> list[Any]:
     return list(reports) if isinstance(reports, (list, tuple)) else []
 
 
-class _Registry:
+class _MetricsStore:
     """Everything the driver process knows about lookup-join metrics (thread-safe)."""
 
     def __init__(self) -> None:
@@ -314,7 +314,7 @@ class _Registry:
             return reports if reports is not None and reports.latest else None
 
 
-_REGISTRY = _Registry()
+_METRICS = _MetricsStore()
 
 
 class _ProgressListener(StreamingQueryListener):
@@ -322,9 +322,9 @@ class _ProgressListener(StreamingQueryListener):
     queries' errors. Runs on the driver (classic: a callback thread; Connect: the
     client's listener thread)."""
 
-    def __init__(self, registry: _Registry) -> None:
+    def __init__(self, store: _MetricsStore) -> None:
         super().__init__()
-        self._registry = registry
+        self._store = store
 
     def onQueryStarted(self, event: Any) -> None:
         pass
@@ -333,7 +333,7 @@ class _ProgressListener(StreamingQueryListener):
         try:
             for name, row in dict(event.progress.observedMetrics).items():
                 if name.startswith(_NAME_PREFIX):
-                    self._registry.receive(_reports_in(row))
+                    self._store.receive(_reports_in(row))
         except Exception:  # a listener must never fail the query's events
             log.exception("reading lookup metrics from a streaming progress failed")
 
@@ -343,7 +343,7 @@ class _ProgressListener(StreamingQueryListener):
     def onQueryTerminated(self, event: Any) -> None:
         exception = getattr(event, "exception", None)
         if exception:
-            self._registry.receive(_NOTE.findall(str(exception)))
+            self._store.receive(_NOTE.findall(str(exception)))
 
 
 # --- driver-side API -------------------------------------------------------------------
@@ -359,17 +359,17 @@ def observe_metrics(mapped: DataFrame, provider: LookupProvider, *,
     from pyspark.sql import functions as F
 
     spark = mapped.sparkSession
-    with _REGISTRY._lock:
-        _REGISTRY.observed.add(provider.provider_id)
+    with _METRICS._lock:
+        _METRICS.observed.add(provider.provider_id)
     name = f"{_NAME_PREFIX}{uuid.uuid4().hex}"
     reports = F.collect_list(F.col(REPORT_COLUMN)).alias("reports")
     if mapped.isStreaming:
-        _REGISTRY.listen(spark)
+        _METRICS.listen(spark)
         observed = mapped.observe(name, reports)
     else:
         observation = Observation(name)
         observed = mapped.observe(observation, reports)
-        _REGISTRY.watch_batch(spark, provider.provider_id, name, observation)
+        _METRICS.watch_batch(spark, provider.provider_id, name, observation)
     if report_rows:
         observed = observed.where(F.col(REPORT_COLUMN).isNull())
     return observed.drop(REPORT_COLUMN)
@@ -401,8 +401,8 @@ def metrics_enabled(spark: AnySparkSession) -> bool:
 
 
 def _unavailable(provider: LookupProvider) -> MetricsUnavailableError:
-    with _REGISTRY._lock:
-        asked = provider.provider_id in _REGISTRY.observed
+    with _METRICS._lock:
+        asked = provider.provider_id in _METRICS.observed
     if not asked:
         return MetricsUnavailableError(
             f"metrics of {provider.describe()} are off: no lookup_join with it asked for "
@@ -430,10 +430,10 @@ def worker_reports(provider: LookupProvider) -> list[WorkerReport]:
         As :func:`lookup_metrics`.
     """
     provider = _check_provider(provider)
-    reports = _REGISTRY.collect(provider)
+    reports = _METRICS.collect(provider)
     if reports is None:
         raise _unavailable(provider)
-    with _REGISTRY._lock:
+    with _METRICS._lock:
         return sorted(reports.latest.values(), key=lambda r: (r.at, r.sequence))
 
 
@@ -446,7 +446,7 @@ def stop_metrics_listener(spark: AnySparkSession) -> bool:
     Connect only: PySpark 4.3 releases a Connect session before removing its listeners,
     and the server then logs an error about the listener's stream (harmless).
     """
-    return _REGISTRY.unlisten(spark)
+    return _METRICS.unlisten(spark)
 
 
 def lookup_metrics(provider: LookupProvider, spark: AnySparkSession | None = None
@@ -501,7 +501,7 @@ def lookup_metrics(provider: LookupProvider, spark: AnySparkSession | None = Non
     >>> lookup_metrics(customers).hit_count  # doctest: +SKIP
     1234
     """
-    metrics = _REGISTRY.metrics(_check_provider(provider))
+    metrics = _METRICS.metrics(_check_provider(provider))
     if metrics is None:
         raise _unavailable(provider)
     return metrics

@@ -494,7 +494,7 @@ class _Entry:
     pinned: bool = False  # one of the references is the process's own
 
 
-class _Registry:
+class _RuntimeRegistry:
     """Process-wide runtimes by provider id, reference counted (Flink's LookupCacheManager).
 
     A reference is held by every open :class:`LookupHandle`, and by a Spark worker once
@@ -553,7 +553,7 @@ class _Registry:
         return 0 if entry is None else entry.references
 
 
-REGISTRY = _Registry()
+REGISTRY = _RuntimeRegistry()
 
 
 class LookupHandle:

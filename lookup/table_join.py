@@ -30,7 +30,7 @@ from lookup._join_plan import plan_join
 from lookup._session import is_connect
 from lookup._worker import worker_runtime
 from lookup.providers import LookupProvider
-from lookup.sql import _checked
+from lookup.spark_sql import _checked
 from spark_lookup._spark_types import AnySparkSession, AnyTableFunction
 from spark_lookup.errors import ConfigError
 

@@ -30,9 +30,9 @@ from lookup.function import LookupFunction
 from spark_lookup import options as opts
 from spark_lookup._shown import shown
 from spark_lookup.errors import ConfigError
+from spark_lookup.identifiers import qualified_name, validate_identifier
 from spark_lookup.options import ConfigOption
 from spark_lookup.schema import SchemaLike
-from spark_lookup.sql import qualified_name, validate_identifier
 
 __all__ = [
     "CONNECTORS",
@@ -274,7 +274,7 @@ class JdbcTableOptions(TableOptions):
         return list(primary_key)
 
     def function(self, key_columns: Keys, schema: SchemaLike | None) -> LookupFunction:
-        from lookup.connectors.sql import SqlLookupFunction
+        from lookup.stores.sql import SqlLookupFunction
 
         connect, table = self._table()
         return SqlLookupFunction(connect, table, self.key_columns(key_columns, schema),
@@ -448,7 +448,7 @@ class RedisTableOptions(TableOptions):
         return schema
 
     def function(self, key_columns: Keys, schema: SchemaLike | None) -> LookupFunction:
-        from lookup.connectors.redis import RedisLookupFunction
+        from lookup.stores.redis import RedisLookupFunction
 
         extra: dict[str, Any] = {name: value for name, value in (
             ("socket_timeout", self.socket_timeout), ("connect_timeout", self.connect_timeout),

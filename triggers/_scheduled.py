@@ -12,7 +12,7 @@ from typing import Any, ClassVar, TypeVar
 
 from spark_lookup import options as opts
 from triggers._config import check_strategy_options
-from triggers._session import ReloadSession
+from triggers._schedule_run import ScheduleRun
 from triggers.base import CacheReloadTrigger, ReloadContext
 
 __all__ = ["DEFAULT_CLOSE_TIMEOUT", "ScheduledTrigger"]
@@ -39,7 +39,7 @@ class ScheduledTrigger(CacheReloadTrigger):
     def __init__(self, *, close_timeout: timedelta | float) -> None:
         self._close_timeout = opts.as_timedelta(close_timeout, "close_timeout", allow_zero=True)
         self._lifecycle = threading.Lock()
-        self._session: ReloadSession | None = None
+        self._run: ScheduleRun | None = None
 
     _STRATEGY: ClassVar[str]
     """The ``lookup.full-cache.reload-strategy`` this trigger implements."""
@@ -75,7 +75,7 @@ class ScheduledTrigger(CacheReloadTrigger):
     @property
     def is_open(self) -> bool:
         """Whether the trigger is open (between :meth:`open` and :meth:`close`)."""
-        return self._session is not None
+        return self._run is not None
 
     def open(self, context: ReloadContext) -> None:
         """Start the schedule on the process scheduler; the first load starts right away.
@@ -95,12 +95,12 @@ class ScheduledTrigger(CacheReloadTrigger):
             raise TypeError("context must implement triggers.ReloadContext (trigger_reload() and "
                             f"current_processing_time()), got {type(context).__name__}")
         with self._lifecycle:
-            if self._session is not None:
+            if self._run is not None:
                 raise RuntimeError(f"{self!r} is already open; close() it before re-opening")
-            session = ReloadSession(context, self._following, label=repr(self))
+            run = ScheduleRun(context, self._following, label=repr(self))
             # The open instant anchors the schedule: read once, here, never in __init__.
-            session.start(datetime.now(timezone.utc))
-            self._session = session
+            run.start(datetime.now(timezone.utc))
+            self._run = run
         logger.info("%r opened", self)
 
     def close(self, timeout: timedelta | float | None = None) -> None:
@@ -118,10 +118,10 @@ class ScheduledTrigger(CacheReloadTrigger):
             else opts.as_timedelta(timeout, "timeout", allow_zero=True)
         ).total_seconds()
         with self._lifecycle:
-            session, self._session = self._session, None
-        if session is None:
+            run, self._run = self._run, None
+        if run is None:
             return
-        session.close(seconds)
+        run.close(seconds)
         logger.info("%r closed", self)
 
     def next_reload_time(self) -> datetime | None:
@@ -130,14 +130,14 @@ class ScheduledTrigger(CacheReloadTrigger):
         None when the trigger is closed, and while a load runs (its successor is
         scheduled when it ends).
         """
-        session = self._session
-        return None if session is None else session.next_run_time()
+        run = self._run
+        return None if run is None else run.next_run_time()
 
     @abstractmethod
     def next_fire_time(self, previous: datetime | None, now: datetime) -> datetime:
         """The reload after the one that fired at ``previous`` (None: none yet), its load
         having ended at ``now``. Pure: no clock is read. A time not after ``now`` is
-        allowed; the session skips it (a load never starts while another runs)."""
+        allowed; the run skips it (a load never starts while another runs)."""
 
     def _first_after_open(self, opened_at: datetime, ended_at: datetime) -> datetime:
         """The reload after the open-time load (which fired at ``opened_at``)."""

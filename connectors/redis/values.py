@@ -30,15 +30,13 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import types as T
 
+from spark_lookup.type_families import DATETIME_TYPES, FLOAT_TYPES, NUMBER_TYPES, STRING_TYPES
+
 __all__ = ["MAX_DEPTH", "json_text", "json_wire", "parse_json", "text_wire"]
 
 MAX_DEPTH = 128
 """The deepest nesting of arrays and objects a JSON member's value may have."""
 
-_STRING_TYPES = (T.StringType, T.VarcharType, T.CharType)
-_NUMBER_TYPES = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType,
-                 T.DoubleType, T.DecimalType)
-_TEXT_TYPES = (T.DateType, T.TimestampType, T.TimestampNTZType)
 _SPECIAL_FLOATS = frozenset({"NaN", "Infinity", "+Infinity", "-Infinity"})
 
 
@@ -161,7 +159,7 @@ def _wire(values: Sequence[Any], target: T.DataType, flags: list[str | None],
           rows: Sequence[int] | None = None) -> pa.Array:
     """``rows[i]`` is the top-level row of ``values[i]`` (for flags of nested values)."""
     owner = rows if rows is not None else range(len(values))
-    if isinstance(target, _STRING_TYPES):
+    if isinstance(target, STRING_TYPES):
         return pa.array(
             [v if isinstance(v, str) or v is None else json_text(v) for v in values], pa.string()
         )
@@ -213,12 +211,12 @@ def _wire(values: Sequence[Any], target: T.DataType, flags: list[str | None],
             else:
                 texts.append(None)
                 _flag(flags, row, value, "expected true or false")
-        elif isinstance(target, _NUMBER_TYPES):
+        elif isinstance(target, NUMBER_TYPES):
             if isinstance(value, (int, Decimal)) and not isinstance(value, bool):
                 texts.append(str(value))
             elif isinstance(value, str) and (
                 isinstance(target, T.DecimalType)
-                or (isinstance(target, (T.FloatType, T.DoubleType)) and value in _SPECIAL_FLOATS)
+                or (isinstance(target, FLOAT_TYPES) and value in _SPECIAL_FLOATS)
             ):
                 # As Spark's JSON reader: decimals may be strings (exact digits kept), and
                 # floats the strings NaN and Infinity, which JSON numbers cannot be.
@@ -226,7 +224,7 @@ def _wire(values: Sequence[Any], target: T.DataType, flags: list[str | None],
             else:
                 texts.append(None)
                 _flag(flags, row, value, "expected a JSON number")
-        elif isinstance(target, _TEXT_TYPES):
+        elif isinstance(target, DATETIME_TYPES):
             if isinstance(value, str):
                 texts.append(value)
             else:

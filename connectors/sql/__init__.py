@@ -1,7 +1,7 @@
-"""SQL databases over ADBC or DB-API: catalog, type table, sessions, and the table
+"""SQL databases over ADBC or DB-API: catalog, type table, connections, and the table
 every mode reads through."""
 
-from connectors.sql.session import Session
+from connectors.sql.connection import SqlConnection
 from connectors.sql.table import SqlPlan, SqlTable
 
-__all__ = ["Session", "SqlPlan", "SqlTable"]
+__all__ = ["SqlConnection", "SqlPlan", "SqlTable"]

@@ -1,5 +1,5 @@
-"""Idle sessions of one table in one process, closed when idle a few seconds: a
-session serves the next read of the same load (planning, then each reader), never
+"""Idle connections of one table in one process, closed when idle a few seconds: a
+connection serves the next read of the same load (planning, then each reader), never
 holds a connection between loads."""
 
 from __future__ import annotations
@@ -8,84 +8,84 @@ import threading
 import time
 import weakref
 
-from connectors.sql.session import Session
+from connectors.sql.connection import SqlConnection
 
-__all__ = ["POOL_LOCK", "SessionPool"]
+__all__ = ["POOL_LOCK", "ConnectionPool"]
 
 POOL_LOCK = threading.Lock()
 _POOL_SIZE = 4
 _POOL_IDLE_SECONDS = 2.0
-"""A pooled session is for the next read of the same load (the enumerator's planning,
+"""A pooled connection is for the next read of the same load (the enumerator's planning,
 then its readers; several readers, one after another): a few seconds. Reloads minutes
 or hours apart connect anew, so nothing holds a database connection between loads."""
 
 
-class SessionPool:
-    """Idle sessions of one table in one process; thread-safe. Sessions idle longer
+class ConnectionPool:
+    """Idle connections of one table in one process; thread-safe. Connections idle longer
     than :data:`_POOL_IDLE_SECONDS` are closed by a daemon reaper, and every idle
-    session when the pool is collected."""
+    connection when the pool is collected."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._idle: list[tuple[float, Session]] = []
+        self._idle: list[tuple[float, SqlConnection]] = []
         weakref.finalize(self, _close_all, self._idle)
         _REAPER.watch(self)
 
-    def take(self) -> Session | None:
-        """The most recently returned session still fresh enough, or None."""
+    def take(self) -> SqlConnection | None:
+        """The most recently returned connection still fresh enough, or None."""
         now = time.monotonic()
         with self._lock:
             while self._idle:
-                since, session = self._idle.pop()
+                since, connection = self._idle.pop()
                 if now - since <= _POOL_IDLE_SECONDS:
-                    return session
-                session.close()
+                    return connection
+                connection.close()
         return None
 
-    def give(self, session: Session) -> None:
-        """Keep ``session`` for the next read (or close it when the pool is full)."""
+    def give(self, connection: SqlConnection) -> None:
+        """Keep ``connection`` for the next read (or close it when the pool is full)."""
         with self._lock:
             if len(self._idle) < _POOL_SIZE:
-                self._idle.append((time.monotonic(), session))
+                self._idle.append((time.monotonic(), connection))
                 return
-        session.close()
+        connection.close()
 
     def reap(self) -> None:
-        """Close the sessions idle too long."""
+        """Close the connections idle too long."""
         limit = time.monotonic() - _POOL_IDLE_SECONDS
         with self._lock:
             stale = [s for since, s in self._idle if since < limit]
             self._idle[:] = [(since, s) for since, s in self._idle if since >= limit]
-        for session in stale:
-            session.close()
+        for connection in stale:
+            connection.close()
 
     def close(self) -> None:
-        """Close every idle session."""
+        """Close every idle connection."""
         with self._lock:
             _close_all(self._idle)
 
 
-def _close_all(idle: list[tuple[float, Session]]) -> None:
-    sessions = [session for _, session in idle]
+def _close_all(idle: list[tuple[float, SqlConnection]]) -> None:
+    connections = [connection for _, connection in idle]
     idle.clear()
-    for session in sessions:
-        session.close()
+    for connection in connections:
+        connection.close()
 
 
 class _Reaper:
-    """One daemon thread per process closing pooled sessions that idle too long."""
+    """One daemon thread per process closing pooled connections that idle too long."""
 
     def __init__(self) -> None:
-        self._pools: weakref.WeakSet[SessionPool] = weakref.WeakSet()
+        self._pools: weakref.WeakSet[ConnectionPool] = weakref.WeakSet()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
-    def watch(self, pool: SessionPool) -> None:
+    def watch(self, pool: ConnectionPool) -> None:
         with self._lock:
             self._pools.add(pool)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
-                    target=self._run, name="connectors-session-reaper", daemon=True
+                    target=self._run, name="connectors-connection-reaper", daemon=True
                 )
                 self._thread.start()
 

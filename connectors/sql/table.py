@@ -22,18 +22,18 @@ from connectors.keys import EncodedKeys
 from connectors.policy import BadValuePolicy, BadValueStats
 from connectors.predicates import Predicate, check_predicates, predicates_to_sql
 from connectors.sql.catalog import ColumnInfo, TableInfo
+from connectors.sql.connection import SqlConnection, open_connection
 from connectors.sql.dialects import Dialect, dialect_for
 from connectors.sql.dialects.base import KeyBinding
 from connectors.sql.flavor import SQLITE
-from connectors.sql.pool import POOL_LOCK, SessionPool
-from connectors.sql.session import Session, open_session
+from connectors.sql.pool import POOL_LOCK, ConnectionPool
 from connectors.sql.types import ColumnRead, check_read
 from spark_lookup._per_process import PerProcess
 from spark_lookup._shown import shown
 from spark_lookup.errors import ConfigError
+from spark_lookup.identifiers import qualified_name, validate_identifier
 from spark_lookup.options import as_timedelta
 from spark_lookup.schema import SchemaLike, parse_schema, to_arrow_schema
-from spark_lookup.sql import qualified_name, validate_identifier
 
 __all__ = ["KeyBinding", "SqlPlan", "SqlTable", "check_factory"]
 
@@ -126,7 +126,7 @@ class SqlTable(PerProcess):
     """One table of a SQL database, with its schema and how each column is read.
 
     Built on the driver and picklable (the factory, names, and once resolved the plan);
-    sessions are opened where the reads run.
+    connections are opened where the reads run.
 
     Parameters
     ----------
@@ -148,12 +148,12 @@ class SqlTable(PerProcess):
         The :class:`~connectors.BadValuePolicy` (default PERMISSIVE).
     timeout
         How long one statement may run (PostgreSQL and sqlite3; see
-        :class:`~connectors.sql.session.Session`), or None.
+        :class:`~connectors.sql.connection.SqlConnection`), or None.
     """
 
-    _PER_PROCESS = ("_runtime", "_pool")  # counters, the conformer, idle sessions
+    _PER_PROCESS = ("_runtime", "_pool")  # counters, the conformer, idle connections
     _runtime: _Runtime | None
-    _pool: SessionPool | None
+    _pool: ConnectionPool | None
 
     def __init__(
         self,
@@ -205,21 +205,21 @@ class SqlTable(PerProcess):
 
     # --- plan
 
-    def connect(self) -> Session:
-        """A new session on a new connection.
+    def connect(self) -> SqlConnection:
+        """A new connection on a new connection.
 
         Raises
         ------
         ConnectorError
             If connecting fails (transient or not, as the driver says).
         """
-        return open_session(self.factory, self.what, self.timeout)
+        return open_connection(self.factory, self.what, self.timeout)
 
-    def acquire(self) -> Session:
-        """A session for a read: an idle one of this process's pool, else a new one.
+    def acquire(self) -> SqlConnection:
+        """A connection for a read: an idle one of this process's pool, else a new one.
 
         The pool saves a connection per read of a load (planning, then each reader). It
-        keeps at most a few sessions, none idle longer than two seconds (no connection
+        keeps at most a few connections, none idle longer than two seconds (no connection
         is held between loads), and never sqlite3's, which belong to the thread that
         opened them.
 
@@ -228,29 +228,30 @@ class SqlTable(PerProcess):
         ConnectorError
             If connecting fails.
         """
-        session = self.runtime_pool().take()
-        return session if session is not None else self.connect()
+        connection = self.runtime_pool().take()
+        return connection if connection is not None else self.connect()
 
-    def release(self, session: Session) -> None:
-        """Give back a session from :meth:`acquire` after a read that ended cleanly
+    def release(self, connection: SqlConnection) -> None:
+        """Give back a connection from :meth:`acquire` after a read that ended cleanly
         (a broken one is closed, not pooled)."""
-        if not session.broken and (session.flavor.adbc or session.flavor.backend != SQLITE):
-            self.runtime_pool().give(session)
+        flavor = connection.flavor
+        if not connection.broken and (flavor.adbc or flavor.backend != SQLITE):
+            self.runtime_pool().give(connection)
         else:
-            session.close()
+            connection.close()
 
-    def runtime_pool(self) -> SessionPool:
-        """This process's idle sessions of the table."""
+    def runtime_pool(self) -> ConnectionPool:
+        """This process's idle connections of the table."""
         pool = self._pool
         if pool is None:
             with POOL_LOCK:
                 pool = self._pool
                 if pool is None:
-                    pool = self._pool = SessionPool()
+                    pool = self._pool = ConnectionPool()
         return pool
 
-    def plan(self, session: Session | None = None) -> SqlPlan:
-        """The resolved plan, reading the catalog (on ``session``, or a connection of
+    def plan(self, connection: SqlConnection | None = None) -> SqlPlan:
+        """The resolved plan, reading the catalog (on ``connection``, or a connection of
         its own) the first time.
 
         Raises
@@ -263,20 +264,20 @@ class SqlTable(PerProcess):
         plan = self._plan
         if plan is not None:
             return plan
-        own = session is None
-        session = session or self.connect()
+        own = connection is None
+        connection = connection or self.connect()
         try:
-            dialect = session.dialect
+            dialect = connection.dialect
             table_sql = dialect.qualified(self.table)
-            info = dialect.describe(session, self.table, table_sql)
-            plan = self._resolve(info, session, dialect, table_sql)
+            info = dialect.describe(connection, self.table, table_sql)
+            plan = self._resolve(info, connection, dialect, table_sql)
         finally:
             if own:
-                session.close()
+                connection.close()
         self._plan = plan
         return plan
 
-    def _resolve(self, info: TableInfo, session: Session, dialect: Dialect, table_sql: str
+    def _resolve(self, info: TableInfo, connection: SqlConnection, dialect: Dialect, table_sql: str
                  ) -> SqlPlan:
         known = [c.name for c in info.columns]
         if self.declared is not None:
@@ -287,7 +288,7 @@ class SqlTable(PerProcess):
             names = known
         else:
             raise ConfigError(f"the columns of {self.what} cannot be discovered over "
-                              f"{type(session.raw).__module__} connections: pass schema")
+                              f"{type(connection.raw).__module__} connections: pass schema")
         if known:
             missing = [n for n in names if n not in known]
             if missing:
@@ -385,7 +386,7 @@ class SqlTable(PerProcess):
 
     def scan(
         self,
-        session: Session,
+        connection: SqlConnection,
         conditions: Sequence[str],
         values: Sequence[Any],
         order_sql: str | None = None,
@@ -404,9 +405,9 @@ class SqlTable(PerProcess):
         ConnectorError
             If the database fails; BadValueError under FAILFAST.
         """
-        plan = self.plan(session)
+        plan = self.plan(connection)
         runtime = self.runtime()
-        flavor = session.flavor
+        flavor = connection.flavor
         filters, filter_values = plan.filter_sql(flavor.placeholder, len(values))
         where = [*conditions, *filters]
         bound = [*values, *filter_values]
@@ -427,11 +428,11 @@ class SqlTable(PerProcess):
         sql, params = skipping(offset)
         # Without an order, the rows after the first n are not a statement.
         rest = (lambda n: skipping(offset + n)) if order_sql else None
-        for wires, built_flags in session.arrays(sql, params, runtime.wire_types, "reading",
+        for wires, built_flags in connection.arrays(sql, params, runtime.wire_types, "reading",
                                                  rest=rest):
             yield runtime.to_batch(wires, built_flags, key_index)
 
-    def lookup(self, session: Session, keys: EncodedKeys, max_keys: int | None = None
+    def lookup(self, connection: SqlConnection, keys: EncodedKeys, max_keys: int | None = None
                ) -> tuple[pa.Int64Array, pa.RecordBatch]:
         """The rows of the distinct ``keys``: for each row, the index of its key in
         ``keys.distinct``, and the rows as a record batch of the schema.
@@ -445,31 +446,31 @@ class SqlTable(PerProcess):
         ConnectorError
             If the database fails; BadValueError under FAILFAST.
         """
-        plan = self.plan(session)
+        plan = self.plan(connection)
         if not plan.key_columns:
             raise ConfigError(f"{self.what} has no key columns to look rows up by")
         runtime = self.runtime()
         positions = plan.dialect.sendable(plan.key_bindings, keys.arrays)
         arrays = keys.arrays if positions is None else [a.take(positions) for a in keys.arrays]
         count = len(arrays[0]) if arrays else 0
-        per_statement = plan.dialect.max_keys(session, max(1, len(plan.key_columns)))
+        per_statement = plan.dialect.max_keys(connection, max(1, len(plan.key_columns)))
         if max_keys is not None:
             per_statement = min(per_statement, max_keys)
         indices: list[pa.Array] = []
         batches: list[pa.RecordBatch] = []
         for start in range(0, count, per_statement):
             chunk = [array.slice(start, per_statement) for array in arrays]
-            for index, batch in self._lookup_chunk(session, plan, runtime, chunk, keys, start,
+            for index, batch in self._lookup_chunk(connection, plan, runtime, chunk, keys, start,
                                                    positions):
                 indices.append(index)
                 batches.append(batch)
         index = pa.concat_arrays(indices) if indices else pa.array([], pa.int64())
         return index, _one_batch(batches, runtime.schema)
 
-    def _lookup_chunk(self, session: Session, plan: SqlPlan, runtime: _Runtime,
+    def _lookup_chunk(self, connection: SqlConnection, plan: SqlPlan, runtime: _Runtime,
                       chunk: list[pa.Array], keys: EncodedKeys, start: int,
                       positions: pa.Array | None) -> Iterator[tuple[pa.Int64Array, pa.RecordBatch]]:
-        statement = plan.dialect.lookup_statement(plan, session.flavor, chunk)
+        statement = plan.dialect.lookup_statement(plan, connection.flavor, chunk)
         sql, params, by_value = statement.sql, statement.params, statement.by_value
         wire = ([] if by_value else [pa.int64()]) + runtime.wire_types
         first = start if positions is None else positions[start].as_py()
@@ -482,7 +483,7 @@ class SqlTable(PerProcess):
             index = pc.add(pc.cast(found, pa.int64()), start)
             return index if positions is None else positions.take(index)
 
-        for wires, built_flags in session.arrays(sql, params, wire, purpose):
+        for wires, built_flags in connection.arrays(sql, params, wire, purpose):
             if by_value:
                 # The rows' own keys say which key asked (exact for these types).
                 key_wire = wires[key_position]

@@ -22,10 +22,8 @@ from connectors.sql.catalog import ColumnInfo
 from spark_lookup.errors import ConfigError
 from spark_lookup.schema import to_arrow_type
 
-__all__ = ["INTEGER_TYPES", "STRING_TYPES", "ColumnRead", "check_read"]
+__all__ = ["ColumnRead", "check_read"]
 
-STRING_TYPES = (T.StringType, T.VarcharType, T.CharType)
-INTEGER_TYPES = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from connectors.sql import Session, SqlTable
+from connectors.sql import SqlConnection, SqlTable
 from scan.sources._enumerator import SplitPlanner
 from scan.split import SourceSplit
 from spark_lookup._shown import shown
@@ -147,7 +147,7 @@ class SqlChunkPlanner(SplitPlanner[SqlChunkSplit]):
         self._parallelism = max(1, int(parallelism))
         self._chunk_count = chunk_count
         self._bounds = bounds
-        self._session: Session | None = None
+        self._connection: SqlConnection | None = None
         state: dict[str, Any] = dict(progress) if progress is not None else {"phase": "init"}
         if state.get("phase") not in ("init", "even", "uneven", "null", "done"):
             raise SourceError(f"malformed SQL chunk planner progress: {shown(progress, 120)}")
@@ -157,9 +157,9 @@ class SqlChunkPlanner(SplitPlanner[SqlChunkSplit]):
         return dict(self._state)
 
     def close(self) -> None:
-        if self._session is not None:
-            session, self._session = self._session, None
-            self._table.release(session)
+        if self._connection is not None:
+            connection, self._connection = self._connection, None
+            self._table.release(connection)
 
     def next_split(self) -> SqlChunkSplit | None:
         state = self._state
@@ -298,19 +298,19 @@ class SqlChunkPlanner(SplitPlanner[SqlChunkSplit]):
 
     def _row_count(self) -> int:
         plan = self._plan
-        session = self._connect()
-        estimate = session.dialect.row_estimate(session, plan.table_sql)
+        connection = self._connect()
+        estimate = connection.dialect.row_estimate(connection, plan.table_sql)
         if estimate is not None:
             return estimate
         return int(self._query(f"SELECT COUNT(*) FROM {plan.table_sql}")[0][0])
 
-    def _connect(self) -> Session:
-        if self._session is None:
-            self._session = self._table.acquire()
-        return self._session
+    def _connect(self) -> SqlConnection:
+        if self._connection is None:
+            self._connection = self._table.acquire()
+        return self._connection
 
     def _query(self, sql: str, params: Any = ()) -> list[Any]:
-        # Each request ends its transaction (Session.rows): no snapshot held, no locks.
+        # Each request ends its transaction (SqlConnection.rows): no snapshot held, no locks.
         return self._connect().rows(sql, params, "planning chunks")
 
 

@@ -15,8 +15,8 @@ from pyspark.sql import types as T
 
 from connectors.policy import BadValuePolicy, CountsBadValues
 from connectors.predicates import Predicate
-from connectors.sql import Session, SqlPlan, SqlTable
-from connectors.sql.session import POSTGRES
+from connectors.sql import SqlConnection, SqlPlan, SqlTable
+from connectors.sql.connection import POSTGRES
 from scan.connector.emitter import RecordEmitter
 from scan.connector.pulling import PullingSourceReader
 from scan.enumerator import SplitEnumeratorContext
@@ -27,9 +27,10 @@ from scan.sources._pull import PullSource, QueueSplitReader
 from scan.sources._sql_chunks import ChunkPlan, SqlChunkPlanner, SqlChunkSplit, chunk_conditions
 from spark_lookup._per_process import PerProcess
 from spark_lookup.errors import ConfigError
+from spark_lookup.identifiers import validate_identifier
 from spark_lookup.options import check_int
 from spark_lookup.schema import SchemaLike
-from spark_lookup.sql import validate_identifier
+from spark_lookup.type_families import INTEGER_TYPES
 
 __all__ = ["SqlChunkSplit", "SqlTableSource"]
 
@@ -91,7 +92,7 @@ class _Emitter(RecordEmitter[pa.RecordBatch, _ChunkState]):
 
 
 class _SplitReader(QueueSplitReader[SqlChunkSplit]):
-    """Reads chunks one after the other on one session, opened on the first chunk (on
+    """Reads chunks one after the other on one connection, opened on the first chunk (on
     the fetcher thread, which also closes it: SQLite connections stay on one thread).
     A chunk arrives in the batches its driver streams, so the reader starts emitting
     (and a checkpoint can fall) before the whole chunk is fetched.
@@ -108,19 +109,19 @@ class _SplitReader(QueueSplitReader[SqlChunkSplit]):
         self._table = table
         self._plan = plan
         self._ordered = ordered or plan.backend != POSTGRES
-        self._session: Session | None = None
+        self._connection: SqlConnection | None = None
         self._batches: Iterator[pa.RecordBatch] | None = None
 
     def read_next(self, split: SqlChunkSplit) -> tuple[pa.RecordBatch | None, bool]:
-        if self._session is None:
-            self._session = self._table.acquire()
+        if self._connection is None:
+            self._connection = self._table.acquire()
         if self._batches is None:
             plan = self._plan
-            conditions, values = chunk_conditions(plan, split, self._session.flavor.placeholder)
+            conditions, values = chunk_conditions(plan, split, self._connection.flavor.placeholder)
             # A restored split stands at a position in the chunk's order.
             ordered = self._ordered or split.resumed or split.skip > 0
             self._batches = self._table.scan(
-                self._session, conditions, values, plan.order_sql if ordered else None,
+                self._connection, conditions, values, plan.order_sql if ordered else None,
                 offset=split.skip, key_column=plan.split_column,
             )
         batch = next(self._batches, None)
@@ -133,9 +134,9 @@ class _SplitReader(QueueSplitReader[SqlChunkSplit]):
         batches, self._batches = self._batches, None
         if batches is not None:
             batches.close()  # type: ignore[attr-defined]  # a generator: ends its read
-        session, self._session = self._session, None
-        if session is not None:
-            self._table.release(session)
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            self._table.release(connection)
 
 
 def _reads_as_stored(plan: SqlPlan, index: int) -> bool:
@@ -150,9 +151,6 @@ def _reads_as_stored(plan: SqlPlan, index: int) -> bool:
     return plan.backend == "sqlite" and isinstance(
         data_type, (T.LongType, T.StringType)
     ) and ("'text'" in read.expression) == isinstance(data_type, T.StringType)
-
-
-_INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
 
 
 def _check_bounds(bounds: object, chunk_count: int | None) -> None:
@@ -347,11 +345,11 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
         """
         if self._version_query is None:
             return None
-        session = self._sql.acquire()
+        connection = self._sql.acquire()
         try:
-            rows = session.rows(self._version_query, purpose="version query")
+            rows = connection.rows(self._version_query, purpose="version query")
         finally:
-            self._sql.release(session)
+            self._sql.release(connection)
         if len(rows) != 1:
             raise ConfigError(f"version_query of table {self._table!r} must return one row, "
                               f"it returned {len(rows)}")
@@ -400,7 +398,7 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
             raise ConfigError(f"table {self._table!r} has no split column {split_column!r}; it has "
                               f"{list(plan.known_columns)}")
         if (self._split_bounds is not None and split_column in names
-                and not isinstance(plan.schema[split_column].dataType, _INTEGRAL)):
+                and not isinstance(plan.schema[split_column].dataType, INTEGER_TYPES)):
             raise ConfigError(
                 f"split_bounds {self._split_bounds} need an integer split column; "
                 f"{split_column!r} of table {self._table!r} is "

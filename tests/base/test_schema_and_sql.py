@@ -1,4 +1,4 @@
-"""JVM-free DDL parsing (spark_lookup.schema) and SQL identifiers (spark_lookup.sql)."""
+"""JVM-free DDL parsing (spark_lookup.schema) and SQL identifiers (spark_lookup.identifiers)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from pyspark.sql import types as T
 
 from spark_lookup.errors import ConfigError
+from spark_lookup.identifiers import qualified_name, quote_identifier
 from spark_lookup.schema import parse_schema, to_arrow_schema
-from spark_lookup.sql import qualified_name, quote_identifier
 
 
 def test_parse_schema_covers_dimension_types() -> None:

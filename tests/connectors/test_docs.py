@@ -22,7 +22,7 @@ def test_public_names_are_exported() -> None:
 
 @pytest.mark.parametrize(
     "module",
-    ["lookup.connectors.sql", "lookup.connectors.redis", "cache.redis", "cache.tiered",
+    ["lookup.stores.sql", "lookup.stores.redis", "cache.redis", "cache.tiered",
      "cache._codec", "connectors.predicates", "connectors.keys", "connectors.convert",
      "connectors.sql.table", "connectors.redis.template"],
 )
@@ -37,7 +37,7 @@ def test_the_connector_layer_exports_a_small_surface() -> None:
     import connectors.sql
 
     assert connectors.__all__ == ["BadValuePolicy", "KeyCodec", "Predicate"]
-    assert connectors.sql.__all__ == ["Session", "SqlPlan", "SqlTable"]
+    assert connectors.sql.__all__ == ["SqlConnection", "SqlPlan", "SqlTable"]
     assert connectors.redis.__all__ == ["VALUE_TYPES", "KeyTemplate", "RedisTable"]
     for module in (connectors, connectors.sql, connectors.redis):
         for name in module.__all__:

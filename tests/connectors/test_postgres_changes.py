@@ -28,7 +28,7 @@ from lookup import (
     open_lookup,
 )
 from lookup.changes import Change
-from lookup.connectors.postgres_changes import parse_payload
+from lookup.stores.postgres_changes import parse_payload
 from scan import SqlTableSource
 from spark_lookup.errors import ConfigError, ConnectorError
 from tests.connectors.conftest import PgFactory, pg_exec

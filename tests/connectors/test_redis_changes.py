@@ -19,7 +19,7 @@ from lookup import (
     RedisLookupFunction,
     open_lookup,
 )
-from lookup.connectors.redis_changes import keyspace_flags_missing
+from lookup.stores.redis_changes import keyspace_flags_missing
 from spark_lookup.errors import ConfigError
 
 SCHEMA = "id BIGINT, name STRING"

@@ -16,8 +16,8 @@ import pytest
 
 from cache import DefaultLookupCache
 from connectors.errors import is_transient
+from connectors.sql.connection import open_connection
 from connectors.sql.dialects.mysql import MysqlDialect, _connectorx_url
-from connectors.sql.session import open_session
 from lookup import (
     FullCachingLookupProvider,
     LookupFunctionProvider,
@@ -332,15 +332,15 @@ def test_full_loads_stream_in_chunks_with_and_without_connectorx(
 
 
 def test_a_scan_reads_through_an_unbuffered_cursor(connect: Any) -> None:
-    session = open_session(connect, "table 't'")
+    connection = open_connection(connect, "table 't'")
     try:
-        cursor = session._cursor(stream=True)
+        cursor = connection._cursor(stream=True)
         name = type(cursor).__name__
         assert name in ("SSCursor", "MySQLCursor", "CMySQLCursor"), name
         assert not getattr(cursor, "_buffered", False)
         cursor.close()
     finally:
-        session.close()
+        connection.close()
 
 
 def test_connectorx_urls_come_from_plain_tcp_connections(mysql_url: str) -> None:
@@ -359,12 +359,12 @@ def test_connectorx_urls_come_from_plain_tcp_connections(mysql_url: str) -> None
 
 
 def test_statements_past_their_timeout_end_transiently(connect: Any) -> None:
-    session = open_session(connect, "table 'slow'", timeout=0.3)
+    connection = open_connection(connect, "table 'slow'", timeout=0.3)
     try:
         with pytest.raises(TransientConnectorError, match="slow"):
-            session.rows("SELECT SLEEP(3)")
+            connection.rows("SELECT SLEEP(3)")
     finally:
-        session.close()
+        connection.close()
 
 
 def test_mysql_errors_are_classified_by_number() -> None:

@@ -88,16 +88,16 @@ def test_a_sqlite_lookup_behind_a_write_lock_ends_at_its_timeout(tmp_path: Path)
 
 
 def test_a_long_sqlite_statement_is_interrupted(tmp_path: Path) -> None:
-    from connectors.sql.session import open_session
+    from connectors.sql.connection import open_connection
 
-    session = open_session(lambda: sqlite3.connect(":memory:"), "table 'x'", timeout=0.2)
+    connection = open_connection(lambda: sqlite3.connect(":memory:"), "table 'x'", timeout=0.2)
     endless = ("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) "
                "SELECT count(*) FROM n")
     started = time.monotonic()
     with pytest.raises(TransientConnectorError, match="interrupted"):
-        session.rows(endless)
+        connection.rows(endless)
     assert time.monotonic() - started < 5
-    session.close()
+    connection.close()
 
 
 @pytest.mark.parametrize("timeout", [0, -1, "1s", float("nan")])

@@ -28,7 +28,7 @@ def connect(path: str) -> sqlite3.Connection:
 
     ``functools.partial(sqlite3.connect, path)`` pickles as ``_sqlite3.connect``, so a
     fresh Python worker planning the read has no ``sqlite3`` module imported, and
-    ``spark_lookup.sql.dialect_of`` (which looks the driver module up in ``sys.modules``)
+    ````connectors.sql.flavor.flavor_of`` (which looks at the driver module of the connection)
     cannot tell its paramstyle. Importing this module imports ``sqlite3``.
     """
     return sqlite3.connect(path)

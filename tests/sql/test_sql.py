@@ -220,7 +220,7 @@ def test_sql_and_lookup_join_share_the_worker_runtime(spark: Any, orders: str) -
     from lookup._join_worker import JoinFunction
     from lookup.join import plan_join
     from lookup.metrics import REPORT_COLUMN, parse_report
-    from lookup.sql import _StructLookup
+    from lookup.spark_sql import _StructLookup
 
     provider = customers_provider("partial")
     function = provider.function  # type: ignore[attr-defined]

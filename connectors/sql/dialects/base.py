@@ -6,7 +6,7 @@ A dialect is the SQL of one database, whatever its driver: identifier quoting, t
 catalog queries, its rows of the type table (inferred Spark types and wire reads), the
 batched-lookup statement, the scan statement's parts, statement timeouts and the
 connection's setup. The driver side (how a connection runs statements and hands rows
-or Arrow batches over) is :mod:`connectors.sql.session`. Dialects hold no state: one
+or Arrow batches over) is :mod:`connectors.sql.connection`. Dialects hold no state: one
 instance per database, chosen from the connection's driver module
 (:func:`connectors.sql.dialects.dialect_for`).
 """
@@ -25,17 +25,23 @@ from pyspark.sql import types as T
 from connectors.sql.catalog import ColumnInfo, TableInfo
 from connectors.sql.flavor import OTHER, Flavor
 from connectors.sql.types import ColumnRead
+from spark_lookup.identifiers import validate_identifier
 from spark_lookup.schema import to_arrow_type
-from spark_lookup.sql import validate_identifier
 
-__all__ = ["Dialect", "KeyBinding", "LookupPlan", "LookupStatement", "SessionLike",
-           "escape_percent"]
+__all__ = [
+    "ConnectionLike",
+    "Dialect",
+    "KeyBinding",
+    "LookupPlan",
+    "LookupStatement",
+    "escape_percent",
+]
 
 _OTHER_MAX_PARAMS = 999
 
 
-class SessionLike(Protocol):
-    """What a dialect uses of a :class:`~connectors.sql.session.Session`."""
+class ConnectionLike(Protocol):
+    """What a dialect uses of a :class:`~connectors.sql.connection.SqlConnection`."""
 
     raw: Any
     what: str
@@ -125,7 +131,7 @@ class Dialect:
 
     # --- catalog and type table
 
-    def describe(self, session: SessionLike, table: str, table_sql: str) -> TableInfo:
+    def describe(self, connection: ConnectionLike, table: str, table_sql: str) -> TableInfo:
         """The catalog facts of ``table`` (``table_sql``: its quoted form); none here.
 
         Raises
@@ -169,7 +175,7 @@ class Dialect:
 
     # --- statements
 
-    def max_keys(self, session: SessionLike, width: int) -> int:
+    def max_keys(self, connection: ConnectionLike, width: int) -> int:
         """Keys per lookup statement (the driver's parameter limit)."""
         return max(1, _OTHER_MAX_PARAMS // width)
 
@@ -216,24 +222,24 @@ class Dialect:
         a count of ours; a bound one would take ADBC PostgreSQL off its COPY path)."""
         return f" OFFSET {int(rows)}"
 
-    def row_estimate(self, session: SessionLike, table_sql: str) -> int | None:
+    def row_estimate(self, connection: ConnectionLike, table_sql: str) -> int | None:
         """The catalog's estimate of the table's rows (None: count them)."""
         return None
 
     # --- the connection
 
-    def prepare(self, session: SessionLike) -> None:
-        """Set up a new connection (session settings every read relies on)."""
+    def prepare(self, connection: ConnectionLike) -> None:
+        """Set up a new connection (connection settings every read relies on)."""
 
-    def bound_statements(self, session: SessionLike, timeout: float) -> bool:
+    def bound_statements(self, connection: ConnectionLike, timeout: float) -> bool:
         """Make the database end a statement that runs longer than ``timeout`` seconds;
         False when this database has no such setting here."""
         return False
 
-    def arrow_batches(self, session: SessionLike, sql: str, batch_rows: int
+    def arrow_batches(self, connection: ConnectionLike, sql: str, batch_rows: int
                       ) -> Iterator[pa.RecordBatch] | None:
         """A large parameter-free read (a scan's chunk) as Arrow record batches by a
-        reader faster than the session's driver, or None: the driver reads it."""
+        reader faster than the connection's driver, or None: the driver reads it."""
         return None
 
 

@@ -1,6 +1,6 @@
 """MySQL and MariaDB (pymysql, mysql-connector-python, mysqlclient): backtick quoting,
 the ``information_schema`` queries, its rows of the type table, lookups by ``IN``
-lists, the session pinned to UTC, ``max_execution_time`` / ``max_statement_time``, and
+lists, the connection pinned to UTC, ``max_execution_time`` / ``max_statement_time``, and
 full loads through connectorx where it is installed.
 
 The type table (the README's "Types" says the same in prose): a column is read in the
@@ -43,17 +43,23 @@ from pyspark.sql import types as T
 
 from connectors.sql.catalog import ColumnInfo, TableInfo
 from connectors.sql.dialects.base import (
+    ConnectionLike,
     Dialect,
     KeyBinding,
     LookupPlan,
     LookupStatement,
-    SessionLike,
     kept_positions,
 )
 from connectors.sql.flavor import MYSQL, Flavor
-from connectors.sql.types import INTEGER_TYPES, STRING_TYPES, ColumnRead
+from connectors.sql.types import ColumnRead
 from spark_lookup.errors import ConnectorError
-from spark_lookup.sql import validate_identifier
+from spark_lookup.identifiers import validate_identifier
+from spark_lookup.type_families import (
+    FLOAT_TYPES,
+    INTEGER_TYPES,
+    STRING_TYPES,
+    TIMESTAMP_TYPES,
+)
 
 __all__ = ["MysqlDialect"]
 
@@ -98,7 +104,7 @@ _DECIMAL = re.compile(r"^decimal\((\d+),(\d+)\)")
 _INTEGER_BITS = {"tinyint": 8, "smallint": 16, "mediumint": 24, "int": 32, "integer": 32,
                  "bigint": 64}
 _NUMBERS = _INTEGERS | {"year", "bit", "decimal", "numeric", "float", "double", "real"}
-_NUMERIC_TARGETS = (*INTEGER_TYPES, T.FloatType, T.DoubleType, T.DecimalType)
+_NUMERIC_TARGETS = (*INTEGER_TYPES, *FLOAT_TYPES, T.DecimalType)
 """Spark types a FLOAT column is read as by its exact value."""
 _BIT = re.compile(r"^bit\((\d+)\)")
 _SPATIAL = frozenset({"geometry", "point", "linestring", "polygon", "multipoint",
@@ -125,13 +131,13 @@ class MysqlDialect(Dialect):
 
     # --- catalog and type table
 
-    def describe(self, session: SessionLike, table: str, table_sql: str) -> TableInfo:
+    def describe(self, connection: ConnectionLike, table: str, table_sql: str) -> TableInfo:
         parts = table.split(".")
         if len(parts) > 2:
             raise ConnectorError(f"MySQL table names are table or database.table, not {table!r}")
         database = parts[0] if len(parts) == 2 else None
-        params = session.flavor.params([database, parts[-1]])
-        rows = session.rows(_COLUMNS, params, "reading the columns")
+        params = connection.flavor.params([database, parts[-1]])
+        rows = connection.rows(_COLUMNS, params, "reading the columns")
         if not rows:
             where = f"database {database!r}" if database else "the connection's database"
             raise ConnectorError(f"MySQL has no table or view {table!r} in {where}")
@@ -142,7 +148,7 @@ class MysqlDialect(Dialect):
             for name, column_type, nullable, data_type, collation in rows
         )
         indexes: dict[str, tuple[bool, list[str]]] = {}
-        for index, non_unique, column in session.rows(_INDEXES, params, "reading the indexes"):
+        for index, non_unique, column in connection.rows(_INDEXES, params, "reading the indexes"):
             _, names = indexes.setdefault(_text(index), (not int(non_unique), []))
             names.append(_text(column))
         primary_key = tuple(indexes.get("PRIMARY", (True, []))[1])
@@ -211,7 +217,7 @@ class MysqlDialect(Dialect):
             # MySQL prints a FLOAT to six digits (16777216 as 16777200, 1.0000001 as 1);
             # widened to DOUBLE it is its exact value, which its keys are compared as.
             return ColumnRead(f"CAST({quoted} AS DOUBLE)", pa.float64())
-        if isinstance(target, (T.FloatType, T.DoubleType)) and kind in (
+        if isinstance(target, FLOAT_TYPES) and kind in (
                 "double", "real", *_INTEGERS):
             return ColumnRead(quoted, pa.float64())
         if kind in _TEXT:
@@ -241,7 +247,7 @@ class MysqlDialect(Dialect):
         if isinstance(spark, T.BooleanType) and kind not in _NUMBERS:
             return ("only a number's truth (non-zero) can be asked of the database ('true' "
                     "compares as 0); declare it STRING")
-        if isinstance(spark, (T.FloatType, T.DoubleType)):
+        if isinstance(spark, FLOAT_TYPES):
             bits = 24 if isinstance(spark, T.FloatType) else 53
             if not _holds_exactly(column, bits):
                 return (f"{name} rounds its values, so several stored values may read as "
@@ -251,7 +257,7 @@ class MysqlDialect(Dialect):
             return ("MySQL prints a FLOAT to six digits: the text read is not the value the "
                     "database compares; declare it FLOAT")
         if (isinstance(spark, T.DecimalType) and kind not in _NUMBERS) or (
-                isinstance(spark, (T.TimestampType, T.TimestampNTZType))
+                isinstance(spark, TIMESTAMP_TYPES)
                 and kind in _TEXT | _BYTES):
             return (f"text is read as a {name} in forms the database compares as other "
                     f"text ('1.1' and '1.10'); declare it STRING")
@@ -260,7 +266,7 @@ class MysqlDialect(Dialect):
     # --- values
 
     def bindable(self, value: Any) -> Any:
-        """Timestamps as naive UTC text (the session's zone is UTC), as every driver
+        """Timestamps as naive UTC text (the connection's zone is UTC), as every driver
         sends them alike."""
         if isinstance(value, datetime):
             if value.tzinfo is not None:
@@ -281,7 +287,7 @@ class MysqlDialect(Dialect):
 
     # --- statements
 
-    def max_keys(self, session: SessionLike, width: int) -> int:
+    def max_keys(self, connection: ConnectionLike, width: int) -> int:
         return _MAX_KEYS
 
     def lookup_statement(self, plan: LookupPlan, flavor: Flavor, chunk: list[pa.Array]
@@ -351,12 +357,12 @@ class MysqlDialect(Dialect):
         # MySQL takes no OFFSET without a LIMIT: the largest one means none.
         return f" LIMIT 18446744073709551615 OFFSET {int(rows)}"
 
-    def row_estimate(self, session: SessionLike, table_sql: str) -> int | None:
+    def row_estimate(self, connection: ConnectionLike, table_sql: str) -> int | None:
         parts = [part.strip("`") for part in table_sql.split(".")]
-        rows = session.rows(
+        rows = connection.rows(
             "SELECT TABLE_ROWS FROM information_schema.TABLES "
             "WHERE TABLE_SCHEMA = COALESCE(%s, DATABASE()) AND TABLE_NAME = %s",
-            session.flavor.params([parts[0] if len(parts) == 2 else None, parts[-1]]),
+            connection.flavor.params([parts[0] if len(parts) == 2 else None, parts[-1]]),
             "planning chunks",
         )
         if rows and rows[0][0] is not None and int(rows[0][0]) > 0:
@@ -365,23 +371,23 @@ class MysqlDialect(Dialect):
 
     # --- the connection
 
-    def prepare(self, session: SessionLike) -> None:
-        """Pin the session's time zone to UTC: TIMESTAMP values are read (and keys
+    def prepare(self, connection: ConnectionLike) -> None:
+        """Pin the connection's time zone to UTC: TIMESTAMP values are read (and keys
         compared) as UTC whatever the server's zone."""
-        with session.failing("setting the session time zone"):
-            cursor = session.raw.cursor()
+        with connection.failing("setting the connection time zone"):
+            cursor = connection.raw.cursor()
             try:
                 cursor.execute("SET time_zone = '+00:00'")
             finally:
                 cursor.close()
 
-    def bound_statements(self, session: SessionLike, timeout: float) -> bool:
+    def bound_statements(self, connection: ConnectionLike, timeout: float) -> bool:
         """MariaDB's ``max_statement_time`` (seconds) or MySQL's
-        ``max_execution_time`` (milliseconds, SELECTs), set for the session; the
+        ``max_execution_time`` (milliseconds, SELECTs), set for the connection; the
         driver's read timeout is the user's connection setting. A statement past it
         fails with error 1969 (MariaDB) or 3024 (MySQL): transient."""
-        with session.failing("setting the statement timeout"):
-            cursor = session.raw.cursor()
+        with connection.failing("setting the statement timeout"):
+            cursor = connection.raw.cursor()
             try:
                 cursor.execute("SELECT VERSION()")
                 version = _text(cursor.fetchall()[0][0])
@@ -394,14 +400,14 @@ class MysqlDialect(Dialect):
                 cursor.close()
         return True
 
-    def arrow_batches(self, session: SessionLike, sql: str, batch_rows: int
+    def arrow_batches(self, connection: ConnectionLike, sql: str, batch_rows: int
                       ) -> Iterator[pa.RecordBatch] | None:
         """A large parameter-free read through connectorx (Rust, Arrow-native: about 10x
         the DB-API drivers, benchmarks/mysql.py), streamed in record batches, on a
-        connection of its own made from the session's parameters (the time zone pinned
-        as on every session). None, so the driver reads, when connectorx is not
+        connection of its own made from the connection's parameters (the time zone pinned
+        as on every connection). None, so the driver reads, when connectorx is not
         installed or the connection's parameters cannot be told (a socket, TLS)."""
-        url = _connectorx_url(session.raw)
+        url = _connectorx_url(connection.raw)
         if url is None:
             return None
         try:

@@ -13,17 +13,22 @@ from pyspark.sql import types as T
 
 from connectors.sql.catalog import ColumnInfo, TableInfo
 from connectors.sql.dialects.base import (
+    ConnectionLike,
     Dialect,
     KeyBinding,
     LookupPlan,
     LookupStatement,
-    SessionLike,
     kept_positions,
 )
 from connectors.sql.flavor import POSTGRES, Flavor
-from connectors.sql.types import INTEGER_TYPES, STRING_TYPES, ColumnRead
+from connectors.sql.types import ColumnRead
 from spark_lookup.errors import ConnectorError
 from spark_lookup.schema import to_arrow_type
+from spark_lookup.type_families import (
+    FLOAT_TYPES,
+    INTEGER_TYPES,
+    STRING_TYPES,
+)
 
 __all__ = ["PostgresDialect"]
 
@@ -118,15 +123,15 @@ class PostgresDialect(Dialect):
     backend = POSTGRES
     discovers = True
 
-    def describe(self, session: SessionLike, table: str, table_sql: str) -> TableInfo:
-        flavor = session.flavor
+    def describe(self, connection: ConnectionLike, table: str, table_sql: str) -> TableInfo:
+        flavor = connection.flavor
         placeholder = flavor.placeholder(0)
         params = flavor.params([table_sql])
 
         def sql(template: str) -> str:
             return self.finish(template.format(table=placeholder), flavor)
 
-        rows = session.rows(sql(_COLUMNS), params, "reading the columns")
+        rows = connection.rows(sql(_COLUMNS), params, "reading the columns")
         if not rows:
             raise ConnectorError(
                 f"PostgreSQL has no table or view {table!r} (looked up as {table_sql}, on the "
@@ -141,9 +146,9 @@ class PostgresDialect(Dialect):
             for (name, formatted, not_null, typname, typtype, category, cast_name, element,
                  element_kind, element_category, labels) in rows
         )
-        primary_key = tuple(str(r[0]) for r in session.rows(sql(_PRIMARY_KEY), params,
+        primary_key = tuple(str(r[0]) for r in connection.rows(sql(_PRIMARY_KEY), params,
                                                              "reading the primary key"))
-        unique = {str(r[0]) for r in session.rows(sql(_UNIQUE), params, "reading the indexes")}
+        unique = {str(r[0]) for r in connection.rows(sql(_UNIQUE), params, "reading the indexes")}
         return TableInfo(POSTGRES, columns, primary_key, frozenset(unique))
 
     def natural_type(self, column: ColumnInfo) -> T.DataType | None:
@@ -165,7 +170,7 @@ class PostgresDialect(Dialect):
                     target.elementType, (*STRING_TYPES, T.DecimalType))):
                 return ColumnRead(f"{quoted}::text[]", pa.list_(pa.string()))
             return ColumnRead(quoted, pa.list_(to_arrow_type(element)))
-        if column.type_name == "numeric" and isinstance(target, (T.FloatType, T.DoubleType)):
+        if column.type_name == "numeric" and isinstance(target, FLOAT_TYPES):
             return ColumnRead(f"{quoted}::float8", pa.float64())
         direct = _DIRECT.get(column.type_name)
         if direct is None:
@@ -200,7 +205,7 @@ class PostgresDialect(Dialect):
                 masks.append(pc.is_in(array, pa.array(binding.enum_labels)))
         return kept_positions(masks)
 
-    def max_keys(self, session: SessionLike, width: int) -> int:
+    def max_keys(self, connection: ConnectionLike, width: int) -> int:
         return _MAX_KEYS
 
     def lookup_statement(self, plan: LookupPlan, flavor: Flavor, chunk: list[pa.Array]
@@ -243,9 +248,9 @@ class PostgresDialect(Dialect):
             params = flavor.params([a.to_pylist() for a in chunk] + filter_values)
         return LookupStatement(self.finish(sql, flavor), params, by_value)
 
-    def row_estimate(self, session: SessionLike, table_sql: str) -> int | None:
-        flavor = session.flavor
-        estimate = session.rows(
+    def row_estimate(self, connection: ConnectionLike, table_sql: str) -> int | None:
+        flavor = connection.flavor
+        estimate = connection.rows(
             "SELECT reltuples::bigint FROM pg_catalog.pg_class "
             f"WHERE oid = pg_catalog.to_regclass({flavor.placeholder(0)})",
             flavor.params([table_sql]), "planning chunks",
@@ -254,18 +259,18 @@ class PostgresDialect(Dialect):
             return int(estimate[0][0])
         return None
 
-    def bound_statements(self, session: SessionLike, timeout: float) -> bool:
-        """``statement_timeout`` for the session (a lock wait counts; the error,
+    def bound_statements(self, connection: ConnectionLike, timeout: float) -> bool:
+        """``statement_timeout`` for the connection (a lock wait counts; the error,
         SQLSTATE 57014, is transient)."""
         milliseconds = max(1, int(timeout * 1000))
         # SET takes no bound parameter (the value is an int we made). Outside autocommit
         # it must be committed: a rollback would undo it.
-        with session.failing("setting the statement timeout"):
-            cursor = session.raw.cursor()
+        with connection.failing("setting the statement timeout"):
+            cursor = connection.raw.cursor()
             try:
                 cursor.execute(f"SET statement_timeout = {milliseconds}")
             finally:
                 cursor.close()
-            session.commit_setting()
+            connection.commit_setting()
         return True
 

@@ -18,11 +18,17 @@ import pyarrow.compute as pc
 from pyspark.sql import types as T
 
 from connectors.sql.catalog import ColumnInfo, TableInfo
-from connectors.sql.dialects.base import Dialect, LookupPlan, LookupStatement, SessionLike
+from connectors.sql.dialects.base import ConnectionLike, Dialect, LookupPlan, LookupStatement
 from connectors.sql.flavor import SQLITE, Flavor
-from connectors.sql.types import INTEGER_TYPES, STRING_TYPES, ColumnRead
+from connectors.sql.types import ColumnRead
 from spark_lookup.errors import ConfigError, ConnectorError
-from spark_lookup.sql import validate_identifier
+from spark_lookup.identifiers import validate_identifier
+from spark_lookup.type_families import (
+    DATETIME_TYPES,
+    FLOAT_TYPES,
+    INTEGER_TYPES,
+    STRING_TYPES,
+)
 
 __all__ = ["SqliteDialect", "json_integers", "json_keys"]
 
@@ -41,12 +47,12 @@ class SqliteDialect(Dialect):
     backend = SQLITE
     discovers = True
 
-    def describe(self, session: SessionLike, table: str, table_sql: str) -> TableInfo:
+    def describe(self, connection: ConnectionLike, table: str, table_sql: str) -> TableInfo:
         schema, name = _parts(table)
-        p = session.flavor.placeholder
-        params = session.flavor.params
+        p = connection.flavor.placeholder
+        params = connection.flavor.params
         # The table-valued pragma functions take the names as bound values.
-        rows = session.rows(
+        rows = connection.rows(
             f'SELECT name, type, "notnull", pk FROM pragma_table_info({p(0)}, {p(1)}) '
             "ORDER BY cid",
             params([name, schema]), "reading the columns",
@@ -63,14 +69,14 @@ class SqliteDialect(Dialect):
                 ColumnInfo(column, declared, bool(not_null or rowid), type_name=declared.upper())
             )
         unique = set(primary_key) if len(primary_key) == 1 else set()
-        indexes = session.rows(
+        indexes = connection.rows(
             f"SELECT name, \"unique\", partial FROM pragma_index_list({p(0)}, {p(1)})",
             params([name, schema]), "reading the indexes",
         )
         for index_name, is_unique, partial in indexes:
             if not is_unique or partial:
                 continue
-            info = session.rows(f"SELECT name FROM pragma_index_info({p(0)}, {p(1)})",
+            info = connection.rows(f"SELECT name FROM pragma_index_info({p(0)}, {p(1)})",
                                 params([index_name, schema]), "reading the indexes")
             if len(info) == 1 and info[0][0] is not None:
                 unique.add(str(info[0][0]))
@@ -114,7 +120,7 @@ class SqliteDialect(Dialect):
         classes: tuple[str, ...]
         if isinstance(target, INTEGER_TYPES):
             classes, expression, wire = ("integer",), quoted, pa.int64()
-        elif isinstance(target, (T.FloatType, T.DoubleType)):
+        elif isinstance(target, FLOAT_TYPES):
             classes, expression, wire = (("integer", "real"), f"CAST({quoted} AS REAL)",
                                          pa.float64())
         elif isinstance(target, T.DecimalType):
@@ -131,7 +137,7 @@ class SqliteDialect(Dialect):
                 ("text", "integer", "real"), f"CAST({quoted} AS TEXT)", pa.string())
         elif isinstance(target, T.BinaryType):
             classes, expression, wire = ("blob", "text"), f"CAST({quoted} AS BLOB)", pa.binary()
-        elif isinstance(target, (T.DateType, T.TimestampType, T.TimestampNTZType)):
+        elif isinstance(target, DATETIME_TYPES):
             classes, expression, wire = ("text",), quoted, pa.string()
         else:
             raise ConfigError(
@@ -161,9 +167,9 @@ class SqliteDialect(Dialect):
             return str(value)  # compared with NUMERIC affinity, so '1.50' equals 1.5
         return value
 
-    def max_keys(self, session: SessionLike, width: int) -> int:
+    def max_keys(self, connection: ConnectionLike, width: int) -> int:
         limit = _DEFAULT_MAX_PARAMS
-        getlimit = getattr(session.raw, "getlimit", None)  # sqlite3, Python 3.11+
+        getlimit = getattr(connection.raw, "getlimit", None)  # sqlite3, Python 3.11+
         if getlimit is not None:
             limit = int(getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER))  # type: ignore[attr-defined]
         return max(1, limit // width)  # the position is a literal, not a parameter
@@ -198,14 +204,14 @@ class SqliteDialect(Dialect):
     def offset_sql(self, rows: int) -> str:
         return f" LIMIT -1 OFFSET {int(rows)}"  # SQLite needs a LIMIT before an OFFSET
 
-    def bound_statements(self, session: SessionLike, timeout: float) -> bool:
+    def bound_statements(self, connection: ConnectionLike, timeout: float) -> bool:
         """sqlite3: the busy timeout bounds lock waits, and a progress handler
         interrupts a statement past its deadline (SQLITE_INTERRUPT, transient). ADBC
         SQLite has no such setting."""
-        if session.flavor.adbc:
+        if connection.flavor.adbc:
             return False
-        session.raw.execute(f"PRAGMA busy_timeout = {max(1, int(timeout * 1000))}")
-        session.raw.set_progress_handler(session.past_deadline, 10_000)
+        connection.raw.execute(f"PRAGMA busy_timeout = {max(1, int(timeout * 1000))}")
+        connection.raw.set_progress_handler(connection.past_deadline, 10_000)
         return True
 
 

@@ -242,7 +242,7 @@ def register_lookup_function(spark: AnySparkSession, name: str, provider: Lookup
     ``SELECT d.* FROM (SELECT name(key) AS d FROM t)``. ``name(key).column`` works.
 
     Works on classic and Spark Connect sessions. Its lookups are not reported to
-    :func:`lookup.lookup_metrics` (see :mod:`lookup.sql`).
+    :func:`lookup.lookup_metrics` (see :mod:`lookup.spark_sql`).
 
     Examples
     --------
@@ -356,7 +356,7 @@ def register_lookup_table_function(spark: AnySparkSession, name: str,
     rows without a match (or with a null key) are dropped.
 
     Works on classic and Spark Connect sessions. Its lookups are not reported to
-    :func:`lookup.lookup_metrics` (see :mod:`lookup.sql`).
+    :func:`lookup.lookup_metrics` (see :mod:`lookup.spark_sql`).
 
     ``eval`` is called once per row, so each row costs a Python call and pickling
     (roughly 10-20 microseconds per row where the scalar function costs a few); for

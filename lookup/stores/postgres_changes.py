@@ -16,7 +16,7 @@ The triggers are per statement, with transition tables: a statement's keys are
 collected once and sent in notifications of at most about 7,800 bytes (one row trigger
 would send one notification per row). ``json_build_array`` writes each key value as
 ``to_json`` does: integers and numerics as exact numbers, timestamps in ISO 8601 with
-their offset, ``bytea`` as ``\\x`` hex, whatever the session's settings.
+their offset, ``bytea`` as ``\\x`` hex, whatever the connection's settings.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ from lookup.changes import (
     ChangeFeed,
 )
 from spark_lookup.errors import ConfigError, ConnectorError
+from spark_lookup.identifiers import qualified_name, validate_identifier
 from spark_lookup.options import as_timedelta, check_int
-from spark_lookup.sql import qualified_name, validate_identifier
 
 __all__ = ["PostgresChanges"]
 

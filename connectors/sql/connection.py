@@ -24,7 +24,7 @@ from connectors.sql.dialects import Dialect, dialect_for
 from connectors.sql.flavor import MYSQL, OTHER, POSTGRES, SQLITE, Flavor, driver_module, flavor_of
 from spark_lookup.errors import ConnectorError
 
-__all__ = ["MYSQL", "OTHER", "POSTGRES", "SQLITE", "Flavor", "Session", "flavor_of"]
+__all__ = ["MYSQL", "OTHER", "POSTGRES", "SQLITE", "Flavor", "SqlConnection", "flavor_of"]
 
 log = logging.getLogger("connectors")
 
@@ -33,7 +33,7 @@ _FETCH_ROWS = 8192
 _ARROW_BATCH_ROWS = 65_536
 """Rows per record batch of a dialect's Arrow reader (connectorx)."""
 _ADBC_SQLITE_BATCH_ROWS = 65_536
-"""Rows per batch of ADBC SQLite reads that can be resumed (see :meth:`Session.arrays`)."""
+"""Rows per batch of ADBC SQLite reads that can be resumed (see :meth:`SqlConnection.arrays`)."""
 _ADBC_SQLITE_ONE_BATCH = 2**30
 """ADBC SQLite infers each column's type from the first batch it reads and fails on a
 later batch that disagrees (a column NULL in the whole first batch and text later): one
@@ -68,12 +68,12 @@ def build_column(values: Sequence[Any], wire: pa.DataType) -> tuple[pa.Array, pa
     return pa.array(fitted, type=wire), pa.array(flags, pa.string())
 
 
-class Session:
+class SqlConnection:
     """One connection, used by one thread at a time (sqlite3 connections belong to the
     thread that made them): small queries as rows, reads as Arrow columns.
 
     Reads run in autocommit mode where the driver has it; otherwise each read ends with a
-    rollback, so no session idles in a transaction holding a snapshot or locks.
+    rollback, so no connection idles in a transaction holding a snapshot or locks.
     Driver errors become :class:`~spark_lookup.ConnectorError` (or its transient
     subclass) naming ``what`` and the statement's purpose.
 
@@ -118,7 +118,7 @@ class Session:
         return 1 if time.monotonic() > self._deadline else 0
 
     def commit_setting(self) -> None:
-        """Commit a session setting just made, unless in autocommit mode (a rollback
+        """Commit a connection setting just made, unless in autocommit mode (a rollback
         after a read would undo it)."""
         if self._rollback != "never":
             self.raw.commit()
@@ -164,7 +164,7 @@ class Session:
     @contextmanager
     def failing(self, purpose: str) -> Iterator[None]:
         """The driver's errors in the block become a ConnectorError naming the table and
-        ``purpose``; the session is then broken (never reused)."""
+        ``purpose``; the connection is then broken (never reused)."""
         try:
             yield
         except self._errors as exc:
@@ -177,7 +177,7 @@ class Session:
         Raises
         ------
         ConnectorError
-            Naming the session's table and ``purpose``.
+            Naming the connection's table and ``purpose``.
         """
         with self.failing(purpose):
             cursor = self.raw.cursor()
@@ -218,7 +218,7 @@ class Session:
         Raises
         ------
         ConnectorError
-            Naming the session's table and ``purpose``.
+            Naming the connection's table and ``purpose``.
         """
         if rest is not None and not params and not self.flavor.adbc:
             batches = self._faster_reader(sql, purpose)
@@ -354,9 +354,9 @@ class Session:
         _close_quietly(self.raw)
 
 
-def open_session(factory: Any, what: str, timeout: float | None = None) -> Session:
+def open_connection(factory: Any, what: str, timeout: float | None = None) -> SqlConnection:
     """Call a connection factory and wrap its connection (``timeout``: see
-    :class:`Session`).
+    :class:`SqlConnection`).
 
     Raises
     ------
@@ -371,7 +371,7 @@ def open_session(factory: Any, what: str, timeout: float | None = None) -> Sessi
     if raw is None:
         raise ConnectorError(f"the connection factory of {what} returned None")
     try:
-        return Session(raw, what, timeout)
+        return SqlConnection(raw, what, timeout)
     except BaseException:
         _close_quietly(raw)
         raise

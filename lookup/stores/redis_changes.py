@@ -42,6 +42,7 @@ from lookup.changes import (
 from spark_lookup.errors import ConfigError, ConnectorError
 from spark_lookup.options import as_timedelta
 from spark_lookup.schema import SchemaLike, parse_schema, to_arrow_schema
+from spark_lookup.type_families import INTEGER_TYPES
 
 __all__ = ["RedisKeyspaceChanges"]
 
@@ -134,7 +135,7 @@ class RedisKeyspaceChanges(ChangeFeed):
             if not spec:
                 continue
             kind = self.key_schema[field].dataType
-            integral = isinstance(kind, (T.ByteType, T.ShortType, T.IntegerType, T.LongType))
+            integral = isinstance(kind, INTEGER_TYPES)
             if not (integral and _REVERSIBLE_INT_SPEC.fullmatch(spec)):
                 raise ConfigError(
                     f"key_template {self.key_template!r}: the change feed cannot read placeholder "

@@ -1,9 +1,9 @@
 """The runtime of one opened trigger: a chain of one-shot jobs on the process scheduler.
 
-A session is created by ``open`` and ended by ``close``; a trigger's configuration never
+A run is created by ``open`` and ended by ``close``; a trigger's configuration never
 holds one across pickling. The first job starts a load at the open; each later job is
 added when the load before it has ended, at the time the trigger's pure schedule gives,
-so two loads of a session never overlap and a fixed delay is measured from the end.
+so two loads of a run never overlap and a fixed delay is measured from the end.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 from triggers.base import ReloadContext
 from triggers.scheduler import Scheduled, process_scheduler
 
-__all__ = ["Following", "ReloadSession"]
+__all__ = ["Following", "ScheduleRun"]
 
 logger = logging.getLogger("triggers")
 
@@ -28,10 +28,10 @@ Following = Callable[[datetime, datetime, bool], datetime]
 """``(fired_at, ended_at, first) -> next fire time``: the trigger's pure schedule."""
 
 
-class ReloadSession:
+class ScheduleRun:
     """One open period of a trigger; thread-safe.
 
-    A lock makes "is the session closed?" and "start the load" one step, so once
+    A lock makes "is the run closed?" and "start the load" one step, so once
     :meth:`close` has taken it no load can start; ``close`` takes it with a timeout, so a
     ``trigger_reload()`` call that hangs cannot hang ``close``.
     """
@@ -152,13 +152,13 @@ class ReloadSession:
         return self._label
 
 
-def _log_outcome(session: ReloadSession, future: Future[Any]) -> None:
+def _log_outcome(run: ScheduleRun, future: Future[Any]) -> None:
     if future.cancelled():
-        logger.warning("%s: the reload was cancelled; the schedule goes on", session)
+        logger.warning("%s: the reload was cancelled; the schedule goes on", run)
         return
     error = future.exception()
     if error is not None:
-        logger.error("%s: the reload failed; the schedule goes on: %s", session, error,
+        logger.error("%s: the reload failed; the schedule goes on: %s", run, error,
                      exc_info=error)
     else:
-        logger.debug("%s: reload finished", session)
+        logger.debug("%s: reload finished", run)

@@ -14,8 +14,8 @@ from pyspark.sql import types as T
 from connectors.keys import EncodedKeys, KeyCodec
 from connectors.policy import BadValuePolicy
 from connectors.predicates import Predicate
-from connectors.sql import Session, SqlTable
-from lookup.connectors._keyed import KeyedLookupFunction
+from connectors.sql import SqlConnection, SqlTable
+from lookup.stores._keyed import KeyedLookupFunction
 from spark_lookup._per_process import PerProcess
 from spark_lookup.errors import TransientConnectorError
 from spark_lookup.options import check_int
@@ -71,7 +71,7 @@ class SqlLookupFunction(PerProcess, KeyedLookupFunction):
     sent.
 
     Transactions and failures. Reads run in autocommit mode where the driver has it,
-    else are followed by a rollback, so no session stays idle in a transaction. A driver
+    else are followed by a rollback, so no connection stays idle in a transaction. A driver
     error discards the connection; a connection that broke while idle (a restarted
     server) is replaced and the statement retried once, at once. Errors are
     :class:`~spark_lookup.ConnectorError`, transient (retried by the lookup runtime with
@@ -99,7 +99,7 @@ class SqlLookupFunction(PerProcess, KeyedLookupFunction):
         The bad-value policy.
     timeout : timedelta or float (seconds), optional
         How long one lookup statement may run, lock waits included: PostgreSQL's
-        ``statement_timeout`` for the function's sessions; on sqlite3 connections the
+        ``statement_timeout`` for the function's connections; on sqlite3 connections the
         busy timeout and an interrupt past the deadline. A statement ended by it is a
         transient failure, counted and retried by the runtime's ``RetryPolicy``. Not
         applied to ADBC SQLite or other drivers. Default: none (Redis lookups are
@@ -124,7 +124,7 @@ class SqlLookupFunction(PerProcess, KeyedLookupFunction):
     """
 
     _COUNTED_BY = "_sql"
-    _PER_PROCESS = ("_lock", "_local", "_open_sessions")  # connections are per process
+    _PER_PROCESS = ("_lock", "_local", "_open_connections")  # connections are per process
 
     def __init__(
         self,
@@ -174,7 +174,7 @@ class SqlLookupFunction(PerProcess, KeyedLookupFunction):
     def _init_runtime(self) -> None:
         self._lock = threading.Lock()
         self._local = threading.local()
-        self._open_sessions: list[Session] = []
+        self._open_connections: list[SqlConnection] = []
 
     @property
     def table(self) -> str:
@@ -187,60 +187,60 @@ class SqlLookupFunction(PerProcess, KeyedLookupFunction):
             f"schema={self._struct.simpleString()!r})"
         )
 
-    # --- sessions: one per thread
+    # --- connections: one per thread
 
-    def _acquire(self) -> tuple[Session, bool]:
-        """This thread's session, and whether it was just opened."""
-        current: Session | None = getattr(self._local, "session", None)
+    def _acquire(self) -> tuple[SqlConnection, bool]:
+        """This thread's connection, and whether it was just opened."""
+        current: SqlConnection | None = getattr(self._local, "connection", None)
         if current is not None:
             return current, False
-        session = self._sql.connect()
-        self._local.session = session
+        connection = self._sql.connect()
+        self._local.connection = connection
         with self._lock:
-            self._open_sessions.append(session)
-        return session, True
+            self._open_connections.append(connection)
+        return connection, True
 
-    def _discard(self, session: Session) -> None:
-        if getattr(self._local, "session", None) is session:
-            self._local.session = None
+    def _discard(self, connection: SqlConnection) -> None:
+        if getattr(self._local, "connection", None) is connection:
+            self._local.connection = None
         with self._lock:
-            if session in self._open_sessions:
-                self._open_sessions.remove(session)
-        session.close()
+            if connection in self._open_connections:
+                self._open_connections.remove(connection)
+        connection.close()
 
     def open(self) -> None:
         """Connect (this thread) and resolve how the table is read; fails early if the
         database cannot be reached."""
-        session, _ = self._acquire()
+        connection, _ = self._acquire()
         try:
-            self._sql.plan(session)
+            self._sql.plan(connection)
         except Exception:
-            self._discard(session)
+            self._discard(connection)
             raise
 
     def close(self) -> None:
         """Close every connection this function opened."""
         with self._lock:
-            sessions, self._open_sessions = self._open_sessions, []
+            connections, self._open_connections = self._open_connections, []
         self._local = threading.local()
-        for session in sessions:
-            session.close()
+        for connection in connections:
+            connection.close()
 
     # --- lookups
 
     def _query(self, encoded: EncodedKeys) -> tuple[pa.Int64Array, pa.RecordBatch]:
         for attempt in (1, 2):
-            session, fresh = self._acquire()
+            connection, fresh = self._acquire()
             try:
-                return self._sql.lookup(session, encoded, self._max_batch_size)
+                return self._sql.lookup(connection, encoded, self._max_batch_size)
             except TransientConnectorError as exc:
-                self._discard(session)
+                self._discard(connection)
                 if attempt == 1 and not fresh:
                     log.info("connection to the database of table %r broke (%s); reconnecting",
                              self.table, exc)
                     continue
                 raise
             except BaseException:
-                self._discard(session)
+                self._discard(connection)
                 raise
         raise AssertionError("unreachable")  # pragma: no cover

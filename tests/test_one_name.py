@@ -1,0 +1,57 @@
+"""One concept, one home, one name: found by grep, kept so by these checks."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("cache", "connectors", "lookup", "scan", "spark_lookup", "triggers")
+FAMILIES_HOME = ROOT / "spark_lookup" / "type_families.py"
+
+
+def _library() -> list[Path]:
+    return sorted(p for package in PACKAGES for p in (ROOT / package).rglob("*.py"))
+
+
+def test_spark_type_families_are_defined_once() -> None:
+    # Two members of one family side by side is a family spelled out again.
+    family = re.compile(
+        r"T\.(ByteType|ShortType|IntegerType),\s*T\.(ShortType|IntegerType|LongType)"
+        r"|T\.FloatType,\s*T\.DoubleType|T\.StringType,\s*T\.VarcharType"
+        r"|T\.TimestampType,\s*T\.TimestampNTZType|T\.DateType,\s*T\.TimestampType")
+    spelled = [f"{p.relative_to(ROOT)}:{n}" for p in _library() if p != FAMILIES_HOME
+               for n, line in enumerate(p.read_text().splitlines(), 1) if family.search(line)]
+    assert spelled == [], "use spark_lookup.type_families"
+
+
+def test_session_means_a_spark_session() -> None:
+    # A database connection is a connection and a trigger's open period a run.
+    word = re.compile(r"\b[Ss]essions?\b")
+    for package in ("cache", "connectors", "scan", "triggers"):
+        for path in (ROOT / package).rglob("*.py"):
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                if word.search(line):
+                    assert "session sets it" in line or "session kinds" in line, (
+                        f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+
+
+def test_sql_names_a_database_module() -> None:
+    # Spark SQL lives in lookup/spark_sql.py, identifier quoting in
+    # spark_lookup/identifiers.py: a module called sql talks to a database.
+    named_sql = {str(p.relative_to(ROOT)) for p in _library() if p.stem == "sql"}
+    assert named_sql == {"lookup/stores/sql.py", "scan/sources/sql.py"}
+
+
+def test_private_class_names_are_not_reused_across_modules() -> None:
+    # Except each scan source's own split reader and serializer, one per source by design.
+    per_source = {"_SplitReader", "_SplitSerializer"}
+    names: Counter[str] = Counter()
+    for path in _library():
+        for node in ast.parse(path.read_text()).body:
+            if (isinstance(node, ast.ClassDef) and node.name.startswith("_")
+                    and node.name not in per_source):
+                names[node.name] += 1
+    assert [name for name, count in names.items() if count > 1] == []
