@@ -1,34 +1,6 @@
 """Safe, type-preserving encodings of lookup keys and cached rows (for remote caches).
 
-A remote cache stores bytes that other processes (or an attacker with write access to
-the server) may have written, so decoding must never execute anything: these encodings
-are plain JSON (``json`` from the standard library), never pickle. A value that does not
-decode to exactly the expected shape raises :class:`CodecError`; the cache treats it as
-a miss.
-
-Scalars JSON has natively (None, bool, int of any size, finite float, str) are written as
-JSON; everything else as a one-member object whose name is a type tag:
-
-==============  ====================================  =================================
-Python type     encoding                              note
-==============  ====================================  =================================
-float NaN/inf   ``{"f": "nan"}`` / ``"inf"`` / ``"-inf"``  JSON has no NaN
-bytes           ``{"b": "<base64>"}``                 bytearray/memoryview become bytes
-Decimal         ``{"n": "1.50"}``                     ``str(d)``: digits and exponent kept
-date            ``{"d": "2024-02-29"}``
-datetime        ``{"dt": "2024-02-29T10:00:00+01:00"}``  a zone becomes its fixed offset
-time            ``{"t": "10:00:00.5"}``
-timedelta       ``{"td": [days, seconds, micros]}``
-tuple           ``{"tu": [...]}``                     a struct value
-list            ``[...]``                             an array value
-dict            ``{"m": [[k, v], ...]}``              any encodable keys
-==============  ====================================  =================================
-
-Because every JSON object is a tag, user data can never be mistaken for one. Keys are
-encoded with the same scheme as ASCII JSON, so they are canonical: two keys encode
-equally exactly when they hold the same types and values, element by element. That is
-stricter than Python equality (``(1,) == (1.0,) == (True,)``), which only ever costs a
-cache miss, never a wrong answer.
+Design notes: DESIGN.md, cache/ ``cache/_codec.py``.
 """
 
 from __future__ import annotations

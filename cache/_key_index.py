@@ -1,24 +1,6 @@
 """The key index of a full snapshot: flat numpy arrays, built once, mapped by every reader.
 
-A snapshot's table is sorted by key with no null key; its distinct keys are numbered
-(groups) in that order, and group ``g``'s rows start at ``offsets[g]`` (no offsets when
-every key has one row: group ``g`` is row ``g``). The index finds the group of each probe
-key in one of two ways:
-
-- ``dense``: a key of one integer-like column whose distinct keys fill at least half of
-  their range is found by subtraction (:class:`cache._dense_keys.DenseKeys`, with its
-  position array when there are gaps);
-- ``hash``: any other key by the partial cache's open-addressing table
-  (:class:`cache._hash_table.HashTable`) over the 64-bit hash of each distinct key
-  (:func:`cache._key_hash.hash_keys`, one function for the writer and every reader,
-  versioned by :data:`HASH_VERSION`). Keys of one integer-like or floating column hash
-  to their own bits, so an equal hash is an equal key; every other match is confirmed
-  against the table's own key columns, vectorized, and the rare probe whose hash met
-  another key's walks the bucket chain exactly (a collision costs time, never a wrong
-  row).
-
-Every array the index holds can be a view of a mapped file (:mod:`cache._index_file`):
-a process that maps a published index builds nothing proportional to the table.
+Design notes: DESIGN.md, cache/ ``cache/_key_index.py``.
 """
 
 from __future__ import annotations

@@ -1,57 +1,6 @@
 """A host-level store of full-cache snapshots: Arrow IPC files every process maps.
 
-One store is one directory, holding the published version of one dimension table::
-
-    <directory>/
-        CURRENT                       the pointer: a small JSON record of the published version
-        v0000000007-1717400000123.arrow   that version (version, load time in ms), Arrow IPC
-        v0000000007-1717400000123.index   its key index: flat arrays (cache._index_file)
-        VERIFIED                      JSON: the files whose checksums a process checked
-        lock                          flock'ed (exclusive) by the one process loading
-        users                         flock'ed (shared) by every process using the store
-        FAILED                        JSON: when the latest load failed, and why
-        .spark-lookup-store           the marker: only directories holding it are swept
-        .tmp-<pid>-<hex>.arrow        a version being written: never read
-        .spool-<pid>-<hex>-...        the columns of a version being loaded (cache._spool)
-        .damaged-<version file>       a version whose checksum failed: set aside, never read
-
-The data file is uncompressed Arrow IPC (file format), so a reader maps it with
-``pa.memory_map`` and reads it without a copy: N processes on the host share one copy
-of the pages in the page cache, and a new process is served in milliseconds. The key
-index is written beside it by the same publisher (a sibling file, named in the same
-pointer record with its own checksum) and mapped the same way, so no reader builds
-anything proportional to the table.
-
-The loading process writes a new version's columns into the directory as its batches
-arrive (:meth:`SnapshotStore.spool`, :mod:`cache._spool`), so a load never holds the
-table in memory; the version's file is then written from those files.
-
-Publishing is crash-safe: the table is validated in full (every offset and every value's
-bounds, ``Table.validate(full=True)``; a spooled table batch by batch as it arrived),
-written to a temporary name in the same directory (its CRC-32 computed from the bytes
-as they are written), fsynced, read back (by reads, not a map: the writer's memory does
-not grow with it) and checked to be those very bytes and a whole Arrow file of the
-table's rows, renamed into place, and the directory fsynced; only then is the pointer
-replaced the same way. A reader checks the checksums before it maps a version, so a
-damaged file (truncated, flipped bits, a bad offset) is never mapped, which could crash
-the process: it is set aside (renamed ``.damaged-...``) and the next load rebuilds the
-version from the source. Checking reads every byte (a second per few GB), so a file
-once checked on this host is recorded in ``VERIFIED`` with its identity (device, inode,
-size, modification and change times, which any write through the file system changes);
-a reader finding the same identity trusts the check and maps the version at once.
-Damage that bypasses the file system (a failing disk under a cached page) is not seen
-after that first check. A writer killed at any point leaves ``CURRENT`` pointing to the
-previous, complete version; its spool and temporary files are never read and are
-deleted by the next loader.
-
-Only the holder of ``lock`` writes, so it may delete every version but the one it
-publishes and every temporary file. Deleting a version that other processes still map
-is safe on Linux (and any POSIX system): ``unlink`` removes the name, and the pages
-stay valid for existing maps until the last one is closed. A reader that read the
-pointer just before a deletion finds the file gone and reads the pointer again.
-
-Depends on nothing of ours but the shared base ``spark_lookup``. POSIX only
-(``fcntl.flock``).
+Design notes: DESIGN.md, cache/ ``cache/snapshot_store.py``.
 """
 
 from __future__ import annotations

@@ -1,24 +1,6 @@
 """Turning what a driver returned into the columns of the dimension schema.
 
-Every backend reads a column in a *wire* form of its own choosing (the database's
-native type, or its text where the database prints the value best), as Arrow. One set
-of vectorized Arrow casts then turns the wire form into the column's Spark type, the
-same for every driver, cache mode and refresh, so the same table gives the same values
-everywhere. A value that does not cast is a *bad value*, handled by the
-:class:`~connectors.BadValuePolicy` of the connector.
-
-Casts are Arrow's, made strict where Arrow is lenient: text must be exactly a number,
-a date (``YYYY-MM-DD``) or an ISO 8601 timestamp, with no blanks around it; integers are
-decimal digits with an optional sign (Arrow also reads hexadecimal) and never wrap;
-decimals never round (a digit beyond the scale or the precision is a bad value; a
-double reads as its shortest text); a finite number beyond FLOAT's or DOUBLE's range is
-a bad value, not an infinity (only ``inf``/``infinity`` spelled out is); a fraction
-read as an integer and a time of day read as a DATE are bad values, never truncated;
-dates and timestamps lie in the years 1 to 9999. Lists, maps and structs are cast
-member by member by the same rules. Numbers widen as in Spark (an integer read as
-DOUBLE rounds to the nearest double). Text read as TIMESTAMP (an instant) may carry an
-offset (``Z``, ``+02:00``); without one it is UTC. Text read as TIMESTAMP_NTZ must have
-no offset.
+Design notes: DESIGN.md, connectors/ ``connectors/convert.py``.
 """
 
 from __future__ import annotations

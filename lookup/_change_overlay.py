@@ -1,32 +1,7 @@
 """A change feed applied to a full cache key by key: the changed keys read from the
 source by key, into an overlay served in front of the snapshot.
 
-:class:`ChangeOverlay` is the full caching runtime's subscriber when the provider has a
-keyed lookup of its source (``FullCachingLookupProvider.change_lookup``). The keys of
-each notification are read as values of the key columns' types (as
-``lookup._invalidation`` reads them) and queued; one reader thread per runtime takes
-everything queued, reads those keys in one batched lookup, and publishes a new
-:class:`cache._overlay.Overlay` (copy-on-write) that probes consult before the
-snapshot. A change is then served a notification and one keyed query after its commit,
-and the source reads only the changed keys.
-
-What it cannot apply by key it leaves to :class:`lookup._change_reload.ChangeReloads`
-(a debounced full reload): "everything", a key it cannot read, a keyed read that kept
-failing, an overlay grown past ``max_keys`` (which keeps serving meanwhile), and the
-listener's (re)connections.
-
-Races, with no change lost and no stale row installed:
-
-- Each entry keeps when its change was notified. A snapshot whose load started at
-  ``L`` holds every change notified before ``L``: serving it drops those entries, and
-  keeps the ones notified after (:meth:`ChangeOverlay.serving`, at the next probe).
-  Shared across a host's workers the same holds for a version another worker loaded:
-  its load start is recorded in the store's pointer.
-- A read installs nothing for a key notified again while it read (the key is queued
-  again and read anew), nor for a key the snapshot served by then already holds.
-- Shared, every change applied here is recorded in the store's directory as not in
-  the host's snapshot (``HostListeners.leave_pending``): a worker whose listener
-  connects later, and so never heard it, reloads instead of counting on this one.
+Design notes: DESIGN.md, lookup/ ``lookup/_change_overlay.py``.
 """
 
 from __future__ import annotations

@@ -1,25 +1,7 @@
 """A change feed applied to a full cache: reload soon after a change, debounced (a
 source without a keyed lookup, or what ``lookup._change_overlay`` cannot apply by key).
 
-:class:`ChangeReloads` is the full caching runtime's subscriber (``lookup._listener``).
-A change seen at time ``t`` needs a snapshot whose load started at or after ``t`` (the
-change was committed before its notification arrived). One timer per runtime waits
-:data:`SETTLE_SECONDS` (so that a burst of changes, and the same notification reaching
-every worker of the host, make one load), and at least ``min_interval`` since the
-latest load started (its own, or the one the host's store published); then, unless the
-snapshot served already started loading after the latest change, it asks the runtime
-for a reload that must start after it (joining the one running, never two at once).
-When that ends well and the snapshot served is still older than the change (the load
-joined had started before it), it asks again; when it fails, the failure is the
-runtime's (counted, retried on the trigger's schedule), so the schedule stays the
-bound on staleness.
-
-Shared across a host's workers, the reload is the runtime's shared reload: the first
-worker to take the store's lock loads and publishes, and every other finds a version
-loaded after the change and serves it (one load per change for the host); one that
-finds a version loaded less than ``min_interval`` ago, but before its change, loads
-nothing and waits for the next round (at most one load per ``min_interval`` for the
-host, and no change left behind).
+Design notes: DESIGN.md, lookup/ ``lookup/_change_reload.py``.
 """
 
 from __future__ import annotations

@@ -1,31 +1,6 @@
 """Full caching at run time: load a ``scan.Source`` whole, on the trigger's schedule.
 
-The runtime is the trigger's :class:`triggers.ReloadContext`: each firing submits one
-load (never two at once: a firing during a load joins it). A load scans the source's
-splits in parallel into Arrow (``scan.read_arrow``), indexes it into a
-:class:`cache.full.FullSnapshot` and swaps it in. A failed load is retried with backoff;
-if every attempt fails, the last good snapshot keeps serving, the failure is counted
-and remembered, and the next firing tries again (Flink fails the job instead).
-Closing does not wait for a load in flight; its result is dropped: nothing is swapped
-in, published, adopted or counted after ``close()``.
-
-Shared across the processes of a host (``FullCachingLookupProvider.shares_snapshots``),
-a firing first asks the host's snapshot store whether the published version is still
-good for it: it is when it was loaded after the firing, or when the trigger's schedule,
-evaluated from its load time (``next_reload_after``), has not come due yet. Then the
-process just serves it (memory-mapped; no scan). Otherwise the one process that gets
-the store's file lock scans, publishes and serves the new version; the others keep
-serving the previous one, wait for the publication and switch to it (and lookups
-switch on their own at the next batch). Each process also arms a timer for the moment
-its served version comes due, so the host reloads on the schedule of the data, not of
-whichever worker happens to be alive.
-
-A source that knows its version (``scan.Source.current_version``: a Delta table's
-version, an Iceberg snapshot id) is asked for it before each reload plans a scan; when
-it is still the version of the snapshot served (recorded with the snapshot, and in the
-store's pointer when shared), nothing is read or published: the snapshot is confirmed
-as loaded now (its age, and the next due time, count from the check) and the reload is
-counted in ``reloads_skipped``.
+Design notes: DESIGN.md, lookup/ ``lookup/full_caching.py``.
 """
 
 from __future__ import annotations

@@ -1,27 +1,7 @@
 """Lookups from Spark SQL: a scalar function (first matching row as a struct) and a table
 function (every matching row, for ``LATERAL`` joins).
 
-Both run in executors' Python workers on the same per-worker runtime as
-:func:`lookup.lookup_join` (one open runtime and cache per provider per worker, see
-``lookup._worker``), on classic and Spark Connect sessions alike. Neither reports
-metrics to the driver: a function call inside a query the user writes has no plan node
-of ours to observe (DESIGN.md, lookup/, "Metrics are opt-in"). Their lookups count in the shared
-runtime, so a later ``lookup_join`` task in the same worker reports them with its own.
-
-Kinds chosen (PySpark 4.1+):
-
-- the scalar function is an *Arrow* UDF (``arrow_udf``, iterator of batches): key columns
-  arrive as Arrow arrays of their exact types and the struct goes back as an Arrow
-  ``StructArray`` of the dimension's exact types, with a real SQL NULL for "no match"
-  (a pandas UDF returning a struct cannot return a NULL struct, only a struct of NULLs,
-  and goes through pandas' int-with-nulls-as-float conversions). Per batch: distinct
-  keys, one probe of the runtime, vectorized assembly, as in ``lookup_join``.
-- the table function is a plain (pickled-rows) Python UDTF with an ``analyze`` method.
-  Spark refuses vectorized ``arrow_udtf`` on the right side of a ``LATERAL`` join, and
-  the Arrow-optimized row UDTF (``useArrow=True``) builds one Arrow batch per input row,
-  which measured about five times slower per row than pickled rows on PySpark 4.3;
-  pickled output keeps exact types too (Spark converts each value to the declared
-  return type). ``analyze`` checks the key arguments' types at analysis time.
+Design notes: DESIGN.md, lookup/ ``lookup/spark_sql.py``.
 """
 
 from __future__ import annotations

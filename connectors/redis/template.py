@@ -1,25 +1,6 @@
 """Redis key templates: lookup keys to Redis keys, and Redis keys back to key parts.
 
-A template is a Python format string whose placeholders are key columns
-(``"tenant:{tenant}:{id}"``, ``"stock:{shop}:{sku:08d}"``); a part is its key value,
-normalized to the column's type, formatted by ``str.format``.
-
-Two different lookup keys must never read each other's Redis key. With plain parts,
-``tenant:{t}:{id}`` gives ``tenant:a:b:c`` for ``("a:b", "c")`` and for ``("a", "b:c")``.
-So a part containing the literal text that separates placeholders (``:`` here) is
-*ambiguous*: a connector reads it only where the stored value carries the key columns
-and can be checked against the key (see ``RedisTable``); elsewhere it is refused.
-
-The opt-in ``escape=True`` percent-encodes, in one pass over each part, every ``%`` and
-every character that occurs in a separator, each as the UTF-8 bytes of that character,
-``%XX`` per byte with upper-case hex digits (``a:b`` -> ``a%3Ab``, ``x→y`` with separator
-``→`` -> ``x%E2%86%92y``); no other character is encoded. Separators may then hold any
-character but ``%``. Why that is unambiguous: an escaped part holds no separator
-character except inside ``%XX`` codes, and a separator holds no ``%``, so every ``%`` of
-a key starts a code of a part and the separators can be told apart from the parts in
-one way only. :meth:`KeyTemplate.parse` accepts exactly the keys :meth:`KeyTemplate.format`
-makes (the canonical encoding), so a scan reads a key back as the parts that name it.
-Writers use ``RedisLookupFunction.redis_key`` (or this encoding) to name their keys.
+Design notes: DESIGN.md, connectors/ ``connectors/redis/template.py``.
 """
 
 from __future__ import annotations

@@ -1,35 +1,6 @@
 """Chunking a table by ranges of its split column, as Flink CDC's snapshot splitter does.
 
-The planner runs on the coordinator and makes one chunk per request (lazily), so a huge
-table is never enumerated up front and its progress fits in the enumerator state:
-
-0. How many: with an explicit ``chunk_size``, about ``rows / chunk_size`` chunks. By
-   default (``chunk_size=None``) one chunk per reader (the enumerator's
-   ``current_parallelism``), but none smaller than :data:`MIN_CHUNK_ROWS` rows: one
-   reader reads the table as one unbounded chunk, with no planning query at all. Fewer,
-   larger chunks are faster: each chunk is a statement, and a reader asks for its next
-   chunk only when the last one is emitted; chunks stream in batches, so their size does
-   not bound memory. An explicit ``chunk_count`` makes that many; with the split
-   column's bounds given too (Flink JDBC's ``scan.partition.*``), the bounds are
-   divided into equal key steps and steps 1-3 are skipped.
-1. ``MIN``/``MAX`` of the split column and the row count (PostgreSQL's estimate when it
-   has one).
-2. Integer keys spread evenly (``(max - min + 1) / rows`` within Flink CDC's default
-   bounds 0.05 .. 1000): chunks of a fixed key step (``chunk_size * factor``, or the key
-   range divided by the number of chunks); no further queries.
-3. Otherwise: each chunk ends where ``chunk_size`` rows (by default: the rows divided by
-   the number of chunks) from its start end (a bounded ``ORDER BY ... LIMIT`` query on the
-   split column); a run of equal keys longer than a chunk becomes one chunk.
-4. The first chunk has no lower bound and the last no upper bound (rows beyond the
-   MIN/MAX seen at planning are not lost); a nullable split column adds a chunk of the
-   rows where it is NULL.
-
-Chunks are half-open ranges ``[lo, hi)`` compared by the database, so consecutive chunks
-neither overlap nor leave gaps, whatever the key type or collation. Integer bounds (and
-row offsets) are written into a chunk's statement as literals: they are ints the planner
-computed (from MIN/MAX and steps), never user input, and a statement without bound
-parameters is what PostgreSQL's ADBC driver streams through ``COPY`` (a bound value takes
-its prepared-statement path, measured 2x slower). Other bounds are bound.
+Design notes: DESIGN.md, scan/ ``scan/sources/_sql_chunks.py``.
 """
 
 from __future__ import annotations

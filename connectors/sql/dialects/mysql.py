@@ -3,26 +3,7 @@ the ``information_schema`` queries, its rows of the type table, lookups by ``IN`
 lists, the connection pinned to UTC, ``max_execution_time`` / ``max_statement_time``, and
 full loads through connectorx where it is installed.
 
-The type table (the README's "Types" says the same in prose): a column is read in the
-form every driver returns alike. Integers, doubles, text and bytes come as the driver's
-values, a FLOAT widened to DOUBLE (MySQL prints it to six digits); everything a driver
-would convert in its own way, or refuse, is read as the text MySQL prints
-(``CAST(... AS CHAR)``): decimals (exact digits), dates and times (``0000-00-00`` reads
-as text, so it is a bad value rather than mysql-connector's silent None), ``BIGINT
-UNSIGNED`` (beyond 2^63), ``BIT``, JSON. The one conversion (:mod:`connectors.convert`)
-then makes every value its Spark type.
-
-Keys compare as their Spark values in every mode, as the caches compare them: a lookup
-asks the database for a superset of the rows whose key reads as the key asked (``IN``,
-so an index on the key serves it, under the column's collation), then keeps only the
-rows whose key read equals the key asked, value for value. So ``'BOB'`` does not find
-``'bob'`` and ``'a '`` does not find ``'a'``; a BOOLEAN key of a ``TINYINT(1)`` asks
-``<> 0`` for true (the column reads as true when it is not 0) and ``= 0`` for false; a
-FLOAT key is the double literal of its exact value, as the stored FLOAT widens to;
-whether the lookup is answered by the database, a partial cache or a full cache. A key
-type for which the database's comparison would miss a row (one that rounds the column's
-values, text asked as a truth) is refused when the lookup plans
-(:meth:`MysqlDialect.key_refusal`).
+Design notes: DESIGN.md, connectors/ ``connectors/sql/dialects/mysql.py``.
 """
 
 from __future__ import annotations
