@@ -31,7 +31,7 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 _FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[\w+-]*)\s*$")
 _SKIP = re.compile(r"^\s*<!--\s*skip:\s*(?P<reason>.+?)\s*-->\s*$")
 _HIDDEN = re.compile(r"^\s*<!--\s*test:(?P<rest>.*)$")
-_USES_SPARK = re.compile(r"\bspark\b")
+_USES_SPARK = re.compile(r"(?<![\w.-])spark(?![\w-])")  # not spark-lookup
 
 
 @dataclass
@@ -127,7 +127,7 @@ class _Run:
             if self.failed is not None:
                 pytest.fail(f"an earlier snippet of the page failed: {self.failed.id}")
             try:
-                exec(compile(current.code, current.id, "exec"), self.namespace)  # noqa: S102
+                exec(compile(current.code, current.id, "exec"), self.namespace)
             except BaseException:
                 self.failed = current
                 raise
@@ -145,7 +145,7 @@ class _Run:
 
 
 @pytest.fixture(scope="module")
-def _runs() -> Iterator[dict[str, _Run]]:
+def page_runs() -> Iterator[dict[str, _Run]]:
     runs: dict[str, _Run] = {}
     yield runs
     for run in runs.values():
@@ -165,15 +165,15 @@ def _run(runs: dict[str, _Run], snippet: Snippet, spark: Any) -> None:
 
 
 @pytest.mark.parametrize("snippet", PLAIN, ids=lambda s: s.id)
-def test_snippet(snippet: Snippet, _runs: dict[str, _Run]) -> None:
-    _run(_runs, snippet, None)
+def test_snippet(snippet: Snippet, page_runs: dict[str, _Run]) -> None:
+    _run(page_runs, snippet, None)
 
 
 @pytest.mark.spark
 @pytest.mark.classic_only
 @pytest.mark.parametrize("snippet", WITH_SPARK, ids=lambda s: s.id)
-def test_snippet_on_spark(snippet: Snippet, spark: Any, _runs: dict[str, _Run]) -> None:
-    _run(_runs, snippet, spark)
+def test_snippet_on_spark(snippet: Snippet, spark: Any, page_runs: dict[str, _Run]) -> None:
+    _run(page_runs, snippet, spark)
 
 
 def test_the_pages_have_examples() -> None:
