@@ -132,16 +132,18 @@ class _Run:
                 self.failed = current
                 raise
         if snippet.skip is not None:
-            pytest.skip(snippet.skip)
+            pytest.skip(f"{snippet.id}: {snippet.skip}")
 
     def close(self) -> None:
-        if self.spark is None:
+        """Stop the page's streaming queries and drop its temp views (once)."""
+        spark, self.spark = self.spark, None
+        if spark is None:
             return
-        for query in self.spark.streams.active:
+        for query in spark.streams.active:
             query.stop()
-        for table in self.spark.catalog.listTables():
+        for table in spark.catalog.listTables():
             if table.isTemporary and table.name not in self.views:
-                self.spark.catalog.dropTempView(table.name)
+                spark.catalog.dropTempView(table.name)
 
 
 @pytest.fixture(scope="module")
