@@ -1,19 +1,20 @@
 # Two entry points, each of which sets up a virtualenv on a fresh clone first:
 #   make demo   -- the streaming enrichment demo on local Spark (no servers needed)
-#   make test   -- ruff, mypy and the whole pytest suite (what .ci/run calls)
+#   make test   -- ruff, mypy, the docs build and the whole pytest suite (what .ci/run calls)
+#   make docs   -- the documentation site (docs/, mkdocs.yml) into site/, warnings as errors
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test lint docs bench clean
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,redis,postgres,adbc]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,redis,postgres,adbc,docs]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -23,11 +24,15 @@ lint: $(STAMP)
 	$(BIN)/python -m ruff check .
 	$(BIN)/python -m mypy
 
-test: lint
+# --strict: a warning (a broken link, a docstring mkdocstrings cannot read) fails the build.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --site-dir site
+
+test: lint docs
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) site .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,0 +1,194 @@
+"""The Python examples of README.md and docs/ run, so they cannot rot.
+
+Every fenced ``python`` block of a page runs, in page order, in one namespace per page
+(a page reads as a notebook: a later block uses what an earlier one defined). Two HTML
+comments, invisible on GitHub and in the built site, steer a block:
+
+- ``<!-- skip: reason -->`` on the line before a block: it does not run (it needs a
+  server of its own, or is a fragment), and the test says why;
+- ``<!-- test: ... -->`` (any number of lines of Python): hidden code run before the
+  next block (after the last block, if none follows), for the data an example assumes
+  and for cleaning up after it.
+
+A page whose code mentions ``spark`` runs on the tests' shared classic SparkSession,
+given to it as ``spark``; the others run without Spark.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+_FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[\w+-]*)\s*$")
+_SKIP = re.compile(r"^\s*<!--\s*skip:\s*(?P<reason>.+?)\s*-->\s*$")
+_HIDDEN = re.compile(r"^\s*<!--\s*test:(?P<rest>.*)$")
+_USES_SPARK = re.compile(r"(?<![\w.-])spark(?![\w-])")  # not spark-lookup
+
+
+@dataclass
+class Snippet:
+    page: str
+    line: int  # of the opening fence, 1-based
+    code: str  # the hidden code before it, then the block
+    skip: str | None = None
+
+    @property
+    def id(self) -> str:
+        return f"{self.page}:{self.line}"
+
+
+@dataclass
+class Page:
+    name: str
+    snippets: list[Snippet] = field(default_factory=list)
+
+    @property
+    def uses_spark(self) -> bool:
+        return any(_USES_SPARK.search(s.code) for s in self.snippets if s.skip is None)
+
+
+def _parse(path: Path) -> Page:
+    name = str(path.relative_to(ROOT))
+    page = Page(name)
+    lines = path.read_text().splitlines()
+    hidden: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        hidden_start = _HIDDEN.match(line)
+        fence = _FENCE.match(line)
+        if hidden_start:
+            body, rest = [], hidden_start["rest"]
+            while "-->" not in rest:
+                body.append(rest)
+                i += 1
+                rest = lines[i]
+            body.append(rest[: rest.index("-->")])
+            hidden.append(textwrap.dedent("\n".join(body)))
+        elif fence:
+            indent, lang, start = fence["indent"], fence["lang"], i
+            i += 1
+            block = []
+            while lines[i].rstrip() != f"{indent}```":
+                block.append(lines[i][len(indent):])
+                i += 1
+            if lang == "python":
+                before = next((lines[j] for j in range(start - 1, -1, -1) if lines[j].strip()),
+                              "")
+                skip = _SKIP.match(before)
+                page.snippets.append(Snippet(
+                    name, start + 1, "\n".join([*hidden, *block]),
+                    skip["reason"] if skip else None))
+                hidden = []
+        i += 1
+    if hidden:
+        assert page.snippets, f"{name}: hidden test code but no python block"
+        page.snippets[-1].code += "\n" + "\n".join(hidden)
+    return page
+
+
+_PARSED = [_parse(path) for path in PAGES]
+PLAIN = [s for p in _PARSED if not p.uses_spark for s in p.snippets]
+WITH_SPARK = [s for p in _PARSED if p.uses_spark for s in p.snippets]
+_PAGES = {p.name: p for p in _PARSED}
+
+
+class _Run:
+    """The namespace of a page and how far it has run."""
+
+    def __init__(self, page: Page, spark: Any) -> None:
+        self.page = page
+        self.spark = spark
+        self.namespace: dict[str, Any] = {"__name__": "__docs_snippets__"}
+        if spark is not None:
+            self.namespace["spark"] = spark
+            self.views = {t.name for t in spark.catalog.listTables() if t.isTemporary}
+        self.done = 0  # snippets run (or skipped) so far
+        self.failed: Snippet | None = None
+
+    def run_through(self, snippet: Snippet) -> None:
+        """Run the page's snippets up to ``snippet`` (the earlier ones first, if a test
+        of this page is run alone)."""
+        index = self.page.snippets.index(snippet)
+        while self.done <= index:
+            current = self.page.snippets[self.done]
+            self.done += 1
+            if current.skip is not None:
+                continue
+            if self.failed is not None:
+                pytest.fail(f"an earlier snippet of the page failed: {self.failed.id}")
+            try:
+                exec(compile(current.code, current.id, "exec"), self.namespace)
+            except BaseException:
+                self.failed = current
+                raise
+        if snippet.skip is not None:
+            pytest.skip(f"{snippet.id}: {snippet.skip}")
+
+    def close(self) -> None:
+        """Stop the page's streaming queries and drop its temp views (once)."""
+        spark, self.spark = self.spark, None
+        if spark is None:
+            return
+        for query in spark.streams.active:
+            query.stop()
+        for table in spark.catalog.listTables():
+            if table.isTemporary and table.name not in self.views:
+                spark.catalog.dropTempView(table.name)
+
+
+@pytest.fixture(scope="module")
+def page_runs() -> Iterator[dict[str, _Run]]:
+    runs: dict[str, _Run] = {}
+    yield runs
+    for run in runs.values():
+        run.close()
+
+
+def _run(runs: dict[str, _Run], snippet: Snippet, spark: Any) -> None:
+    page = _PAGES[snippet.page]
+    run = runs.get(page.name)
+    if run is None:
+        run = runs[page.name] = _Run(page, spark)
+    try:
+        run.run_through(snippet)
+    finally:
+        if snippet is page.snippets[-1]:
+            run.close()
+
+
+@pytest.mark.parametrize("snippet", PLAIN, ids=lambda s: s.id)
+def test_snippet(snippet: Snippet, page_runs: dict[str, _Run]) -> None:
+    _run(page_runs, snippet, None)
+
+
+@pytest.mark.spark
+@pytest.mark.classic_only
+@pytest.mark.parametrize("snippet", WITH_SPARK, ids=lambda s: s.id)
+def test_snippet_on_spark(snippet: Snippet, spark: Any, page_runs: dict[str, _Run]) -> None:
+    _run(page_runs, snippet, spark)
+
+
+def test_the_pages_have_examples() -> None:
+    assert len(PLAIN) + len(WITH_SPARK) >= 20
+    readme = _PAGES["README.md"].snippets
+    assert readme, "README.md has no python blocks"
+    assert all(s.skip is None for s in readme), "every README example runs"
+
+
+def test_one_table_of_error_classes() -> None:
+    """The Errors table is the README's; the docs include it rather than copy it."""
+    row = "| `ConfigError` |"
+    assert (ROOT / "README.md").read_text().count(row) == 1
+    for path in (ROOT / "docs").rglob("*.md"):
+        assert row not in path.read_text(), f"{path} copies the README's Errors table"
+    assert '--8<-- "README.md:errors"' in (ROOT / "docs" / "errors.md").read_text()
