@@ -39,8 +39,8 @@ class LookupOptions:
 
     A Flink DDL's options carry over unchanged. With ``'connector'`` = ``'jdbc'``,
     ``'filesystem'``, ``'delta'`` or ``'redis'``, :meth:`provider` builds the whole
-    provider from them (see :mod:`lookup.table_options` and the README's "Flink table
-    options"); otherwise it takes the lookup function or source, and the keys of
+    provider from them (see :mod:`lookup.table_options` and
+    docs/flink-table-options.md); otherwise it takes the lookup function or source, and the keys of
     another connector are left alone. An unknown key (of ``lookup.*`` or of the named
     connector), a key that does not apply to the chosen ``lookup.cache`` mode, or a
     bad value raises :class:`~spark_lookup.ConfigError` naming the key. A password (the

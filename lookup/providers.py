@@ -208,7 +208,7 @@ class PartialCachingLookupProvider(_PartiallyCached, LookupFunctionProvider):
         ``changes`` (a :class:`~lookup.ChangeFeed`, e.g. :class:`~lookup.PostgresChanges`)
         drops each key from the cache when the feed says it changed, in every worker,
         with no cost to lookups; after the feed's connection was lost the cache is
-        flushed (see the README, "Freshness: TTL, schedules and change feeds").
+        flushed (see docs/freshness.md).
 
         Examples
         --------

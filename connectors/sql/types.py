@@ -6,7 +6,7 @@ each database type's Spark type, and the *wire* form a column is read in, chosen
 every driver of the database returns the same thing (PostgreSQL's ``::text`` for what
 has no Arrow counterpart, SQLite's storage-class checks, MySQL's ``CAST(... AS CHAR)``).
 The wire form then becomes the Spark type through :mod:`connectors.convert`,
-identically for every driver. The README table "Types" is the dialects in prose;
+identically for every driver. docs/types.md is the dialects in prose;
 ``tests/contract`` checks them against each other.
 """
 

@@ -41,7 +41,7 @@ class RedisLookupFunction(KeyedLookupFunction):
     :meth:`redis_key` then). See :mod:`connectors.redis.template`.
 
     Values, as ``value_type`` says, read through :mod:`connectors` exactly as
-    ``scan.RedisScanSource`` reads them for full caches (the README's "Types"):
+    ``scan.RedisScanSource`` reads them for full caches (docs/types.md):
 
     - ``"hash"``: one row per hash; only the schema's fields are read (``HMGET``), each
       field's text read as its column's type. A hash holding none of them is no row.

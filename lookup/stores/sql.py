@@ -42,8 +42,8 @@ class SqlLookupFunction(PerProcess, KeyedLookupFunction):
     that uses it (sqlite3 connections belong to their thread), in :meth:`open` or at the
     first lookup.
 
-    Values. Every column is read through :mod:`connectors` (the type table in the README
-    "Types"), exactly as ``scan.SqlTableSource`` reads it for full caches and refreshed
+    Values. Every column is read through :mod:`connectors` (the type table in
+    docs/types.md), exactly as ``scan.SqlTableSource`` reads it for full caches and refreshed
     views, so every mode gives the same values and Spark types. A stored value that
     cannot be read as its column's type follows ``mode`` (PERMISSIVE: null; DROPMALFORMED:
     the row is dropped; FAILFAST: :class:`~spark_lookup.BadValueError`) and is counted

@@ -173,7 +173,7 @@ class RedisScanSource(CountsBadValues, PullSource[RedisKeysSplit]):
     are read in parallel.
 
     Rows are read through :mod:`connectors` exactly as ``lookup.RedisLookupFunction``
-    reads them (the README's "Types"): for ``value_type="hash"`` each schema field is
+    reads them (docs/types.md): for ``value_type="hash"`` each schema field is
     the hash field of that name (only the schema's fields are read); for ``"string"``
     the schema has one value field, the string value; for ``"json"`` an object is a row
     and an array of objects several. The Redis key itself fills the field named

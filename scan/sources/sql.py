@@ -175,7 +175,7 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
     travels with the source when it is pickled after that.
 
     Values are read through :mod:`connectors`, exactly as ``lookup.SqlLookupFunction``
-    reads them (the README's "Types"): the same table gives the same values and Spark
+    reads them (docs/types.md): the same table gives the same values and Spark
     types in a full cache, a refreshed view and a partial cache. A stored value that
     cannot be read as its column's type follows ``mode`` and is counted
     (:attr:`bad_value_count`).
