@@ -29,6 +29,7 @@ from cache._key_index import KeyIndex, key_starts
 from cache._keys import CacheKeys
 from cache._release import give_back
 from cache._spool import ArraySpool, ColumnSpool
+from cache._string_views import StringViews
 from cache.base import Key, LookupCache, Row, Rows, check_key, expand
 from cache.metrics import CacheMetrics
 from connectors.rows import python_values
@@ -71,7 +72,7 @@ class FullSnapshot:
     """
 
     __slots__ = ("_converter", "key_columns", "key_index", "loaded_at", "nbytes",
-                 "source_version", "table", "unique", "version")
+                 "source_version", "table", "unique", "version", "views")
 
     def __init__(
         self,
@@ -81,8 +82,10 @@ class FullSnapshot:
         loaded_at: float,
         version: int,
         source_version: str | None = None,
+        views: StringViews | None = None,
     ) -> None:
         self.table = table
+        self.views = views if views is not None else StringViews()
         self.key_columns = key_columns
         self.key_index = key_index
         self.loaded_at = loaded_at
@@ -90,7 +93,7 @@ class FullSnapshot:
         self.source_version = source_version
         self.unique = key_index.offsets is None
         self._converter: CacheKeys | None = None  # made by the first per-key lookup
-        self.nbytes = int(table.nbytes) + key_index.nbytes
+        self.nbytes = int(table.nbytes) + key_index.nbytes + self.views.nbytes
 
     @classmethod
     def build(
@@ -184,7 +187,8 @@ class FullSnapshot:
         index = KeyIndex.of_unique(table, keys, None if hashes is None else hashes.finish())
         give_back()  # the index's temporaries
         if index is not None:
-            return cls(table, keys, index, loaded_at, version, source_version)
+            return cls(table, keys, index, loaded_at, version, source_version,
+                       StringViews.of(table, keys))
         order = pc.sort_indices(table, sort_keys=_sort_keys(table.schema, keys))
         del table
         table = spool.reorder(order)
@@ -211,7 +215,8 @@ class FullSnapshot:
         index = KeyIndex.of_unique(table, keys)
         give_back()  # the index's temporaries
         if index is not None:
-            return cls(table, keys, index, loaded_at, version, source_version)
+            return cls(table, keys, index, loaded_at, version, source_version,
+                       StringViews.of(table, keys))
         table = table.sort_by(_sort_keys(table.schema, keys))
         return cls.from_sorted(table, keys, loaded_at=loaded_at, version=version, unique=False,
                                source_version=source_version)
@@ -226,6 +231,7 @@ class FullSnapshot:
         version: int = 1,
         unique: bool | None = None,
         source_version: str | None = None,
+        with_views: bool = True,
     ) -> FullSnapshot:
         """Index a table sorted by ``key_columns``, with no null key (what :meth:`build`
         makes of a table where a key has several rows; a table of one row a key, in any
@@ -240,6 +246,9 @@ class FullSnapshot:
         unique
             Whether every key has one row, when known (the store records it): True skips
             the pass that finds where each key's rows start. None: find out.
+        with_views
+            Whether to build the views of short-string columns (16 bytes a row each) that
+            make a join's gathers faster (:mod:`cache._string_views`).
 
         Raises
         ------
@@ -250,7 +259,7 @@ class FullSnapshot:
         if unique is None:
             unique = len(key_starts(table, keys)) == table.num_rows
         return cls(table, keys, KeyIndex.build(table, keys, unique), loaded_at, version,
-                   source_version)
+                   source_version, StringViews.of(table, keys) if with_views else None)
 
     def confirmed(self, at: float) -> FullSnapshot:
         """This snapshot as loaded at ``at``: the source was found still at its version
@@ -260,6 +269,12 @@ class FullSnapshot:
         twin.loaded_at = at
         return twin
 
+    def payload(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """What is published beside the table (its sibling file): the key index's header
+        and arrays, and the views of short-string columns."""
+        header, arrays = self.key_index.payload()
+        return header, {**arrays, **self.views.payload()}
+
     def hand_over(self, mapped: FullSnapshot) -> None:
         """Point this snapshot, built here and never served, at ``mapped``: the same
         version read back from where it was published. Its own table and index are
@@ -268,6 +283,7 @@ class FullSnapshot:
             raise ValueError("hand_over() takes the same version, mapped")
         self.table = mapped.table
         self.key_index = mapped.key_index
+        self.views = mapped.views
         self.nbytes = mapped.nbytes
         give_back()
 

@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from cache._key_index import KeyIndex
 from cache._spool import ColumnSpool
+from cache._string_views import StringViews
 from cache.full import FullSnapshot, LookupFullCache
 from cache.metrics import CacheMetrics
 from cache.snapshot_store import Mapped, SnapshotStore, StoredSnapshot
@@ -218,7 +219,7 @@ class SharedFullCache(LookupFullCache):
             record = self.store.publish(snapshot.table, version=snapshot.version,
                                         loaded_at=snapshot.loaded_at, unique=snapshot.unique,
                                         source_version=snapshot.source_version or "",
-                                        index=snapshot.key_index.payload(),
+                                        index=snapshot.payload(),
                                         spool=None if staged is None else staged[1])
         finally:
             if staged is not None:
@@ -284,8 +285,9 @@ class SharedFullCache(LookupFullCache):
                 log.warning("the key index of %s is not usable (%s): indexing it in this "
                             "process", record.file, exc)
             else:
+                views = StringViews.from_payload(mapped.key_index[1], mapped.table)
                 return FullSnapshot(mapped.table, self.key_columns, index, record.loaded_at,
-                                    record.version, record.source_version or None)
+                                    record.version, record.source_version or None, views)
         # A table of one row a key may be in any order (this version keeps the load's);
         # one with several rows a key is sorted by key (every version sorts it).
         built = KeyIndex.of_unique(mapped.table, self.key_columns) if record.unique else None
@@ -294,7 +296,8 @@ class SharedFullCache(LookupFullCache):
                                 record.version, record.source_version or None)
         return FullSnapshot.from_sorted(mapped.table, self.key_columns, loaded_at=record.loaded_at,
                                         version=record.version, unique=False,
-                                        source_version=record.source_version or None)
+                                        source_version=record.source_version or None,
+                                        with_views=False)
 
 
 def _is_newer(record: StoredSnapshot, current: FullSnapshot) -> bool:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from cache._string_views import StringViews
 from cache.base import Key, Row, answers_to_arrow, expand, key_tuples
 from cache.metrics import CacheMetrics
 from connectors.keys import has_null
@@ -91,6 +92,8 @@ class Probe:
     """Every group has one row and group ``g``'s row is ``rows[g]``: a join takes
     ``groups`` as row numbers (``offsets`` is then ``0, 1, ..., len(rows)``, or empty
     when the answer comes from a full snapshot, which keeps none)."""
+    views: StringViews | None = None
+    """Faster gathers of ``rows``' short-string columns (a full snapshot's), if any."""
 
 
 class LookupRuntime:

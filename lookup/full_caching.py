@@ -531,7 +531,8 @@ class FullCachingRuntime(LookupRuntime):
             groups = snapshot.groups(keys)
             answer = None if overlay is None else overlay.answer(snapshot, groups, keys)
         if answer is None:
-            probe = Probe(groups, snapshot.offsets, snapshot.table, one_row_each=snapshot.unique)
+            probe = Probe(groups, snapshot.offsets, snapshot.table,
+                          one_row_each=snapshot.unique, views=snapshot.views)
         else:
             probe = Probe(*answer)
         hits = int(np.count_nonzero(probe.groups >= 0))
