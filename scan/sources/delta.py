@@ -23,10 +23,10 @@ from connectors.predicates import (
     predicates_to_pruning,
     statistics_decide,
 )
-from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
+from scan.serializers import SimpleVersionedSerializer
 from scan.sources._batches import BatchReading, with_last
 from scan.sources._enumerator import ListPlanner, SplitPlanner
-from scan.sources._pull import PullSource, QueueSplitReader
+from scan.sources._pull import PullSource, QueueSplitReader, SplitFieldsSerializer
 from scan.sources._types import table_columns
 from scan.split import SourceSplit
 from spark_lookup._per_process import PerProcess
@@ -78,18 +78,11 @@ class DeltaSplit(SourceSplit):
         return self.file
 
 
-class _SplitSerializer(JsonVersionedSerializer[DeltaSplit]):
-    VERSION = 1
-    WHAT = "a DeltaSource split"
-
-    def to_json(self, obj: DeltaSplit) -> Any:
-        return [obj.table, obj.version, obj.file, [list(p) for p in obj.partition],
-                obj.deletes, obj.skip]
-
-    def from_json(self, version: int, value: Any) -> DeltaSplit:
-        table, number, file, partition, deletes, skip = value
-        return DeltaSplit(str(table), int(number), str(file),
-                          tuple((str(name), v) for name, v in partition), bool(deletes), int(skip))
+# A partition travels as a list of [column, value] pairs.
+_SPLITS = SplitFieldsSerializer(
+    DeltaSplit, "a DeltaSource split", str, int, str,
+    lambda partition: tuple((str(name), v) for name, v in partition), bool, int,
+    writers={"partition": lambda partition: [list(p) for p in partition]})
 
 
 def _delta_error(table: str, exc: BaseException) -> SparkLookupError:
@@ -573,7 +566,7 @@ class DeltaSource(PerProcess, PullSource[DeltaSplit]):
         return 0 if self._reading is None else self._reading.stats.count
 
     def serializer(self) -> SimpleVersionedSerializer[DeltaSplit]:
-        return _SplitSerializer()
+        return _SPLITS
 
     def __repr__(self) -> str:
         pinned = "" if self._version is None else f", version={self._version}"

@@ -14,10 +14,10 @@ from pyspark.sql import types as T
 
 from connectors.policy import BadValuePolicy
 from connectors.predicates import Predicate, check_predicates, predicates_to_pruning
-from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
+from scan.serializers import SimpleVersionedSerializer
 from scan.sources._batches import BatchReading, io_error, with_last
 from scan.sources._enumerator import SplitPlanner
-from scan.sources._pull import PullSource, QueueSplitReader
+from scan.sources._pull import PullSource, QueueSplitReader, SplitFieldsSerializer
 from scan.sources._types import arrow_to_spark
 from scan.split import SourceSplit
 from spark_lookup._per_process import PerProcess
@@ -56,16 +56,8 @@ class FileSplit(SourceSplit):
         return self.path if self.row_group is None else f"{self.path}#{self.row_group}"
 
 
-class _SplitSerializer(JsonVersionedSerializer[FileSplit]):
-    VERSION = 1
-    WHAT = "a FileSource split"
-
-    def to_json(self, obj: FileSplit) -> Any:
-        return [obj.path, obj.row_group, obj.offset]
-
-    def from_json(self, version: int, value: Any) -> FileSplit:
-        path, row_group, offset = value
-        return FileSplit(str(path), None if row_group is None else int(row_group), int(offset))
+_SPLITS = SplitFieldsSerializer(
+    FileSplit, "a FileSource split", str, lambda group: None if group is None else int(group), int)
 
 
 def _is_data_file(name: str) -> bool:
@@ -484,7 +476,7 @@ class FileSource(PerProcess, PullSource[FileSplit]):
         return 0 if self._reading is None else self._reading.stats.count
 
     def serializer(self) -> SimpleVersionedSerializer[FileSplit]:
-        return _SplitSerializer()
+        return _SPLITS
 
     def __repr__(self) -> str:
         return f"FileSource({self._paths!r}, format={self._format!r})"

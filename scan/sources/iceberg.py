@@ -12,10 +12,10 @@ from pyspark.sql import types as T
 
 from connectors.policy import BadValuePolicy
 from connectors.predicates import Predicate, check_predicates
-from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
+from scan.serializers import SimpleVersionedSerializer
 from scan.sources._batches import BatchReading, with_last
 from scan.sources._enumerator import ListPlanner, SplitPlanner
-from scan.sources._pull import PullSource, QueueSplitReader
+from scan.sources._pull import PullSource, QueueSplitReader, SplitFieldsSerializer
 from scan.sources._types import table_columns
 from scan.split import SourceSplit
 from spark_lookup._per_process import PerProcess
@@ -52,16 +52,7 @@ class IcebergSplit(SourceSplit):
         return self.file
 
 
-class _SplitSerializer(JsonVersionedSerializer[IcebergSplit]):
-    VERSION = 1
-    WHAT = "an IcebergSource split"
-
-    def to_json(self, obj: IcebergSplit) -> Any:
-        return [obj.snapshot_id, obj.file, obj.skip]
-
-    def from_json(self, version: int, value: Any) -> IcebergSplit:
-        snapshot_id, file, skip = value
-        return IcebergSplit(int(snapshot_id), str(file), int(skip))
+_SPLITS = SplitFieldsSerializer(IcebergSplit, "an IcebergSource split", int, str, int)
 
 
 def _iceberg_error(table: str, exc: BaseException) -> SparkLookupError:
@@ -399,7 +390,7 @@ class IcebergSource(PerProcess, PullSource[IcebergSplit]):
         return 0 if self._reading is None else self._reading.stats.count
 
     def serializer(self) -> SimpleVersionedSerializer[IcebergSplit]:
-        return _SplitSerializer()
+        return _SPLITS
 
     def __repr__(self) -> str:
         name = self._catalog if isinstance(self._catalog, str) else self._catalog.get(
