@@ -15,12 +15,11 @@ from pyspark.sql import types as T
 from connectors.policy import BadValuePolicy
 from connectors.predicates import Predicate, check_predicates, predicates_to_pruning
 from scan.serializers import SimpleVersionedSerializer
-from scan.sources._batches import BatchReading, io_error, with_last
+from scan.sources._batches import BatchReading, BatchReadingSource, io_error, skip_rows, with_last
 from scan.sources._enumerator import SplitPlanner
-from scan.sources._pull import PullSource, QueueSplitReader, SplitFieldsSerializer
+from scan.sources._pull import QueueSplitReader, SplitFieldsSerializer
 from scan.sources._types import arrow_to_spark
 from scan.split import SourceSplit
-from spark_lookup._per_process import PerProcess
 from spark_lookup._shown import shown
 from spark_lookup.errors import ConfigError, SourceError, SparkLookupError
 from spark_lookup.schema import SchemaLike, parse_schema, to_arrow_schema
@@ -227,16 +226,7 @@ class _SplitReader(QueueSplitReader[FileSplit]):
                       ) -> Iterator[pa.RecordBatch]:
         """The decoded batches conformed, less the rows emitted before the checkpoint:
         converted and filtered first, since the offset counts rows emitted."""
-        skip = split.offset
-        start = 0
-        for batch in batches:
-            kept = self._reading.conform(batch, split.path, start)
-            start += batch.num_rows
-            if skip >= kept.num_rows:
-                skip -= kept.num_rows
-                continue
-            yield kept.slice(skip)
-            skip = 0
+        return skip_rows(self._reading.conform_all(batches, split.path), split.offset)
 
     def _csv(self, split: FileSplit) -> Iterator[pa.RecordBatch]:
         from pyarrow import csv
@@ -280,7 +270,7 @@ def _csv_value_error(path: str, exc: ValueError) -> SparkLookupError:
     return SourceError(f"{path!r}: column {column!r} does not convert to {match.group(2)}: {exc}")
 
 
-class FileSource(PerProcess, PullSource[FileSplit]):
+class FileSource(BatchReadingSource[FileSplit, BatchReading]):
     """Parquet or CSV files read with pyarrow: one split per Parquet row group, one per
     CSV file; row groups that the filters rule out by their statistics are not read.
 
@@ -360,8 +350,6 @@ class FileSource(PerProcess, PullSource[FileSplit]):
     """
 
     ROWS_FIELD = "offset"
-    _PER_PROCESS = ("_reading",)  # the counter of bad values
-    _reading: BatchReading | None
 
     def __init__(
         self,
@@ -465,15 +453,8 @@ class FileSource(PerProcess, PullSource[FileSplit]):
         reading = self._reading_state()
         return lambda: _SplitReader(file_format, schema, reading)
 
-    def _reading_state(self) -> BatchReading:
-        if self._reading is None:
-            self._reading = BatchReading(self.schema, self._mode, self._filters)
-        return self._reading
-
-    @property
-    def bad_value_count(self) -> int:
-        """Values this process could not read as their column's type."""
-        return 0 if self._reading is None else self._reading.stats.count
+    def new_reading(self) -> BatchReading:
+        return BatchReading(self.schema, self._mode, self._filters)
 
     def serializer(self) -> SimpleVersionedSerializer[FileSplit]:
         return _SPLITS
