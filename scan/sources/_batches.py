@@ -4,6 +4,7 @@ per process for a source's readers, and readers that stream a split's batches.""
 
 from __future__ import annotations
 
+import re
 from abc import abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -16,7 +17,13 @@ from connectors.predicates import Predicate, predicates_mask
 from scan.sources._pull import PullSource, QueueSplitReader
 from scan.split import SplitT
 from spark_lookup._per_process import PerProcess
-from spark_lookup.errors import ConfigError, ConnectorError, SourceError, SparkLookupError
+from spark_lookup.errors import (
+    ConfigError,
+    ConnectorError,
+    SourceError,
+    SparkLookupError,
+    TransientConnectorError,
+)
 from spark_lookup.schema import to_arrow_schema
 
 if TYPE_CHECKING:
@@ -27,6 +34,7 @@ __all__ = [
     "BatchReadingSource",
     "BatchStreamReader",
     "io_error",
+    "lake_error",
     "skip_rows",
     "with_last",
 ]
@@ -35,6 +43,23 @@ __all__ = [
 def io_error(what: str, exc: BaseException) -> ConnectorError:
     """A permanent error: ``what`` failed, with the cause's type and text."""
     return ConnectorError(f"{what} failed: {type(exc).__name__}: {exc}")
+
+
+# What object stores and their clients say of errors that may pass.
+_TRANSIENT = re.compile(r"timed? ?out|connection|temporar|throttl|too many requests|\b50[234]\b|"
+                        r"unavailable", re.I)
+
+
+def lake_error(text: str, exc: BaseException, transient: re.Pattern[str] | None = None
+               ) -> ConnectorError:
+    """``text`` as a table format library's error: transient when ``exc`` may pass (a
+    timeout, a lost connection, throttling, or what ``transient`` matches), else
+    permanent."""
+    message = str(exc)
+    if (isinstance(exc, (TimeoutError, ConnectionError)) or _TRANSIENT.search(message)
+            or (transient is not None and transient.search(message))):
+        return TransientConnectorError(text)
+    return ConnectorError(text)
 
 
 T_ = TypeVar("T_")

@@ -7,7 +7,6 @@ import contextlib
 import datetime as dt
 import logging
 import os
-import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,7 +23,13 @@ from connectors.predicates import (
     statistics_decide,
 )
 from scan.serializers import SimpleVersionedSerializer
-from scan.sources._batches import BatchReading, BatchReadingSource, BatchStreamReader, skip_rows
+from scan.sources._batches import (
+    BatchReading,
+    BatchReadingSource,
+    BatchStreamReader,
+    lake_error,
+    skip_rows,
+)
 from scan.sources._enumerator import SplitPlanner, VersionListPlanner
 from scan.sources._pull import SplitFieldsSerializer
 from scan.sources._types import table_columns
@@ -35,7 +40,6 @@ from spark_lookup.errors import (
     ConnectorError,
     SourceError,
     SparkLookupError,
-    TransientConnectorError,
 )
 from spark_lookup.schema import SchemaLike
 
@@ -53,8 +57,6 @@ _DECODE_ROWS = 1 << 19
 _READER_FEATURES = frozenset({
     "deletionVectors", "timestampNtz", "v2Checkpoint", "vacuumProtocolCheck", "typeWidening",
     "typeWidening-preview", "variantType", "variantType-preview"})
-_TRANSIENT = re.compile(r"timed? ?out|connection|temporar|throttl|too many requests|\b50[234]\b|"
-                        r"unavailable", re.I)
 # Values delta-rs encodes itself in file pruning filters.
 _PRUNABLE = (str, int, float, bool, dt.date)
 
@@ -96,9 +98,7 @@ def _delta_error(table: str, exc: BaseException) -> SparkLookupError:
         return ConnectorError(f"Delta table {table!r} not found: {exc}")
     if isinstance(exc, (dx.DeltaProtocolError, dx.SchemaMismatchError)):
         return ConnectorError(text)
-    if isinstance(exc, (TimeoutError, ConnectionError)) or _TRANSIENT.search(str(exc)):
-        return TransientConnectorError(text)
-    return ConnectorError(text)
+    return lake_error(text, exc)
 
 
 def _open_table(uri: str, version: int | None, storage_options: Mapping[str, str] | None

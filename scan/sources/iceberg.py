@@ -13,7 +13,13 @@ from pyspark.sql import types as T
 from connectors.policy import BadValuePolicy
 from connectors.predicates import Predicate, check_predicates
 from scan.serializers import SimpleVersionedSerializer
-from scan.sources._batches import BatchReading, BatchReadingSource, BatchStreamReader, skip_rows
+from scan.sources._batches import (
+    BatchReading,
+    BatchReadingSource,
+    BatchStreamReader,
+    lake_error,
+    skip_rows,
+)
 from scan.sources._enumerator import SplitPlanner, VersionListPlanner
 from scan.sources._pull import SplitFieldsSerializer
 from scan.sources._types import table_columns
@@ -24,7 +30,6 @@ from spark_lookup.errors import (
     ConnectorError,
     SourceError,
     SparkLookupError,
-    TransientConnectorError,
 )
 from spark_lookup.schema import SchemaLike
 
@@ -33,8 +38,8 @@ if TYPE_CHECKING:
 
 __all__ = ["IcebergSource", "IcebergSplit"]
 
-_TRANSIENT = re.compile(r"timed? ?out|connection|temporar|throttl|too many requests|\b50[234]\b|"
-                        r"unavailable|database is locked", re.I)
+# A SQL catalog's SQLite, busy with another writer.
+_LOCKED = re.compile("database is locked", re.I)
 
 
 @dataclass(frozen=True)
@@ -67,9 +72,7 @@ def _iceberg_error(table: str, exc: BaseException) -> SparkLookupError:
     if "equality deletes" in str(exc):
         return ConnectorError(f"Iceberg table {table!r} has equality delete files, which "
                               f"pyiceberg cannot apply yet (so IcebergSource refuses it): {exc}")
-    if isinstance(exc, (TimeoutError, ConnectionError)) or _TRANSIENT.search(str(exc)):
-        return TransientConnectorError(text)
-    return ConnectorError(text)
+    return lake_error(text, exc, _LOCKED)
 
 
 def to_iceberg_expression(predicates: Sequence[Predicate]) -> Any:
