@@ -15,9 +15,15 @@ from pyspark.sql import types as T
 from connectors.policy import BadValuePolicy
 from connectors.predicates import Predicate, check_predicates, predicates_to_pruning
 from scan.serializers import SimpleVersionedSerializer
-from scan.sources._batches import BatchReading, BatchReadingSource, io_error, skip_rows, with_last
+from scan.sources._batches import (
+    BatchReading,
+    BatchReadingSource,
+    BatchStreamReader,
+    io_error,
+    skip_rows,
+)
 from scan.sources._enumerator import SplitPlanner
-from scan.sources._pull import QueueSplitReader, SplitFieldsSerializer
+from scan.sources._pull import SplitFieldsSerializer
 from scan.sources._types import arrow_to_spark
 from scan.split import SourceSplit
 from spark_lookup._shown import shown
@@ -165,7 +171,7 @@ class _FilePlanner(SplitPlanner[FileSplit]):
             return list(range(groups))
 
 
-class _SplitReader(QueueSplitReader[FileSplit]):
+class _SplitReader(BatchStreamReader[FileSplit]):
     """Reads one split at a time, one decoded batch per fetch, only the declared
     columns; runs on its fetcher thread (the open Parquet file is kept for the next
     row group of the same file).
@@ -177,31 +183,19 @@ class _SplitReader(QueueSplitReader[FileSplit]):
     conversion, which runs anyway (statistics already kept the row groups to read).
     """
 
+    READ_ERRORS = (OSError, ValueError, TypeError, KeyError)  # pyarrow's errors
+
     def __init__(self, file_format: str, schema: pa.Schema, reading: BatchReading) -> None:
         super().__init__()
         self._format = file_format
         self._schema = schema
         self._reading = reading
-        self._batches: Iterator[tuple[pa.RecordBatch, bool]] | None = None
         self._parquet_file: tuple[str, Any] | None = None
 
-    def read_next(self, split: FileSplit) -> tuple[pa.RecordBatch | None, bool]:
-        try:
-            if self._batches is None:
-                self._batches = with_last(self._open(split))
-            item = next(self._batches, None)
-        except SparkLookupError:
-            raise
-        except (OSError, ValueError, TypeError, KeyError) as exc:  # pyarrow's errors
-            raise io_error(f"reading {split.split_id!r}", exc) from exc
-        if item is None:
-            return None, True
-        return item
+    def read_error(self, split: FileSplit, exc: BaseException) -> SparkLookupError:
+        return io_error(f"reading {split.split_id!r}", exc)
 
-    def split_done(self) -> None:
-        self._batches = None
-
-    def _open(self, split: FileSplit) -> Iterator[pa.RecordBatch]:
+    def batches(self, split: FileSplit) -> Iterator[pa.RecordBatch]:
         return self._parquet(split) if self._format == "parquet" else self._csv(split)
 
     def _open_parquet(self, path: str) -> Any:
@@ -245,7 +239,7 @@ class _SplitReader(QueueSplitReader[FileSplit]):
             raise _csv_value_error(split.path, exc) from exc
 
     def close(self) -> None:
-        self._batches = None
+        super().close()
         self._close_parquet()
 
     def _close_parquet(self) -> None:
