@@ -206,5 +206,3 @@ class BatchReadingSource(PerProcess, PullSource[SplitT], Generic[SplitT, Reading
     def bad_value_count(self) -> int:
         """Values this process could not read as their column's type."""
         return 0 if self._reading is None else self._reading.stats.count
-
-

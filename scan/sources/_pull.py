@@ -66,7 +66,7 @@ class SplitFieldsSerializer(JsonVersionedSerializer[SplitT]):
                  writers: Mapping[str, Callable[[Any], Any]] | None = None) -> None:
         self.WHAT = what
         self._type = split_type
-        dataclass_type: Any = split_type
+        dataclass_type: Any = split_type  # SplitT's bound does not say it is a dataclass
         self._names = tuple(f.name for f in fields(dataclass_type))
         if len(readers) != len(self._names):
             raise TypeError(f"{len(self._names)} readers needed for {self._names}")
