@@ -48,6 +48,7 @@ __all__ = [
 log = logging.getLogger("lookup")
 
 T = TypeVar("T")
+_Options = TypeVar("_Options", bound="TableOptions")
 Keys = Sequence[str] | str | None
 
 
@@ -115,9 +116,12 @@ class TableOptions(ABC):
     with the reason."""
 
     @classmethod
-    @abstractmethod
-    def from_options(cls, options: Mapping[str, Any]) -> TableOptions:
-        """Check the keys and values given (the required ones are checked on use)."""
+    def from_options(cls: type[_Options], options: Mapping[str, Any]) -> _Options:
+        """Check the keys and values given (the required ones are checked on use); by
+        default the fields are the values of :attr:`OPTIONS`, in order."""
+        fields: Any = cls  # a dataclass of the connector's fields
+        built: _Options = fields(*(option.get(options) for option in cls.OPTIONS))
+        return built
 
     @classmethod
     def ignored(cls, key: str) -> str | None:
@@ -329,10 +333,6 @@ class FileTableOptions(TableOptions):
     path: str | None
     format: str | None
 
-    @classmethod
-    def from_options(cls, options: Mapping[str, Any]) -> FileTableOptions:
-        return cls(FILE_PATH.get(options), FILE_FORMAT.get(options))
-
     def source(self, key_columns: list[str], schema: SchemaLike | None) -> Any:
         from scan import FileSource
 
@@ -357,10 +357,6 @@ class DeltaTableOptions(TableOptions):
 
     table_path: str | None
     version: int | None
-
-    @classmethod
-    def from_options(cls, options: Mapping[str, Any]) -> DeltaTableOptions:
-        return cls(DELTA_PATH.get(options), DELTA_VERSION.get(options))
 
     def source(self, key_columns: list[str], schema: SchemaLike | None) -> Any:
         from scan import DeltaSource

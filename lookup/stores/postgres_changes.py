@@ -239,9 +239,13 @@ class PostgresChanges(ChangeFeed):
 
         channel = f"'{self.channel}'"  # an identifier: no quote can be in it
 
-        def too_many(operation: str) -> str:
+        def at_most_max_rows(operation: str, rows: str) -> str:
+            # A statement of more rows flushes the caches: its keys would be a flood.
             reason = f"{operation} of more than {self.max_rows} rows"
-            return f"""'{{"v":{PAYLOAD_VERSION},"all":"{reason}"}}'"""
+            return f"""IF (SELECT count(*) FROM {rows}) > {self.max_rows} THEN
+            PERFORM pg_notify({channel}, '{{"v":{PAYLOAD_VERSION},"all":"{reason}"}}');
+            RETURN NULL;
+        END IF;"""
 
         function = self._function_sql()
         names = self._names()
@@ -257,22 +261,13 @@ BEGIN
         PERFORM pg_notify({channel}, '{{"v":{PAYLOAD_VERSION},"all":"TRUNCATE"}}');
         RETURN NULL;
     ELSIF TG_OP = 'INSERT' THEN
-        IF (SELECT count(*) FROM new_rows) > {self.max_rows} THEN
-            PERFORM pg_notify({channel}, {too_many("INSERT")});
-            RETURN NULL;
-        END IF;
+        {at_most_max_rows("INSERT", "new_rows")}
         keys := ARRAY(SELECT DISTINCT k FROM ({keys_of("n", "new_rows")}) AS c(k));
     ELSIF TG_OP = 'DELETE' THEN
-        IF (SELECT count(*) FROM old_rows) > {self.max_rows} THEN
-            PERFORM pg_notify({channel}, {too_many("DELETE")});
-            RETURN NULL;
-        END IF;
+        {at_most_max_rows("DELETE", "old_rows")}
         keys := ARRAY(SELECT DISTINCT k FROM ({keys_of("o", "old_rows")}) AS c(k));
     ELSE
-        IF (SELECT count(*) FROM old_rows) > {self.max_rows} THEN
-            PERFORM pg_notify({channel}, {too_many("UPDATE")});
-            RETURN NULL;
-        END IF;
+        {at_most_max_rows("UPDATE", "old_rows")}
         -- A key that changed is gone under its old value and new under the new one.
         keys := ARRAY(SELECT DISTINCT k FROM ({keys_of("o", "old_rows")}
                                                UNION ALL {keys_of("n", "new_rows")}) AS c(k));

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic
 
@@ -138,3 +138,34 @@ class ListPlanner(SplitPlanner[SplitT]):
         if not isinstance(progress, dict) or not isinstance(progress.get("position"), int):
             raise SourceError(f"malformed split list progress: {shown(progress)}")
         return int(progress["position"])
+
+
+class VersionListPlanner(SplitPlanner[SplitT]):
+    """Plans the splits of one version of a table when first asked (``plan(version)``,
+    None: the current one, gives the version planned and its splits), then hands them
+    out in order; the version is in its progress (under ``key``), so a restore plans
+    the same splits."""
+
+    def __init__(self, plan: Callable[[int | None], tuple[int | None, Sequence[SplitT]]],
+                 key: str, progress: Any, what: str) -> None:
+        if progress is not None and not (isinstance(progress, dict)
+                                         and isinstance(progress.get(key), int)):
+            raise SourceError(f"malformed {what} planner progress: {shown(progress, 120)}")
+        self._plan = plan
+        self._key = key
+        self._version: int | None = None if progress is None else int(progress[key])
+        self._position = 0 if progress is None else ListPlanner.position_of(progress)
+        self._splits: ListPlanner[SplitT] | None = None
+
+    def next_split(self) -> SplitT | None:
+        if self._splits is None:
+            self._version, splits = self._plan(self._version)
+            self._splits = ListPlanner(splits, self._position)
+        return self._splits.next_split()
+
+    def snapshot(self) -> Any:
+        if self._version is None:
+            return None
+        position = (self._position if self._splits is None
+                    else ListPlanner.position_of(self._splits.snapshot()))
+        return {self._key: self._version, "position": position}

@@ -12,8 +12,8 @@ from __future__ import annotations
 import threading
 from abc import abstractmethod
 from collections import deque
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Mapping
+from dataclasses import fields, replace
 from typing import Any, Generic
 
 import pyarrow as pa
@@ -24,7 +24,7 @@ from scan.connector.pulling import PullingSourceReader
 from scan.connector.split_reader import SplitReader, SplitsChange
 from scan.enumerator import SplitEnumerator, SplitEnumeratorContext
 from scan.reader import SourceReader, SourceReaderContext
-from scan.serializers import SimpleVersionedSerializer
+from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
 from scan.source import Boundedness, Source
 from scan.sources._enumerator import (
     PullEnumeratorState,
@@ -34,7 +34,7 @@ from scan.sources._enumerator import (
 )
 from scan.split import SplitT
 
-__all__ = ["PullSource", "QueueSplitReader", "RowsState"]
+__all__ = ["PullSource", "QueueSplitReader", "RowsState", "SplitFieldsSerializer"]
 
 
 class RowsState(Generic[SplitT]):
@@ -55,6 +55,35 @@ class RowsState(Generic[SplitT]):
         split: Any = self.split  # built-in splits are frozen dataclasses
         moved: SplitT = replace(split, **{self.field: getattr(split, self.field) + self.rows})
         return moved
+
+
+class SplitFieldsSerializer(JsonVersionedSerializer[SplitT]):
+    """Writes a built-in split (a frozen dataclass) as the JSON list of its fields, in
+    declaration order, and reads each field back through its converter."""
+
+    def __init__(self, split_type: Callable[..., SplitT], what: str,
+                 *readers: Callable[[Any], Any],
+                 writers: Mapping[str, Callable[[Any], Any]] | None = None) -> None:
+        self.WHAT = what
+        self._type = split_type
+        dataclass_type: Any = split_type  # SplitT's bound does not say it is a dataclass
+        self._names = tuple(f.name for f in fields(dataclass_type))
+        if len(readers) != len(self._names):
+            raise TypeError(f"{len(self._names)} readers needed for {self._names}")
+        self._readers = readers
+        self._writers = dict(writers or {})
+
+    def to_json(self, obj: SplitT) -> Any:
+        return [self._writers.get(name, _as_is)(getattr(obj, name)) for name in self._names]
+
+    def from_json(self, version: int, value: Any) -> SplitT:
+        if len(value) != len(self._readers):
+            raise ValueError(f"expected {len(self._readers)} fields, got {len(value)}")
+        return self._type(*(read(v) for read, v in zip(self._readers, value, strict=True)))
+
+
+def _as_is(value: Any) -> Any:
+    return value
 
 
 class QueueSplitReader(SplitReader[pa.RecordBatch, SplitT]):

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import types as T
 
 from scan.arrow import conform_to_schema, record_batch_to_rows, rows_to_record_batch
-from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
+from scan.serializers import SimpleVersionedSerializer
 from scan.sources._enumerator import ListPlanner, SplitPlanner
-from scan.sources._pull import PullSource, QueueSplitReader
+from scan.sources._pull import PullSource, QueueSplitReader, SplitFieldsSerializer
 from scan.sources._types import arrow_to_spark, infer_python_type
 from scan.split import SourceSplit
 from spark_lookup.errors import ConfigError
@@ -46,16 +46,7 @@ class CollectionSplit(SourceSplit):
         return f"split-{self.index}"
 
 
-class _SplitSerializer(JsonVersionedSerializer[CollectionSplit]):
-    VERSION = 1
-    WHAT = "a CollectionSource split"
-
-    def to_json(self, obj: CollectionSplit) -> Any:
-        return [obj.index, obj.start, obj.end]
-
-    def from_json(self, version: int, value: Any) -> CollectionSplit:
-        index, start, end = value
-        return CollectionSplit(int(index), int(start), int(end))
+_SPLITS = SplitFieldsSerializer(CollectionSplit, "a CollectionSource split", int, int, int)
 
 
 # Rows start..end of the collection as Arrow (a conversion, or a slice of a table).
@@ -261,4 +252,4 @@ class CollectionSource(PullSource[CollectionSplit]):
         return lambda: _SplitReader(chunk, fetch_rows)
 
     def serializer(self) -> SimpleVersionedSerializer[CollectionSplit]:
-        return _SplitSerializer()
+        return _SPLITS

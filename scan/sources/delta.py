@@ -7,7 +7,6 @@ import contextlib
 import datetime as dt
 import logging
 import os
-import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,20 +22,24 @@ from connectors.predicates import (
     predicates_to_pruning,
     statistics_decide,
 )
-from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
-from scan.sources._batches import BatchReading, with_last
-from scan.sources._enumerator import ListPlanner, SplitPlanner
-from scan.sources._pull import PullSource, QueueSplitReader
+from scan.serializers import SimpleVersionedSerializer
+from scan.sources._batches import (
+    BatchReading,
+    BatchReadingSource,
+    BatchStreamReader,
+    lake_error,
+    skip_rows,
+)
+from scan.sources._enumerator import SplitPlanner, VersionListPlanner
+from scan.sources._pull import SplitFieldsSerializer
 from scan.sources._types import table_columns
 from scan.split import SourceSplit
-from spark_lookup._per_process import PerProcess
 from spark_lookup._shown import shown
 from spark_lookup.errors import (
     ConfigError,
     ConnectorError,
     SourceError,
     SparkLookupError,
-    TransientConnectorError,
 )
 from spark_lookup.schema import SchemaLike
 
@@ -54,8 +57,6 @@ _DECODE_ROWS = 1 << 19
 _READER_FEATURES = frozenset({
     "deletionVectors", "timestampNtz", "v2Checkpoint", "vacuumProtocolCheck", "typeWidening",
     "typeWidening-preview", "variantType", "variantType-preview"})
-_TRANSIENT = re.compile(r"timed? ?out|connection|temporar|throttl|too many requests|\b50[234]\b|"
-                        r"unavailable", re.I)
 # Values delta-rs encodes itself in file pruning filters.
 _PRUNABLE = (str, int, float, bool, dt.date)
 
@@ -78,18 +79,11 @@ class DeltaSplit(SourceSplit):
         return self.file
 
 
-class _SplitSerializer(JsonVersionedSerializer[DeltaSplit]):
-    VERSION = 1
-    WHAT = "a DeltaSource split"
-
-    def to_json(self, obj: DeltaSplit) -> Any:
-        return [obj.table, obj.version, obj.file, [list(p) for p in obj.partition],
-                obj.deletes, obj.skip]
-
-    def from_json(self, version: int, value: Any) -> DeltaSplit:
-        table, number, file, partition, deletes, skip = value
-        return DeltaSplit(str(table), int(number), str(file),
-                          tuple((str(name), v) for name, v in partition), bool(deletes), int(skip))
+# A partition travels as a list of [column, value] pairs.
+_SPLITS = SplitFieldsSerializer(
+    DeltaSplit, "a DeltaSource split", str, int, str,
+    lambda partition: tuple((str(name), v) for name, v in partition), bool, int,
+    writers={"partition": lambda partition: [list(p) for p in partition]})
 
 
 def _delta_error(table: str, exc: BaseException) -> SparkLookupError:
@@ -104,9 +98,7 @@ def _delta_error(table: str, exc: BaseException) -> SparkLookupError:
         return ConnectorError(f"Delta table {table!r} not found: {exc}")
     if isinstance(exc, (dx.DeltaProtocolError, dx.SchemaMismatchError)):
         return ConnectorError(text)
-    if isinstance(exc, (TimeoutError, ConnectionError)) or _TRANSIENT.search(str(exc)):
-        return TransientConnectorError(text)
-    return ConnectorError(text)
+    return lake_error(text, exc)
 
 
 def _open_table(uri: str, version: int | None, storage_options: Mapping[str, str] | None
@@ -259,7 +251,7 @@ class _Reading(BatchReading):
         self.deletion_vectors = _DeletionVectors(storage_options)
 
 
-class _SplitReader(QueueSplitReader[DeltaSplit]):
+class _SplitReader(BatchStreamReader[DeltaSplit]):
     """Reads one data file at a time with pyarrow, only the declared columns, row groups
     skipped by their statistics when the filters rule them out; partition columns are
     filled from the split, deleted rows dropped by the file's deletion vector."""
@@ -270,25 +262,11 @@ class _SplitReader(QueueSplitReader[DeltaSplit]):
         self._reading = reading
         self._file_schema = file_schema  # the table's Arrow types of the declared columns
         self._options = storage_options
-        self._batches: Iterator[tuple[pa.RecordBatch, bool]] | None = None
         self._format: Any = None
         self._filesystems: dict[str, Any] = {}
 
-    def read_next(self, split: DeltaSplit) -> tuple[pa.RecordBatch | None, bool]:
-        try:
-            if self._batches is None:
-                self._batches = with_last(self._read(split))
-            item = next(self._batches, None)
-        except SparkLookupError:
-            raise
-        except Exception as exc:  # pyarrow's and delta-rs's errors
-            raise _delta_error(split.table, exc) from exc
-        if item is None:
-            return None, True
-        return item
-
-    def split_done(self) -> None:
-        self._batches = None
+    def read_error(self, split: DeltaSplit, exc: BaseException) -> SparkLookupError:
+        return _delta_error(split.table, exc)  # pyarrow's and delta-rs's errors
 
     def _fragment(self, split: DeltaSplit) -> Any:
         import pyarrow.dataset as ds
@@ -311,7 +289,10 @@ class _SplitReader(QueueSplitReader[DeltaSplit]):
         relative = split.file[len(split.table.rstrip("/")) + 1:]
         return self._format.make_fragment(relative, filesystem=filesystem)
 
-    def _read(self, split: DeltaSplit) -> Iterator[pa.RecordBatch]:
+    def batches(self, split: DeltaSplit) -> Iterator[pa.RecordBatch]:
+        return skip_rows(self._conformed(split), split.skip)
+
+    def _conformed(self, split: DeltaSplit) -> Iterator[pa.RecordBatch]:
         import numpy as np
         import pyarrow as pa
 
@@ -333,7 +314,6 @@ class _SplitReader(QueueSplitReader[DeltaSplit]):
                 with contextlib.suppress(ValueError, TypeError, NotImplementedError):
                     fragment = fragment.subset(filter=expression)
         # (A deletion vector counts rows by their position in the file: read them all.)
-        skip = split.skip
         start = 0
         for batch in fragment.to_batches(**options):
             rows = batch.num_rows
@@ -354,16 +334,11 @@ class _SplitReader(QueueSplitReader[DeltaSplit]):
                 else:  # a column added after this file was written
                     arrays.append(pa.nulls(batch.num_rows, field.type))
             full = pa.RecordBatch.from_arrays(arrays, names=self._file_schema.names)
-            kept = self._reading.conform(full, split.file, start)
+            yield self._reading.conform(full, split.file, start)
             start += rows
-            if skip >= kept.num_rows:
-                skip -= kept.num_rows
-                continue
-            yield kept.slice(skip)
-            skip = 0
 
     def close(self) -> None:
-        self._batches = None
+        super().close()
         self._filesystems = {}
 
 
@@ -385,7 +360,7 @@ def _as_table_type(column: Any, table_type: Any) -> Any:
     return column
 
 
-class DeltaSource(PerProcess, PullSource[DeltaSplit]):
+class DeltaSource(BatchReadingSource[DeltaSplit, _Reading]):
     """A Delta Lake table read with delta-rs: one split per active data file of one
     table version.
 
@@ -449,7 +424,6 @@ class DeltaSource(PerProcess, PullSource[DeltaSplit]):
 
     ROWS_FIELD = "skip"
     _PER_PROCESS = ("_reading", "_latest", "_latest_lock")
-    _reading: _Reading | None
     _latest: Any
     _latest_lock: threading.Lock | None
 
@@ -542,10 +516,8 @@ class DeltaSource(PerProcess, PullSource[DeltaSplit]):
             return self._latest
 
     def planner(self, progress: Any | None) -> SplitPlanner[DeltaSplit]:
-        if progress is not None and not (isinstance(progress, dict)
-                                         and isinstance(progress.get("version"), int)):
-            raise SourceError(f"malformed DeltaSource planner progress: {shown(progress, 120)}")
-        return _DeltaPlanner(self, progress)
+        """Lists the files of one version when first asked, then hands them out in order."""
+        return VersionListPlanner(self.plan, "version", progress, "DeltaSource")
 
     def plan(self, version: int | None = None) -> tuple[int, list[DeltaSplit]]:
         """The version planned and its splits (``version``, default: the pinned one, else
@@ -562,43 +534,12 @@ class DeltaSource(PerProcess, PullSource[DeltaSplit]):
         file_schema, options = self._file_schema, self._options
         return lambda: _SplitReader(reading, file_schema, options)
 
-    def _reading_state(self) -> _Reading:
-        if self._reading is None:
-            self._reading = _Reading(self._schema, self._mode, self._filters, self._options)
-        return self._reading
-
-    @property
-    def bad_value_count(self) -> int:
-        """Values this process could not read as their column's type."""
-        return 0 if self._reading is None else self._reading.stats.count
+    def new_reading(self) -> _Reading:
+        return _Reading(self._schema, self._mode, self._filters, self._options)
 
     def serializer(self) -> SimpleVersionedSerializer[DeltaSplit]:
-        return _SplitSerializer()
+        return _SPLITS
 
     def __repr__(self) -> str:
         pinned = "" if self._version is None else f", version={self._version}"
         return f"DeltaSource({self._uri!r}{pinned})"
-
-
-class _DeltaPlanner(SplitPlanner[DeltaSplit]):
-    """Lists the files of one version when first asked (the version is in its progress,
-    so a restore plans the same files), then hands them out in order."""
-
-    def __init__(self, source: DeltaSource, progress: dict[str, Any] | None) -> None:
-        self._source = source
-        self._version: int | None = None if progress is None else int(progress["version"])
-        self._position = 0 if progress is None else ListPlanner.position_of(progress)
-        self._splits: ListPlanner[DeltaSplit] | None = None
-
-    def next_split(self) -> DeltaSplit | None:
-        if self._splits is None:
-            self._version, splits = self._source.plan(self._version)
-            self._splits = ListPlanner(splits, self._position)
-        return self._splits.next_split()
-
-    def snapshot(self) -> Any:
-        if self._splits is None:
-            return None if self._version is None else {"version": self._version,
-                                                       "position": self._position}
-        position = ListPlanner.position_of(self._splits.snapshot())
-        return {"version": self._version, "position": position}

@@ -14,13 +14,18 @@ from pyspark.sql import types as T
 
 from connectors.policy import BadValuePolicy
 from connectors.predicates import Predicate, check_predicates, predicates_to_pruning
-from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
-from scan.sources._batches import BatchReading, io_error, with_last
+from scan.serializers import SimpleVersionedSerializer
+from scan.sources._batches import (
+    BatchReading,
+    BatchReadingSource,
+    BatchStreamReader,
+    io_error,
+    skip_rows,
+)
 from scan.sources._enumerator import SplitPlanner
-from scan.sources._pull import PullSource, QueueSplitReader
+from scan.sources._pull import SplitFieldsSerializer
 from scan.sources._types import arrow_to_spark
 from scan.split import SourceSplit
-from spark_lookup._per_process import PerProcess
 from spark_lookup._shown import shown
 from spark_lookup.errors import ConfigError, SourceError, SparkLookupError
 from spark_lookup.schema import SchemaLike, parse_schema, to_arrow_schema
@@ -56,16 +61,8 @@ class FileSplit(SourceSplit):
         return self.path if self.row_group is None else f"{self.path}#{self.row_group}"
 
 
-class _SplitSerializer(JsonVersionedSerializer[FileSplit]):
-    VERSION = 1
-    WHAT = "a FileSource split"
-
-    def to_json(self, obj: FileSplit) -> Any:
-        return [obj.path, obj.row_group, obj.offset]
-
-    def from_json(self, version: int, value: Any) -> FileSplit:
-        path, row_group, offset = value
-        return FileSplit(str(path), None if row_group is None else int(row_group), int(offset))
+_SPLITS = SplitFieldsSerializer(
+    FileSplit, "a FileSource split", str, lambda group: None if group is None else int(group), int)
 
 
 def _is_data_file(name: str) -> bool:
@@ -174,7 +171,7 @@ class _FilePlanner(SplitPlanner[FileSplit]):
             return list(range(groups))
 
 
-class _SplitReader(QueueSplitReader[FileSplit]):
+class _SplitReader(BatchStreamReader[FileSplit]):
     """Reads one split at a time, one decoded batch per fetch, only the declared
     columns; runs on its fetcher thread (the open Parquet file is kept for the next
     row group of the same file).
@@ -186,31 +183,19 @@ class _SplitReader(QueueSplitReader[FileSplit]):
     conversion, which runs anyway (statistics already kept the row groups to read).
     """
 
+    READ_ERRORS = (OSError, ValueError, TypeError, KeyError)  # pyarrow's errors
+
     def __init__(self, file_format: str, schema: pa.Schema, reading: BatchReading) -> None:
         super().__init__()
         self._format = file_format
         self._schema = schema
         self._reading = reading
-        self._batches: Iterator[tuple[pa.RecordBatch, bool]] | None = None
         self._parquet_file: tuple[str, Any] | None = None
 
-    def read_next(self, split: FileSplit) -> tuple[pa.RecordBatch | None, bool]:
-        try:
-            if self._batches is None:
-                self._batches = with_last(self._open(split))
-            item = next(self._batches, None)
-        except SparkLookupError:
-            raise
-        except (OSError, ValueError, TypeError, KeyError) as exc:  # pyarrow's errors
-            raise io_error(f"reading {split.split_id!r}", exc) from exc
-        if item is None:
-            return None, True
-        return item
+    def read_error(self, split: FileSplit, exc: BaseException) -> SparkLookupError:
+        return io_error(f"reading {split.split_id!r}", exc)
 
-    def split_done(self) -> None:
-        self._batches = None
-
-    def _open(self, split: FileSplit) -> Iterator[pa.RecordBatch]:
+    def batches(self, split: FileSplit) -> Iterator[pa.RecordBatch]:
         return self._parquet(split) if self._format == "parquet" else self._csv(split)
 
     def _open_parquet(self, path: str) -> Any:
@@ -235,16 +220,7 @@ class _SplitReader(QueueSplitReader[FileSplit]):
                       ) -> Iterator[pa.RecordBatch]:
         """The decoded batches conformed, less the rows emitted before the checkpoint:
         converted and filtered first, since the offset counts rows emitted."""
-        skip = split.offset
-        start = 0
-        for batch in batches:
-            kept = self._reading.conform(batch, split.path, start)
-            start += batch.num_rows
-            if skip >= kept.num_rows:
-                skip -= kept.num_rows
-                continue
-            yield kept.slice(skip)
-            skip = 0
+        return skip_rows(self._reading.conform_all(batches, split.path), split.offset)
 
     def _csv(self, split: FileSplit) -> Iterator[pa.RecordBatch]:
         from pyarrow import csv
@@ -263,7 +239,7 @@ class _SplitReader(QueueSplitReader[FileSplit]):
             raise _csv_value_error(split.path, exc) from exc
 
     def close(self) -> None:
-        self._batches = None
+        super().close()
         self._close_parquet()
 
     def _close_parquet(self) -> None:
@@ -288,7 +264,7 @@ def _csv_value_error(path: str, exc: ValueError) -> SparkLookupError:
     return SourceError(f"{path!r}: column {column!r} does not convert to {match.group(2)}: {exc}")
 
 
-class FileSource(PerProcess, PullSource[FileSplit]):
+class FileSource(BatchReadingSource[FileSplit, BatchReading]):
     """Parquet or CSV files read with pyarrow: one split per Parquet row group, one per
     CSV file; row groups that the filters rule out by their statistics are not read.
 
@@ -368,8 +344,6 @@ class FileSource(PerProcess, PullSource[FileSplit]):
     """
 
     ROWS_FIELD = "offset"
-    _PER_PROCESS = ("_reading",)  # the counter of bad values
-    _reading: BatchReading | None
 
     def __init__(
         self,
@@ -473,18 +447,11 @@ class FileSource(PerProcess, PullSource[FileSplit]):
         reading = self._reading_state()
         return lambda: _SplitReader(file_format, schema, reading)
 
-    def _reading_state(self) -> BatchReading:
-        if self._reading is None:
-            self._reading = BatchReading(self.schema, self._mode, self._filters)
-        return self._reading
-
-    @property
-    def bad_value_count(self) -> int:
-        """Values this process could not read as their column's type."""
-        return 0 if self._reading is None else self._reading.stats.count
+    def new_reading(self) -> BatchReading:
+        return BatchReading(self.schema, self._mode, self._filters)
 
     def serializer(self) -> SimpleVersionedSerializer[FileSplit]:
-        return _SplitSerializer()
+        return _SPLITS
 
     def __repr__(self) -> str:
         return f"FileSource({self._paths!r}, format={self._format!r})"

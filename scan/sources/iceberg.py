@@ -12,20 +12,24 @@ from pyspark.sql import types as T
 
 from connectors.policy import BadValuePolicy
 from connectors.predicates import Predicate, check_predicates
-from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
-from scan.sources._batches import BatchReading, with_last
-from scan.sources._enumerator import ListPlanner, SplitPlanner
-from scan.sources._pull import PullSource, QueueSplitReader
+from scan.serializers import SimpleVersionedSerializer
+from scan.sources._batches import (
+    BatchReading,
+    BatchReadingSource,
+    BatchStreamReader,
+    lake_error,
+    skip_rows,
+)
+from scan.sources._enumerator import SplitPlanner, VersionListPlanner
+from scan.sources._pull import SplitFieldsSerializer
 from scan.sources._types import table_columns
 from scan.split import SourceSplit
-from spark_lookup._per_process import PerProcess
 from spark_lookup._shown import shown
 from spark_lookup.errors import (
     ConfigError,
     ConnectorError,
     SourceError,
     SparkLookupError,
-    TransientConnectorError,
 )
 from spark_lookup.schema import SchemaLike
 
@@ -34,8 +38,8 @@ if TYPE_CHECKING:
 
 __all__ = ["IcebergSource", "IcebergSplit"]
 
-_TRANSIENT = re.compile(r"timed? ?out|connection|temporar|throttl|too many requests|\b50[234]\b|"
-                        r"unavailable|database is locked", re.I)
+# A SQL catalog's SQLite, busy with another writer.
+_LOCKED = re.compile("database is locked", re.I)
 
 
 @dataclass(frozen=True)
@@ -52,16 +56,7 @@ class IcebergSplit(SourceSplit):
         return self.file
 
 
-class _SplitSerializer(JsonVersionedSerializer[IcebergSplit]):
-    VERSION = 1
-    WHAT = "an IcebergSource split"
-
-    def to_json(self, obj: IcebergSplit) -> Any:
-        return [obj.snapshot_id, obj.file, obj.skip]
-
-    def from_json(self, version: int, value: Any) -> IcebergSplit:
-        snapshot_id, file, skip = value
-        return IcebergSplit(int(snapshot_id), str(file), int(skip))
+_SPLITS = SplitFieldsSerializer(IcebergSplit, "an IcebergSource split", int, str, int)
 
 
 def _iceberg_error(table: str, exc: BaseException) -> SparkLookupError:
@@ -77,9 +72,7 @@ def _iceberg_error(table: str, exc: BaseException) -> SparkLookupError:
     if "equality deletes" in str(exc):
         return ConnectorError(f"Iceberg table {table!r} has equality delete files, which "
                               f"pyiceberg cannot apply yet (so IcebergSource refuses it): {exc}")
-    if isinstance(exc, (TimeoutError, ConnectionError)) or _TRANSIENT.search(str(exc)):
-        return TransientConnectorError(text)
-    return ConnectorError(text)
+    return lake_error(text, exc, _LOCKED)
 
 
 def to_iceberg_expression(predicates: Sequence[Predicate]) -> Any:
@@ -168,7 +161,7 @@ class _Tables:
         return snapshot_id, tasks
 
 
-class _SplitReader(QueueSplitReader[IcebergSplit]):
+class _SplitReader(BatchStreamReader[IcebergSplit]):
     """Reads one data file at a time through pyiceberg's own reader (``ArrowScan``:
     columns by field id, row groups pruned and rows filtered by the filters, position
     deletes applied)."""
@@ -178,25 +171,11 @@ class _SplitReader(QueueSplitReader[IcebergSplit]):
         self._source = source
         self._tables = tables
         self._reading = reading
-        self._batches: Iterator[tuple[pa.RecordBatch, bool]] | None = None
 
-    def read_next(self, split: IcebergSplit) -> tuple[pa.RecordBatch | None, bool]:
-        try:
-            if self._batches is None:
-                self._batches = with_last(self._read(split))
-            item = next(self._batches, None)
-        except SparkLookupError:
-            raise
-        except Exception as exc:  # pyiceberg's and pyarrow's errors
-            raise _iceberg_error(self._source.table, exc) from exc
-        if item is None:
-            return None, True
-        return item
+    def read_error(self, split: IcebergSplit, exc: BaseException) -> SparkLookupError:
+        return _iceberg_error(self._source.table, exc)  # pyiceberg's and pyarrow's errors
 
-    def split_done(self) -> None:
-        self._batches = None
-
-    def _read(self, split: IcebergSplit) -> Iterator[pa.RecordBatch]:
+    def batches(self, split: IcebergSplit) -> Iterator[pa.RecordBatch]:
         from pyiceberg.io.pyarrow import ArrowScan
 
         _, tasks = self._tables.plan(split.snapshot_id)
@@ -207,22 +186,11 @@ class _SplitReader(QueueSplitReader[IcebergSplit]):
         table = self._tables.table()
         scan = ArrowScan(table.metadata, table.io, table.schema().select(*self._source.names),
                          self._source._expression)
-        skip = split.skip
-        start = 0
-        for batch in scan.to_record_batches([task]):
-            kept = self._reading.conform(batch, split.file, start)
-            start += batch.num_rows
-            if skip >= kept.num_rows:
-                skip -= kept.num_rows
-                continue
-            yield kept.slice(skip)
-            skip = 0
-
-    def close(self) -> None:
-        self._batches = None
+        yield from skip_rows(
+            self._reading.conform_all(scan.to_record_batches([task]), split.file), split.skip)
 
 
-class IcebergSource(PerProcess, PullSource[IcebergSplit]):
+class IcebergSource(BatchReadingSource[IcebergSplit, BatchReading]):
     """An Iceberg table read with pyiceberg: one split per data file of the current
     snapshot.
 
@@ -290,7 +258,6 @@ class IcebergSource(PerProcess, PullSource[IcebergSplit]):
 
     ROWS_FIELD = "skip"
     _PER_PROCESS = ("_reading", "_tables")
-    _reading: BatchReading | None
     _tables: _Tables | None
 
     def __init__(
@@ -377,57 +344,30 @@ class IcebergSource(PerProcess, PullSource[IcebergSplit]):
         return metadata.current_snapshot_id, metadata.current_schema_id
 
     def planner(self, progress: Any | None) -> SplitPlanner[IcebergSplit]:
-        if progress is not None and not (isinstance(progress, dict)
-                                         and isinstance(progress.get("snapshot"), int)):
-            raise SourceError(f"malformed IcebergSource planner progress: {shown(progress, 120)}")
-        return _IcebergPlanner(self._runtime_tables(), progress)
+        """Plans the current snapshot when first asked, then hands the files out in
+        path order."""
+        tables = self._runtime_tables()
+
+        def plan(snapshot: int | None) -> tuple[int | None, list[IcebergSplit]]:
+            snapshot, tasks = tables.plan(snapshot)
+            if snapshot is None:
+                return None, []
+            return snapshot, [IcebergSplit(snapshot, file) for file in sorted(tasks)]
+
+        return VersionListPlanner(plan, "snapshot", progress, "IcebergSource")
 
     def split_reader(self) -> Callable[[], _SplitReader]:
         """Makes split readers, which read the files on their fetcher threads."""
         tables, reading = self._runtime_tables(), self._reading_state()
         return lambda: _SplitReader(self, tables, reading)
 
-    def _reading_state(self) -> BatchReading:
-        if self._reading is None:
-            self._reading = BatchReading(self._schema, self._mode, self._filters,
-                                         "IcebergSource")
-        return self._reading
-
-    @property
-    def bad_value_count(self) -> int:
-        """Values this process could not read as their column's type."""
-        return 0 if self._reading is None else self._reading.stats.count
+    def new_reading(self) -> BatchReading:
+        return BatchReading(self._schema, self._mode, self._filters, "IcebergSource")
 
     def serializer(self) -> SimpleVersionedSerializer[IcebergSplit]:
-        return _SplitSerializer()
+        return _SPLITS
 
     def __repr__(self) -> str:
         name = self._catalog if isinstance(self._catalog, str) else self._catalog.get(
             "name", self._catalog.get("type", "default"))
         return f"IcebergSource({self.table!r}, catalog={name!r})"
-
-
-class _IcebergPlanner(SplitPlanner[IcebergSplit]):
-    """Plans the current snapshot when first asked (the snapshot is in its progress, so
-    a restore plans the same files), then hands the files out in path order."""
-
-    def __init__(self, tables: _Tables, progress: dict[str, Any] | None) -> None:
-        self._tables = tables
-        self._snapshot: int | None = None if progress is None else int(progress["snapshot"])
-        self._position = 0 if progress is None else ListPlanner.position_of(progress)
-        self._splits: ListPlanner[IcebergSplit] | None = None
-
-    def next_split(self) -> IcebergSplit | None:
-        if self._splits is None:
-            self._snapshot, tasks = self._tables.plan(self._snapshot)
-            snapshot = self._snapshot
-            splits = [] if snapshot is None else [IcebergSplit(snapshot, f) for f in sorted(tasks)]
-            self._splits = ListPlanner(splits, self._position)
-        return self._splits.next_split()
-
-    def snapshot(self) -> Any:
-        if self._snapshot is None:
-            return None
-        position = (self._position if self._splits is None
-                    else ListPlanner.position_of(self._splits.snapshot()))
-        return {"snapshot": self._snapshot, "position": position}
