@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["map_arrays", "write_arrays"]
+__all__ = ["ComputedArray", "map_arrays", "write_arrays"]
 
 _MAGIC = b"SLKEYIDX"
 _ALIGN = 64
@@ -32,20 +33,45 @@ _MAX_HEADER = 1 << 20
 _DTYPES = {"<i4": np.int32, "<i8": np.int64, "<u8": np.uint64}
 
 
+@dataclass(frozen=True)
+class ComputedArray:
+    """An array written as it is computed, a piece at a time, never whole in memory."""
+
+    dtype: np.dtype[Any]
+    length: int
+    pieces: Callable[[], Iterator[np.ndarray]]
+    """Its values in order, in pieces of ``dtype`` that add up to ``length``."""
+
+    ndim = 1
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the whole array."""
+        return self.length * self.dtype.itemsize
+
+
 def _aligned(position: int) -> int:
     return -(-position // _ALIGN) * _ALIGN
 
 
-def write_arrays(path: Path, header: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
+def write_arrays(path: Path, header: Mapping[str, Any],
+                 arrays: Mapping[str, np.ndarray | ComputedArray]) -> None:
     """Write ``header`` (JSON-able) and ``arrays`` (1-d, of int32, int64 or uint64) to
-    ``path``, and fsync it."""
+    ``path``, and fsync it.
+
+    Raises
+    ------
+    ValueError
+        When a :class:`ComputedArray`'s pieces do not add up to its length.
+    """
     layout: dict[str, list[Any]] = {}
     position = 0
     for name, array in arrays.items():
         dtype = np.dtype(array.dtype).newbyteorder("<").str
         if dtype not in _DTYPES or array.ndim != 1:
             raise TypeError(f"array {name!r} of {array.dtype}, {array.ndim}-d cannot be stored")
-        layout[name] = [dtype, position, len(array)]
+        layout[name] = [dtype, position, array.length if isinstance(array, ComputedArray)
+                        else len(array)]
         position = _aligned(position + array.nbytes)
     # Offsets are relative to the data start, which depends on the header's own length.
     text = json.dumps({"header": dict(header), "arrays": layout}, sort_keys=True).encode()
@@ -62,8 +88,15 @@ def write_arrays(path: Path, header: Mapping[str, Any], arrays: Mapping[str, np.
         file.write(_MAGIC + len(text).to_bytes(8, "little") + text)
         for name, array in arrays.items():
             file.write(b"\0" * (layout[name][1] - file.tell()))
-            # A C-contiguous little-endian view: written straight from its memory.
-            file.write(np.ascontiguousarray(array, dtype=layout[name][0]).data)
+            pieces = array.pieces() if isinstance(array, ComputedArray) else iter([array])
+            written = 0
+            for piece in pieces:
+                # A C-contiguous little-endian view: written straight from its memory.
+                file.write(np.ascontiguousarray(piece, dtype=layout[name][0]).data)
+                written += len(piece)
+            if written != layout[name][2]:
+                raise ValueError(f"array {name!r}: {written} values written, not "
+                                 f"{layout[name][2]}")
         file.flush()
         os.fsync(file.fileno())
 

@@ -12,10 +12,13 @@ processes that map a snapshot share them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
+
+from cache._index_file import ComputedArray
 
 __all__ = ["StringViews"]
 
@@ -26,6 +29,8 @@ _SHORT_SHARE = 0.75
 """Views are built for a column when at least this share of its values is inline."""
 
 _PREFIX = "view:"
+_CHUNK = 1 << 18
+"""Rows converted at a time: a build holds one piece's temporaries beside its result."""
 _VIEW_TYPES = {pa.string(): pa.string_view(), pa.binary(): pa.binary_view()}
 
 
@@ -40,32 +45,52 @@ def _first_offset(column: pa.Array) -> int:
                              count=1, offset=4 * column.offset)[0])
 
 
-_CHUNK = 1 << 18
-"""Rows converted at a time: the build holds the views and one chunk's temporaries."""
 
 
-def _views_of(column: pa.Array) -> np.ndarray | None:
-    """The views of a string or binary column whose values are mostly short, as
-    ``uint64`` pairs, long values pointing into the column's data from its first
-    offset (so they hold whatever buffer the same values are mapped from)."""
+
+def _offsets(column: pa.Array) -> np.ndarray:
+    return np.frombuffer(column.buffers()[1], dtype=np.int32, count=len(column) + 1,
+                         offset=4 * column.offset)
+
+
+def _mostly_short(column: pa.Array) -> bool:
     count = len(column)
-    offsets = np.frombuffer(column.buffers()[1], dtype=np.int32,
-                            count=count + 1, offset=4 * column.offset)
-    if not count or np.count_nonzero(np.diff(offsets) <= _INLINE) < _SHORT_SHARE * count:
-        return None
-    views = np.empty((count, 4), dtype=np.int32)
+    short = int(np.count_nonzero(np.diff(_offsets(column)) <= _INLINE))
+    return count > 0 and short >= _SHORT_SHARE * count
+
+
+def _view_pieces(column: pa.Array) -> Iterator[np.ndarray]:
+    """The views of ``column`` as ``uint64`` pairs, a piece at a time, long values
+    pointing into the column's data from its first offset (so they hold whatever buffer
+    the same values are mapped from)."""
+    count = len(column)
+    first = int(_offsets(column)[0])
+    offsets, data = column.buffers()[1], column.buffers()[2]
     for start in range(0, count, _CHUNK):
-        piece = column.slice(start, _CHUNK).cast(_VIEW_TYPES[column.type])
-        stop = start + len(piece)
-        views[start:stop] = np.frombuffer(piece.buffers()[1], dtype=np.int32,
-                                          count=4 * len(piece),
-                                          offset=16 * piece.offset).reshape(-1, 4)
-        part = views[start:stop]
-        long = part[:, 0] > _INLINE
+        stop = min(start + _CHUNK, count)
+        # A piece of offset 0 over the same bytes: Arrow casts a slice's views from its
+        # array's start (quadratic over the pieces). Validity is the column's business.
+        piece = pa.Array.from_buffers(
+            column.type, stop - start,
+            [None, offsets.slice(4 * (column.offset + start), 4 * (stop - start + 1)), data],
+        ).cast(_VIEW_TYPES[column.type])
+        views = np.frombuffer(piece.buffers()[1], dtype=np.int32,
+                              count=4 * (stop - start)).reshape(-1, 4).copy()
+        long = views[:, 0] > _INLINE
         # Arrow's cast points long values at the column's data buffer, from its start.
-        part[long, 2] = 0
-        part[long, 3] -= offsets[0]
-    return views.view(np.uint64).reshape(-1)
+        views[long, 2] = 0
+        views[long, 3] -= first
+        yield views.view(np.uint64).reshape(-1)
+
+
+def _viewed_columns(table: pa.Table, skip: Sequence[str]) -> Iterator[tuple[str, pa.Array]]:
+    """The string and binary columns of ``table`` (one chunk each, not in ``skip``) whose
+    values are mostly short enough to be inline."""
+    for field, column in zip(table.schema, table.columns, strict=True):
+        one = _single(column)
+        if (field.type in _VIEW_TYPES and one is not None and field.name not in skip
+                and _mostly_short(one)):
+            yield field.name, one
 
 
 class StringViews:
@@ -82,13 +107,22 @@ class StringViews:
         values are mostly inline, but the columns named in ``skip`` (a join never
         gathers its key columns)."""
         views = {}
-        for field, column in zip(table.schema, table.columns, strict=True):
-            one = _single(column)
-            if field.type in _VIEW_TYPES and one is not None and field.name not in skip:
-                built = _views_of(one)
-                if built is not None:
-                    views[field.name] = built
+        for name, column in _viewed_columns(table, skip):
+            built = np.empty(2 * len(column), dtype=np.uint64)
+            at = 0
+            for piece in _view_pieces(column):
+                built[at:at + len(piece)] = piece
+                at += len(piece)
+            views[name] = built
         return cls(views)
+
+    @staticmethod
+    def computed(table: pa.Table, skip: Sequence[str] = ()) -> dict[str, ComputedArray]:
+        """What :meth:`payload` of :meth:`of` holds, computed as it is written (a
+        loading process publishes views it never holds)."""
+        return {_PREFIX + name: ComputedArray(np.dtype(np.uint64), 2 * len(column),
+                                              functools.partial(_view_pieces, column))
+                for name, column in _viewed_columns(table, skip)}
 
     @classmethod
     def from_payload(cls, arrays: Mapping[str, np.ndarray], table: pa.Table) -> StringViews:

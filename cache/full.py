@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cache._combine import combine_releasing
+from cache._index_file import ComputedArray
 from cache._key_index import KeyIndex, key_starts
 from cache._keys import CacheKeys
 from cache._release import give_back
@@ -43,6 +44,7 @@ _EMPTY: tuple[Row, ...] = ()
 _Rows = TypeVar("_Rows", pa.Table, pa.RecordBatch)
 _NO_OFFSETS = np.zeros(0, dtype=np.int64)
 _NO_OFFSETS.flags.writeable = False
+_VIEWS_LOCK = threading.Lock()  # views are built once per snapshot, rarely: one lock
 
 
 class FullSnapshot:
@@ -71,8 +73,19 @@ class FullSnapshot:
         load (None: unknown); a reload finding the source still there reads nothing.
     """
 
-    __slots__ = ("_converter", "key_columns", "key_index", "loaded_at", "nbytes",
-                 "source_version", "table", "unique", "version", "views")
+    __slots__ = (
+        "_build_views",
+        "_converter",
+        "_views",
+        "key_columns",
+        "key_index",
+        "loaded_at",
+        "nbytes",
+        "source_version",
+        "table",
+        "unique",
+        "version",
+    )
 
     def __init__(
         self,
@@ -83,9 +96,12 @@ class FullSnapshot:
         version: int,
         source_version: str | None = None,
         views: StringViews | None = None,
+        *,
+        build_views: bool = True,
     ) -> None:
         self.table = table
-        self.views = views if views is not None else StringViews()
+        self._views = views
+        self._build_views = build_views
         self.key_columns = key_columns
         self.key_index = key_index
         self.loaded_at = loaded_at
@@ -93,7 +109,23 @@ class FullSnapshot:
         self.source_version = source_version
         self.unique = key_index.offsets is None
         self._converter: CacheKeys | None = None  # made by the first per-key lookup
-        self.nbytes = int(table.nbytes) + key_index.nbytes + self.views.nbytes
+        self.nbytes = int(table.nbytes) + key_index.nbytes + (0 if views is None else views.nbytes)
+
+    @property
+    def views(self) -> StringViews:
+        """The views of the table's short-string columns (:mod:`cache._string_views`),
+        built by the first join that probes this snapshot: a snapshot only published
+        from here (and served mapped) never builds them in memory."""
+        views = self._views
+        if views is None:
+            with _VIEWS_LOCK:
+                views = self._views
+                if views is None:
+                    views = (StringViews.of(self.table, self.key_columns) if self._build_views
+                             else StringViews())
+                    self.nbytes += views.nbytes
+                    self._views = views
+        return views
 
     @classmethod
     def build(
@@ -187,8 +219,7 @@ class FullSnapshot:
         index = KeyIndex.of_unique(table, keys, None if hashes is None else hashes.finish())
         give_back()  # the index's temporaries
         if index is not None:
-            return cls(table, keys, index, loaded_at, version, source_version,
-                       StringViews.of(table, keys))
+            return cls(table, keys, index, loaded_at, version, source_version)
         order = pc.sort_indices(table, sort_keys=_sort_keys(table.schema, keys))
         del table
         table = spool.reorder(order)
@@ -215,8 +246,7 @@ class FullSnapshot:
         index = KeyIndex.of_unique(table, keys)
         give_back()  # the index's temporaries
         if index is not None:
-            return cls(table, keys, index, loaded_at, version, source_version,
-                       StringViews.of(table, keys))
+            return cls(table, keys, index, loaded_at, version, source_version)
         table = table.sort_by(_sort_keys(table.schema, keys))
         return cls.from_sorted(table, keys, loaded_at=loaded_at, version=version, unique=False,
                                source_version=source_version)
@@ -231,7 +261,7 @@ class FullSnapshot:
         version: int = 1,
         unique: bool | None = None,
         source_version: str | None = None,
-        with_views: bool = True,
+        build_views: bool = True,
     ) -> FullSnapshot:
         """Index a table sorted by ``key_columns``, with no null key (what :meth:`build`
         makes of a table where a key has several rows; a table of one row a key, in any
@@ -246,7 +276,7 @@ class FullSnapshot:
         unique
             Whether every key has one row, when known (the store records it): True skips
             the pass that finds where each key's rows start. None: find out.
-        with_views
+        build_views
             Whether to build the views of short-string columns (16 bytes a row each) that
             make a join's gathers faster (:mod:`cache._string_views`).
 
@@ -259,21 +289,28 @@ class FullSnapshot:
         if unique is None:
             unique = len(key_starts(table, keys)) == table.num_rows
         return cls(table, keys, KeyIndex.build(table, keys, unique), loaded_at, version,
-                   source_version, StringViews.of(table, keys) if with_views else None)
+                   source_version, build_views=build_views)
 
     def confirmed(self, at: float) -> FullSnapshot:
         """This snapshot as loaded at ``at``: the source was found still at its version
         then, so staleness and the next due reload count from ``at``. Shares the table
-        and the index (nothing is copied or built)."""
+        and the index (nothing is copied or built, but the views once: both serve them)."""
+        if self._build_views:
+            self.views  # noqa: B018 -- built before the copy, so the twins share them
         twin = copy.copy(self)
         twin.loaded_at = at
         return twin
 
-    def payload(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    def payload(self) -> tuple[dict[str, Any], dict[str, np.ndarray | ComputedArray]]:
         """What is published beside the table (its sibling file): the key index's header
         and arrays, and the views of short-string columns."""
         header, arrays = self.key_index.payload()
-        return header, {**arrays, **self.views.payload()}
+        if self._views is not None:
+            return header, {**arrays, **self._views.payload()}
+        if not self._build_views:
+            return header, {**arrays}
+        # Computed as the file is written: the loading process never holds them.
+        return header, {**arrays, **StringViews.computed(self.table, self.key_columns)}
 
     def hand_over(self, mapped: FullSnapshot) -> None:
         """Point this snapshot, built here and never served, at ``mapped``: the same
@@ -283,7 +320,8 @@ class FullSnapshot:
             raise ValueError("hand_over() takes the same version, mapped")
         self.table = mapped.table
         self.key_index = mapped.key_index
-        self.views = mapped.views
+        self._views = mapped._views
+        self._build_views = mapped._build_views
         self.nbytes = mapped.nbytes
         give_back()
 

@@ -297,7 +297,7 @@ class SharedFullCache(LookupFullCache):
         return FullSnapshot.from_sorted(mapped.table, self.key_columns, loaded_at=record.loaded_at,
                                         version=record.version, unique=False,
                                         source_version=record.source_version or None,
-                                        with_views=False)
+                                        build_views=False)
 
 
 def _is_newer(record: StoredSnapshot, current: FullSnapshot) -> bool:

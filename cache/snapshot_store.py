@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from cache._index_file import map_arrays, write_arrays
+from cache._index_file import ComputedArray, map_arrays, write_arrays
 from cache._spool import ColumnSpool, Span
 from spark_lookup.errors import ConfigError
 from spark_lookup.options import check_int
@@ -491,7 +491,7 @@ class SnapshotStore:
     def publish(
         self, table: pa.Table, *, version: int, loaded_at: float, unique: bool,
         source_version: str = "",
-        index: tuple[Mapping[str, Any], Mapping[str, np.ndarray]] | None = None,
+        index: tuple[Mapping[str, Any], Mapping[str, np.ndarray | ComputedArray]] | None = None,
         spool: ColumnSpool | None = None,
     ) -> StoredSnapshot:
         """Write ``table`` (and its key ``index``: header and arrays, see

@@ -113,6 +113,7 @@ def test_views_are_published_and_mapped_with_the_snapshot(tmp_path: Path) -> Non
     try:
         built = FullSnapshot.build(pa.table({"k": np.arange(3_000), "v": pa.array(values)}),
                                    ["k"], loaded_at=5.0, version=1)
+        assert built._views is None  # the loader publishes views it never holds
         with store.try_lock():
             writer.publish(built)
     finally:
@@ -129,3 +130,15 @@ def test_views_are_published_and_mapped_with_the_snapshot(tmp_path: Path) -> Non
         assert got.to_pylist() == [values[i] for i in rows]
     finally:
         reader.close()
+
+
+def test_a_computed_array_must_be_as_long_as_it_says(tmp_path: Path) -> None:
+    from cache._index_file import ComputedArray, map_arrays, write_arrays
+
+    pieces = [np.arange(3, dtype=np.uint64), np.arange(3, 5, dtype=np.uint64)]
+    write_arrays(tmp_path / "ok", {}, {"a": ComputedArray(np.dtype(np.uint64), 5,
+                                                          lambda: iter(pieces))})
+    assert map_arrays(tmp_path / "ok")[1]["a"].tolist() == [0, 1, 2, 3, 4]
+    with pytest.raises(ValueError, match="4 values written, not 5"):
+        write_arrays(tmp_path / "short", {}, {"a": ComputedArray(
+            np.dtype(np.uint64), 5, lambda: iter([*pieces[:1], pieces[0][:1]]))})
