@@ -25,6 +25,10 @@ def python_values(column: pa.Array | pa.ChunkedArray) -> list[Any]:
     kind = column.type
     if pa.types.is_timestamp(kind) and kind.unit in ("s", "ms", "us"):
         return _timestamps(column, kind)
+    if not column.null_count and (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+        # numpy's ints and floats become Python's in one C loop, twice as fast.
+        numbers: list[Any] = column.to_numpy().tolist()
+        return numbers
     values: list[Any] = column.to_pylist()
     if pa.types.is_map(column.type):
         return [None if v is None else dict(v) for v in values]
