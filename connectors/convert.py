@@ -328,6 +328,9 @@ class _Column:
     target: pa.DataType
     spark: str
     nullable: bool
+    checked: bool
+    """Values of the target type itself are still checked (dates and timestamps,
+    against Spark's range): a wire of the target type is not taken as it is."""
 
 
 class Conformer:
@@ -361,7 +364,7 @@ class Conformer:
         self.policy = policy
         self.stats = stats
         self._columns = [
-            _Column(field.name, field.type, spark, field.nullable)
+            _Column(field.name, field.type, spark, field.nullable, _holds_times(field.type))
             for field, spark in zip(schema, spark_types, strict=True)
         ]
 
@@ -397,8 +400,11 @@ class Conformer:
         bad: list[BadValue] = []
         drop: set[int] = set()
         for index, (column, wire) in enumerate(zip(self._columns, wires, strict=True)):
-            converted, reasons = cast_column(wire, column.target)
             flags = None if flagged is None else flagged[index]
+            if flags is None and not column.checked and wire.type == column.target:
+                columns.append(wire)  # the target's own values: nothing to cast or find
+                continue
+            converted, reasons = cast_column(wire, column.target)
             found: dict[int, tuple[str, str]] = {
                 position: (_shown_wire(wire, position), reason)
                 for position, reason in reasons.items()

@@ -554,12 +554,15 @@ class KeyCodec:
                     # no key it was: only an infinity stays one.
                     array = pc.if_else(pc.and_(pc.is_inf(array), pc.is_finite(given)),
                                        pa.scalar(None, target), array)
+            floating = pa.types.is_floating(array.type)
+            cast.append(_signless_zero(array))
+            if not array.null_count and not floating:
+                continue  # every key of the column usable (the usual case)
             ok = pc.is_valid(array)
-            if pa.types.is_floating(array.type):
+            if floating:
                 # Kleene: a null's is_nan is null, and a null must not pass as usable.
                 ok = pc.and_kleene(ok, pc.invert(pc.is_nan(array)))
             usable = ok if usable is None else pc.and_(usable, ok)
-            cast.append(_signless_zero(array))
         if usable is None or pc.all(usable).as_py():
             return EncodedKeys(cast, list(range(len(cast[0]) if cast else 0)))
         kept = pc.indices_nonzero(usable)

@@ -25,6 +25,10 @@ def python_values(column: pa.Array | pa.ChunkedArray) -> list[Any]:
     kind = column.type
     if pa.types.is_timestamp(kind) and kind.unit in ("s", "ms", "us"):
         return _timestamps(column, kind)
+    if not column.null_count and (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+        # numpy's ints and floats become Python's in one C loop, twice as fast.
+        numbers: list[Any] = column.to_numpy().tolist()
+        return numbers
     values: list[Any] = column.to_pylist()
     if pa.types.is_map(column.type):
         return [None if v is None else dict(v) for v in values]
@@ -36,40 +40,68 @@ _MAX_US = 253402300799 * 1_000_000  # 9999-12-31 23:59:59
 
 
 def _timestamps(column: pa.Array | pa.ChunkedArray, kind: pa.TimestampType) -> list[Any]:
-    # pyarrow makes each datetime in Python (about 1.2 us each, 2.6 us with a zone);
+    # pyarrow makes each datetime in Python (about 1.2 us each, 9 us with a zone);
     # numpy makes naive ones in C, and aware ones are built from their pickled state
     # (CPython's datetime(bytes, tzinfo)), fields computed for the whole column at once.
-    micros = column.cast(pa.timestamp("us")).cast(pa.int64()).fill_null(0).to_numpy()
+    micros = _micros(column, kind)
     if len(micros) and (micros.min() < _MIN_US or micros.max() > _MAX_US):
         values: list[Any] = column.to_pylist()  # beyond datetime's range: pyarrow says so
         return values
-    stamps = micros.astype("datetime64[us]")
-    values = stamps.astype(object).tolist() if kind.tz is None else _aware_utc(stamps)
+    if kind.tz is None:
+        values = micros.astype("datetime64[us]").astype(object).tolist()
+    else:
+        values = _aware_utc(micros)
     if column.null_count:
         valid = column.is_valid().to_pylist()
         values = [v if ok else None for v, ok in zip(values, valid, strict=True)]
     return values
 
 
-def _aware_utc(stamps: np.ndarray) -> list[dt.datetime]:
-    days = stamps.astype("datetime64[D]")
-    months = days.astype("datetime64[M]")
-    year = months.astype(np.int64) // 12 + 1970
-    month = months.astype(np.int64) % 12 + 1
-    day = (days - months).astype(np.int64) + 1
-    rest = (stamps - days).astype(np.int64)
+def _micros(column: pa.Array | pa.ChunkedArray, kind: pa.TimestampType) -> np.ndarray:
+    """Microseconds since the epoch as int64 (0 for a null): the column's own buffer
+    when it is in microseconds already."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    ints = (column if kind.unit == "us" else column.cast(pa.timestamp("us"))).view(pa.int64())
+    if ints.null_count:
+        ints = ints.fill_null(0)
+    micros: np.ndarray = ints.to_numpy()
+    return micros
+
+
+# A datetime's pickled state: year (2 bytes), month, day, hour, minute, second, then
+# the microsecond (3 bytes), big-endian: 8 bytes and 2.
+_STATE = np.dtype([("high", ">u8"), ("low", ">u2")])
+
+
+def _aware_utc(micros: np.ndarray) -> list[dt.datetime]:
+    days, rest = np.divmod(micros, 86_400_000_000)
+    year, month, day = _civil(days)
     hour, rest = np.divmod(rest, 3_600_000_000)
     minute, rest = np.divmod(rest, 60_000_000)
     second, micro = np.divmod(rest, 1_000_000)
-    state = np.empty((len(stamps), 10), np.uint8)
-    state[:, 0], state[:, 1] = year >> 8, year & 0xFF
-    state[:, 2], state[:, 3], state[:, 4] = month, day, hour
-    state[:, 5], state[:, 6] = minute, second
-    state[:, 7], state[:, 8], state[:, 9] = micro >> 16, (micro >> 8) & 0xFF, micro & 0xFF
+    state = np.empty(len(micros), _STATE)
+    state["high"] = ((year << 48) | (month << 40) | (day << 32) | (hour << 24)
+                     | (minute << 16) | (second << 8) | (micro >> 16))
+    state["low"] = micro & 0xFFFF
     make: Any = dt.datetime  # its pickle constructor: datetime(state bytes, tzinfo)
     # Each row's 10 bytes as one bytes object (void items are never stripped), in C.
-    states = state.reshape(-1).view("V10").tolist()
-    return list(map(make, states, repeat(dt.timezone.utc)))
+    return list(map(make, state.view("V10").tolist(), repeat(dt.timezone.utc)))
+
+
+def _civil(days: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Year, month and day of days since 1970-01-01 (proleptic Gregorian): Howard
+    Hinnant's ``civil_from_days``, in integer arithmetic on whole arrays (numpy's
+    datetime64 conversions compute the calendar value by value, several times slower)."""
+    z = days + 719_468  # days since 0000-03-01: leap days fall at the end of a year
+    era = z // 146_097  # 400-year eras
+    doe = z - era * 146_097
+    yoe = (doe - doe // 1460 + doe // 36_524 - doe // 146_096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153  # months from March
+    day = doy - (153 * mp + 2) // 5 + 1
+    month = np.where(mp < 10, mp + 3, mp - 9)
+    return yoe + era * 400 + (month <= 2), month, day
 
 
 def python_rows(batch: pa.RecordBatch | pa.Table) -> list[tuple[Any, ...]]:

@@ -7,6 +7,7 @@ and the registry that builds them all import it, and none imports another's modu
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from spark_lookup.errors import KeyKindError, LookupLoadError
 from spark_lookup.schema import to_arrow_schema
 
 __all__ = ["EMPTY", "LookupRuntime", "Probe", "add_rows", "counting_bad_values", "has_null",
-           "probe_answers"]
+           "place_probe_answers", "probe_answers"]
 
 EMPTY: tuple[Row, ...] = ()
 
@@ -43,39 +44,49 @@ def counting_bad_values(reader: object, count: Callable[[int], object]) -> Itera
             count(grown)
 
 
-def add_rows(answers: dict[int, tuple[Row, ...]], positions: np.ndarray,
-             rows: pa.Table | pa.RecordBatch) -> None:
+def add_rows(answers: dict[int, tuple[Row, ...]] | list[tuple[Row, ...]],
+             positions: np.ndarray, rows: pa.Table | pa.RecordBatch) -> None:
     """Add to ``answers`` the rows of ``rows`` as Python tuples: row ``j`` belongs to
-    the key at ``positions[j]``, and a key's rows keep their order. The values are
-    made a column at a time (:func:`connectors.rows.python_values`) and placed by C
-    loops when each key has one row (the usual case); ``answers`` holds no key of
+    the key at ``positions[j]``, and a key's rows keep their order. ``answers`` is a
+    dict by key position, or a list with a slot per key position. The values are made
+    a column at a time (:func:`connectors.rows.python_values`) and placed by C loops
+    when each key has one row (the usual case); ``answers`` holds no key of
     ``positions`` yet."""
     if not len(positions):
         return
     columns = [python_values(column) for column in rows.columns]
     spots = positions.tolist()
+    place = answers.__setitem__
     if int(np.bincount(positions).max()) == 1:
-        answers.update(zip(spots, zip(zip(*columns, strict=True)), strict=True))
+        deque(map(place, spots, zip(zip(*columns, strict=True))), maxlen=0)
         return
     grouped: dict[int, list[Row]] = {}
     for spot, row in zip(spots, zip(*columns, strict=True), strict=True):
         grouped.setdefault(spot, []).append(row)
-    answers.update((spot, tuple(several)) for spot, several in grouped.items())
+    for spot, several in grouped.items():
+        place(spot, tuple(several))
 
 
 def probe_answers(groups: np.ndarray, offsets: np.ndarray, rows: pa.Table
                   ) -> dict[int, tuple[Row, ...]]:
     """The answer of a probe (in the form of :class:`Probe`) as Python rows, by key
-    position; keys without rows are left out. Only the matched rows are taken out of
-    ``rows`` (which may hold others) and turned into Python values."""
+    position; keys without rows are left out (see :func:`place_probe_answers`)."""
     answers: dict[int, tuple[Row, ...]] = {}
+    place_probe_answers(answers, groups, offsets, rows)
+    return answers
+
+
+def place_probe_answers(answers: dict[int, tuple[Row, ...]] | list[tuple[Row, ...]],
+                        groups: np.ndarray, offsets: np.ndarray, rows: pa.Table) -> None:
+    """Add to ``answers`` (as :func:`add_rows`) the answer of a probe (in the form of
+    :class:`Probe`) as Python rows. Only the matched rows are taken out of ``rows``
+    (which may hold others) and turned into Python values."""
     positions, row_numbers = expand(groups, offsets)
     if len(positions):
         if len(row_numbers) != rows.num_rows or not np.array_equal(
                 row_numbers, np.arange(len(row_numbers))):
             rows = rows.take(pa.array(row_numbers, type=pa.int64()))
         add_rows(answers, positions, rows)
-    return answers
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -47,7 +46,7 @@ from lookup._runtime_base import (
     add_rows,
     counting_bad_values,
     has_null,
-    probe_answers,
+    place_probe_answers,
 )
 from lookup.changes import ChangeFeed
 from lookup.full_caching import FullCachingRuntime
@@ -236,14 +235,16 @@ class _LoadingRuntime(LookupRuntime):
         return groups, offsets, rows
 
     def _python_answer(self, function: LookupFunction, arrays: list[pa.Array]
-                       ) -> dict[int, tuple[Row, ...]]:
+                       ) -> list[tuple[Row, ...]]:
         """The rows of distinct keys of the key types (see :meth:`_fetch`) as Python
-        tuples, by key position (keys without rows left out): only the answer is turned
-        into Python values, a column at a time, and the loaded rows are placed as they
-        came (never reordered in Arrow)."""
+        tuples, by key position, and one empty answer more at the end (so that
+        position -1, a key that never matches, reads as none): only the answer is
+        turned into Python values, a column at a time, and the loaded rows are placed
+        as they came (never reordered in Arrow)."""
         fetched = self._fetch(function, arrays)
-        answers = ({} if self._cache is None
-                   else probe_answers(fetched.groups, fetched.offsets, fetched.rows))
+        answers = [EMPTY] * (len(arrays[0]) + 1)
+        if self._cache is not None:
+            place_probe_answers(answers, fetched.groups, fetched.offsets, fetched.rows)
         if fetched.loaded is not None:
             add_rows(answers, fetched.miss[fetched.row_keys], fetched.loaded)
         return answers
@@ -337,16 +338,17 @@ class _LoadingRuntime(LookupRuntime):
         # encoded as Arrow arrays (in C for plain values), answered as a join's are, and
         # only the answer is turned into Python rows.
         encoded = self._codec.encode(keys, skip_null_keys=True, shapes_checked=True)
-        answers: dict[int, tuple[Row, ...]] = {}
+        # The rows of each distinct key by position, then none (position -1).
+        answers: list[tuple[Row, ...]] = [EMPTY]
         if self._arrow_native and len(encoded):
             assert self._arrow_function is not None
             answers = self._python_answer(self._arrow_function, encoded.arrays)
         elif len(encoded):
             distinct = encoded.distinct
             found = self._lookup_distinct(distinct)
-            answers = dict(enumerate(map(found.__getitem__, distinct)))
-        # Every key given, in order, with its distinct key's rows (-1: none), in C loops.
-        return dict(zip(keys, map(answers.get, encoded.positions, repeat(EMPTY)), strict=True))
+            answers = [*map(found.__getitem__, distinct), EMPTY]
+        # Every key given, in order, with its distinct key's rows, in C loops.
+        return dict(zip(keys, map(answers.__getitem__, encoded.positions), strict=True))
 
     def _lookup_distinct(self, keys: list[Key]) -> dict[Key, tuple[Row, ...]]:
         """Rows of distinct encoded keys (values of their columns' types), in Python:

@@ -13,10 +13,10 @@ instance per database, chosen from the connection's driver module
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -36,6 +36,8 @@ __all__ = [
     "LookupStatement",
     "escape_percent",
 ]
+
+_Built = TypeVar("_Built")
 
 _OTHER_MAX_PARAMS = 999
 
@@ -92,6 +94,8 @@ class LookupPlan(Protocol):
 
     def filter_sql(self, placeholder: Callable[[int], str], first: int = 0
                    ) -> tuple[list[str], list[Any]]: ...
+
+    def memo(self, key: Hashable, build: Callable[[], _Built]) -> _Built: ...
 
 
 @dataclass(frozen=True)

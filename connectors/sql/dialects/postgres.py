@@ -210,6 +210,22 @@ class PostgresDialect(Dialect):
 
     def lookup_statement(self, plan: LookupPlan, flavor: Flavor, chunk: list[pa.Array]
                          ) -> LookupStatement:
+        # The text depends on the plan and the flavor only: built once, kept with the plan.
+        sql, filter_values, by_value = plan.memo(
+            ("postgres lookup", flavor), lambda: self._lookup_sql(plan, flavor))
+        params: object
+        if flavor.adbc:
+            arrays = [
+                pa.ListArray.from_arrays(pa.array([0, len(a)], pa.int32()), a) for a in chunk
+            ] + [pa.array([v]) for v in filter_values]
+            params = pa.record_batch(arrays, names=[f"p{i}" for i in range(len(arrays))])
+        else:
+            params = flavor.params([a.to_pylist() for a in chunk] + filter_values)
+        return LookupStatement(sql, params, by_value)
+
+    def _lookup_sql(self, plan: LookupPlan, flavor: Flavor) -> tuple[str, list[object], bool]:
+        """A batched lookup's text, the values of the table's filters, and whether rows
+        are matched back to their keys by value."""
         width = len(plan.key_columns)
         select = plan.select_sql()
         filters, filter_values = plan.filter_sql(flavor.placeholder, width)
@@ -238,15 +254,7 @@ class PostgresDialect(Dialect):
             )
         if filters:
             sql += (" AND " if by_value else " WHERE ") + " AND ".join(filters)
-        params: object
-        if flavor.adbc:
-            arrays = [
-                pa.ListArray.from_arrays(pa.array([0, len(a)], pa.int32()), a) for a in chunk
-            ] + [pa.array([v]) for v in filter_values]
-            params = pa.record_batch(arrays, names=[f"p{i}" for i in range(len(arrays))])
-        else:
-            params = flavor.params([a.to_pylist() for a in chunk] + filter_values)
-        return LookupStatement(self.finish(sql, flavor), params, by_value)
+        return self.finish(sql, flavor), list(filter_values), by_value
 
     def row_estimate(self, connection: ConnectionLike, table_sql: str) -> int | None:
         flavor = connection.flavor
