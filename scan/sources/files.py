@@ -18,6 +18,7 @@ from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
 from scan.sources._batches import BatchReading, io_error, with_last
 from scan.sources._enumerator import SplitPlanner
 from scan.sources._pull import PullSource, QueueSplitReader
+from scan.sources._row_groups import row_group_batches
 from scan.sources._types import arrow_to_spark
 from scan.split import SourceSplit
 from spark_lookup._per_process import PerProcess
@@ -31,14 +32,10 @@ if TYPE_CHECKING:
 __all__ = ["FileSource", "FileSplit"]
 
 _FORMATS = ("parquet", "csv")
-# Rows of a Parquet row group decoded by one call (one fetch, one queue element): what a
-# reader holds (its queue, the batches it handed over, the decoder's state) stays a few
-# MB whatever the row groups' size. Measured on an idle machine: 32K-row units read at
-# 0.77-0.80x of pq.read_table with 4 readers, 64K at 0.90x; a reload's peak grew from
-# 0.60-0.63x to 0.62-0.66x the table (the bound is 1.5x). Readers emit slices of it.
-_DECODE_ROWS = 1 << 16
-# A column chunk is read through a buffer of this size, not whole (nor all the chunks of
-# a row group at once, pyarrow's pre-buffering): a 128 MB row group costs 1 MB a column.
+# A row group is decoded in units of about 8 MB (scan/sources/_row_groups.py), of which
+# readers emit slices. A column chunk is read through a buffer of this size, not whole
+# (nor all the chunks of a row group at once, pyarrow's pre-buffering): a 128 MB row
+# group costs 1 MB a column.
 _READ_BUFFER = 1 << 20
 
 
@@ -197,7 +194,7 @@ class _SplitReader(QueueSplitReader[FileSplit]):
     def read_next(self, split: FileSplit) -> tuple[pa.RecordBatch | None, bool]:
         try:
             if self._batches is None:
-                self._batches = with_last(self._open(split))
+                self._batches = self._open(split)
             item = next(self._batches, None)
         except SparkLookupError:
             raise
@@ -210,7 +207,8 @@ class _SplitReader(QueueSplitReader[FileSplit]):
     def split_done(self) -> None:
         self._batches = None
 
-    def _open(self, split: FileSplit) -> Iterator[pa.RecordBatch]:
+    def _open(self, split: FileSplit) -> Iterator[tuple[pa.RecordBatch, bool]]:
+        """The split's rows to emit, batch by batch, each with whether it is the last."""
         return self._parquet(split) if self._format == "parquet" else self._csv(split)
 
     def _open_parquet(self, path: str) -> Any:
@@ -225,26 +223,28 @@ class _SplitReader(QueueSplitReader[FileSplit]):
             _check_columns(path, parquet.schema_arrow.names, self._schema.names)
         return self._parquet_file[1]
 
-    def _parquet(self, split: FileSplit) -> Iterator[pa.RecordBatch]:
+    def _parquet(self, split: FileSplit) -> Iterator[tuple[pa.RecordBatch, bool]]:
         assert split.row_group is not None
         parquet = self._open_parquet(split.path)
-        yield from self._after_offset(split, parquet.iter_batches(
-            batch_size=_DECODE_ROWS, row_groups=[split.row_group], columns=self._schema.names))
+        yield from self._after_offset(
+            split, row_group_batches(parquet, split.row_group, self._schema))
 
-    def _after_offset(self, split: FileSplit, batches: Iterable[pa.RecordBatch]
-                      ) -> Iterator[pa.RecordBatch]:
-        """The decoded batches conformed, less the rows emitted before the checkpoint:
-        converted and filtered first, since the offset counts rows emitted."""
+    def _after_offset(self, split: FileSplit, batches: Iterable[tuple[pa.RecordBatch, bool]]
+                      ) -> Iterator[tuple[pa.RecordBatch, bool]]:
+        """The decoded batches conformed, less the rows emitted before the checkpoint
+        (converted and filtered first, since the offset counts rows emitted), each with
+        whether it is the split's last; batches left empty are passed over, except the
+        last, which finishes the split."""
         skip = split.offset
         start = 0
-        for batch in batches:
+        for batch, last in batches:
             kept = self._reading.conform(batch, split.path, start)
             start += batch.num_rows
-            if skip >= kept.num_rows:
-                skip -= kept.num_rows
+            dropped = min(skip, kept.num_rows)
+            skip -= dropped
+            if dropped == kept.num_rows and not last:
                 continue
-            yield kept.slice(skip)
-            skip = 0
+            yield kept.slice(dropped), last
 
     def _csv(self, split: FileSplit) -> Iterator[pa.RecordBatch]:
         from pyarrow import csv
@@ -254,7 +254,8 @@ class _SplitReader(QueueSplitReader[FileSplit]):
         options = csv.ConvertOptions(column_types=self._schema, include_columns=self._schema.names)
         try:
             with csv.open_csv(split.path, convert_options=options) as reader:
-                yield from self._after_offset(split, reader)
+                # A CSV file's end is known only by reading past it: one batch ahead.
+                yield from self._after_offset(split, with_last(iter(reader)))
         except KeyError as exc:  # a declared column is not in the header
             header = _csv_header(split.path)
             _check_columns(split.path, header, self._schema.names)
