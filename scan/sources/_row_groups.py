@@ -10,11 +10,11 @@ handed over, the decoder's state):
   cores idle: measured on 2 CPUs with 4 columns of 44 bytes a row, 64K-row units (2.8
   MB) read at 0.84x of ``pq.read_table``, units of ~8 MB at about 1x;
 - a unit of a fixed number of rows is any size: 64K rows of a table of 1 KB rows are
-  64 MB. So the rows of a unit follow from the row group's footer (the uncompressed
-  size of the columns read, at least their fixed width for fixed-width types, over
-  its rows), between a floor (a few per-unit costs per MB of very wide rows) and a
-  ceiling (the footer's size of dictionary-encoded values can be far below their
-  decoded size).
+  64 MB. So the rows of a unit follow from the row group's footer (the width of each
+  column read: its uncompressed size over the rows, at least its fixed width, for
+  strings at least the length of its min and max values), between a floor (a few
+  per-unit costs per MB of very wide rows) and a ceiling (an estimate can still fall
+  short: dictionary-encoded values of many lengths).
 
 The last unit is known by counting rows against the footer's, not by decoding one unit
 ahead (which would hold one more unit per reader).
@@ -44,22 +44,36 @@ def _fixed_width(data_type: pa.DataType) -> int:
         return 0
 
 
+def _stored_width(chunk: Any, rows: int) -> float:
+    """Bytes a row of column chunk ``chunk`` takes, by the footer: its uncompressed size
+    over the rows, or for byte arrays at least the mean length of its min and max (a
+    dictionary stores each distinct value once, so its size says little about what
+    the values decode to)."""
+    width = chunk.total_uncompressed_size / rows
+    statistics = chunk.statistics
+    if (chunk.physical_type == "BYTE_ARRAY" and statistics is not None
+            and statistics.has_min_max):
+        width = max(width, 4 + (len(statistics.min) + len(statistics.max)) / 2)
+    return float(width)
+
+
 def decode_rows(group: Any, schema: pa.Schema) -> int:
     """Rows per unit for row group ``group`` (its ``RowGroupMetaData``) read as the
     columns of ``schema``: about :data:`DECODE_BYTES`, within the floor and ceiling."""
     rows = group.num_rows
     if rows <= 0:
         return MIN_DECODE_ROWS
-    stored: dict[str, int] = {}
-    for index in range(group.num_columns):
-        column = group.column(index)
-        top = column.path_in_schema.split(".", 1)[0]
-        stored[top] = stored.get(top, 0) + column.total_uncompressed_size
-    width = sum(max(stored.get(field.name, 0) / rows, _fixed_width(field.type))
-                for field in schema)
+    chunks = [group.column(index) for index in range(group.num_columns)]
+    width = 0.0
+    for field in schema:
+        # A nested column is stored as several leaf chunks, "name.child..." each.
+        stored = sum(_stored_width(chunk, rows) for chunk in chunks
+                     if chunk.path_in_schema == field.name
+                     or chunk.path_in_schema.startswith(field.name + "."))
+        width += max(stored, _fixed_width(field.type))
     if width <= 0:
         return MAX_DECODE_ROWS
-    return int(min(max(DECODE_BYTES // width, MIN_DECODE_ROWS), MAX_DECODE_ROWS))
+    return int(min(max(DECODE_BYTES / width, MIN_DECODE_ROWS), MAX_DECODE_ROWS))
 
 
 def row_group_batches(parquet: Any, row_group: int, schema: pa.Schema
