@@ -39,7 +39,7 @@ MAX_DECODE_ROWS = 1 << 18
 def _fixed_width(data_type: pa.DataType) -> int:
     """Bytes a value of ``data_type`` takes decoded, if that is fixed (else 0)."""
     try:
-        return max(data_type.bit_width // 8, 1)
+        return max(int(data_type.bit_width) // 8, 1)
     except ValueError:  # not a fixed-width type (strings, lists, structs...)
         return 0
 
