@@ -7,8 +7,9 @@ handed over, the decoder's state):
 
 - pyarrow decodes each unit's columns in parallel and then waits for all of them, and
   every unit costs the fetcher its conversion and hand-over, so small units leave
-  cores idle: measured on 2 CPUs with 4 columns of 44 bytes a row, 64K-row units (2.8
-  MB) read at 0.84x of ``pq.read_table``, units of ~8 MB at about 1x;
+  cores idle: on 2 CPUs, 4 columns of 44 bytes a row, the decoding loop alone read
+  64K-row units (2.8 MB) at 0.77-0.85x of ``pq.read_table``, 256K-row units at 1.00x
+  (benchmarks/README.md, "Decode units of about 8 MB");
 - a unit of a fixed number of rows is any size: 64K rows of a table of 1 KB rows are
   64 MB. So the rows of a unit follow from the row group's footer (the width of each
   column read: its uncompressed size over the rows, at least its fixed width, for
