@@ -1,4 +1,5 @@
-"""Run every benchmark, one subprocess each, then write a summary and the plot.
+"""Run every benchmark, one subprocess each (in a quick run, one for the Spark scripts
+together), then write a summary and the plot.
 
 The scripts run in sequence (never two at once: they would measure each other):
 cache_ops, scan_full_load, lookup_batch_pg, join_throughput, naive_vs_lookup,
@@ -15,7 +16,9 @@ broadcast join and the naive per-row UDFs, whichever ran -- to
 script gets ``--quick`` (or reduced sizes, for scripts without that option; a script with
 neither is left out, status "skipped"), and runs from a copy of ``benchmarks/`` in a
 temporary directory, so its JSON never replaces a full run's; the summary and plot go to
-``benchmarks/out/quick/``. Quick figures are smoke figures: one round, small sizes.
+``benchmarks/out/quick/``. The Spark scripts of a quick run run one after the other in one
+process, so they start one JVM between them (``_one_process.py``). Quick figures are
+smoke figures: one round, small sizes.
 
 ``--out DIR`` puts the summary and the plot of either kind of run in ``DIR`` instead (the
 scripts' own JSON files stay in their ``out/``). ``--replot`` runs nothing: it reads the
@@ -60,10 +63,16 @@ REQUIRED = ("cache_ops", "scan_full_load", "lookup_batch_pg", "cache_memory", "j
 # Scripts with neither are left out of a quick run (worker_churn: 40 Python worker starts
 # at any size, minutes on 2 CPUs).
 QUICK_ARGS = {
-    "cache_ops": ["--ops", "20000", "--keys", "10000", "--repeats", "3"],
+    # A single DefaultLookupCache.put is a batch of one (about 1-3k/s on 2 CPUs): 20,000
+    # of them, 3 rounds, took 30-85 s of a quick run; 2,000 still time every case.
+    "cache_ops": ["--ops", "2000", "--keys", "1000", "--repeats", "2"],
     "scan_full_load": ["--rows", "50000", "--repeats", "2"],
 }
 TIMEOUT_S = {True: 300, False: 4 * 3600}  # per script, quick and full
+# A quick run runs these in one process, so one JVM (see _one_process.py): starting
+# Spark took 10-20 s of each on 2 CPUs. A full run gives every script a process and a
+# fresh JVM of its own: the JIT state one left would be measured by the next.
+SHARED_JVM = ("join_throughput", "naive_vs_lookup", "refresh_vs_lookup")
 
 
 def cpu_model() -> str | None:
@@ -99,36 +108,34 @@ def stop_group(process: subprocess.Popen[bytes]) -> None:
             continue
 
 
-def run_script(name: str, path: Path, out_dir: Path, quick: bool) -> dict[str, Any]:
-    """Run one benchmark script; its output streams through, its JSON is collected."""
-    extra = script_args(path, quick)
-    if extra is None:
-        print(f"\n=== {name}: no quick form, left out of the quick run", flush=True)
-        return {"status": "skipped", "reason": "no --quick option and no reduced sizes known"}
+def _command(name: str, path: Path, extra: list[str]) -> tuple[list[str], str]:
+    """The command that runs a script, and how it is shown."""
     command = [sys.executable, str(path), *extra]
-    shown = " ".join([".venv/bin/python", f"benchmarks/{name}.py", *command[2:]])
-    print(f"\n=== {shown}", flush=True)
-    started_wall = time.time()
-    started = time.perf_counter()
+    return command, " ".join([".venv/bin/python", f"benchmarks/{name}.py", *extra])
+
+
+def _env() -> dict[str, str]:
     env = dict(os.environ)
     # The project itself (editable install or not) for the scripts and their Spark workers.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    entry: dict[str, Any] = {"command": shown}
-    # A session of its own, so that a timeout ends the script's whole process group (its
-    # Spark JVM and Python workers included), not only the script.
-    process = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True)
+    return env
+
+
+def _wait(process: subprocess.Popen[bytes], timeout: float) -> int | None:
+    """The exit code of ``process``, or None when it ran out of time (its group ended)."""
     try:
-        entry["returncode"] = process.wait(timeout=TIMEOUT_S[quick])
-        entry["status"] = "ok" if entry["returncode"] == 0 else "failed"
+        return process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        entry["returncode"] = None
-        entry["status"] = "timeout"
         stop_group(process)
+        return None
     except BaseException:  # Ctrl-C: do not leave the script running
         stop_group(process)
         raise
-    entry["seconds"] = round(time.perf_counter() - started, 1)
-    # The JSON the script wrote during this run (its name may carry a _quick suffix).
+
+
+def _collect(name: str, entry: dict[str, Any], out_dir: Path, started_wall: float) -> None:
+    """Add the JSON the script wrote during this run to ``entry`` (its name may carry a
+    _quick suffix), and say how it ended."""
     written = sorted((p for p in out_dir.glob(f"{name}*.json")
                       if p.stat().st_mtime >= started_wall - 1),
                      key=lambda p: p.stat().st_mtime)
@@ -138,7 +145,61 @@ def run_script(name: str, path: Path, out_dir: Path, quick: bool) -> dict[str, A
     elif entry["status"] == "ok":
         entry["status"] = "no result"
     print(f"=== {name}: {entry['status']} in {entry['seconds']:.0f} s", flush=True)
+
+
+def run_script(name: str, path: Path, out_dir: Path, quick: bool) -> dict[str, Any]:
+    """Run one benchmark script; its output streams through, its JSON is collected."""
+    extra = script_args(path, quick)
+    if extra is None:
+        print(f"\n=== {name}: no quick form, left out of the quick run", flush=True)
+        return {"status": "skipped", "reason": "no --quick option and no reduced sizes known"}
+    command, shown = _command(name, path, extra)
+    print(f"\n=== {shown}", flush=True)
+    started_wall = time.time()
+    started = time.perf_counter()
+    entry: dict[str, Any] = {"command": shown}
+    # A session of its own, so that a timeout ends the script's whole process group (its
+    # Spark JVM and Python workers included), not only the script.
+    process = subprocess.Popen(command, cwd=ROOT, env=_env(), start_new_session=True)
+    entry["returncode"] = _wait(process, TIMEOUT_S[quick])
+    entry["status"] = ("timeout" if entry["returncode"] is None
+                       else "ok" if entry["returncode"] == 0 else "failed")
+    entry["seconds"] = round(time.perf_counter() - started, 1)
+    _collect(name, entry, out_dir, started_wall)
     return entry
+
+
+def run_in_one_process(scripts: list[tuple[str, Path]], out_dir: Path,
+                       quick: bool) -> dict[str, dict[str, Any]]:
+    """Run ``scripts`` one after the other in one process (``_one_process.py``): the
+    Spark scripts of a quick run, which then start one JVM between them. Each gets an
+    entry as from :func:`run_script`; the group has the time of all of them."""
+    entries: dict[str, dict[str, Any]] = {}
+    spec = []
+    for name, path in scripts:
+        extra = script_args(path, quick)
+        if extra is None:
+            print(f"\n=== {name}: no quick form, left out of the quick run", flush=True)
+            entries[name] = {"status": "skipped",
+                             "reason": "no --quick option and no reduced sizes known"}
+            continue
+        spec.append((name, str(path), extra))
+        entries[name] = {"command": _command(name, path, extra)[1], "shared_process": True}
+    if not spec:
+        return entries
+    started_wall = time.time()
+    with tempfile.TemporaryDirectory(prefix="bench-status-") as tmp:
+        status_path = Path(tmp) / "status.json"
+        process = subprocess.Popen(
+            [sys.executable, str(Path(spec[0][1]).parent / "_one_process.py"), str(status_path),
+             json.dumps(spec)], cwd=ROOT, env=_env(), start_new_session=True)
+        _wait(process, TIMEOUT_S[quick] * len(spec))
+        statuses = json.loads(status_path.read_text()) if status_path.exists() else {}
+    for name, _, _ in spec:
+        entry = entries[name]
+        entry.update(statuses.get(name, {"status": "timeout", "returncode": None, "seconds": 0}))
+        _collect(name, entry, out_dir, started_wall)
+    return entries
 
 
 # --- headline ratios ---------------------------------------------------------------------
@@ -436,13 +497,19 @@ def main() -> None:
 
     entries: dict[str, dict[str, Any]] = {}
     try:
+        shared: list[tuple[str, Path]] = []
         for name in wanted:
             path = scripts_dir / f"{name}.py"
             if not path.exists():
                 if name in REQUIRED:
                     entries[name] = {"status": "missing"}
                 continue
+            if args.quick and name in SHARED_JVM:
+                shared.append((name, path))
+                entries[name] = {}  # keeps the run order in the summary
+                continue
             entries[name] = run_script(name, path, out_dir, args.quick)
+        entries.update(run_in_one_process(shared, out_dir, args.quick))
     finally:
         if workdir is not None:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -163,10 +163,15 @@ class BatchStreamReader(QueueSplitReader[SplitT]):
     def read_error(self, split: SplitT, exc: BaseException) -> SparkLookupError:
         """``exc``, raised reading ``split``, as our error."""
 
+    def flagged_batches(self, split: SplitT) -> Iterator[tuple[pa.RecordBatch, bool]]:
+        """:meth:`batches`, each with whether it is the split's last (by default found
+        by reading one batch ahead; a reader that knows sooner says so here)."""
+        return with_last(self.batches(split))
+
     def read_next(self, split: SplitT) -> tuple[pa.RecordBatch | None, bool]:
         try:
             if self._batches is None:
-                self._batches = with_last(self.batches(split))
+                self._batches = self.flagged_batches(split)
             item = next(self._batches, None)
         except SparkLookupError:
             raise

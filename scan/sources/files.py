@@ -20,10 +20,11 @@ from scan.sources._batches import (
     BatchReadingSource,
     BatchStreamReader,
     io_error,
-    skip_rows,
+    with_last,
 )
 from scan.sources._enumerator import SplitPlanner
 from scan.sources._pull import SplitFieldsSerializer
+from scan.sources._row_groups import row_group_batches
 from scan.sources._types import arrow_to_spark
 from scan.split import SourceSplit
 from spark_lookup._shown import shown
@@ -36,14 +37,10 @@ if TYPE_CHECKING:
 __all__ = ["FileSource", "FileSplit"]
 
 _FORMATS = ("parquet", "csv")
-# Rows of a Parquet row group decoded by one call (one fetch, one queue element): what a
-# reader holds (its queue, the batches it handed over, the decoder's state) stays a few
-# MB whatever the row groups' size. Measured on an idle machine: 32K-row units read at
-# 0.77-0.80x of pq.read_table with 4 readers, 64K at 0.90x; a reload's peak grew from
-# 0.60-0.63x to 0.62-0.66x the table (the bound is 1.5x). Readers emit slices of it.
-_DECODE_ROWS = 1 << 16
-# A column chunk is read through a buffer of this size, not whole (nor all the chunks of
-# a row group at once, pyarrow's pre-buffering): a 128 MB row group costs 1 MB a column.
+# A row group is decoded in units of about 8 MB (scan/sources/_row_groups.py), of which
+# readers emit slices. A column chunk is read through a buffer of this size, not whole
+# (nor all the chunks of a row group at once, pyarrow's pre-buffering): a 128 MB row
+# group costs 1 MB a column.
 _READ_BUFFER = 1 << 20
 
 
@@ -196,6 +193,10 @@ class _SplitReader(BatchStreamReader[FileSplit]):
         return io_error(f"reading {split.split_id!r}", exc)
 
     def batches(self, split: FileSplit) -> Iterator[pa.RecordBatch]:
+        return (batch for batch, _ in self.flagged_batches(split))
+
+    def flagged_batches(self, split: FileSplit) -> Iterator[tuple[pa.RecordBatch, bool]]:
+        # A row group's last unit is known by counting its rows: no decoding one ahead.
         return self._parquet(split) if self._format == "parquet" else self._csv(split)
 
     def _open_parquet(self, path: str) -> Any:
@@ -210,19 +211,30 @@ class _SplitReader(BatchStreamReader[FileSplit]):
             _check_columns(path, parquet.schema_arrow.names, self._schema.names)
         return self._parquet_file[1]
 
-    def _parquet(self, split: FileSplit) -> Iterator[pa.RecordBatch]:
+    def _parquet(self, split: FileSplit) -> Iterator[tuple[pa.RecordBatch, bool]]:
         assert split.row_group is not None
         parquet = self._open_parquet(split.path)
-        yield from self._after_offset(split, parquet.iter_batches(
-            batch_size=_DECODE_ROWS, row_groups=[split.row_group], columns=self._schema.names))
+        yield from self._after_offset(
+            split, row_group_batches(parquet, split.row_group, self._schema))
 
-    def _after_offset(self, split: FileSplit, batches: Iterable[pa.RecordBatch]
-                      ) -> Iterator[pa.RecordBatch]:
-        """The decoded batches conformed, less the rows emitted before the checkpoint:
-        converted and filtered first, since the offset counts rows emitted."""
-        return skip_rows(self._reading.conform_all(batches, split.path), split.offset)
+    def _after_offset(self, split: FileSplit, batches: Iterable[tuple[pa.RecordBatch, bool]]
+                      ) -> Iterator[tuple[pa.RecordBatch, bool]]:
+        """The decoded batches conformed, less the rows emitted before the checkpoint
+        (converted and filtered first, since the offset counts rows emitted), each with
+        whether it is the split's last; batches left empty are passed over, except the
+        last, which finishes the split."""
+        skip = split.offset
+        start = 0
+        for batch, last in batches:
+            kept = self._reading.conform(batch, split.path, start)
+            start += batch.num_rows
+            dropped = min(skip, kept.num_rows)
+            skip -= dropped
+            if dropped == kept.num_rows and not last:
+                continue
+            yield kept.slice(dropped), last
 
-    def _csv(self, split: FileSplit) -> Iterator[pa.RecordBatch]:
+    def _csv(self, split: FileSplit) -> Iterator[tuple[pa.RecordBatch, bool]]:
         from pyarrow import csv
 
         # The parser converts to the declared types itself (vectorized, and with CSV's
@@ -230,7 +242,8 @@ class _SplitReader(BatchStreamReader[FileSplit]):
         options = csv.ConvertOptions(column_types=self._schema, include_columns=self._schema.names)
         try:
             with csv.open_csv(split.path, convert_options=options) as reader:
-                yield from self._after_offset(split, reader)
+                # A CSV file's end is known only by reading past it: one batch ahead.
+                yield from self._after_offset(split, with_last(iter(reader)))
         except KeyError as exc:  # a declared column is not in the header
             header = _csv_header(split.path)
             _check_columns(split.path, header, self._schema.names)
@@ -322,12 +335,13 @@ class FileSource(BatchReadingSource[FileSplit, BatchReading]):
 
     Notes
     -----
-    A fetch is one decoded unit of up to 65,536 rows of a row group (a CSV parser
-    block for CSV), its column chunks read through a 1 MiB buffer; a reader holds at
-    most ``element_queue_capacity + 1`` of them, so memory stays bounded for large row
-    groups. Readers emit zero-copy slices of them, ``records_per_poll`` rows at a time.
-    CSV files are read by ``pyarrow.csv.open_csv``: they have no statistics to skip
-    by, and a dataset of one CSV file read 1M rows in 0.20 s against 0.11 s.
+    A fetch is one decoded unit of a row group, of about 8 MB by the footer's column
+    sizes (4,096 to 262,144 rows; a CSV parser block for CSV), its column chunks read
+    through a 1 MiB buffer; a reader holds at most ``element_queue_capacity + 1`` of
+    them, so memory stays bounded for large row groups and wide rows. Readers emit
+    zero-copy slices of them, ``records_per_poll`` rows at a time. CSV files are read by
+    ``pyarrow.csv.open_csv``: they have no statistics to skip by, and a dataset of one
+    CSV file read 1M rows in 0.20 s against 0.11 s.
 
     Examples
     --------

@@ -56,6 +56,9 @@ def test_quick_benchmarks_run_and_summarize(postgres_dsn: str, redis_url: str,
         assert entry["result"], name
     for name, entry in summary["benchmarks"].items():  # optional ones may have no quick form
         assert entry["status"] in ("ok", "skipped"), (name, entry.get("status"))
+    # The Spark scripts ran in one process, so they started one JVM between them.
+    assert all(summary["benchmarks"][name].get("shared_process")
+               for name in ("join_throughput", "naive_vs_lookup")), summary["benchmarks"]
     missing = [key for key in HEADLINE if summary["headline"].get(key) is None]
     assert not missing, missing
     assert (tmp_path / "plot.png").stat().st_size > 10_000

@@ -35,7 +35,7 @@ from scan.connector import (
     SingleThreadFetcherManager,
 )
 from scan.serializers import unpack_versioned
-from scan.sources import files
+from scan.sources import _row_groups
 from spark_lookup.errors import SourceError
 from tests.scan.helpers import (
     ArrowListState,
@@ -230,6 +230,6 @@ def test_a_checkpoint_inside_a_fetched_batch_is_exact(tmp_path: Path, parallelis
     (packed,) = [p for reader in decode_checkpoint(checkpoint).readers for p in reader]
     split = unpack_versioned(source.split_serializer, packed, "split")
     assert (split.row_group, split.offset) == (0, 14)
-    assert files._DECODE_ROWS > 1000, "the test needs the whole row group in one fetch"
+    assert _row_groups.MIN_DECODE_ROWS > 1000, "the test needs the whole row group in one fetch"
     with LocalSourceRunner(source, 3, restore_from=checkpoint) as runner:
         assert before + runner.run() == rows
