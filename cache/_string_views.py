@@ -42,14 +42,6 @@ def _single(column: pa.Array | pa.ChunkedArray) -> pa.Array | None:
     return column
 
 
-def _first_offset(column: pa.Array) -> int:
-    return int(np.frombuffer(column.buffers()[1], dtype=np.int32,
-                             count=1, offset=4 * column.offset)[0])
-
-
-
-
-
 def _offsets(column: pa.Array) -> np.ndarray:
     return np.frombuffer(column.buffers()[1], dtype=np.int32, count=len(column) + 1,
                          offset=4 * column.offset)
@@ -171,17 +163,15 @@ class StringViews:
         fields = gathered.view(np.int32).reshape(-1, 4)
         if valid is not None:
             fields[~valid] = 0
-        data_start = _first_offset(one)
+        data_start = int(_offsets(one)[0])
         data = one.buffers()[2]
         size = 0 if data is None else data.size - data_start
-        long = fields[:, 0] > _INLINE
-        if long.any():
-            length, offset = fields[long, 0].astype(np.int64), fields[long, 3].astype(np.int64)
-            # Views are data: a damaged one must not reach past the column's bytes.
-            if (fields[long, 2].any() or (offset < 0).any()
-                    or (offset + length > size).any()):
-                raise ValueError(f"the views of column {name!r} do not fit its data")
-        if (fields[:, 0] < 0).any():
+        lengths = fields[:, 0]
+        long = lengths > _INLINE
+        offset = fields[long, 3].astype(np.int64)
+        # Views are data: a damaged one must not reach past the column's bytes.
+        if ((lengths < 0).any() or fields[long, 2].any() or (offset < 0).any()
+                or (offset + lengths[long] > size).any()):
             raise ValueError(f"the views of column {name!r} do not fit its data")
         mask = None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
         buffers = [mask, pa.py_buffer(gathered),

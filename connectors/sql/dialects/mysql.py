@@ -38,6 +38,7 @@ from spark_lookup.identifiers import validate_identifier
 from spark_lookup.type_families import (
     FLOAT_TYPES,
     INTEGER_TYPES,
+    NUMBER_TYPES,
     STRING_TYPES,
     TIMESTAMP_TYPES,
 )
@@ -85,7 +86,6 @@ _DECIMAL = re.compile(r"^decimal\((\d+),(\d+)\)")
 _INTEGER_BITS = {"tinyint": 8, "smallint": 16, "mediumint": 24, "int": 32, "integer": 32,
                  "bigint": 64}
 _NUMBERS = _INTEGERS | {"year", "bit", "decimal", "numeric", "float", "double", "real"}
-_NUMERIC_TARGETS = (*INTEGER_TYPES, *FLOAT_TYPES, T.DecimalType)
 """Spark types a FLOAT column is read as by its exact value."""
 _BIT = re.compile(r"^bit\((\d+)\)")
 _SPATIAL = frozenset({"geometry", "point", "linestring", "polygon", "multipoint",
@@ -194,7 +194,7 @@ class MysqlDialect(Dialect):
             if kind == "bigint" and "unsigned" in column.db_type:
                 return ColumnRead(text, pa.string())  # beyond 2^63: read as digits
             return ColumnRead(quoted, pa.int64())
-        if kind == "float" and isinstance(target, _NUMERIC_TARGETS):
+        if kind == "float" and isinstance(target, NUMBER_TYPES):
             # MySQL prints a FLOAT to six digits (16777216 as 16777200, 1.0000001 as 1);
             # widened to DOUBLE it is its exact value, which its keys are compared as.
             return ColumnRead(f"CAST({quoted} AS DOUBLE)", pa.float64())
