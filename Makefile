@@ -28,8 +28,13 @@ lint: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --site-dir site
 
+# Two pytest-xdist workers: the suite waits on JVMs, servers and subprocesses as much as it
+# computes. Each kind of Spark session stays on one worker (tests/conftest.py); `-n 0`
+# runs everything in this process.
+XDIST ?= -n 2 --dist loadgroup
+
 test: lint docs
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py

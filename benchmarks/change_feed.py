@@ -32,10 +32,18 @@ Streaming ``lookup_join``:
    (``--stream-rate`` rows a second, 100 ms micro-batches) of ``--hot`` keys is joined
    with both caches (each worker its own partial cache; the full cache shared by the
    workers); ``--stream-updates`` UPDATEs of those keys over ``--stream-duration``
-   seconds; staleness = the end of the first micro-batch whose output
-   (``foreachBatch``, on the driver) shows the new version, minus the commit: it
-   includes the micro-batch's own latency. The joins report their metrics
-   (``metrics=True``): the source work of both caches over the run.
+   seconds. Each output row is stamped, in the Python worker right after both joins,
+   with the time its batch was looked up (``looked_up_at``, a ``mapInArrow`` after the
+   joins: later than the lookups themselves, so stale answers count as late as can be).
+   Three figures per update and cache: *stale served*, the cache's staleness, how long
+   after the commit a lookup still answered an older version (the latest such lookup
+   minus the commit; 0 when every lookup after the commit saw the new one); *first
+   fresh*, the first lookup that answered the new version minus the commit (it also
+   waits for the key's next lookup, the next micro-batch); *output*, the end of the
+   first micro-batch whose output (``foreachBatch``, on the driver) shows the new
+   version, minus the commit (the micro-batch's own latency included). The joins
+   report their metrics (``metrics=True``): the source work of both caches over the
+   run.
 
     .venv/bin/python benchmarks/change_feed.py [--rows 100000] [--readers 2]
         [--updates 1000] [--duration 60] [--min-interval 1] [--rate 10000]
@@ -358,8 +366,13 @@ def streaming(args: argparse.Namespace, shared: dict[str, Any]) -> dict[str, Any
     spark.sparkContext.setLogLevel("ERROR")
     _, partial, full = _providers(args.dsn, shared["schema"], args.min_interval,
                                   shared["store"])
+    # Per cache, the updates not yet seen in an output: key -> (version, commit time).
     pending: dict[str, dict[int, tuple[int, float]]] = {"partial": {}, "full": {}}
     stale: dict[str, list[float]] = {"partial": [], "full": []}
+    first_fresh: dict[str, list[float]] = {"partial": [], "full": []}
+    # Every update: (cache, key, version, commit) -> the latest lookup after the commit
+    # that answered an older version (the commit itself when none did).
+    served_stale: dict[tuple[str, int, int, float], float] = {}
     lock = threading.Lock()
     batches = [0]
 
@@ -369,17 +382,35 @@ def streaming(args: argparse.Namespace, shared: dict[str, Any]) -> dict[str, Any
         batches[0] += 1
         with lock:
             for row in rows:
+                at = row["looked_up_at"]
                 for name, version in (("partial", row["version"]), ("full", row["f_version"])):
                     waiting = pending[name].get(row["id"])
-                    if waiting is not None and version is not None and version >= waiting[0]:
+                    if waiting is None or version is None:
+                        continue
+                    if version >= waiting[0]:
                         stale[name].append(now - waiting[1])
+                        first_fresh[name].append(max(at - waiting[1], 0.0))
                         del pending[name][row["id"]]
+                    elif at > waiting[1]:
+                        update = (name, row["id"], *waiting)
+                        served_stale[update] = max(served_stale[update], at)
 
     keys = (spark.readStream.format("rate").option("rowsPerSecond", args.stream_rate).load()
             .select(((F.col("value") % args.hot) + 1).alias("id")))
     joined = lookup_join(keys, partial, on="id", columns=["version"], metrics=True)
     joined = lookup_join(joined, full, on="id", columns=["version"], prefix="f_",
                          metrics=True)
+
+    def stamp(batches: Iterator[Any]) -> Iterator[Any]:
+        import numpy as np
+        import pyarrow as pa
+
+        for batch in batches:
+            at = pa.array(np.full(batch.num_rows, time.time()))
+            yield pa.RecordBatch.from_arrays([*batch.columns, at],
+                                             names=[*batch.schema.names, "looked_up_at"])
+
+    joined = joined.mapInArrow(stamp, joined.schema.add("looked_up_at", "double"))
     query = (joined.writeStream.foreachBatch(seen).trigger(processingTime="100 milliseconds")
              .start())
     try:
@@ -401,8 +432,14 @@ def streaming(args: argparse.Namespace, shared: dict[str, Any]) -> dict[str, Any
                 writer.execute("UPDATE dim SET version = %s WHERE id = %s", (version, key))
                 committed = time.time()
                 with lock:
-                    for waiting in pending.values():
+                    for name, waiting in pending.items():
+                        # An update not yet seen when the next of its key commits has no
+                        # staleness of its own: only the later one is measured.
+                        superseded = waiting.get(key)
+                        if superseded is not None:
+                            served_stale.pop((name, key, *superseded), None)
                         waiting[key] = (version, committed)
+                        served_stale[(name, key, version, committed)] = committed
         deadline = time.monotonic() + TIMEOUT
         while any(pending.values()) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -414,9 +451,14 @@ def streaming(args: argparse.Namespace, shared: dict[str, Any]) -> dict[str, Any
         query.stop()
         spark.stop()
     durations = [p["durationMs"].get("triggerExecution", 0) for p in progress[-50:]]
+    served = {name: [at - commit for (cache, _, _, commit), at in served_stale.items()
+                     if cache == name] for name in ("partial", "full")}
     return {"updates": args.stream_updates, "duration_s": args.stream_duration,
             "hot_keys": args.hot, "rows_per_s": args.stream_rate,
             "micro_batch_ms_median": statistics.median(durations) if durations else None,
+            "stale_served": {name: _percentiles(values) for name, values in served.items()},
+            "first_fresh": {name: _percentiles(values) for name, values in first_fresh.items()},
+            "output": {name: _percentiles(values) for name, values in stale.items()},
             "partial": {**_percentiles(stale["partial"]), "unseen": len(pending["partial"]),
                         "keys_loaded": sources["partial"]["miss_count"],
                         "queries": sources["partial"]["load_count"]},

@@ -62,6 +62,17 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("spark", kinds, indirect=True, scope="session")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # `make test` runs two pytest-xdist workers (`-n 2 --dist loadgroup`). A process can
+    # hold one kind of session at a time and switching costs a JVM restart, so every test
+    # of one kind goes to one worker (its group); a test that changes server-wide state
+    # runs in the group of the tests that depend on it (`xdist_group` on the module).
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and "spark" in callspec.params:
+            item.add_marker(pytest.mark.xdist_group(f"spark-{callspec.params['spark']}"))
+
+
 def _connect_missing() -> str | None:
     try:
         import grpc  # noqa: F401

@@ -22,6 +22,9 @@ from lookup import (
 from lookup.stores.redis_changes import keyspace_flags_missing
 from spark_lookup.errors import ConfigError
 
+# The tests switch the server's notify-keyspace-events: under pytest-xdist, one worker.
+pytestmark = pytest.mark.xdist_group("redis-keyspace-events")
+
 SCHEMA = "id BIGINT, name STRING"
 TIMEOUT = 10.0
 
