@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import pyarrow as pa
 
@@ -128,6 +128,13 @@ class RedisLookupCache(PerProcess, LookupCache):
     client_options : mapping, optional
         Further ``redis.Redis`` keyword arguments; picklable.
 
+    Attributes
+    ----------
+    namespace : str
+        The key prefix (without the trailing ``:``).
+    ttl : timedelta
+        Time to live of each entry, as given.
+
     Raises
     ------
     ConfigError
@@ -162,9 +169,9 @@ class RedisLookupCache(PerProcess, LookupCache):
             raise ConfigError(
                 f"namespace {namespace!r} must be 1-200 letters, digits or '_', '.', ':', '-'"
             )
-        self._namespace = namespace
-        self._ttl = opts.as_timedelta(ttl, "ttl")
-        self._ttl_ms = max(1, math.ceil(self._ttl / timedelta(milliseconds=1)))
+        self.namespace: Final = namespace
+        self.ttl: Final = opts.as_timedelta(ttl, "ttl")
+        self._ttl_ms = max(1, math.ceil(self.ttl / timedelta(milliseconds=1)))
         self._cache_missing_key = opts.check_bool(cache_missing_key, "cache_missing_key")
         self._socket_timeout = _seconds(socket_timeout, "socket_timeout")
         self._connect_timeout = _seconds(connect_timeout, "connect_timeout")
@@ -190,19 +197,9 @@ class RedisLookupCache(PerProcess, LookupCache):
 
     def __repr__(self) -> str:
         return (
-            f"RedisLookupCache(url={redact_url(self._url)!r}, namespace={self._namespace!r}, "
-            f"ttl={self._ttl.total_seconds()}s)"
+            f"RedisLookupCache(url={redact_url(self._url)!r}, namespace={self.namespace!r}, "
+            f"ttl={self.ttl.total_seconds()}s)"
         )
-
-    @property
-    def namespace(self) -> str:
-        """The key prefix (without the trailing ``:``)."""
-        return self._namespace
-
-    @property
-    def ttl(self) -> timedelta:
-        """Time to live of each entry, as given."""
-        return self._ttl
 
     def bind(self, schema: pa.Schema, key_columns: Sequence[str]) -> None:
         """Check every entry read from now on against ``schema`` (see the class notes)."""
@@ -244,12 +241,12 @@ class RedisLookupCache(PerProcess, LookupCache):
                            f", Redis skipped for {self._cool_down:g} s" if self._cool_down else "")
             else:
                 self._warn("Redis cache %s in namespace %r failed: %s: %s",
-                           what, self._namespace, type(exc).__name__, exc)
+                           what, self.namespace, type(exc).__name__, exc)
             return _FAILED
 
     def _redis_key(self, key: Key) -> str | None:
         try:
-            return f"{self._namespace}:{encode_key(key)}"
+            return f"{self.namespace}:{encode_key(key)}"
         except CodecError as exc:
             self._metrics.inc_cache_errors()
             self._warn("key %.80r is not cached in Redis: %s", key, exc)
@@ -387,7 +384,7 @@ class RedisLookupCache(PerProcess, LookupCache):
     def invalidate_all(self) -> None:
         """Remove every key of the namespace (``SCAN`` and ``UNLINK``, for every worker);
         a no-op if Redis fails (the entries then live out their TTL)."""
-        pattern = f"{self._namespace}:[[]*"  # as in size(): not the keys of "namespace:b"
+        pattern = f"{self.namespace}:[[]*"  # as in size(): not the keys of "namespace:b"
         step = self._max_keys
 
         def drop(client: Any) -> None:
@@ -409,7 +406,7 @@ class RedisLookupCache(PerProcess, LookupCache):
         # A key's text is a JSON array: "[" right after the namespace keeps namespace
         # "a" from counting the keys of "a:b" (whose keys go on "a:b:["). The namespace
         # holds no glob character (see its check).
-        pattern = f"{self._namespace}:[[]*"
+        pattern = f"{self.namespace}:[[]*"
         count = self._round_trip(
             "SCAN",
             lambda client: sum(1 for _ in client.scan_iter(match=pattern, count=1000)),

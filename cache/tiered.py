@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 import pyarrow as pa
 
@@ -59,6 +59,13 @@ class TieredLookupCache(LookupCache):
     l1, l2 : LookupCache
         The near and the far tier; two distinct objects.
 
+    Attributes
+    ----------
+    l1 : LookupCache
+        The near (in-process) tier.
+    l2 : LookupCache
+        The far (shared) tier.
+
     Raises
     ------
     ConfigError
@@ -81,44 +88,34 @@ class TieredLookupCache(LookupCache):
                 raise ConfigError(f"{name} must be a LookupCache, got {type(tier).__name__}")
         if l1 is l2:
             raise ConfigError("l1 and l2 must be two different caches")
-        self._l1 = l1
-        self._l2 = l2
+        self.l1: Final = l1
+        self.l2: Final = l2
         self._metrics = CacheMetrics()
         self._l1_metrics = CacheMetrics()
         self._l2_metrics = CacheMetrics()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"l1": self._l1, "l2": self._l2}
+        return {"l1": self.l1, "l2": self.l2}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["l1"], state["l2"])  # type: ignore[misc]
 
     def __repr__(self) -> str:
-        return f"TieredLookupCache(l1={self._l1!r}, l2={self._l2!r})"
-
-    @property
-    def l1(self) -> LookupCache:
-        """The near (in-process) tier."""
-        return self._l1
-
-    @property
-    def l2(self) -> LookupCache:
-        """The far (shared) tier."""
-        return self._l2
+        return f"TieredLookupCache(l1={self.l1!r}, l2={self.l2!r})"
 
     def bind(self, schema: pa.Schema, key_columns: Sequence[str]) -> None:
         """Bind both tiers (the in-process one then stores rows of the schema's types)."""
         super().bind(schema, key_columns)
-        self._l1.bind(schema, key_columns)
-        self._l2.bind(schema, key_columns)
+        self.l1.bind(schema, key_columns)
+        self.l2.bind(schema, key_columns)
 
     def open(self, metrics: CacheMetrics | None = None) -> None:
         """Open both tiers, each with its own metrics; count tier-level into ``metrics``."""
         super().open(metrics)
         self._l1_metrics = _ForwardingMetrics(self._metrics)
         self._l2_metrics = _ForwardingMetrics(self._metrics)
-        self._l1.open(self._l1_metrics)
-        self._l2.open(self._l2_metrics)
+        self.l1.open(self._l1_metrics)
+        self.l2.open(self._l2_metrics)
         l1_metrics = self._l1_metrics
         self._metrics.register_gauges(
             lambda: (l1_metrics.num_cached_records, l1_metrics.num_cached_bytes)
@@ -136,22 +133,22 @@ class TieredLookupCache(LookupCache):
 
     def get_if_present(self, key: Key) -> Rows | None:
         """``l1``'s rows for ``key``, else ``l2``'s (promoted into ``l1``), else None."""
-        rows = self._l1.get_if_present(check_key(key))
+        rows = self.l1.get_if_present(check_key(key))
         if rows is None:
-            rows = self._l2.get_if_present(key)
+            rows = self.l2.get_if_present(key)
             if rows is not None:
-                self._l1.put(key, rows)
+                self.l1.put(key, rows)
         return self._counted(rows)
 
     def get_all(self, keys: Iterable[Key]) -> dict[Key, Rows]:
         """``l1.get_all``, then one ``l2.get_all`` of its misses (promoted into ``l1``)."""
         wanted = list(dict.fromkeys(check_key(key) for key in keys))
-        found = self._l1.get_all(wanted)
+        found = self.l1.get_all(wanted)
         missing = [key for key in wanted if key not in found]
         if missing:
-            promoted = self._l2.get_all(missing)
+            promoted = self.l2.get_all(missing)
             if promoted:
-                self._l1.put_all(promoted)
+                self.l1.put_all(promoted)
                 found.update(promoted)
         self._metrics.inc_hits(len(found))
         self._metrics.inc_misses(len(wanted) - len(found))
@@ -159,36 +156,36 @@ class TieredLookupCache(LookupCache):
 
     def put(self, key: Key, rows: Rows) -> None:
         """Put into both tiers."""
-        self._l1.put(key, rows)
-        self._l2.put(key, rows)
+        self.l1.put(key, rows)
+        self.l2.put(key, rows)
 
     def put_all(self, entries: Mapping[Key, Rows]) -> None:
         """Put every entry into both tiers (one batched call per tier)."""
-        self._l1.put_all(entries)
-        self._l2.put_all(entries)
+        self.l1.put_all(entries)
+        self.l2.put_all(entries)
 
     def invalidate(self, key: Key) -> None:
         """Remove ``key`` from both tiers."""
-        self._l1.invalidate(key)
-        self._l2.invalidate(key)
+        self.l1.invalidate(key)
+        self.l2.invalidate(key)
 
     def invalidate_arrow(self, keys: Sequence[pa.Array]) -> int:
         """Remove the keys from both tiers; returns what ``l2`` (the shared tier) removed."""
-        self._l1.invalidate_arrow(keys)
-        return self._l2.invalidate_arrow(keys)
+        self.l1.invalidate_arrow(keys)
+        return self.l2.invalidate_arrow(keys)
 
     def invalidate_all(self) -> None:
         """Drop every entry of both tiers."""
-        self._l1.invalidate_all()
-        self._l2.invalidate_all()
+        self.l1.invalidate_all()
+        self.l2.invalidate_all()
 
     def size(self) -> int:
         """Keys held by ``l1`` (in this process)."""
-        return self._l1.size()
+        return self.l1.size()
 
     def close(self) -> None:
         """Close both tiers (``l2`` even if closing ``l1`` fails)."""
         try:
-            self._l1.close()
+            self.l1.close()
         finally:
-            self._l2.close()
+            self.l2.close()

@@ -18,15 +18,13 @@ import pyarrow as pa
 
 from cache._key_hash import hash_keys
 from cache._overlay import Overlay
-from cache.metrics import CacheMetrics
 from connectors.keys import KeyCodec
 from lookup._change_reload import ChangeReloads
 from lookup._changed_keys import ChangedKeys
-from lookup._host_listeners import HostListeners
 from lookup._runtime_base import counting_bad_values
 from lookup.changes import Change, ChangeFeed
 from lookup.function import LookupFunction
-from lookup.retry import RetryPolicy
+from lookup.providers import FullCachingLookupProvider
 from spark_lookup.errors import LookupLoadError
 
 __all__ = ["ChangeOverlay"]
@@ -46,32 +44,34 @@ class ChangeOverlay:
     function
         Reads the rows of keys from the cache's source (``lookup_arrow``), exactly as a
         load reads them; opened and used on this object's reader thread only.
+    feed
+        The change feed whose key changes are applied.
+    provider
+        The full cache's provider: its key columns and types, retry policy and bound on
+        the overlay's keys (``max_overlay_keys``) apply.
+    schema
+        The provider's schema, in Arrow.
     reloads
         The debounced full reloads of the runtime, for what cannot be applied by key.
+        The metrics, clock, description and host listening marks are its (both serve
+        one full cache).
     served_at
         When the load of the snapshot served started (None: no snapshot yet).
-    host
-        The listening marks of the host's shared store (None: not shared).
     """
 
     def __init__(self, *, function: LookupFunction, feed: ChangeFeed,
-                 key_columns: Sequence[str], key_types: Sequence[Any], schema: pa.Schema,
-                 reloads: ChangeReloads, served_at: Callable[[], float | None],
-                 host: HostListeners | None, metrics: CacheMetrics, clock: Callable[[], float],
-                 retry_policy: RetryPolicy, max_keys: int, describe: str) -> None:
+                 provider: FullCachingLookupProvider, schema: pa.Schema,
+                 reloads: ChangeReloads, served_at: Callable[[], float | None]) -> None:
+        key_columns, key_types = provider.key_columns, provider.key_types
         self._function = function
         self._keys = ChangedKeys(feed, key_columns, key_types,
-                                 KeyCodec(list(key_columns), list(key_types), describe))
+                                 KeyCodec(list(key_columns), list(key_types), reloads.describe))
         self._names = self._keys.names
         self._schema = schema
         self._reloads = reloads
         self._served_at = served_at
-        self._host = host
-        self._metrics = metrics
-        self._clock = clock
-        self._policy = retry_policy
-        self._max_keys = max_keys
-        self._describe = describe
+        self._policy = provider.retry_policy
+        self._max_keys = provider.max_overlay_keys
         self._lock = threading.Lock()
         self._queued: list[_Queued] = []
         self._reading = False
@@ -104,7 +104,7 @@ class ChangeOverlay:
             try:
                 self._function.close()
             except Exception:
-                log.exception("closing the change lookup of %s failed", self._describe)
+                log.exception("closing the change lookup of %s failed", self._reloads.describe)
 
     def idle(self) -> bool:
         """Whether no change waits to be read or is being read (for tests)."""
@@ -130,22 +130,22 @@ class ChangeOverlay:
 
     def changes(self, changes: Sequence[Change]) -> None:
         """Queue the changed keys for a keyed read ("everything": a full reload)."""
-        self._metrics.inc_notifications(len(changes))
+        self._reloads.metrics.inc_notifications(len(changes))
         if any(change.everything for change in changes):
             self._reloads.reload_soon()
             return
-        now = self._clock()
+        now = self._reloads.clock()
         try:
             arrays = self._keys.arrays([key for change in changes for key in change.keys])
         except (ValueError, TypeError) as exc:  # ConfigError is a ValueError
             log.warning("%s: a change notification holds a key that is no key of the "
-                        "provider (%s); reloading the table", self._describe, exc)
+                        "provider (%s); reloading the table", self._reloads.describe, exc)
             self._reloads.reload_soon()
             return
         if arrays is None:
             return
-        if self._host is not None:
-            self._host.leave_pending(now)  # not in the host's snapshot: see the module
+        if self._reloads.host is not None:
+            self._reloads.host.leave_pending(now)  # not in the host's snapshot: see the module
         self._queue((arrays, np.full(len(arrays[0]), now)))
 
     def connected(self, reconnected: bool) -> None:
@@ -185,7 +185,7 @@ class ChangeOverlay:
         except Exception:  # a bug here must not leave changes unapplied and unreloaded
             with self._lock:
                 self._reading = False
-            log.exception("applying changes to the full cache of %s failed", self._describe)
+            log.exception("applying changes to the full cache of %s failed", self._reloads.describe)
             self._reloads.reload_soon()
 
     def _apply(self, keys: list[pa.Array], noted: np.ndarray) -> None:
@@ -194,7 +194,7 @@ class ChangeOverlay:
             self._reloads.reload_soon()  # the keys are lost to the overlay: reload them all
             return
         row_keys, rows = read
-        self._metrics.inc_change_reads(len(noted))
+        self._reloads.metrics.inc_change_reads(len(noted))
         with self._lock:
             if self._closed.is_set():
                 return
@@ -226,8 +226,8 @@ class ChangeOverlay:
         function = self._function
         count = len(keys[0])
         tries = self._policy.retries(
-            f"keyed read of {count} changed key(s) of {self._describe}",
-            on_retry=self._metrics.inc_retries, wait=self._closed.wait)
+            f"keyed read of {count} changed key(s) of {self._reloads.describe}",
+            on_retry=self._reloads.metrics.inc_retries, wait=self._closed.wait)
         for _ in tries:
             if self._closed.is_set():
                 return None
@@ -235,16 +235,16 @@ class ChangeOverlay:
                 if not self._opened:
                     function.open()
                     self._opened = True
-                with counting_bad_values(function, self._metrics.inc_bad_values):
+                with counting_bad_values(function, self._reloads.metrics.inc_bad_values):
                     index, rows = function.lookup_arrow(keys)
                 return self._checked(index, rows, count)
             except Exception as exc:
                 if not tries.failed(exc):
                     break
         if tries.error is not None and not self._closed.is_set():
-            self._metrics.inc_load_failures()
+            self._reloads.metrics.inc_load_failures()
             log.error("%s: reading %d changed key(s) failed after %d attempt(s): %r; "
-                      "reloading the table instead", self._describe, count, tries.tries,
+                      "reloading the table instead", self._reloads.describe, count, tries.tries,
                       tries.error)
         return None
 
@@ -260,19 +260,19 @@ class ChangeOverlay:
         table = pa.Table.from_batches([rows]) if isinstance(rows, pa.RecordBatch) else rows
         if not isinstance(table, pa.Table) or table.schema.names != self._schema.names:
             found = getattr(getattr(table, "schema", None), "names", type(table).__name__)
-            raise LookupLoadError(f"{self._describe}: the change lookup answered columns "
+            raise LookupLoadError(f"{self._reloads.describe}: the change lookup answered columns "
                                   f"{found}, the cache holds {self._schema.names}")
         if table.schema != self._schema:
             try:
                 table = table.cast(self._schema)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:
-                raise LookupLoadError(f"{self._describe}: the change lookup's rows are not "
+                raise LookupLoadError(f"{self._reloads.describe}: the change lookup's rows are not "
                                       f"of the cache's types: {exc}") from exc
         positions = np.asarray(pa.array(index, type=pa.int64()).to_numpy(zero_copy_only=False),
                                dtype=np.int64)
         if len(positions) != table.num_rows or (
                 len(positions) and (positions.min() < 0 or positions.max() >= count)):
-            raise LookupLoadError(f"{self._describe}: the change lookup's key positions do "
+            raise LookupLoadError(f"{self._reloads.describe}: the change lookup's key positions do "
                                   f"not fit its {count} key(s) and {table.num_rows} row(s)")
         return positions, table
 
@@ -282,9 +282,9 @@ class ChangeOverlay:
         asked = self._asked_at
         if asked is not None and (served is None or served < asked):
             return
-        self._asked_at = self._clock()
+        self._asked_at = self._reloads.clock()
         log.info("%s: %d changed keys in the overlay, more than %d; reloading the table",
-                 self._describe, size, self._max_keys)
+                 self._reloads.describe, size, self._max_keys)
         self._reloads.reload_soon()
 
 

@@ -10,6 +10,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from typing import Final
 
 from cache.metrics import CacheMetrics
 from lookup._host_listeners import HostListeners
@@ -49,6 +50,12 @@ class ChangeReloads:
         The listening marks of the host's shared store (None: not shared): a listener
         that connects reloads only when no other process of the host has been covering
         the snapshot served (``lookup._host_listeners``).
+
+    Attributes
+    ----------
+    metrics, clock, describe, host
+        As given; the runtime's :class:`~lookup._change_overlay.ChangeOverlay` reports
+        through the same ones (both serve one full cache).
     """
 
     def __init__(self, *, served_since: Callable[[], float | None],
@@ -58,11 +65,11 @@ class ChangeReloads:
         self._served_since = served_since
         self._reload = reload
         self._min_interval = min_interval
-        self._metrics = metrics
-        self._clock = clock
+        self.metrics: Final = metrics
+        self.clock: Final = clock
         self._call_later = call_later
-        self._describe = describe
-        self._host = host
+        self.describe: Final = describe
+        self.host: Final = host
         self._lock = threading.Lock()
         self._since: float | None = None  # the latest change not yet asked for
         self._needed: float | None = None  # the latest change not yet served
@@ -81,32 +88,32 @@ class ChangeReloads:
         cancel = getattr(timer, "cancel", None)
         if cancel is not None:
             cancel()
-        if self._host is not None:
+        if self.host is not None:
             if needed is not None:
-                self._host.leave_pending(needed)  # for a worker that starts listening later
-            self._host.stopped()
+                self.host.leave_pending(needed)  # for a worker that starts listening later
+            self.host.stopped()
 
     def changes(self, changes: Sequence[Change]) -> None:
         """Changes arrived: reload soon."""
-        self._metrics.inc_notifications(len(changes))
+        self.metrics.inc_notifications(len(changes))
         self.reload_soon()
 
     def reload_soon(self) -> None:
         """Reload soon, as for a change seen now (what an overlay of changes cannot
         apply by key: "everything", or more keys than it holds)."""
-        self._due(self._clock())
+        self._due(self.clock())
 
     def connected(self, reconnected: bool) -> None:
         """The feed listens (again): a change may have been missed, reload soon (unless
         the snapshot served started loading after this, or another process of the host
         has listened since before it was loaded)."""
-        now = self._clock()
+        now = self.clock()
         if reconnected:
-            self._metrics.inc_reconnect_flushes()
-        if self._host is not None:
-            self._host.listening(now)
+            self.metrics.inc_reconnect_flushes()
+        if self.host is not None:
+            self.host.listening(now)
             served = self._served_since()
-            if served is not None and self._host.covered(served):
+            if served is not None and self.host.covered(served):
                 return
         self._due(now)
 
@@ -115,16 +122,16 @@ class ChangeReloads:
         :meth:`connected` comes): a version of the host's store loaded before now may
         lack a change only other processes heard (one they hold in their overlays, or
         one nobody heard), so reload soon unless another process has covered it."""
-        if self._host is None:
+        if self.host is None:
             return  # not shared: its first load starts after it listens
         served = self._served_since()
-        if served is not None and not self._host.covered(served):
-            self._due(self._clock())
+        if served is not None and not self.host.covered(served):
+            self._due(self.clock())
 
     def disconnected(self) -> None:
         """The feed stopped listening: this process covers the host no more."""
-        if self._host is not None:
-            self._host.stopped()
+        if self.host is not None:
+            self.host.stopped()
 
     def _base(self) -> float:
         """When the latest load started: this runtime's, or the host's (served)."""
@@ -139,9 +146,9 @@ class ChangeReloads:
             self._needed = since if self._needed is None else max(self._needed, since)
             if self._timer is not None:
                 return
-            delay = max(SETTLE_SECONDS, self._base() + self._min_interval - self._clock())
+            delay = max(SETTLE_SECONDS, self._base() + self._min_interval - self.clock())
             self._timer = self._call_later(delay, self._fire,
-                                           f"reload for changes of {self._describe}")
+                                           f"reload for changes of {self.describe}")
 
     def idle(self) -> bool:
         """Whether no reload for changes is waiting, starting or running (for tests)."""
@@ -166,7 +173,7 @@ class ChangeReloads:
         if served is not None and served >= since:
             self._served(served)
             return  # a load that started after the change serves already
-        now = self._clock()
+        now = self.clock()
         if self._base() + self._min_interval > now:
             # Another worker of the host loaded meanwhile: the next round covers this.
             self._due(since)

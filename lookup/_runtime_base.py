@@ -11,6 +11,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -25,8 +26,8 @@ from spark_lookup._shown import shown
 from spark_lookup.errors import KeyKindError, LookupLoadError
 from spark_lookup.schema import to_arrow_schema
 
-__all__ = ["EMPTY", "LookupRuntime", "Probe", "add_rows", "counting_bad_values", "has_null",
-           "place_probe_answers", "probe_answers"]
+__all__ = ["EMPTY", "LookupRuntime", "Probe", "add_rows", "close_each", "counting_bad_values",
+           "has_null", "place_probe_answers", "probe_answers"]
 
 EMPTY: tuple[Row, ...] = ()
 
@@ -42,6 +43,18 @@ def counting_bad_values(reader: object, count: Callable[[int], object]) -> Itera
         grown = getattr(reader, "bad_value_count", 0) - before
         if grown > 0:
             count(grown)
+
+
+class _Closeable(Protocol):
+    def close(self) -> object: ...
+
+
+def close_each(*parts: _Closeable | None) -> None:
+    """Close each of ``parts`` that a runtime has (None: never made), in order; an error
+    stops the sequence and propagates."""
+    for part in parts:
+        if part is not None:
+            part.close()
 
 
 def add_rows(answers: dict[int, tuple[Row, ...]] | list[tuple[Row, ...]],

@@ -35,6 +35,7 @@ from lookup._runtime_base import (
     LookupRuntime,
     Probe,
     add_rows,
+    close_each,
     counting_bad_values,
     probe_answers,
 )
@@ -135,11 +136,8 @@ class FullCachingRuntime(LookupRuntime):
                 self._overlay_keys = CacheKeys(provider.key_columns, [
                     schema.field(name).type for name in provider.key_columns])
                 self._change_overlay = sink = ChangeOverlay(
-                    function=provider.change_lookup, feed=feed, key_columns=provider.key_columns,
-                    key_types=provider.key_types, schema=schema, reloads=reloads,
-                    served_at=self._served_at, host=host, metrics=self.metrics,
-                    clock=self.cache.clock, retry_policy=provider.retry_policy,
-                    max_keys=provider.max_overlay_keys, describe=provider.describe())
+                    function=provider.change_lookup, feed=feed, provider=provider,
+                    schema=schema, reloads=reloads, served_at=self._served_at)
             self._subscription = subscribe(feed, sink)
             reloads.subscribed()
         self._trigger.open(self)
@@ -149,12 +147,7 @@ class FullCachingRuntime(LookupRuntime):
         scan cannot be interrupted): it runs on, and its result is discarded uncounted."""
         with self._recording:
             self._closed.set()
-        if self._subscription is not None:
-            self._subscription.close()
-        if self._change_overlay is not None:
-            self._change_overlay.close()
-        if self._change_reloads is not None:
-            self._change_reloads.close()
+        close_each(self._subscription, self._change_overlay, self._change_reloads)
         with self._lock:
             running, self._running = self._running, None
             timer, self._due_timer = self._due_timer, None

@@ -44,6 +44,7 @@ from lookup._runtime_base import (
     LookupRuntime,
     Probe,
     add_rows,
+    close_each,
     counting_bad_values,
     has_null,
     place_probe_answers,
@@ -140,12 +141,7 @@ class _LoadingRuntime(LookupRuntime):
 
     def close(self) -> None:
         try:
-            if self._subscription is not None:
-                self._subscription.close()
-            if self._guard is not None:
-                self._guard.close()
-            if self._cache is not None:
-                self._cache.close()
+            close_each(self._subscription, self._guard, self._cache)
         finally:
             self._loader.close()
 

@@ -139,31 +139,19 @@ def run_async_handler(message: Message) -> None:
 
 @dataclass(frozen=True)
 class ReaderContext(SourceReaderContext):
-    """A reader's view of the in-process coordinator: subtask ``_index`` of
-    ``_parallelism``, whose requests and events go to ``_post``."""
+    """A reader's view of the in-process coordinator: subtask ``index_of_subtask`` of
+    ``current_parallelism``, whose requests and events go to ``_post``."""
 
-    _index: int
-    _parallelism: int
+    index_of_subtask: int
+    current_parallelism: int
     _post: Callable[[Message], None]
-    _options: ReaderOptions
-
-    @property
-    def index_of_subtask(self) -> int:
-        return self._index
-
-    @property
-    def current_parallelism(self) -> int:
-        return self._parallelism
-
-    @property
-    def options(self) -> ReaderOptions:
-        return self._options
+    options: ReaderOptions
 
     def send_split_request(self) -> None:
-        self._post(("request", self._index))
+        self._post(("request", self.index_of_subtask))
 
     def send_source_event_to_coordinator(self, event: Any) -> None:
-        self._post(("event", self._index, event))
+        self._post(("event", self.index_of_subtask, event))
 
 
 def check_max_batch_rows(max_batch_rows: Any) -> int:

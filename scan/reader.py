@@ -110,17 +110,20 @@ class ReaderOutput(ABC):
 class SourceReaderContext(ABC):
     """What a reader may do and know; provided by whoever runs the reader (the local
     runner, or a Spark task reading planned splits), where the reader runs. Never
-    pickled; its methods are called from the reader's thread."""
+    pickled; its methods are called from the reader's thread.
 
-    @property
-    @abstractmethod
-    def index_of_subtask(self) -> int:
-        """This reader's subtask index, ``0 .. current_parallelism - 1``."""
+    An implementation sets the attributes (plain fields or properties) and the two
+    methods.
+    """
 
-    @property
-    @abstractmethod
-    def current_parallelism(self) -> int:
-        """The number of parallel readers of this read."""
+    index_of_subtask: int
+    """This reader's subtask index, ``0 .. current_parallelism - 1``."""
+
+    current_parallelism: int
+    """The number of parallel readers of this read."""
+
+    options: ReaderOptions = ReaderOptions()
+    """Reader tuning (queue capacity, records per poll); defaults unless overridden."""
 
     @abstractmethod
     def send_split_request(self) -> None:
@@ -130,11 +133,6 @@ class SourceReaderContext(ABC):
     @abstractmethod
     def send_source_event_to_coordinator(self, event: Any) -> None:
         """Deliver a custom event to the enumerator's ``handle_source_event``."""
-
-    @property
-    def options(self) -> ReaderOptions:
-        """Reader tuning (queue capacity, records per poll); defaults unless overridden."""
-        return ReaderOptions()
 
 
 class SourceReader(ABC, Generic[SplitT]):

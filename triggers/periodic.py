@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 from spark_lookup import options as opts
 from triggers._scheduled import DEFAULT_CLOSE_TIMEOUT, ScheduledTrigger
@@ -51,6 +51,13 @@ class PeriodicCacheReloadTrigger(ScheduledTrigger):
     close_timeout : timedelta or float
         How long :meth:`close` waits for a load in progress (default 10 s).
 
+    Attributes
+    ----------
+    interval : timedelta
+        Time between loads.
+    schedule_mode : ScheduleMode
+        How the interval is measured.
+
     Raises
     ------
     ConfigError
@@ -88,8 +95,8 @@ class PeriodicCacheReloadTrigger(ScheduledTrigger):
         *,
         close_timeout: timedelta | float = DEFAULT_CLOSE_TIMEOUT,
     ) -> None:
-        self._interval = opts.as_timedelta(interval, "interval")
-        self._mode = opts.check_enum(schedule_mode, "schedule_mode", ScheduleMode)
+        self.interval: Final = opts.as_timedelta(interval, "interval")
+        self.schedule_mode: Final = opts.check_enum(schedule_mode, "schedule_mode", ScheduleMode)
         super().__init__(close_timeout=close_timeout)
 
     _STRATEGY = "PERIODIC"
@@ -98,16 +105,6 @@ class PeriodicCacheReloadTrigger(ScheduledTrigger):
     def _arguments(cls, options: Mapping[str, Any]) -> tuple[Any, ...]:
         mode = opts.PERIODIC_RELOAD_SCHEDULE_MODE.get(options)
         return opts.PERIODIC_RELOAD_INTERVAL.require(options), mode or ScheduleMode.FIXED_DELAY
-
-    @property
-    def interval(self) -> timedelta:
-        """Time between loads."""
-        return self._interval
-
-    @property
-    def schedule_mode(self) -> ScheduleMode:
-        """How the interval is measured."""
-        return self._mode
 
     def next_reload_after(self, loaded_at: datetime) -> datetime:
         """``loaded_at + interval``, in both modes (pure; a naive ``loaded_at`` is a
@@ -125,7 +122,7 @@ class PeriodicCacheReloadTrigger(ScheduledTrigger):
         2024-06-03 10:05:00+00:00
         """
         check_aware(loaded_at, "loaded_at")
-        return loaded_at + self._interval
+        return loaded_at + self.interval
 
     def next_fire_time(self, previous: datetime | None, now: datetime) -> datetime:
         """The reload after one that fired at ``previous`` and ended at ``now`` (pure).
@@ -145,15 +142,16 @@ class PeriodicCacheReloadTrigger(ScheduledTrigger):
         >>> print(delay.next_fire_time(at, at + timedelta(minutes=2)))
         2024-06-03 09:12:00+00:00
         """
-        if self._mode is ScheduleMode.FIXED_DELAY or previous is None:
-            return now + self._interval
-        return previous + self._interval
+        if self.schedule_mode is ScheduleMode.FIXED_DELAY or previous is None:
+            return now + self.interval
+        return previous + self.interval
 
     def _config(self) -> dict[str, Any]:
-        return {"interval": self._interval, "schedule_mode": self._mode, **self._common_config()}
+        return {"interval": self.interval, "schedule_mode": self.schedule_mode,
+                **self._common_config()}
 
     def __repr__(self) -> str:
         return (
-            f"{type(self).__name__}(interval={self._interval!r}, "
-            f"schedule_mode={self._mode.name})"
+            f"{type(self).__name__}(interval={self.interval!r}, "
+            f"schedule_mode={self.schedule_mode.name})"
         )

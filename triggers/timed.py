@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import date, datetime, time, timedelta, tzinfo
-from typing import Any
+from typing import Any, Final
 
 from spark_lookup import options as opts
 from spark_lookup.errors import ConfigError
@@ -71,6 +71,15 @@ class TimedCacheReloadTrigger(ScheduledTrigger):
     close_timeout : timedelta or float
         How long :meth:`close` waits for a load in progress (default 10 s).
 
+    Attributes
+    ----------
+    time_of_day : datetime.time
+        Wall-clock time of the reload (naive; read in :attr:`tz`).
+    interval_in_days : int
+        Local calendar days between reloads.
+    tz : datetime.tzinfo
+        The resolved zone in which :attr:`time_of_day` is read.
+
     Raises
     ------
     ConfigError
@@ -115,9 +124,9 @@ class TimedCacheReloadTrigger(ScheduledTrigger):
                 f"got {time_of_day!r}"
             )
         check_int(interval_in_days, "interval_in_days")
-        self._zone = resolve_zone(time_of_day, tz)
-        self._time = time_of_day.replace(tzinfo=None)
-        self._days = interval_in_days
+        self.tz: Final = resolve_zone(time_of_day, tz)
+        self.time_of_day: Final = time_of_day.replace(tzinfo=None)
+        self.interval_in_days: Final = interval_in_days
         super().__init__(close_timeout=close_timeout)
 
     _STRATEGY = "TIMED"
@@ -126,21 +135,6 @@ class TimedCacheReloadTrigger(ScheduledTrigger):
     def _arguments(cls, options: Mapping[str, Any]) -> tuple[Any, ...]:
         days = opts.TIMED_RELOAD_INTERVAL_IN_DAYS.get(options)
         return opts.TIMED_RELOAD_ISO_TIME.require(options), 1 if days is None else days
-
-    @property
-    def time_of_day(self) -> time:
-        """Wall-clock time of the reload (naive; read in :attr:`tz`)."""
-        return self._time
-
-    @property
-    def interval_in_days(self) -> int:
-        """Local calendar days between reloads."""
-        return self._days
-
-    @property
-    def tz(self) -> tzinfo:
-        """The resolved zone in which :attr:`time_of_day` is read."""
-        return self._zone
 
     def next_fire_time(self, previous: datetime | None, now: datetime) -> datetime:
         """The reload after ``previous`` (pure: no clock is read).
@@ -172,7 +166,7 @@ class TimedCacheReloadTrigger(ScheduledTrigger):
         if previous is None:
             return self._next_occurrence(now)
         check_aware(previous, "previous")
-        return self._at(self._local_date(previous) + self._days * _ONE_DAY)
+        return self._at(self._local_date(previous) + self.interval_in_days * _ONE_DAY)
 
     def first_fire_time(self, opened_at: datetime) -> datetime:
         """The first scheduled reload after the immediate load of an open at ``opened_at``.
@@ -199,7 +193,7 @@ class TimedCacheReloadTrigger(ScheduledTrigger):
         day = self._local_date(opened_at)
         while self._at(day) > opened_at:
             day -= _ONE_DAY
-        return self._at(day + self._days * _ONE_DAY)
+        return self._at(day + self.interval_in_days * _ONE_DAY)
 
     def next_reload_after(self, loaded_at: datetime) -> datetime:
         """:meth:`first_fire_time` of ``loaded_at`` (pure): data loaded at ``loaded_at``
@@ -230,24 +224,24 @@ class TimedCacheReloadTrigger(ScheduledTrigger):
         return fire
 
     def _local_date(self, instant: datetime) -> date:
-        return instant.astimezone(self._zone).date()
+        return instant.astimezone(self.tz).date()
 
     def _at(self, day: date) -> datetime:
-        return local_instant(day, self._time, self._zone)
+        return local_instant(day, self.time_of_day, self.tz)
 
     def _first_after_open(self, opened_at: datetime, ended_at: datetime) -> datetime:
         return self.first_fire_time(opened_at)
 
     def _config(self) -> dict[str, Any]:
         return {
-            "time_of_day": self._time,
-            "interval_in_days": self._days,
-            "tz": self._zone,
+            "time_of_day": self.time_of_day,
+            "interval_in_days": self.interval_in_days,
+            "tz": self.tz,
             **self._common_config(),
         }
 
     def __repr__(self) -> str:
         return (
-            f"{type(self).__name__}(time_of_day={self._time.isoformat()}, "
-            f"interval_in_days={self._days}, tz={zone_name(self._zone)!r})"
+            f"{type(self).__name__}(time_of_day={self.time_of_day.isoformat()}, "
+            f"interval_in_days={self.interval_in_days}, tz={zone_name(self.tz)!r})"
         )
