@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Generic, Protocol, TypeVar
 
 from scan.connector.emitter import RecordEmitter
@@ -29,8 +29,9 @@ class SplitState(Protocol[SplitT_co]):
 
 
 class PullingSourceReader(SourceReaderBase[E, SplitT, StateT], Generic[E, SplitT, StateT]):
-    """A :class:`SourceReaderBase` that asks for a split when it starts without one and
-    whenever it has finished all it owns, until the enumerator says there are no more.
+    """A :class:`SourceReaderBase` that asks for a split whenever it owns fewer than
+    ``splits_in_flight`` (by default: when it starts without one and whenever it has
+    finished all it owns), until the enumerator says there are no more.
 
     Runs where its subtask runs. At most one split request is outstanding, and none is
     sent after no-more-splits, so a pull-based enumerator answers each request exactly
@@ -49,6 +50,10 @@ class PullingSourceReader(SourceReaderBase[E, SplitT, StateT], Generic[E, SplitT
     fetcher_manager
         Defaults to a :class:`~scan.connector.SingleThreadFetcherManager` with the context's
         queue capacity and memory release.
+    splits_in_flight
+        The splits the reader owns at once when there are enough: more than one for a
+        split reader that reads several side by side (the next one is asked for while
+        the first is still being read).
     """
 
     def __init__(
@@ -58,6 +63,7 @@ class PullingSourceReader(SourceReaderBase[E, SplitT, StateT], Generic[E, SplitT
         record_emitter: RecordEmitter[E, StateT],
         state_factory: Callable[[SplitT], StateT],
         fetcher_manager: SplitFetcherManager[E, SplitT] | None = None,
+        splits_in_flight: int = 1,
     ) -> None:
         if fetcher_manager is None:
             options = context.options
@@ -67,6 +73,9 @@ class PullingSourceReader(SourceReaderBase[E, SplitT, StateT], Generic[E, SplitT
             )
         super().__init__(fetcher_manager, record_emitter, context)
         self._state_factory = state_factory
+        self._splits_in_flight = splits_in_flight
+        self._started = False
+        self._requested = False  # a request not yet answered
 
     def init_split_state(self, split: SplitT) -> StateT:
         return self._state_factory(split)
@@ -75,9 +84,24 @@ class PullingSourceReader(SourceReaderBase[E, SplitT, StateT], Generic[E, SplitT
         return state.to_split()  # type: ignore[return-value]  # StateT: SplitState[SplitT]
 
     def start(self) -> None:
-        if not self._split_states:
-            self.context.send_split_request()
+        self._started = True
+        self._request_splits()
+
+    def add_splits(self, splits: Sequence[SplitT]) -> None:
+        super().add_splits(splits)
+        self._requested = False
+        self._request_splits()
+
+    def notify_no_more_splits(self) -> None:
+        self._requested = False
+        super().notify_no_more_splits()
 
     def on_split_finished(self, finished: Mapping[str, StateT]) -> None:
-        if not self._split_states and not self._no_more_splits:
+        self._request_splits()
+
+    def _request_splits(self) -> None:
+        # Restored splits are added before start(), when no request may be sent yet.
+        if (self._started and not self._requested and not self._no_more_splits
+                and len(self._split_states) < self._splits_in_flight):
+            self._requested = True
             self.context.send_split_request()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -14,17 +15,19 @@ from pyspark.sql import types as T
 
 from connectors.policy import BadValuePolicy
 from connectors.predicates import Predicate, check_predicates, predicates_to_pruning
+from scan.connector.pulling import PullingSourceReader
+from scan.reader import SourceReader, SourceReaderContext
 from scan.serializers import SimpleVersionedSerializer
 from scan.sources._batches import (
     BatchReading,
     BatchReadingSource,
-    BatchStreamReader,
     io_error,
     with_last,
 )
 from scan.sources._enumerator import SplitPlanner
 from scan.sources._pull import SplitFieldsSerializer
 from scan.sources._row_groups import row_group_batches
+from scan.sources._side_by_side import SideBySideReader
 from scan.sources._types import arrow_to_spark
 from scan.split import SourceSplit
 from spark_lookup._shown import shown
@@ -42,6 +45,10 @@ _FORMATS = ("parquet", "csv")
 # (nor all the chunks of a row group at once, pyarrow's pre-buffering): a 128 MB row
 # group costs 1 MB a column.
 _READ_BUFFER = 1 << 20
+# Splits a reader of a bulk load reads side by side when there are fewer readers than
+# cores: a row group's units are decoded a column per core, waiting for the slowest
+# column, and a second row group fills the idle time (scan/sources/_side_by_side.py).
+_LANES = 2
 
 
 @dataclass(frozen=True)
@@ -168,10 +175,11 @@ class _FilePlanner(SplitPlanner[FileSplit]):
             return list(range(groups))
 
 
-class _SplitReader(BatchStreamReader[FileSplit]):
-    """Reads one split at a time, one decoded batch per fetch, only the declared
-    columns; runs on its fetcher thread (the open Parquet file is kept for the next
-    row group of the same file).
+class _SplitReader(SideBySideReader[FileSplit]):
+    """Reads its splits, ``lanes`` at a time side by side, one decoded batch per fetch,
+    only the declared columns; runs on its fetcher thread (and its lanes' threads).
+    Each split opens its file; the footer of the file opened last is kept, so the
+    next row group of the same file is opened without reading it again.
 
     A row group is decoded by ``ParquetFile.iter_batches``, not by the dataset's
     scanner: pyarrow 26's scanner decodes a whole row group before slicing it into
@@ -182,12 +190,14 @@ class _SplitReader(BatchStreamReader[FileSplit]):
 
     READ_ERRORS = (OSError, ValueError, TypeError, KeyError)  # pyarrow's errors
 
-    def __init__(self, file_format: str, schema: pa.Schema, reading: BatchReading) -> None:
-        super().__init__()
+    def __init__(self, file_format: str, schema: pa.Schema, reading: BatchReading,
+                 lanes: int = 1, release_memory: bool = False) -> None:
+        super().__init__(lanes, release_memory)
         self._format = file_format
         self._schema = schema
         self._reading = reading
-        self._parquet_file: tuple[str, Any] | None = None
+        self._footer: tuple[str, Any] | None = None  # path, FileMetaData
+        self._footer_lock = threading.Lock()  # lanes open files side by side
 
     def read_error(self, split: FileSplit, exc: BaseException) -> SparkLookupError:
         return io_error(f"reading {split.split_id!r}", exc)
@@ -202,20 +212,31 @@ class _SplitReader(BatchStreamReader[FileSplit]):
     def _open_parquet(self, path: str) -> Any:
         import pyarrow.parquet as pq
 
-        if self._parquet_file is None or self._parquet_file[0] != path:
-            self._close_parquet()
-            parquet = pq.ParquetFile(path, pre_buffer=False, buffer_size=_READ_BUFFER)
-            self._parquet_file = (path, parquet)
+        with self._footer_lock:
+            footer = self._footer
+        metadata = footer[1] if footer is not None and footer[0] == path else None
+        parquet = pq.ParquetFile(path, metadata=metadata, pre_buffer=False,
+                                 buffer_size=_READ_BUFFER)
+        if metadata is None:
             # Checked here too: a split may be read where it was not planned (a restore,
             # a Spark executor), and the file may have changed since.
-            _check_columns(path, parquet.schema_arrow.names, self._schema.names)
-        return self._parquet_file[1]
+            try:
+                _check_columns(path, parquet.schema_arrow.names, self._schema.names)
+            except BaseException:
+                parquet.close()
+                raise
+            with self._footer_lock:
+                self._footer = (path, parquet.metadata)
+        return parquet
 
     def _parquet(self, split: FileSplit) -> Iterator[tuple[pa.RecordBatch, bool]]:
         assert split.row_group is not None
         parquet = self._open_parquet(split.path)
-        yield from self._after_offset(
-            split, row_group_batches(parquet, split.row_group, self._schema))
+        try:
+            yield from self._after_offset(
+                split, row_group_batches(parquet, split.row_group, self._schema))
+        finally:
+            parquet.close()
 
     def _after_offset(self, split: FileSplit, batches: Iterable[tuple[pa.RecordBatch, bool]]
                       ) -> Iterator[tuple[pa.RecordBatch, bool]]:
@@ -250,17 +271,6 @@ class _SplitReader(BatchStreamReader[FileSplit]):
             raise ConfigError(f"{split.path!r}: {exc}") from exc
         except ValueError as exc:
             raise _csv_value_error(split.path, exc) from exc
-
-    def close(self) -> None:
-        super().close()
-        self._close_parquet()
-
-    def _close_parquet(self) -> None:
-        if self._parquet_file is not None:
-            _, parquet = self._parquet_file
-            self._parquet_file = None
-            parquet.close()
-
 
 _CSV_CONVERSION = re.compile(r"CSV column #(\d+): CSV conversion error to ([^:]+):")
 
@@ -455,11 +465,24 @@ class FileSource(BatchReadingSource[FileSplit, BatchReading]):
         return _FilePlanner(self._paths, self._format, to_arrow_schema(self.schema),
                             self._filters, progress)
 
-    def split_reader(self) -> Callable[[], _SplitReader]:
-        """Makes split readers, which open the files on their fetcher threads."""
+    def split_reader(self, lanes: int = 1, release_memory: bool = False
+                     ) -> Callable[[], _SplitReader]:
+        """Makes split readers, which open the files on their fetcher threads and read
+        ``lanes`` splits side by side (see :class:`SideBySideReader`)."""
         file_format, schema = self._format, to_arrow_schema(self.schema)
         reading = self._reading_state()
-        return lambda: _SplitReader(file_format, schema, reading)
+        return lambda: _SplitReader(file_format, schema, reading, lanes, release_memory)
+
+    def create_reader(self, context: SourceReaderContext) -> SourceReader[FileSplit]:
+        """A reader of this source's splits, where its subtask runs: in a read that
+        takes no checkpoints (a bulk load) with fewer readers than cores, it reads two
+        splits side by side (:data:`_LANES`); otherwise one after the other, in order."""
+        side_by_side = (not context.options.checkpoints
+                        and context.current_parallelism < (os.cpu_count() or 1))
+        lanes = _LANES if side_by_side else 1
+        return PullingSourceReader(
+            context, self.split_reader(lanes, context.options.release_memory),
+            self.emitter(), self.split_state, splits_in_flight=lanes)
 
     def new_reading(self) -> BatchReading:
         return BatchReading(self.schema, self._mode, self._filters)

@@ -89,3 +89,25 @@ def test_restores_inside_and_between_the_units_of_a_row_group_are_exact(
                 break
             checkpoint = runner.checkpoint()
     assert sorted(row[0] for row in emitted) == expected
+
+
+def test_one_reader_of_a_bulk_load_reads_two_row_groups_side_by_side(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # One reader on 2 cores, no checkpoints: two splits in flight, their units
+    # interleaved (so not in file order), every row once, the lanes' threads stopped.
+    import os
+    import threading
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(_row_groups, "MAX_DECODE_ROWS", 30)
+    path = tmp_path / "t.parquet"
+    table = pa.table({"id": pa.array(range(1000), pa.int64()), "v": [f"v{i}" for i in range(1000)]})
+    pq.write_table(table, path, row_group_size=100)
+    loaded = read_arrow(FileSource(path), 1)
+    ids = loaded.column("id").to_pylist()
+    assert sorted(ids) == list(range(1000))
+    assert ids != sorted(ids)
+    assert not [t for t in threading.enumerate() if t.name.startswith("scan-split-lane")]
+    # A read that takes checkpoints reads its splits one after the other, in order.
+    with LocalSourceRunner(FileSource(path), 1) as runner:
+        assert [row[0] for row in runner.run()] == list(range(1000))
