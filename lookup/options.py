@@ -8,15 +8,9 @@ from typing import Any
 
 from cache.base import LookupCache
 from cache.default import DefaultLookupCache
+from lookup import providers  # builds whichever provider the options name
 from lookup.function import AsyncLookupFunction, LookupFunction
-from lookup.providers import (
-    AsyncLookupFunctionProvider,
-    FullCachingLookupProvider,
-    LookupFunctionProvider,
-    LookupProvider,
-    PartialCachingAsyncLookupProvider,
-    PartialCachingLookupProvider,
-)
+from lookup.providers import LookupProvider
 from lookup.table_options import (
     CONNECTORS,
     TableOptions,
@@ -192,7 +186,7 @@ class LookupOptions:
             staleness = opts.FULL_CACHE_MAX_STALENESS.get(self.options)
             if staleness is not None:
                 kwargs.setdefault("max_staleness", staleness)
-            return FullCachingLookupProvider.of(
+            return providers.FullCachingLookupProvider.of(
                 target, self.build_trigger(), key_columns, max_retries=retries, **kwargs
             )
         if not isinstance(target, (LookupFunction, AsyncLookupFunction)):
@@ -215,13 +209,15 @@ class LookupOptions:
             kwargs.setdefault("capacity", opts.ASYNC_CAPACITY.get(self.options))
             kwargs.setdefault("timeout", opts.ASYNC_TIMEOUT.get(self.options))
             if cache is None:
-                return AsyncLookupFunctionProvider.of(target, max_retries=retries, **kwargs)
-            return PartialCachingAsyncLookupProvider.of(
+                return providers.AsyncLookupFunctionProvider.of(target, max_retries=retries,
+                                                                **kwargs)
+            return providers.PartialCachingAsyncLookupProvider.of(
                 target, cache, max_retries=retries, **kwargs
             )
         if cache is None:
-            return LookupFunctionProvider.of(target, max_retries=retries, **kwargs)
-        return PartialCachingLookupProvider.of(target, cache, max_retries=retries, **kwargs)
+            return providers.LookupFunctionProvider.of(target, max_retries=retries, **kwargs)
+        return providers.PartialCachingLookupProvider.of(target, cache, max_retries=retries,
+                                                         **kwargs)
 
     def _from_table(self, key_columns: Sequence[str] | str | None, schema: SchemaLike | None
                     ) -> tuple[Any, Sequence[str] | str | None]:
