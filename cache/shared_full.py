@@ -93,6 +93,9 @@ class SharedFullCache(LookupFullCache):
         self._staged: tuple[FullSnapshot, ColumnSpool] | None = None
         self._staging_lock = threading.Lock()
         self._closed = False
+        self.serve_from = -float("inf")
+        """Published versions whose load started before this time are not switched to
+        (one that may lack a change this process never heard: see lookup/full_caching)."""
 
     def __reduce__(self) -> NoReturn:
         raise TypeError("a SharedFullCache holds open files and is built where it is used; "
@@ -261,10 +264,14 @@ class SharedFullCache(LookupFullCache):
                 self._served = record
                 self.swap(confirmed)
                 return confirmed
+            if record is not None and record.loaded_at < self.serve_from:
+                return None
             found = self.store.open_latest()
             if found is None:
                 return None
             record, mapped = found
+            if record.loaded_at < self.serve_from:
+                return None
             self._seen = key
             if current is not None and not _is_newer(record, current):
                 return None

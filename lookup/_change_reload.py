@@ -117,16 +117,16 @@ class ChangeReloads:
                 return
         self._due(now)
 
-    def subscribed(self) -> None:
+    def subscribed(self) -> bool:
         """The runtime subscribed, perhaps to a listener connected long ago (then no
-        :meth:`connected` comes): a version of the host's store loaded before now may
-        lack a change only other processes heard (one they hold in their overlays, or
-        one nobody heard), so reload soon unless another process has covered it."""
+        :meth:`connected` comes): whether the host's version may be served as it is.
+        False when it was loaded before now and no other process has covered it: it
+        may lack a change only other processes heard (one they hold in their overlays,
+        or one nobody heard), and the runtime loads one after now before serving."""
         if self.host is None:
-            return  # not shared: its first load starts after it listens
+            return True  # not shared: its first load starts after it listens
         served = self._served_since()
-        if served is not None and not self.host.covered(served):
-            self._due(self.clock())
+        return served is None or self.host.covered(served)
 
     def disconnected(self) -> None:
         """The feed stopped listening: this process covers the host no more."""

@@ -139,7 +139,13 @@ class FullCachingRuntime(LookupRuntime):
                     function=provider.change_lookup, feed=feed, provider=provider,
                     schema=schema, reloads=reloads, served_at=self._served_at)
             self._subscription = subscribe(feed, sink)
-            reloads.subscribed()
+            if not reloads.subscribed() and self._shared is not None:
+                # The host's version may lack a change only other processes heard: it is
+                # not served at all; the first lookups wait for a version loaded after
+                # now, whose load starts at once (not on the feed's min_interval).
+                since = self.cache.clock()
+                self._shared.serve_from = since
+                self._submit(since, strict=True)
         self._trigger.open(self)
 
     def close(self) -> None:
@@ -361,7 +367,8 @@ class FullCachingRuntime(LookupRuntime):
                 if locked:
                     # The process that held the lock before us may have just published.
                     record = store.latest()
-                    if strict and self._loaded_lately(record, fired_at):
+                    if (strict and self.cache.current() is not None
+                            and self._loaded_lately(record, fired_at)):
                         return  # the next reload for changes covers this one
                     if not self._serve(shared, record, fired_at, strict):
                         version = max(0 if record is None else record.version, self._version())
