@@ -410,7 +410,10 @@ def streaming(args: argparse.Namespace, shared: dict[str, Any]) -> dict[str, Any
             yield pa.RecordBatch.from_arrays([*batch.columns, at],
                                              names=[*batch.schema.names, "looked_up_at"])
 
-    joined = joined.mapInArrow(stamp, joined.schema.add("looked_up_at", "double"))
+    from pyspark.sql import types as T
+
+    stamped = T.StructType([*joined.schema.fields, T.StructField("looked_up_at", T.DoubleType())])
+    joined = joined.mapInArrow(stamp, stamped)
     query = (joined.writeStream.foreachBatch(seen).trigger(processingTime="100 milliseconds")
              .start())
     try:
