@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Generic
 
 from scan.connector.arrow_records import ArrowRecordsBySplits
@@ -43,7 +43,7 @@ class SideBySideReader(BatchStreamReader[SplitT]):
     """A :class:`BatchStreamReader` that reads up to ``lanes`` of its splits at once.
 
     Each split's :meth:`flagged_batches` is advanced on a thread of the reader's own,
-    one batch ahead; a fetch hands over the batch that was asked for first, so the
+    one batch ahead; a fetch hands over the first batch ready, so the
     splits' batches interleave, each split's in order (a checkpoint records each
     split's rows emitted, as for splits read one after the other). With one lane it
     reads as its base, on the fetcher thread. The reader owns several splits only if
@@ -77,7 +77,7 @@ class SideBySideReader(BatchStreamReader[SplitT]):
             self._in_flight.append(lane)
         if not self._in_flight:
             return records
-        lane = self._in_flight.popleft()
+        lane = self._first_ready()
         assert lane.next is not None
         try:
             item = lane.next.result()
@@ -96,6 +96,19 @@ class SideBySideReader(BatchStreamReader[SplitT]):
             lane.next = self._ahead(lane)
             self._in_flight.append(lane)
         return records
+
+    def _first_ready(self) -> _Lane[SplitT]:
+        """The lane whose next batch is ready first, taken out of the lanes in flight:
+        waiting for them in turn would leave a lane whose batch is ready, one batch
+        ahead, idle behind a slower one."""
+        futures = [lane.next for lane in self._in_flight if lane.next is not None]
+        if not any(future.done() for future in futures):
+            wait(futures, return_when=FIRST_COMPLETED)
+        for index, lane in enumerate(self._in_flight):
+            if lane.next is not None and lane.next.done():
+                del self._in_flight[index]
+                return lane
+        return self._in_flight.popleft()  # unreachable: wait() returned on one done
 
     def _ahead(self, lane: _Lane[SplitT]) -> Future[_Item]:
         if self._pool is None:
