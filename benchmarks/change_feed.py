@@ -22,8 +22,8 @@ Streaming ``lookup_join``:
    caches' whole-table loads for the host (the first; then only for what cannot be
    read by key) and their keys read by key per update (each reader reads the changed
    key into its overlay: 1 a reader).
-2. Notification lag. One reader, its partial cache warmed with every row, also
-   subscribes a timing sink to the feed's listener after its cache (the listener calls
+2. Notification lag. ``--readers`` readers, each its partial cache warmed with every
+   row, also subscribe a timing sink to the feed's listener after their cache (the listener calls
    them in that order, so the sink's time is after the keys were dropped). The writer
    updates ``--rate`` keys a second for ``--lag-seconds`` in transactions of
    ``--batch`` keys (every key once); lag = sink time - the transaction's commit
@@ -311,7 +311,7 @@ def staleness(args: argparse.Namespace, shared: dict[str, Any]) -> dict[str, Any
 def notification_lag(args: argparse.Namespace, shared: dict[str, Any]) -> dict[str, Any]:
     import psycopg
 
-    ((process, inbox, outbox),) = _start(_lag_reader, 1, shared)
+    readers = _start(_lag_reader, args.readers, shared)
     batches = int(args.rate * args.lag_seconds / args.batch)
     keys = list(range(1, args.rows + 1))
     random.Random(7).shuffle(keys)
@@ -331,17 +331,21 @@ def notification_lag(args: argparse.Namespace, shared: dict[str, Any]) -> dict[s
                 now = time.time()
                 committed.update(dict.fromkeys(batch, now))
             elapsed = time.monotonic() - started
-        inbox.put(len(committed))
-        result = outbox.get(timeout=TIMEOUT * 2)
+        for _, inbox, _ in readers:
+            inbox.put(len(committed))
+        results = [outbox.get(timeout=TIMEOUT * 2) for _, _, outbox in readers]
     finally:
-        process.join(TIMEOUT)
-        if process.is_alive():
-            process.kill()
-    lags = [arrived - committed[key] for key, arrived in result["arrived"] if key in committed]
+        for process, _, _ in readers:
+            process.join(TIMEOUT)
+            if process.is_alive():
+                process.kill()
+    lags = [arrived - committed[key] for result in results
+            for key, arrived in result["arrived"] if key in committed]
     return {"rate_asked": args.rate, "rate_reached": round(len(committed) / elapsed),
-            "keys": len(committed), "batch": args.batch, **_percentiles(lags),
-            "keys_invalidated": result["invalidated"],
-            "notifications": result["notifications"]}
+            "keys": len(committed), "batch": args.batch, "readers": len(readers),
+            **_percentiles(lags),
+            "keys_invalidated": [result["invalidated"] for result in results],
+            "notifications": [result["notifications"] for result in results]}
 
 
 def streaming(args: argparse.Namespace, shared: dict[str, Any]) -> dict[str, Any]:
