@@ -58,9 +58,10 @@ def _stored_width(chunk: Any, rows: int) -> float:
     return float(width)
 
 
-def decode_rows(group: Any, schema: pa.Schema) -> int:
+def decode_rows(group: Any, schema: pa.Schema, scale: int = 1) -> int:
     """Rows per unit for row group ``group`` (its ``RowGroupMetaData``) read as the
-    columns of ``schema``: about :data:`DECODE_BYTES`, within the floor and ceiling."""
+    columns of ``schema``: about ``scale`` x :data:`DECODE_BYTES`, within the floor and
+    ``scale`` x the ceiling."""
     rows = group.num_rows
     if rows <= 0:
         return MIN_DECODE_ROWS
@@ -73,18 +74,19 @@ def decode_rows(group: Any, schema: pa.Schema) -> int:
                      or chunk.path_in_schema.startswith(field.name + "."))
         width += max(stored, _fixed_width(field.type))
     if width <= 0:
-        return MAX_DECODE_ROWS
-    return int(min(max(DECODE_BYTES / width, MIN_DECODE_ROWS), MAX_DECODE_ROWS))
+        return MAX_DECODE_ROWS * scale
+    return int(min(max(DECODE_BYTES * scale / width, MIN_DECODE_ROWS), MAX_DECODE_ROWS * scale))
 
 
-def row_group_batches(parquet: Any, row_group: int, schema: pa.Schema
+def row_group_batches(parquet: Any, row_group: int, schema: pa.Schema, scale: int = 1
                       ) -> Iterator[tuple[pa.RecordBatch, bool]]:
     """The columns of ``schema`` of row group ``row_group`` of ``parquet`` (an open
-    ``ParquetFile``), unit by unit, each with whether it is the last."""
+    ``ParquetFile``), unit by unit (``scale`` x the usual size), each with whether it is
+    the last."""
     group = parquet.metadata.row_group(row_group)
     total = group.num_rows
     done = 0
-    for batch in parquet.iter_batches(batch_size=decode_rows(group, schema),
+    for batch in parquet.iter_batches(batch_size=decode_rows(group, schema, scale),
                                       row_groups=[row_group], columns=schema.names):
         done += batch.num_rows
         yield batch, done >= total

@@ -52,6 +52,10 @@ _READ_BUFFER = 1 << 20
 # (benchmarks/README.md, "Row groups side by side"). Each costs about one decode unit.
 _ROW_GROUPS_PER_CORE = 2
 _MAX_LANES = 8
+# Decode units a bulk load may hold in flight over all its readers and lanes: lanes
+# decode units larger than the usual ~8 MB within it (fewer waits for the slowest
+# column; a small row group in one unit), so 128 MB at most, as many readers' would.
+_UNITS_IN_FLIGHT = 16
 
 
 @dataclass(frozen=True)
@@ -194,13 +198,14 @@ class _SplitReader(SideBySideReader[FileSplit]):
     READ_ERRORS = (OSError, ValueError, TypeError, KeyError)  # pyarrow's errors
 
     def __init__(self, file_format: str, schema: pa.Schema, reading: BatchReading,
-                 lanes: int = 1, release_memory: bool = False) -> None:
+                 lanes: int = 1, release_memory: bool = False, unit_scale: int = 1) -> None:
         super().__init__(lanes, release_memory)
         self._format = file_format
         self._schema = schema
         self._reading = reading
         self._footer: tuple[str, Any] | None = None  # path, FileMetaData
         self._footer_lock = threading.Lock()  # lanes open files side by side
+        self._unit_scale = unit_scale
 
     def read_error(self, split: FileSplit, exc: BaseException) -> SparkLookupError:
         return io_error(f"reading {split.split_id!r}", exc)
@@ -237,7 +242,8 @@ class _SplitReader(SideBySideReader[FileSplit]):
         parquet = self._open_parquet(split.path)
         try:
             yield from self._after_offset(
-                split, row_group_batches(parquet, split.row_group, self._schema))
+                split, row_group_batches(parquet, split.row_group, self._schema,
+                                         self._unit_scale))
         finally:
             parquet.close()
 
@@ -468,26 +474,30 @@ class FileSource(BatchReadingSource[FileSplit, BatchReading]):
         return _FilePlanner(self._paths, self._format, to_arrow_schema(self.schema),
                             self._filters, progress)
 
-    def split_reader(self, lanes: int = 1, release_memory: bool = False
+    def split_reader(self, lanes: int = 1, release_memory: bool = False, unit_scale: int = 1
                      ) -> Callable[[], _SplitReader]:
         """Makes split readers, which open the files on their fetcher threads and read
-        ``lanes`` splits side by side (see :class:`SideBySideReader`)."""
+        ``lanes`` splits side by side (see :class:`SideBySideReader`), in decode units
+        ``unit_scale`` times the usual size."""
         file_format, schema = self._format, to_arrow_schema(self.schema)
         reading = self._reading_state()
-        return lambda: _SplitReader(file_format, schema, reading, lanes, release_memory)
+        return lambda: _SplitReader(file_format, schema, reading, lanes, release_memory,
+                                    unit_scale)
 
     def create_reader(self, context: SourceReaderContext) -> SourceReader[FileSplit]:
         """A reader of this source's splits, where its subtask runs: in a read that
         takes no checkpoints (a bulk load) with fewer readers than twice the cores, it
         reads several splits side by side, so that the readers together decode about
         two row groups per core; otherwise one after the other, in order."""
-        lanes = 1
+        lanes = scale = 1
         if not context.options.checkpoints:
             wanted = _ROW_GROUPS_PER_CORE * (os.cpu_count() or 1)
             parallelism = max(1, context.current_parallelism)
             lanes = max(1, min(_MAX_LANES, -(-wanted // parallelism)))
+            if lanes > 1:
+                scale = max(1, _UNITS_IN_FLIGHT // (parallelism * lanes))
         return PullingSourceReader(
-            context, self.split_reader(lanes, context.options.release_memory),
+            context, self.split_reader(lanes, context.options.release_memory, scale),
             self.emitter(), self.split_state, splits_in_flight=lanes)
 
     def new_reading(self) -> BatchReading:

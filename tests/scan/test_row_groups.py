@@ -52,6 +52,19 @@ def test_undeclared_columns_do_not_count(tmp_path: Path) -> None:
     assert decode_rows(group, pa.schema([("id", pa.int64())])) == _row_groups.MAX_DECODE_ROWS
 
 
+def test_scaled_units_are_that_many_times_larger_within_the_scaled_ceiling(
+        tmp_path: Path) -> None:
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"s": pa.array(["x" * 1000] * ROWS),
+                             "id": pa.array(range(ROWS), pa.int64())}), path)
+    group = pq.ParquetFile(path).metadata.row_group(0)
+    wide = pa.schema([("s", pa.string())])
+    assert decode_rows(group, wide, 4) in range(4 * decode_rows(group, wide),
+                                                4 * decode_rows(group, wide) + 4)
+    narrow = pa.schema([("id", pa.int64())])
+    assert decode_rows(group, narrow, 4) == 4 * _row_groups.MAX_DECODE_ROWS
+
+
 def test_units_cover_the_row_group_and_only_the_last_is_flagged(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_row_groups, "MAX_DECODE_ROWS", 300)
@@ -99,7 +112,7 @@ def test_one_reader_of_a_bulk_load_reads_two_row_groups_side_by_side(
     import threading
 
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(_row_groups, "MAX_DECODE_ROWS", 30)
+    monkeypatch.setattr(_row_groups, "MAX_DECODE_ROWS", 5)  # 20-row units with the lanes
     path = tmp_path / "t.parquet"
     table = pa.table({"id": pa.array(range(1000), pa.int64()), "v": [f"v{i}" for i in range(1000)]})
     pq.write_table(table, path, row_group_size=100)
