@@ -4,8 +4,8 @@ One reader reading one split at a time leaves cores idle when a split is decoded
 steps that each wait for their slowest part: pyarrow decodes a unit of a Parquet row
 group by decoding its columns in parallel and waiting for all of them, and 4 columns
 of unequal cost (a string column 40% of the work) keep 2 cores busy about 0.6 of the
-time. Two splits decoded at once fill each other's gaps, as ``pq.read_table`` does
-with every row group of a file (benchmarks/README.md, "Two splits side by side").
+time. Several splits decoded at once fill each other's gaps, as ``pq.read_table`` does
+with every row group of a file (benchmarks/README.md, "Row groups side by side").
 """
 
 from __future__ import annotations
@@ -101,14 +101,12 @@ class SideBySideReader(BatchStreamReader[SplitT]):
         """The lane whose next batch is ready first, taken out of the lanes in flight:
         waiting for them in turn would leave a lane whose batch is ready, one batch
         ahead, idle behind a slower one."""
-        futures = [lane.next for lane in self._in_flight if lane.next is not None]
-        if not any(future.done() for future in futures):
-            wait(futures, return_when=FIRST_COMPLETED)
-        for index, lane in enumerate(self._in_flight):
-            if lane.next is not None and lane.next.done():
-                del self._in_flight[index]
-                return lane
-        return self._in_flight.popleft()  # unreachable: wait() returned on one done
+        # Every lane in flight has a batch on the way (one is asked for as it enters).
+        done, _ = wait([lane.next for lane in self._in_flight if lane.next is not None],
+                       return_when=FIRST_COMPLETED)
+        lane = next(lane for lane in self._in_flight if lane.next in done)
+        self._in_flight.remove(lane)
+        return lane
 
     def _ahead(self, lane: _Lane[SplitT]) -> Future[_Item]:
         if self._pool is None:
