@@ -374,6 +374,9 @@ def streaming(args: argparse.Namespace, shared: dict[str, Any]) -> dict[str, Any
     pending: dict[str, dict[int, tuple[int, float]]] = {"partial": {}, "full": {}}
     stale: dict[str, list[float]] = {"partial": [], "full": []}
     first_fresh: dict[str, list[float]] = {"partial": [], "full": []}
+    # Per cache, each key's latest update, seen or not: stale answers are counted after
+    # its first fresh one too (another worker may still answer the older version).
+    latest: dict[str, dict[int, tuple[int, float]]] = {"partial": {}, "full": {}}
     # Every update: (cache, key, version, commit) -> the latest lookup after the commit
     # that answered an older version (the commit itself when none did).
     served_stale: dict[tuple[str, int, int, float], float] = {}
@@ -388,16 +391,16 @@ def streaming(args: argparse.Namespace, shared: dict[str, Any]) -> dict[str, Any
             for row in rows:
                 at = row["looked_up_at"]
                 for name, version in (("partial", row["version"]), ("full", row["f_version"])):
-                    waiting = pending[name].get(row["id"])
-                    if waiting is None or version is None:
+                    update = latest[name].get(row["id"])
+                    if update is None or version is None:
                         continue
-                    if version >= waiting[0]:
-                        stale[name].append(now - waiting[1])
-                        first_fresh[name].append(max(at - waiting[1], 0.0))
-                        del pending[name][row["id"]]
-                    elif at > waiting[1]:
-                        update = (name, row["id"], *waiting)
-                        served_stale[update] = max(served_stale[update], at)
+                    if version < update[0]:
+                        if at > update[1]:
+                            key = (name, row["id"], *update)
+                            served_stale[key] = max(served_stale[key], at)
+                    elif pending[name].pop(row["id"], None) is not None:
+                        stale[name].append(now - update[1])
+                        first_fresh[name].append(max(at - update[1], 0.0))
 
     keys = (spark.readStream.format("rate").option("rowsPerSecond", args.stream_rate).load()
             .select(((F.col("value") % args.hot) + 1).alias("id")))
@@ -445,7 +448,7 @@ def streaming(args: argparse.Namespace, shared: dict[str, Any]) -> dict[str, Any
                         superseded = waiting.get(key)
                         if superseded is not None:
                             served_stale.pop((name, key, *superseded), None)
-                        waiting[key] = (version, committed)
+                        waiting[key] = latest[name][key] = (version, committed)
                         served_stale[(name, key, version, committed)] = committed
         deadline = time.monotonic() + TIMEOUT
         while any(pending.values()) and time.monotonic() < deadline:
