@@ -10,10 +10,11 @@ with every row group of a file (benchmarks/README.md, "Row groups side by side")
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import TYPE_CHECKING, Generic
+from typing import TYPE_CHECKING, Any, Generic
 
 from scan.connector.arrow_records import ArrowRecordsBySplits
 from scan.sources._batches import BatchStreamReader
@@ -62,13 +63,24 @@ class SideBySideReader(BatchStreamReader[SplitT]):
         self._release_memory = release_memory
         self._in_flight: deque[_Lane[SplitT]] = deque()
         self._pool: ThreadPoolExecutor | None = None
+        # Done when a task waits for the fetcher (splits to add): a fetch waiting for
+        # its lanes returns, so a split added now starts at once, not after a lane's
+        # next unit (a whole row group at p=1).
+        self._wake_lock = threading.Lock()
+        self._wake: Future[None] = Future()
+
+    def wake_up(self) -> None:
+        super().wake_up()
+        with self._wake_lock:
+            if not self._wake.done():
+                self._wake.set_result(None)
 
     def fetch(self) -> ArrowRecordsBySplits:
         if self._lanes == 1:
             return super().fetch()
         records = ArrowRecordsBySplits()
         if self._woken.is_set():
-            self._woken.clear()
+            self._rearm()
             return records
         while len(self._in_flight) < self._lanes and self._splits:
             split = self._splits.popleft()
@@ -78,6 +90,9 @@ class SideBySideReader(BatchStreamReader[SplitT]):
         if not self._in_flight:
             return records
         lane = self._first_ready()
+        if lane is None:
+            self._rearm()
+            return records
         assert lane.next is not None
         try:
             item = lane.next.result()
@@ -97,16 +112,24 @@ class SideBySideReader(BatchStreamReader[SplitT]):
             self._in_flight.append(lane)
         return records
 
-    def _first_ready(self) -> _Lane[SplitT]:
-        """The lane whose next batch is ready first, taken out of the lanes in flight:
-        waiting for them in turn would leave a lane whose batch is ready, one batch
-        ahead, idle behind a slower one."""
+    def _first_ready(self) -> _Lane[SplitT] | None:
+        """The lane whose next batch is ready first, taken out of the lanes in flight
+        (waiting for them in turn would leave a lane whose batch is ready, one batch
+        ahead, idle behind a slower one), or None when woken up first."""
         # Every lane in flight has a batch on the way (one is asked for as it enters).
-        done, _ = wait([lane.next for lane in self._in_flight if lane.next is not None],
-                       return_when=FIRST_COMPLETED)
-        lane = next(lane for lane in self._in_flight if lane.next in done)
-        self._in_flight.remove(lane)
+        futures: list[Future[Any]] = [lane.next for lane in self._in_flight
+                                      if lane.next is not None]
+        done, _ = wait([*futures, self._wake], return_when=FIRST_COMPLETED)
+        lane = next((lane for lane in self._in_flight if lane.next in done), None)
+        if lane is not None:
+            self._in_flight.remove(lane)
         return lane
+
+    def _rearm(self) -> None:
+        self._woken.clear()
+        with self._wake_lock:
+            if self._wake.done():
+                self._wake = Future()
 
     def _ahead(self, lane: _Lane[SplitT]) -> Future[_Item]:
         if self._pool is None:

@@ -4,6 +4,9 @@ anywhere among several units of a row group."""
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -12,8 +15,14 @@ import pytest
 
 from connectors import Predicate
 from scan import FileSource, LocalSourceRunner, ReaderOptions, read_arrow
+from scan.connector.fetcher import SplitFetcher
+from scan.connector.queue import ElementQueue
+from scan.connector.records import RecordsWithSplitIds
 from scan.sources import _row_groups
 from scan.sources._row_groups import decode_rows, row_group_batches
+from scan.sources._side_by_side import SideBySideReader
+from scan.sources.files import FileSplit
+from spark_lookup.errors import SourceError, SparkLookupError
 
 ROWS = 20_000
 
@@ -124,3 +133,51 @@ def test_one_reader_of_a_bulk_load_reads_two_row_groups_side_by_side(
     # A read that takes checkpoints reads its splits one after the other, in order.
     with LocalSourceRunner(FileSource(path), 1) as runner:
         assert [row[0] for row in runner.run()] == list(range(1000))
+
+
+class _GatedReader(SideBySideReader[FileSplit]):
+    """Split ``a`` yields its one batch once ``gate`` opens; any other split at once."""
+
+    def __init__(self, gate: threading.Event) -> None:
+        super().__init__(lanes=2)
+        self.gate = gate
+
+    def batches(self, split: FileSplit) -> Iterator[pa.RecordBatch]:
+        if split.path == "a":
+            self.gate.wait(10)
+        yield pa.record_batch({"path": [split.path]})
+
+    def read_error(self, split: FileSplit, exc: BaseException) -> SparkLookupError:
+        return SourceError(str(exc))
+
+
+def test_a_split_added_while_the_lanes_are_busy_is_read_at_once() -> None:
+    # A fetch waiting for its only lane (a whole row group, at p=1) is woken by the
+    # split added meanwhile, which starts on the second lane and is handed over first:
+    # it does not wait for the first split's batch.
+    gate = threading.Event()
+    queue: ElementQueue[RecordsWithSplitIds[pa.RecordBatch]] = ElementQueue(4)
+    errors: list[BaseException] = []
+    fetcher = SplitFetcher(0, queue, _GatedReader(gate), errors.append)
+    fetcher.start()
+    try:
+        fetcher.add_splits([FileSplit("a", 0)])
+        time.sleep(0.05)  # the fetch of "a" is under way
+        fetcher.add_splits([FileSplit("b", 0)])
+        deadline = time.monotonic() + 10
+        while queue.is_empty() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        first = queue.poll()
+        assert first is not None
+        assert first.finished_splits() == {"b#0"}
+        gate.set()
+        while queue.is_empty() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        second = queue.poll()
+        assert second is not None
+        assert second.finished_splits() == {"a#0"}
+    finally:
+        gate.set()
+        fetcher.shutdown()
+        fetcher.join(10)
+    assert not errors
