@@ -89,10 +89,11 @@ class SideBySideReader(BatchStreamReader[SplitT]):
             self._in_flight.append(lane)
         if not self._in_flight:
             return records
-        lane = self._first_ready()
-        if lane is None:
+        ready = self._first_ready()
+        if ready is None:
             self._rearm()
             return records
+        lane = ready
         assert lane.next is not None
         try:
             item = lane.next.result()
