@@ -437,6 +437,9 @@ class LocalSourceRunner(Generic[SplitT, EnumStateT]):
         completed = False
         try:
             self._open()
+            # The readers' first requests, answered before their threads start: each
+            # finds its first split in its mailbox (no wake-up round trip).
+            self._handle_coordinator_messages()
             schema = to_arrow_schema(self._source.schema)
             slots = threading.Semaphore(2 * self._parallelism)
             self._bulk_slots = slots

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -25,6 +24,7 @@ from scan.sources._batches import (
     with_last,
 )
 from scan.sources._enumerator import SplitPlanner
+from scan.sources._footers import read_footer
 from scan.sources._pull import SplitFieldsSerializer
 from scan.sources._row_groups import row_group_batches
 from scan.sources._side_by_side import SideBySideReader
@@ -113,10 +113,10 @@ def _csv_header(path: str) -> list[str]:
 
 class _FilePlanner(SplitPlanner[FileSplit]):
     """Walks the paths (directories listed when reached) and, for Parquet, the row
-    groups of one file at a time: the file is a ``pyarrow.dataset`` fragment, whose
-    footer gives its columns (the declared ones are checked, so a file that lacks one
-    fails at planning, on the driver) and the row groups' statistics, by which those
-    the filters rule out are left out (:func:`predicates_to_pruning`)."""
+    groups of one file at a time: the file's footer gives its columns (the declared
+    ones are checked, so a file that lacks one fails at planning, on the driver) and,
+    with filters, the file is a ``pyarrow.dataset`` fragment whose row groups'
+    statistics leave out those the filters rule out (:func:`predicates_to_pruning`)."""
 
     def __init__(self, paths: Sequence[str], file_format: str, schema: pa.Schema,
                  filters: Sequence[Predicate], progress: Any = None) -> None:
@@ -160,23 +160,27 @@ class _FilePlanner(SplitPlanner[FileSplit]):
     def _row_groups(self, path: str) -> list[int]:
         """The ids of the row groups of ``path`` whose statistics do not rule the
         filters out (all of them without filters)."""
+        try:
+            footer = read_footer(path)
+        except (OSError, ValueError) as exc:  # ArrowInvalid is a ValueError
+            raise io_error(f"reading the Parquet footer of {path!r}", exc) from exc
+        _check_columns(path, footer.schema.names, self._schema.names)
+        groups = footer.metadata.num_row_groups
+        expression = predicates_to_pruning(self._filters, footer.schema, self._schema)
+        if expression is None:
+            return list(range(groups))
         import pyarrow.dataset as ds
         from pyarrow import fs
 
         if self._parquet is None:
             self._parquet = ds.ParquetFileFormat()
         try:
+            # pyarrow's fragment reads the footer itself (it cannot be handed one):
+            # a second read, with filters only.
             fragment = self._parquet.make_fragment(path, filesystem=fs.LocalFileSystem())
-            file_schema = fragment.physical_schema  # reads the footer
-            groups = fragment.num_row_groups
-        except (OSError, ValueError) as exc:  # ArrowInvalid is a ValueError
-            raise io_error(f"reading the Parquet footer of {path!r}", exc) from exc
-        _check_columns(path, file_schema.names, self._schema.names)
-        expression = predicates_to_pruning(self._filters, file_schema, self._schema)
-        if expression is None:
-            return list(range(groups))
-        try:
             return [group.id for group in fragment.subset(filter=expression).row_groups]
+        except OSError as exc:
+            raise io_error(f"reading the Parquet footer of {path!r}", exc) from exc
         except (ValueError, TypeError, NotImplementedError):  # pyarrow's errors
             # Statistics only save reads; every row group is read and filtered exactly.
             return list(range(groups))
@@ -185,8 +189,8 @@ class _FilePlanner(SplitPlanner[FileSplit]):
 class _SplitReader(SideBySideReader[FileSplit]):
     """Reads its splits, ``lanes`` at a time side by side, one decoded batch per fetch,
     only the declared columns; runs on its fetcher thread (and its lanes' threads).
-    Each split opens its file; the footer of the file opened last is kept, so the
-    next row group of the same file is opened without reading it again.
+    Each split opens its file with the footer this process read last for that
+    version of it (``_footers.read_footer``).
 
     A row group is decoded by ``ParquetFile.iter_batches``, not by the dataset's
     scanner: pyarrow 26's scanner decodes a whole row group before slicing it into
@@ -203,8 +207,6 @@ class _SplitReader(SideBySideReader[FileSplit]):
         self._format = file_format
         self._schema = schema
         self._reading = reading
-        self._footer: tuple[str, Any] | None = None  # path, FileMetaData
-        self._footer_lock = threading.Lock()  # lanes open files side by side
         self._unit_scale = unit_scale
 
     def read_error(self, split: FileSplit, exc: BaseException) -> SparkLookupError:
@@ -220,22 +222,12 @@ class _SplitReader(SideBySideReader[FileSplit]):
     def _open_parquet(self, path: str) -> Any:
         import pyarrow.parquet as pq
 
-        with self._footer_lock:
-            footer = self._footer
-        metadata = footer[1] if footer is not None and footer[0] == path else None
-        parquet = pq.ParquetFile(path, metadata=metadata, pre_buffer=False,
-                                 buffer_size=_READ_BUFFER)
-        if metadata is None:
-            # Checked here too: a split may be read where it was not planned (a restore,
-            # a Spark executor), and the file may have changed since.
-            try:
-                _check_columns(path, parquet.schema_arrow.names, self._schema.names)
-            except BaseException:
-                parquet.close()
-                raise
-            with self._footer_lock:
-                self._footer = (path, parquet.metadata)
-        return parquet
+        footer = read_footer(path)
+        # Checked here too: a split may be read where it was not planned (a restore, a
+        # Spark executor), and the file may have changed since.
+        _check_columns(path, footer.schema.names, self._schema.names)
+        return pq.ParquetFile(path, metadata=footer.metadata, pre_buffer=False,
+                              buffer_size=_READ_BUFFER)
 
     def _parquet(self, split: FileSplit) -> Iterator[tuple[pa.RecordBatch, bool]]:
         assert split.row_group is not None
@@ -432,9 +424,7 @@ class FileSource(BatchReadingSource[FileSplit, BatchReading]):
             raise ConfigError(f"no data files in {self._paths}; pass schema")
         try:
             if self._format == "parquet":
-                import pyarrow.parquet as pq
-
-                arrow_schema = pq.read_schema(first)
+                arrow_schema = read_footer(first).schema
             else:
                 from pyarrow import csv
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import pickle
 from decimal import Decimal
 from pathlib import Path
@@ -305,3 +306,46 @@ def test_filters_are_applied_to_files_and_restores_count_the_rows_kept(tmp_path:
     assert sorted(first + rest) == expected  # nothing lost or repeated
     with pytest.raises(ConfigError, match="unknown column"):
         FileSource(path, schema="id BIGINT", filters=[Predicate("region", "=", "eu")])
+
+
+def test_a_footer_is_parsed_once_per_version_of_a_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Inferring the schema, planning and reading share one parse of the footer; a file
+    # rewritten in place to the same size (what stat may not tell from the old one
+    # within the clock's tick) is read with its new footer, and its new values.
+    parsed: list[object] = []
+    real = pq.read_metadata
+
+    def counting(where: Any, *args: Any, **kwargs: Any) -> Any:
+        parsed.append(where)
+        return real(where, *args, **kwargs)
+
+    monkeypatch.setattr(pq, "read_metadata", counting)
+    path = tmp_path / "dim.parquet"
+    pq.write_table(pa.table({"id": [1, 2, 3, 4], "v": ["a", "b", "c", "d"]}), path,
+                   row_group_size=2)
+    assert read_arrow(FileSource(path), 2).sort_by("id").column("v").to_pylist() == list("abcd")
+    assert len(parsed) == 1
+    assert read_arrow(FileSource(path), 1).num_rows == 4
+    assert len(parsed) == 1
+
+    before = path.stat()
+    pq.write_table(pa.table({"id": [1, 2, 3, 4], "v": ["w", "x", "y", "z"]}), path,
+                   row_group_size=2)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert path.stat().st_size == before.st_size
+    assert path.stat().st_mtime_ns == before.st_mtime_ns
+    assert read_arrow(FileSource(path)).sort_by("id").column("v").to_pylist() == list("wxyz")
+    assert len(parsed) == 2  # the new statistics: a new footer
+    pq.write_table(pa.table({"id": [1, 2, 3, 4], "v": ["w", "x", "y", "z"]}), path,
+                   row_group_size=4)
+    assert [s.row_group for s in plan_splits(FileSource(path))] == [0]
+    assert read_arrow(FileSource(path)).sort_by("id").column("v").to_pylist() == list("wxyz")
+    assert len(parsed) == 3
+
+
+def test_a_file_that_is_not_parquet_is_a_connector_error_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "dim.parquet"
+    path.write_bytes(b"not a parquet file, only some text that ends oddly")
+    with pytest.raises(ConnectorError, match="dim.parquet"):
+        plan_splits(FileSource(path, schema="id BIGINT"))
