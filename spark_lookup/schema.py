@@ -14,6 +14,7 @@ ARRAY<T>, MAP<K, V>, STRUCT<name: T, ...>.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -244,7 +245,20 @@ def _plain_strings(data_type: T.DataType) -> T.DataType:
 
 def to_arrow_schema(schema: SchemaLike) -> pa.Schema:
     """The Arrow schema matching a Spark schema (a DDL string or ``StructType``)."""
+    try:
+        return _arrow_schema(schema)
+    except TypeError:  # not hashable: not a schema, which parse_schema reports
+        return _convert_schema(schema)
+
+
+def _convert_schema(schema: SchemaLike) -> pa.Schema:
     import pyarrow as pa
 
     return pa.schema([pa.field(f.name, to_arrow_type(f.dataType), nullable=f.nullable)
                       for f in parse_schema(schema)])
+
+
+# A load converts its source's schema several times (runner, readers, conversion): 37 us
+# each through PySpark's mapping, against 5 us to hash a StructType (by its text).
+# Arrow schemas are immutable, so one is shared.
+_arrow_schema = functools.lru_cache(maxsize=256)(_convert_schema)
