@@ -261,7 +261,8 @@ class LocalSourceRunner(Generic[SplitT, EnumStateT]):
     def read_arrow_batches(self, max_batch_rows: int = 65_536) -> Iterator[pa.RecordBatch]:
         """Read to the end of input as Arrow record batches: the bulk-load path.
 
-        Each reader runs on a thread of its own and hands over record batches of the
+        Each reader runs on a thread of its own (one told at once that there are no
+        splits for it finishes without one) and hands over record batches of the
         source's declared Arrow schema: batches a source emits (``collect_arrow``) are
         checked against that schema and passed on, re-chunked by Arrow slicing and
         concatenation only; rows a source emits are converted column by column. This
@@ -437,19 +438,31 @@ class LocalSourceRunner(Generic[SplitT, EnumStateT]):
         completed = False
         try:
             self._open()
-            # The readers' first requests, answered before their threads start: each
-            # finds its first split in its mailbox (no wake-up round trip).
-            self._handle_coordinator_messages()
             schema = to_arrow_schema(self._source.schema)
+            # The readers' first requests are answered and delivered here, before their
+            # threads start: a first split starts its fetcher now, and a reader told
+            # there are none is finished without a thread (3 of 4 readers of a file of
+            # one row group).
+            self._handle_coordinator_messages()
+            outputs: dict[int, ArrowBatchOutput] = {}
+            for index, reader in enumerate(self._readers):
+                if self._finished[index]:
+                    continue
+                deliver(reader, self._mailboxes[index])
+                output = ArrowBatchOutput(schema, max_batch_rows, self._what)
+                if reader.poll_next(output) is InputStatus.END_OF_INPUT:
+                    yield from output.flush()
+                    self._finished[index] = True
+                else:
+                    outputs[index] = output
             slots = threading.Semaphore(2 * self._parallelism)
             self._bulk_slots = slots
-            for index in range(self._parallelism):
-                if not self._finished[index]:
-                    thread = threading.Thread(
-                        target=self._bulk_reader, args=(index, schema, max_batch_rows, stop, slots),
-                        name=f"scan-reader-{index}", daemon=True)
-                    threads.append(thread)
-                    thread.start()
+            for index, output in outputs.items():
+                thread = threading.Thread(
+                    target=self._bulk_reader, args=(index, output, stop, slots),
+                    name=f"scan-reader-{index}", daemon=True)
+                threads.append(thread)
+                thread.start()
             running = len(threads)
             while running:
                 message = self._coordinator.get()
@@ -481,20 +494,19 @@ class LocalSourceRunner(Generic[SplitT, EnumStateT]):
         self._bulk_stop.set()
         for mailbox in self._mailboxes:
             mailbox.wake.set()
-        if self._bulk_slots is not None:
+        if self._bulk_slots is not None and self._bulk_threads:
             # Readers blocked on a full hand-over take a slot, see the stop, and leave.
             self._bulk_slots.release(len(self._bulk_threads))
-            self._bulk_slots = None
+        self._bulk_slots = None
         for thread in self._bulk_threads:
             thread.join()
         self._bulk_threads.clear()
         self._bulk_stop = None
 
-    def _bulk_reader(self, index: int, schema: pa.Schema, max_batch_rows: int,
-                     stop: threading.Event, slots: threading.Semaphore) -> None:
+    def _bulk_reader(self, index: int, output: ArrowBatchOutput, stop: threading.Event,
+                     slots: threading.Semaphore) -> None:
         reader = self._readers[index]
         mailbox = self._mailboxes[index]
-        output = ArrowBatchOutput(schema, max_batch_rows, self._what)
 
         def offer(batch: pa.RecordBatch) -> bool:
             slots.acquire()

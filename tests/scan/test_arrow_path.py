@@ -165,6 +165,37 @@ def test_built_in_readers_emit_batches_only(tmp_path: Path) -> None:
         assert all(b.num_rows <= 7 for b in output.batches)
 
 
+def test_a_bulk_reader_told_there_are_no_splits_gets_no_thread(tmp_path: Path) -> None:
+    # The readers' first requests are answered before their threads start: of 4 readers
+    # of a file of 2 row groups, the 2 without a split finish without a thread.
+    import threading
+
+    _parquet(tmp_path / "t.parquet", 50, 25)
+    names: set[str] = set()
+
+    def trace(frame: Any, event: str, arg: Any) -> None:
+        names.add(threading.current_thread().name)
+
+    threading.settrace(trace)
+    try:
+        table = read_arrow(FileSource(tmp_path / "t.parquet"), 4)
+    finally:
+        threading.settrace(None)
+    assert sorted(table.column("id").to_pylist()) == list(range(50))
+    assert sorted(n for n in names if n.startswith("scan-reader")) == [
+        "scan-reader-0", "scan-reader-1"]
+    # And a read with no split at all (a directory without data files) starts none.
+    names.clear()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    threading.settrace(trace)
+    try:
+        assert read_arrow(FileSource(empty, schema="id BIGINT"), 2).num_rows == 0
+    finally:
+        threading.settrace(None)
+    assert not [n for n in names if n.startswith("scan-reader")]
+
+
 def test_a_multi_threaded_fetcher_manager_moves_batches() -> None:
     source = _source("multi-fetchers", splits=6, size=40, batch=9)
     faults, schema = source.faults, source.arrow_schema
