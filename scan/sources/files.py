@@ -352,7 +352,9 @@ class FileSource(BatchReadingSource[FileSplit, BatchReading]):
     A fetch is one decoded unit of a row group, of about 8 MB by the footer's column
     sizes (4,096 to 262,144 rows; a CSV parser block for CSV), its column chunks read
     through a 1 MiB buffer; a reader holds at most ``element_queue_capacity + 1`` of
-    them, so memory stays bounded for large row groups and wide rows. Readers emit
+    them, so memory stays bounded for large row groups and wide rows. A bulk read
+    (no checkpoints) of fewer than 16 readers and lanes decodes larger units, up to
+    about 128 MB over them all (:meth:`create_reader`). Readers emit
     zero-copy slices of them, ``records_per_poll`` rows at a time. CSV files are read by
     ``pyarrow.csv.open_csv``: they have no statistics to skip by, and a dataset of one
     CSV file read 1M rows in 0.20 s against 0.11 s.
