@@ -24,7 +24,7 @@ from scan.sources._batches import (
     with_last,
 )
 from scan.sources._enumerator import SplitPlanner
-from scan.sources._footers import read_footer
+from scan.sources._footers import Footer, read_footer
 from scan.sources._pull import SplitFieldsSerializer
 from scan.sources._row_groups import row_group_batches
 from scan.sources._side_by_side import SideBySideReader
@@ -192,8 +192,9 @@ class _FilePlanner(SplitPlanner[FileSplit]):
 class _SplitReader(SideBySideReader[FileSplit]):
     """Reads its splits, ``lanes`` at a time side by side, one decoded batch per fetch,
     only the declared columns; runs on its fetcher thread (and its lanes' threads).
-    Each split opens its file with the footer this process read last for that
-    version of it (``_footers.read_footer``).
+    Each split opens its file with the footer this process parsed for that version
+    of it (``_footers.read_footer``), or, for the next row group of the file opened
+    last, with that file's footer.
 
     A row group is decoded by ``ParquetFile.iter_batches``, not by the dataset's
     scanner: pyarrow 26's scanner decodes a whole row group before slicing it into
@@ -211,6 +212,12 @@ class _SplitReader(SideBySideReader[FileSplit]):
         self._schema = schema
         self._reading = reading
         self._unit_scale = unit_scale
+        # The footer of the file opened last: the next row group of the same file opens
+        # without reading the file's tail again (a footer of megabytes, read and
+        # hashed per split of a file of thousands of row groups, would cost more than
+        # the row groups). A file rewritten during one load is not read consistently
+        # in any case.
+        self._last: tuple[str, Footer] | None = None
 
     def read_error(self, split: FileSplit, exc: BaseException) -> SparkLookupError:
         return io_error(f"reading {split.split_id!r}", exc)
@@ -225,10 +232,15 @@ class _SplitReader(SideBySideReader[FileSplit]):
     def _open_parquet(self, path: str) -> Any:
         import pyarrow.parquet as pq
 
-        footer = read_footer(path)
-        # Checked here too: a split may be read where it was not planned (a restore, a
-        # Spark executor), and the file may have changed since.
-        _check_columns(path, footer.schema.names, self._schema.names)
+        last = self._last  # lanes open files side by side: one read of the attribute
+        if last is not None and last[0] == path:
+            footer = last[1]
+        else:
+            footer = read_footer(path)
+            # Checked here too: a split may be read where it was not planned (a
+            # restore, a Spark executor), and the file may have changed since.
+            _check_columns(path, footer.schema.names, self._schema.names)
+            self._last = (path, footer)
         return pq.ParquetFile(path, metadata=footer.metadata, pre_buffer=False,
                               buffer_size=_READ_BUFFER)
 
