@@ -245,10 +245,9 @@ def _plain_strings(data_type: T.DataType) -> T.DataType:
 
 def to_arrow_schema(schema: SchemaLike) -> pa.Schema:
     """The Arrow schema matching a Spark schema (a DDL string or ``StructType``)."""
-    try:
+    if isinstance(schema, (str, T.StructType)):
         return _arrow_schema(schema)
-    except TypeError:  # not hashable: not a schema, which parse_schema reports
-        return _convert_schema(schema)
+    return _convert_schema(schema)  # not a schema: parse_schema says so
 
 
 def _convert_schema(schema: SchemaLike) -> pa.Schema:

@@ -84,16 +84,15 @@ class SideBySideReader(BatchStreamReader[SplitT]):
             return records
         while len(self._in_flight) < self._lanes and self._splits:
             split = self._splits.popleft()
-            lane = _Lane(split, self.flagged_batches(split))
-            lane.next = self._ahead(lane)
-            self._in_flight.append(lane)
+            entering = _Lane(split, self.flagged_batches(split))
+            entering.next = self._ahead(entering)
+            self._in_flight.append(entering)
         if not self._in_flight:
             return records
-        ready = self._first_ready()
-        if ready is None:
+        lane = self._first_ready()
+        if lane is None:
             self._rearm()
             return records
-        lane = ready
         assert lane.next is not None
         try:
             item = lane.next.result()
