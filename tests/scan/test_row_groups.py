@@ -23,6 +23,7 @@ from scan.sources._row_groups import decode_rows, row_group_batches
 from scan.sources._side_by_side import SideBySideReader
 from scan.sources.files import FileSplit
 from spark_lookup.errors import SourceError, SparkLookupError
+from tests.scan.helpers import wait_done
 
 ROWS = 20_000
 
@@ -164,15 +165,13 @@ def test_a_split_added_while_the_lanes_are_busy_is_read_at_once() -> None:
         fetcher.add_splits([FileSplit("a", 0)])
         time.sleep(0.05)  # the fetch of "a" is under way
         fetcher.add_splits([FileSplit("b", 0)])
-        deadline = time.monotonic() + 10
-        while queue.is_empty() and time.monotonic() < deadline:
-            time.sleep(0.005)
+        assert wait_done(queue.available_future(), 10)
         first = queue.poll()
         assert first is not None
         assert first.finished_splits() == {"b#0"}
+        assert queue.poll() is None  # "a" waits for its gate (and the poll arms the future)
         gate.set()
-        while queue.is_empty() and time.monotonic() < deadline:
-            time.sleep(0.005)
+        assert wait_done(queue.available_future(), 10)
         second = queue.poll()
         assert second is not None
         assert second.finished_splits() == {"a#0"}
