@@ -14,6 +14,7 @@ import sys
 import uuid
 import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -178,20 +179,29 @@ def redis_url() -> str:
     return REDIS_URL
 
 
-@pytest.fixture
-def redis_prefix(redis_url: str) -> Iterator[str]:
-    """A key prefix of this test's own; every key under it is deleted afterwards."""
+@contextmanager
+def own_redis_prefix(redis_url: str) -> Iterator[str]:
+    """A key prefix of the caller's own; every key under it is deleted on exit."""
     import redis
 
     prefix = f"sltest:{uuid.uuid4().hex[:12]}:"
-    yield prefix
-    client = redis.Redis.from_url(redis_url)
     try:
-        keys = list(client.scan_iter(match=prefix + "*", count=1000))
-        if keys:
-            client.delete(*keys)
+        yield prefix
     finally:
-        client.close()
+        client = redis.Redis.from_url(redis_url)
+        try:
+            keys = list(client.scan_iter(match=prefix + "*", count=1000))
+            if keys:
+                client.delete(*keys)
+        finally:
+            client.close()
+
+
+@pytest.fixture
+def redis_prefix(redis_url: str) -> Iterator[str]:
+    """A key prefix of this test's own; every key under it is deleted afterwards."""
+    with own_redis_prefix(redis_url) as prefix:
+        yield prefix
 
 
 @pytest.fixture
@@ -223,9 +233,9 @@ def postgres_dsn() -> str:
     return POSTGRES_DSN
 
 
-@pytest.fixture
-def pg_schema(postgres_dsn: str) -> Iterator[str]:
-    """A schema of this test's own (dropped with everything in it afterwards)."""
+@contextmanager
+def own_pg_schema(postgres_dsn: str) -> Iterator[str]:
+    """A schema of the caller's own, dropped with everything in it on exit."""
     import psycopg
 
     schema = f"sltest_{uuid.uuid4().hex[:12]}"
@@ -236,6 +246,13 @@ def pg_schema(postgres_dsn: str) -> Iterator[str]:
     finally:
         with psycopg.connect(postgres_dsn, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+@pytest.fixture
+def pg_schema(postgres_dsn: str) -> Iterator[str]:
+    """A schema of this test's own (dropped with everything in it afterwards)."""
+    with own_pg_schema(postgres_dsn) as schema:
+        yield schema
 
 
 def mysql_params(url: str, database: str | None = None) -> dict[str, Any]:
@@ -267,9 +284,9 @@ def mysql_url() -> str:
     return MYSQL_URL
 
 
-@pytest.fixture
-def mysql_db(mysql_url: str) -> Iterator[str]:
-    """A database of this test's own (dropped with everything in it afterwards)."""
+@contextmanager
+def own_mysql_db(mysql_url: str) -> Iterator[str]:
+    """A database of the caller's own, dropped with everything in it on exit."""
     import pymysql
 
     database = f"sltest_{uuid.uuid4().hex[:12]}"
@@ -280,3 +297,10 @@ def mysql_db(mysql_url: str) -> Iterator[str]:
     finally:
         with pymysql.connect(**mysql_params(mysql_url)) as conn, conn.cursor() as cursor:
             cursor.execute(f"DROP DATABASE `{database}`")
+
+
+@pytest.fixture
+def mysql_db(mysql_url: str) -> Iterator[str]:
+    """A database of this test's own (dropped with everything in it afterwards)."""
+    with own_mysql_db(mysql_url) as database:
+        yield database

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from lookup import (
 )
 from spark_lookup.errors import BadValueError, LookupLoadError, SnapshotUnavailableError
 from spark_lookup.schema import parse_schema, to_arrow_schema
+from tests.conftest import own_mysql_db, own_pg_schema, own_redis_prefix
 from tests.contract.backends import (
     BAD_SCHEMA,
     Backend,
@@ -246,79 +248,110 @@ class ContractMixin:
             assert handle.metrics.num_bad_values == 0
 
 
+# Each backend's tables are written once per class (the tests only read them): written
+# per test, they took a third of the contract's time.
+
+
 class TestSqlite3(ContractMixin):
-    @pytest.fixture
-    def backend(self, tmp_path: Path) -> Backend:
-        return sqlite_backend(tmp_path / "contract.db", "sqlite3")
+    @pytest.fixture(scope="class")
+    @classmethod
+    def backend(cls, tmp_path_factory: pytest.TempPathFactory) -> Backend:
+        return sqlite_backend(tmp_path_factory.mktemp("contract") / "contract.db", "sqlite3")
 
 
 class TestSqliteAdbc(ContractMixin):
-    @pytest.fixture
-    def backend(self, tmp_path: Path) -> Backend:
-        return sqlite_backend(tmp_path / "contract.db", "adbc")
+    @pytest.fixture(scope="class")
+    @classmethod
+    def backend(cls, tmp_path_factory: pytest.TempPathFactory) -> Backend:
+        return sqlite_backend(tmp_path_factory.mktemp("contract") / "contract.db", "adbc")
 
 
 @pytest.mark.postgres
 class TestPostgresPsycopg(ContractMixin):
-    @pytest.fixture
-    def backend(self, postgres_dsn: str, pg_schema: str) -> Backend:
-        return postgres_backend(postgres_dsn, pg_schema, "psycopg")
+    @pytest.fixture(scope="class")
+    @classmethod
+    def backend(cls, postgres_dsn: str) -> Iterator[Backend]:
+        with own_pg_schema(postgres_dsn) as schema:
+            yield postgres_backend(postgres_dsn, schema, "psycopg")
 
 
 @pytest.mark.postgres
 class TestPostgresAdbc(ContractMixin):
-    @pytest.fixture
-    def backend(self, postgres_dsn: str, pg_schema: str) -> Backend:
-        return postgres_backend(postgres_dsn, pg_schema, "adbc")
+    @pytest.fixture(scope="class")
+    @classmethod
+    def backend(cls, postgres_dsn: str) -> Iterator[Backend]:
+        with own_pg_schema(postgres_dsn) as schema:
+            yield postgres_backend(postgres_dsn, schema, "adbc")
 
 
 @pytest.mark.mysql
 class TestMysqlPymysql(ContractMixin):
     """pymysql; full loads through connectorx (installed with the dev extra)."""
 
-    @pytest.fixture
-    def backend(self, mysql_url: str, mysql_db: str) -> Backend:
-        return mysql_backend(mysql_url, mysql_db, "pymysql")
+    @pytest.fixture(scope="class")
+    @classmethod
+    def backend(cls, mysql_url: str) -> Iterator[Backend]:
+        with own_mysql_db(mysql_url) as database:
+            yield mysql_backend(mysql_url, database, "pymysql")
+
+
+class _DriverReadsFullLoads:
+    """Full loads read by the DB-API driver itself, as without connectorx."""
+
+    @pytest.fixture(autouse=True)
+    def _without_connectorx(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from connectors.sql.dialects.mysql import MysqlDialect
+
+        monkeypatch.setattr(MysqlDialect, "arrow_batches", lambda *args: None)
 
 
 @pytest.mark.mysql
-class TestMysqlPymysqlDriverOnly(ContractMixin):
+class TestMysqlPymysqlDriverOnly(_DriverReadsFullLoads, ContractMixin):
     """pymysql reading full loads itself (SSCursor), as without connectorx."""
 
-    @pytest.fixture
-    def backend(self, mysql_url: str, mysql_db: str, monkeypatch: pytest.MonkeyPatch
-                ) -> Backend:
-        from connectors.sql.dialects.mysql import MysqlDialect
-
-        monkeypatch.setattr(MysqlDialect, "arrow_batches", lambda *args: None)
-        return mysql_backend(mysql_url, mysql_db, "pymysql")
+    @pytest.fixture(scope="class")
+    @classmethod
+    def backend(cls, mysql_url: str) -> Iterator[Backend]:
+        with own_mysql_db(mysql_url) as database:
+            yield mysql_backend(mysql_url, database, "pymysql")
 
 
 @pytest.mark.mysql
-class TestMysqlConnector(ContractMixin):
+class TestMysqlConnector(_DriverReadsFullLoads, ContractMixin):
     """mysql-connector-python, reading full loads itself (an unbuffered cursor)."""
 
-    @pytest.fixture
-    def backend(self, mysql_url: str, mysql_db: str, monkeypatch: pytest.MonkeyPatch
-                ) -> Backend:
-        from connectors.sql.dialects.mysql import MysqlDialect
-
-        monkeypatch.setattr(MysqlDialect, "arrow_batches", lambda *args: None)
-        return mysql_backend(mysql_url, mysql_db, "mysql-connector")
+    @pytest.fixture(scope="class")
+    @classmethod
+    def backend(cls, mysql_url: str) -> Iterator[Backend]:
+        with own_mysql_db(mysql_url) as database:
+            yield mysql_backend(mysql_url, database, "mysql-connector")
 
 
 @pytest.mark.redis
 class TestRedisHash(ContractMixin):
-    @pytest.fixture
-    def backend(self, redis_url: str, redis_prefix: str, redis_client: Any) -> Backend:
-        return redis_backend(redis_url, redis_prefix, redis_client, "hash")
+    @pytest.fixture(scope="class")
+    @classmethod
+    def backend(cls, redis_url: str) -> Iterator[Backend]:
+        yield from _redis_backend(redis_url, "hash")
 
 
 @pytest.mark.redis
 class TestRedisJson(ContractMixin):
-    @pytest.fixture
-    def backend(self, redis_url: str, redis_prefix: str, redis_client: Any) -> Backend:
-        return redis_backend(redis_url, redis_prefix, redis_client, "json")
+    @pytest.fixture(scope="class")
+    @classmethod
+    def backend(cls, redis_url: str) -> Iterator[Backend]:
+        yield from _redis_backend(redis_url, "json")
+
+
+def _redis_backend(redis_url: str, value_type: str) -> Iterator[Backend]:
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        with own_redis_prefix(redis_url) as prefix:
+            yield redis_backend(redis_url, prefix, client, value_type)
+    finally:
+        client.close()
 
 
 def test_every_case_is_a_row_of_the_readme_type_table() -> None:
