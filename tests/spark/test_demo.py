@@ -29,7 +29,7 @@ def test_demo_shows_the_updated_values_and_ends_by_itself(session: list[str]) ->
     started = time.monotonic()
     result = subprocess.run(
         # A generous limit: on a loaded 2-CPU machine the first batch can take a minute.
-        [sys.executable, "-m", "lookup", "demo", "--seconds", "20", "--time-limit", "240",
+        [sys.executable, "-m", "lookup", "demo", "--seconds", "10", "--time-limit", "240",
          *session],
         cwd=ROOT,
         # SPARK_TESTING: a local Connect server binds an ephemeral port instead of 15002,
@@ -45,9 +45,9 @@ def test_demo_shows_the_updated_values_and_ends_by_itself(session: list[str]) ->
     took = time.monotonic() - started
     out = result.stdout
     assert result.returncode == 0, f"{out}\n--- stderr ---\n{result.stderr[-5000:]}"
-    # At least 20 s of streaming; when the new values are late the query runs on, but
-    # the demo ends within its time limit.
-    assert 20 < took < 250, out
+    # At least 10 s of streaming (the shortest --seconds); when the new values are late
+    # the query runs on, but the demo ends within its time limit.
+    assert 10 < took < 250, out
     first_update = out.index("UPDATE customers SET tier = 'platinum'", out.index("Streaming."))
     before, after = out[:first_update], out[first_update:]
     assert re.search(r"Edsger\s+bronze\s+NL", before), out  # old values first
