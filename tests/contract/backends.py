@@ -32,8 +32,10 @@ BAD_SCHEMA = "id BIGINT, n BIGINT, s STRING"
 class Backend:
     """One backend holding the contract table ``dim``, the bad-value table ``bad``, per
     bad case a table ``odd_<case>`` (row 1 holds its value; a table of its own, so a
-    value that fails a whole load fails only its own case), the table ``days`` keyed
-    by a DATE, and per key type case its table ``key_<case>`` keyed by ``k``."""
+    value that fails a whole load fails only its own case), the table ``odd_all`` (row
+    1 holds every bad case's value, a column each: one refreshed view reads them all),
+    the table ``days`` keyed by a DATE, and per key type case its table ``key_<case>``
+    keyed by ``k``."""
 
     name: str
     cases: list[Case]
@@ -56,6 +58,7 @@ class Backend:
             "bad": (BAD_SCHEMA, "id"),
             "days": (DAYS_SCHEMA, "d"),
             **odd,
+            "odd_all": (schema_of(self.bad_cases), "id"),
             **{case.table: (case.schema, "k") for case in self.key_cases},
         }[name]
 
@@ -94,6 +97,10 @@ def sqlite_backend(path: Path, driver: str) -> Backend:
             db.execute(f'CREATE TABLE odd_{case.name} (id INTEGER PRIMARY KEY, '
                        f'"{case.name}" {column_type})')
             db.execute(f"INSERT INTO odd_{case.name} VALUES (1, ?)", [value])
+        db.execute("CREATE TABLE odd_all (id INTEGER PRIMARY KEY"
+                   + "".join(f', "{c.name}" {c.sqlite[0]}' for c in odd) + ")")  # type: ignore[index]
+        db.execute(f"INSERT INTO odd_all VALUES (1{', ?' * len(odd)})",
+                   [c.sqlite[1] for c in odd])  # type: ignore[index]
         db.execute("CREATE TABLE days (d DATE PRIMARY KEY, n INTEGER)")
         db.execute("INSERT INTO days VALUES ('2024-01-01', 1)")
     if driver == "adbc":
@@ -129,6 +136,10 @@ def postgres_backend(dsn: str, schema: str, driver: str) -> Backend:
             conn.execute(f'CREATE TABLE "{schema}".odd_{case.name} (id bigint PRIMARY KEY, '
                          f'"{case.name}" {column_type})')
             conn.execute(f'INSERT INTO "{schema}".odd_{case.name} VALUES (1, {literal})')
+        conn.execute(f'CREATE TABLE "{schema}".odd_all (id bigint PRIMARY KEY'
+                     + "".join(f', "{c.name}" {c.postgres[0]}' for c in odd) + ")")  # type: ignore[index]
+        conn.execute(f'INSERT INTO "{schema}".odd_all VALUES (1'
+                     + "".join(f", {c.postgres[1]}" for c in odd) + ")")  # type: ignore[index]
         conn.execute(f'CREATE TABLE "{schema}".days (d date PRIMARY KEY, n bigint)')
         conn.execute(f"INSERT INTO \"{schema}\".days VALUES ('2024-01-01', 1)")
     if driver == "adbc":
@@ -184,6 +195,12 @@ def redis_backend(url: str, prefix: str, client: Any, value_type: str) -> Backen
             client.set(f"{prefix}odd_{case.name}:1",
                        f'{{"id": 1, "{case.name}": {case.redis_json}}}')
     if value_type == "hash":
+        client.hset(f"{prefix}odd_all:1", mapping={
+            "id": "1", **{c.name: c.redis_text for c in odd}})  # type: ignore[dict-item]
+    else:
+        members = "".join(f', "{c.name}": {c.redis_json}' for c in odd)
+        client.set(f"{prefix}odd_all:1", f'{{"id": 1{members}}}')
+    if value_type == "hash":
         client.hset(f"{prefix}days:2024-01-01", mapping={"d": "2024-01-01", "n": "1"})
     else:
         client.set(f"{prefix}days:2024-01-01", '{"d": "2024-01-01", "n": 1}')
@@ -229,6 +246,10 @@ def mysql_backend(url: str, database: str, driver: str) -> Backend:
             cursor.execute(f"CREATE TABLE odd_{case.name} (id BIGINT PRIMARY KEY, "
                            f"`{case.name}` {column_type})")
             cursor.execute(f"INSERT INTO odd_{case.name} VALUES (1, {literal})")
+        cursor.execute("CREATE TABLE odd_all (id BIGINT PRIMARY KEY"
+                       + "".join(f", `{c.name}` {c.mysql[0]}" for c in odd) + ")")  # type: ignore[index]
+        cursor.execute("INSERT INTO odd_all VALUES (1"
+                       + "".join(f", {c.mysql[1]}" for c in odd) + ")")  # type: ignore[index]
         cursor.execute("CREATE TABLE days (d DATE PRIMARY KEY, n BIGINT)")
         cursor.execute("INSERT INTO days VALUES ('2024-01-01', 1)")
         for key_case in key_cases:
