@@ -58,10 +58,14 @@ def _failure(spark: Any, error: str, where: str) -> PySparkException:
     return failure.value
 
 
-@pytest.mark.parametrize("where", ["plan", "read"])
-@pytest.mark.parametrize(("error", "retried"), [
-    ("TransientConnectorError", True), ("ConnectorError", False), ("BadValueError", False),
-    ("ConfigError", False), ("SourceError", False),
+# Every class where executors read; where the driver plans (another wrapping of the
+# worker's error), one class that is retried and one that is not: each case is a failed
+# Spark job, about a second.
+@pytest.mark.parametrize(("error", "retried", "where"), [
+    ("TransientConnectorError", True, "read"), ("ConnectorError", False, "read"),
+    ("BadValueError", False, "read"), ("ConfigError", False, "read"),
+    ("SourceError", False, "read"),
+    ("TransientConnectorError", True, "plan"), ("BadValueError", False, "plan"),
 ])
 def test_a_source_error_is_classified_by_its_class(
     spark: Any, where: str, error: str, retried: bool
