@@ -59,7 +59,8 @@ class CacheMetrics:
     column's type, handled by the connector's bad-value policy), ``reloads_skipped``
     (full-cache reloads that read nothing because the source was still at the version
     loaded, ``scan.Source.current_version``), and those of a change feed
-    (``lookup.ChangeFeed``): ``num_notifications`` (change notifications received),
+    (``lookup.ChangeFeed``): ``num_notifications`` (change notifications received; a
+    partial cache counts one once it has dropped its keys),
     ``num_keys_invalidated`` (cached keys dropped because they changed),
     ``num_reconnect_flushes`` (whole-cache flushes after the feed's connection was lost)
     and ``num_change_reads`` (keys a full cache read by key for its overlay of changes).
@@ -166,7 +167,9 @@ class CacheMetrics:
     num_bad_values = _Counter("Stored values that could not be read as their column's type.")
     reloads_skipped = _Counter(
         "Full-cache reloads skipped: the source was still at the version loaded.")
-    num_notifications = _Counter("Change notifications received from a change feed.")
+    num_notifications = _Counter(
+        "Change notifications received from a change feed; a partial cache counts one once "
+        "its keys are dropped.")
     num_keys_invalidated = _Counter("Cached keys dropped because a change feed said they changed.")
     num_reconnect_flushes = _Counter(
         "Whole-cache flushes after a change feed lost its connection (changes may be missed).")

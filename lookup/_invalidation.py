@@ -74,7 +74,13 @@ class CacheInvalidation:
 
     def changes(self, changes: Sequence[Change]) -> None:
         """Drop the changed keys (flush on an "everything")."""
-        self._metrics.inc_notifications(len(changes))
+        try:
+            self._apply(changes)
+        finally:
+            # Counted once applied: whoever reads the count sees those keys dropped.
+            self._metrics.inc_notifications(len(changes))
+
+    def _apply(self, changes: Sequence[Change]) -> None:
         everything = next((c for c in changes if c.everything), None)
         if everything is not None:
             self._flush()
