@@ -32,19 +32,13 @@ from lookup.stores.postgres_changes import parse_payload
 from scan import SqlTableSource
 from spark_lookup.errors import ConfigError, ConnectorError
 from tests.connectors.conftest import PgFactory, pg_exec
+from tests.polling import wait_until
 from triggers import PeriodicCacheReloadTrigger
 
 pytestmark = pytest.mark.postgres
 
 TIMEOUT = 10.0
 HOUR = timedelta(hours=1)
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = TIMEOUT) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
 
 
 class Connect:
@@ -106,7 +100,6 @@ def receive_all(connection: Any, until: Callable[[list[Change]], bool]) -> list[
 
 
 # --- the triggers and their payloads
-
 
 
 def update_names(dim: Any, updates: int, seed: int) -> None:
@@ -360,7 +353,8 @@ def test_full_cache_lookups_racing_updates_end_with_the_database_s_rows(
             update_names(dim, updates, seed=11)
             overlay = runtime._change_overlay  # type: ignore[attr-defined]
             wait_until(lambda: handle.metrics.num_notifications >= updates
-                       and overlay.idle(), "the changes")
+                       and overlay.idle(),
+                       "the changes")
         finally:
             stop.set()
             for thread in threads:

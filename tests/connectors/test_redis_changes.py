@@ -4,8 +4,7 @@ and a killed subscription made up for by a flush."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import date, datetime, timezone
 from decimal import Decimal
 from typing import Any
@@ -21,19 +20,12 @@ from lookup import (
 )
 from lookup.stores.redis_changes import keyspace_flags_missing
 from spark_lookup.errors import ConfigError
+from tests.polling import wait_until
 
 # The tests switch the server's notify-keyspace-events: under pytest-xdist, one worker.
 pytestmark = pytest.mark.xdist_group("redis-keyspace-events")
 
 SCHEMA = "id BIGINT, name STRING"
-TIMEOUT = 10.0
-
-
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + TIMEOUT
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
 
 
 @pytest.fixture

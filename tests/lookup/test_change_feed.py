@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pickle
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from datetime import date, datetime, timedelta, timezone
@@ -39,16 +38,10 @@ from lookup.full_caching import FullCachingRuntime
 from spark_lookup.errors import ConfigError
 from spark_lookup.schema import to_arrow_schema
 from tests.lookup.functions import AsyncDictLookup
+from tests.polling import wait_until
 from tests.snapshots.helpers import CountingSqlSource, ManualTrigger, count_lines, make_db
 
 TIMEOUT = 10.0
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = TIMEOUT) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.002)
 
 
 class Table(LookupFunction):
@@ -651,8 +644,7 @@ def test_a_worker_that_starts_listening_reloads_only_what_nobody_covered(
         feeds[0].drop_connections(refuse=True)
         set_name(db, 4, "heard by the second only")
         assert feeds[1].publish([(4,)]) == 1
-        wait_until(lambda: second.lookup((4,))[0][1] == "heard by the second only",
-                   "the reload")
+        wait_until(lambda: second.lookup((4,))[0][1] == "heard by the second only", "the reload")
         feeds[0].accept_connections()
         wait_until(lambda: first.metrics.num_reconnect_flushes == 1, "the reconnection")
         settle(first)

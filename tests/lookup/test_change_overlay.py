@@ -26,7 +26,8 @@ from lookup.changes import InProcessChanges
 from lookup.full_caching import FullCachingRuntime
 from scan import SqlTableSource, read_arrow
 from spark_lookup.errors import ConfigError
-from tests.lookup.test_change_feed import TIMEOUT, set_name, wait_until
+from tests.lookup.test_change_feed import TIMEOUT, set_name
+from tests.polling import wait_until
 from tests.snapshots.helpers import SCHEMA, CountingSqlSource, ManualTrigger, count_lines, make_db
 
 

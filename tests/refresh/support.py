@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import sqlite3
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,18 +54,6 @@ def countries(db: Path, gate: Path | None = None) -> SqlTableSource:
 def execute(db: Path, sql: str, *params: object) -> None:
     with sqlite3.connect(db) as conn:
         conn.execute(sql, params)
-
-
-def wait_until(condition: Callable[[], Any], timeout: float = 60.0, what: str = "") -> Any:
-    """Poll ``condition`` until it is truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what or condition}")
-        time.sleep(0.1)
 
 
 def names(df: Any) -> list[str]:

@@ -15,7 +15,8 @@ import pytest
 from lookup import RetryPolicy, ScheduledTableRefresh
 from scan import CollectionSource
 from spark_lookup.errors import ConfigError, LookupLoadError, SnapshotUnavailableError
-from tests.refresh.support import countries, execute, names, wait_until
+from tests.polling import wait_until
+from tests.refresh.support import countries, execute, names
 from triggers import PeriodicCacheReloadTrigger
 
 pytestmark = pytest.mark.spark
@@ -132,10 +133,10 @@ def test_cached_versions_are_unpersisted_after_the_swap(spark: Any, db: Path) ->
         assert refresh.status().rows == 5
         assert not is_cached(versions[0])
         assert is_cached(versions[2])
-        wait_until(lambda: [is_cached(v) for v in versions] == [False, False, True], 30,
-                   "old versions unpersisted")
+        wait_until(lambda: [is_cached(v) for v in versions] == [False, False, True],
+                   "old versions unpersisted", timeout=30)
         assert spark.table("rv_cached").count() == 5
-    wait_until(lambda: not any(is_cached(v) for v in versions), 30, "close() to unpersist")
+    wait_until(lambda: not any(is_cached(v) for v in versions), "close() to unpersist", timeout=30)
 
 
 def test_a_replaced_cached_version_stays_persisted_for_unpersist_delay(
@@ -150,7 +151,7 @@ def test_a_replaced_cached_version_stays_persisted_for_unpersist_delay(
         # (not from the source, which has a row more now).
         assert is_cached(first)
         assert first.count() == 3
-        wait_until(lambda: not is_cached(first), 30, "the delayed unpersist")
+        wait_until(lambda: not is_cached(first), "the delayed unpersist", timeout=30)
         assert is_cached(spark.table("rv_delayed"))
 
 
@@ -178,7 +179,7 @@ def test_reloads_never_overlap_and_asks_during_one_queue_one_more(
     with refresh:
         gate.unlink()  # the next load waits in the source until the gate is back
         running = refresh.trigger_reload()
-        wait_until(running.running, 60, "the reload to start")
+        wait_until(running.running, "the reload to start", timeout=60)
         queued = refresh.trigger_reload()
         assert queued is not running
         assert refresh.trigger_reload() is queued  # joins the load that has not started
@@ -209,7 +210,7 @@ def test_queries_during_reloads_see_one_whole_version(spark: Any, db: Path) -> N
             for i in range(3):
                 execute(db, "INSERT INTO countries (code, name) VALUES (?, ?)", f"c{i}", f"C{i}")
                 refresh.trigger_reload().result(LOAD_TIMEOUT)
-            wait_until(lambda: len(counts) >= 3, 60, "queries during reloads")
+            wait_until(lambda: len(counts) >= 3, "queries during reloads", timeout=60)
         finally:
             stop.set()
             reader.join(60)
@@ -222,7 +223,7 @@ def test_the_view_raises_once_older_than_max_staleness(spark: Any, db: Path) -> 
         execute(db, "ALTER TABLE countries RENAME TO countries_gone")
         with pytest.raises(LookupLoadError):
             refresh.trigger_reload().result(LOAD_TIMEOUT)
-        wait_until(lambda: refresh.status().stale, 30, "the view to go stale")
+        wait_until(lambda: refresh.status().stale, "the view to go stale", timeout=30)
         with pytest.raises(Exception, match=r"'rv_stale' is stale.*last reload error"):
             spark.sql("SELECT count(*) FROM rv_stale").collect()
         with pytest.raises(Exception, match="is stale"):
@@ -242,7 +243,7 @@ def test_close_stops_the_schedule(spark: Any, db: Path) -> None:
         assert trigger.is_open
         execute(db, "INSERT INTO countries VALUES (4, 'be', 'Belgium')")
         # The schedule alone picks the new row up.
-        wait_until(lambda: refresh.status().rows == 4, 60, "a scheduled reload")
+        wait_until(lambda: refresh.status().rows == 4, "a scheduled reload", timeout=60)
         assert "Belgium" in names(spark.table("rv_periodic"))
     assert not trigger.is_open
     assert not refresh.is_open
@@ -267,7 +268,7 @@ def test_a_load_in_progress_at_close_never_swaps(
                                     "rv_closing", materialization="LOCAL").open()
     gate.unlink()
     running = refresh.trigger_reload()
-    wait_until(running.running, 60, "the reload to start")
+    wait_until(running.running, "the reload to start", timeout=60)
     started = time.monotonic()
     refresh.close()  # waits a bounded time for the held load, then goes on
     assert time.monotonic() - started < 60
@@ -333,7 +334,7 @@ def test_a_query_before_the_first_load_says_why_it_has_no_rows(
         with pytest.raises(SnapshotUnavailableError, match="'rv_early' has no version yet"):
             refresh.table()
         gate.touch()
-        wait_until(lambda: refresh.status().version == 1, LOAD_TIMEOUT, "the first load")
+        wait_until(lambda: refresh.status().version == 1, "the first load", timeout=LOAD_TIMEOUT)
         assert spark.table("rv_early").count() == 3
         assert refresh.table().count() == 3
     finally:
@@ -349,7 +350,7 @@ def test_a_failed_first_load_without_waiting_says_so_on_the_view(spark: Any, db:
     refresh.open(wait=False)
     try:
         # The first load's future settles after the view says why.
-        wait_until(refresh._first.done, LOAD_TIMEOUT, "the first load to fail")
+        wait_until(refresh._first.done, "the first load to fail", timeout=LOAD_TIMEOUT)
         with pytest.raises(Exception, match="'rv_failed' has no data: its first load failed"):
             spark.table("rv_failed").count()
     finally:

@@ -36,20 +36,6 @@ class FileRecordingSleep:
             return []
 
 
-def wait_until(condition: Callable[[], Any], timeout: float, what: str,
-               interval: float = 0.02) -> Any:
-    """Poll ``condition`` until it is truthy (returned) or ``timeout`` seconds pass
-    (AssertionError naming ``what``)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
-
-
 class Inbox:
     """The input directory of a streaming file source. Files appear atomically: written
     in a staging directory, then renamed in, so a micro-batch never reads half a file."""

@@ -15,7 +15,7 @@ from lookup import FullCachingLookupProvider, RetryPolicy, open_lookup
 from lookup.full_caching import FullCachingRuntime
 from scan import SqlTableSource
 from tests.connectors.conftest import pg_exec
-from tests.reliability.helpers import wait_until
+from tests.polling import wait_until
 from triggers import PeriodicCacheReloadTrigger
 
 pytestmark = pytest.mark.postgres
@@ -59,10 +59,10 @@ def test_periodic_reloads_failing_for_many_firings_keep_the_last_snapshot(
         runtime = handle.runtime
         assert isinstance(runtime, FullCachingRuntime)
         assert handle.lookup_batch(KEYS) == expected(1)
-        wait_until(lambda: handle.metrics.load_count >= 2, 30, "a periodic reload")
+        wait_until(lambda: handle.metrics.load_count >= 2, "a periodic reload", timeout=30)
 
         table("ALTER TABLE dim RENAME TO dim_away")
-        wait_until(lambda: handle.metrics.num_load_failures >= 1, 30, "a failed reload")
+        wait_until(lambda: handle.metrics.num_load_failures >= 1, "a failed reload", timeout=30)
         # From now on every firing fails; none is in flight that could still succeed.
         loads = handle.metrics.load_count
         version = runtime.cache.current().version
@@ -72,7 +72,7 @@ def test_periodic_reloads_failing_for_many_firings_keep_the_last_snapshot(
             assert handle.lookup_batch(KEYS) == expected(1)  # the last good snapshot
             return handle.metrics.num_load_failures >= failures + 5
 
-        wait_until(five_more_failed, 60, "five more failed firings")
+        wait_until(five_more_failed, "five more failed firings", timeout=60)
         metrics = handle.metrics
         assert metrics.load_count == loads
         assert runtime.cache.current().version == version
@@ -90,7 +90,7 @@ def test_periodic_reloads_failing_for_many_firings_keep_the_last_snapshot(
             assert got in (expected(1), now)  # one whole version or the other
             return got == now
 
-        wait_until(recovered, 60, "a reload with the new data")
+        wait_until(recovered, "a reload with the new data", timeout=60)
         metrics = handle.metrics
         assert metrics.load_count > loads
         assert runtime.cache.current().version > version

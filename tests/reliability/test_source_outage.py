@@ -34,6 +34,7 @@ from lookup import (
     lookup_metrics,
     open_lookup,
 )
+from tests.polling import wait_until
 from tests.reliability.conftest import PgRole, RedisServer
 from tests.reliability.helpers import (
     FileRecordingSleep,
@@ -42,7 +43,6 @@ from tests.reliability.helpers import (
     expected_left_join,
     multiset,
     orders,
-    wait_until,
 )
 
 STREAM_SCHEMA = "order_id BIGINT, customer_id BIGINT"
@@ -284,7 +284,8 @@ def reported_retries(provider: Any, retries: int) -> Any:
     last batches may arrive after the sink has their rows (seen on a loaded machine:
     0 retries reported right after ``stop`` for 1 made)."""
     return wait_until(lambda: (m := lookup_metrics(provider)).num_retries >= retries and m,
-                      30, f"the reports of {retries} retries")
+                      f"the reports of {retries} retries",
+                      timeout=30)
 
 
 @pytest.mark.spark

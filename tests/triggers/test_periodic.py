@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from spark_lookup.errors import ConfigError
+from tests.polling import wait_until
 from tests.triggers.recording import Opener as Open
 from tests.triggers.recording import RecordingContext
 from triggers import PeriodicCacheReloadTrigger, ScheduleMode
@@ -29,15 +30,6 @@ INTERVAL = 0.1
 # Upper bounds tolerate a scheduler that wakes late on a busy machine. The lower bounds
 # are sharp (nothing starts early), and they are what tells the modes apart.
 SLACK = 0.5
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 2.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
-    return True
 
 
 def starts(context: RecordingContext) -> list[float]:
@@ -98,7 +90,7 @@ def test_first_load_is_immediate_then_every_interval(
     assert context.loads[0].requested - opened_at < SLACK
     # The next one is one interval away: after the start (FIXED_RATE) or the end
     # (FIXED_DELAY, scheduled once the trigger has seen the load end).
-    assert wait_until(lambda: trigger.next_reload_time() is not None)
+    wait_until(lambda: trigger.next_reload_time() is not None)
     next_time = trigger.next_reload_time()
     assert next_time is not None
     assert next_time.tzinfo is not None
@@ -228,7 +220,7 @@ def test_a_result_that_is_not_a_future_is_logged_and_the_schedule_goes_on(
     caplog.set_level(logging.ERROR, logger="triggers")
     context = _NotAFutureContext()
     opened(PeriodicCacheReloadTrigger(timedelta(seconds=INTERVAL)), context)
-    assert wait_until(lambda: context.calls >= 3, timeout=3)
+    wait_until(lambda: context.calls >= 3)
     assert "expected a concurrent.futures.Future" in caplog.records[0].getMessage()
 
 
@@ -343,7 +335,7 @@ def test_close_cancels_a_load_that_has_not_started() -> None:
     context = _QueueingContext()
     trigger = PeriodicCacheReloadTrigger(timedelta(seconds=INTERVAL))
     trigger.open(context)
-    assert wait_until(lambda: bool(context.futures))
+    wait_until(lambda: bool(context.futures))
     trigger.close()
     assert len(context.futures) == 1
     # The loader would now see the cancellation (set_running_or_notify_cancel is False).
@@ -399,7 +391,7 @@ def test_every_open_trigger_runs_on_the_one_process_scheduler(
         later = datetime.now(timezone.utc) + timedelta(seconds=4000)
         return all((t.next_reload_time() or later) > later for t in triggers)
 
-    assert wait_until(scheduled_after_the_first_load)
+    wait_until(scheduled_after_the_first_load)
     pending = process_scheduler().pending()
     assert all(pending.count(repr(t)) == 1 for t in triggers)
     for trigger in triggers:

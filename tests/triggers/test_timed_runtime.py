@@ -10,6 +10,7 @@ from datetime import datetime, time, timedelta, timezone
 
 import pytest
 
+from tests.polling import wait_until
 from tests.triggers.recording import Opener as Open
 from tests.triggers.recording import RecordingContext
 from triggers import TimedCacheReloadTrigger
@@ -17,15 +18,6 @@ from triggers import TimedCacheReloadTrigger
 MakeContext = Callable[..., RecordingContext]
 UTC = timezone.utc
 SLACK = timedelta(milliseconds=500)  # a scheduler that wakes late on a busy machine
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 2.0) -> bool:
-    deadline = clock.monotonic() + timeout
-    while not condition():
-        if clock.monotonic() > deadline:
-            return False
-        clock.sleep(0.005)
-    return True
 
 
 @pytest.mark.parametrize("days", [1, 3])
@@ -39,7 +31,7 @@ def test_loads_on_open_then_schedules_the_first_fire_time(
     after = datetime.now(UTC)
     assert context.wait_for_calls(1, timeout=2)
     assert context.loads[0].requested_at - after < SLACK
-    assert wait_until(lambda: (trigger.next_reload_time() or before) > after)
+    wait_until(lambda: (trigger.next_reload_time() or before) > after)
     scheduled = trigger.next_reload_time()
     assert scheduled in {trigger.first_fire_time(before), trigger.first_fire_time(after)}
     assert scheduled is not None
@@ -58,7 +50,7 @@ def test_reloads_at_the_time_of_day(make_context: MakeContext, opened: Open) -> 
     assert fire - timedelta(milliseconds=10) <= second < fire + SLACK
     # Then daily, on the grid of the configured time (not 24 h after the actual start).
     tomorrow = fire + timedelta(days=1)
-    assert wait_until(lambda: trigger.next_reload_time() == tomorrow)
+    wait_until(lambda: trigger.next_reload_time() == tomorrow)
     clock.sleep(0.05)
     assert context.calls == 2
 
