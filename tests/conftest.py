@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from tests.env import JVM_FAST_START
+
 ROOT = Path(__file__).resolve().parents[1]
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 POSTGRES_DSN = os.environ.get("POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
@@ -51,10 +53,7 @@ _CONFIG = {
 _STATIC_CONFIG = {
     "spark.ui.enabled": "false",
     "spark.driver.memory": "1g",
-    # The tests run many small jobs: the C1 compiler alone (no C2 threads competing for
-    # the 2 CPUs) and the serial GC run them about a quarter faster, and start the JVM
-    # faster. Nothing in the suite measures the JVM's speed (benchmarks/ does).
-    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    "spark.driver.extraJavaOptions": JVM_FAST_START,
 }
 
 

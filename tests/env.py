@@ -9,6 +9,12 @@ import os
 # inherits them would start in Connect mode, or refuse a classic SparkContext.
 _SESSION_MODE = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_LOCAL_REMOTE", "SPARK_REMOTE")
 
+JVM_FAST_START = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+"""``spark.driver.extraJavaOptions`` (and executors') of every JVM the tests start: the
+suite is many small jobs, which the C1 compiler alone (no C2 threads competing for the
+2 CPUs) and the serial GC run about a quarter faster, and the JVM starts faster. Nothing
+in the suite measures the JVM's speed (benchmarks/ does)."""
+
 
 def child_env(**extra: str) -> dict[str, str]:
     """This process's environment without PySpark's session-mode variables, plus ``extra``."""

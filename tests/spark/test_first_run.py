@@ -21,16 +21,10 @@ import pytest
 from lookup import FullCachingLookupProvider, lookup_join
 from scan import CollectionSource
 from spark_lookup.errors import ConfigError
+from tests.env import JVM_FAST_START, child_env
 from triggers import PeriodicCacheReloadTrigger
 
 pytestmark = [pytest.mark.spark]
-
-
-def script_env() -> dict[str, str]:
-    """This process's environment less what the test session's Spark Connect server put
-    there (which would make a plain builder a Connect one)."""
-    return {k: v for k, v in os.environ.items()
-            if k not in ("SPARK_REMOTE", "SPARK_LOCAL_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
 
 
 def join_as_a_first_script(spark: Any, monkeypatch: pytest.MonkeyPatch,
@@ -79,8 +73,7 @@ from scan import CollectionSource
 from triggers import PeriodicCacheReloadTrigger
 for kind in sys.argv[1:]:
     builder = (SparkSession.builder.config("spark.ui.enabled", "false")
-               .config("spark.driver.extraJavaOptions",
-                       "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"))  # a faster start
+               .config("spark.driver.extraJavaOptions", {jvm_options!r}))  # a faster start
     if kind == "connect":
         # An ephemeral port for the local server (PySpark reads it while the session is
         # created); the JVM, started by the classic session before, does not see it.
@@ -108,9 +101,9 @@ def test_a_plain_batch_job_stops_without_an_error_log(tmp_path: Path) -> None:
     one (as the test session's fixture does): one JVM start for both kinds."""
     pytest.importorskip("pyspark.sql.connect.session")
     script = tmp_path / "stop_job.py"
-    script.write_text(STOP_SCRIPT)
+    script.write_text(STOP_SCRIPT.format(jvm_options=JVM_FAST_START))
     done = subprocess.run([sys.executable, str(script), "classic", "connect"],
-                          env=script_env(), capture_output=True, text=True, timeout=240,
+                          env=child_env(), capture_output=True, text=True, timeout=240,
                           cwd=Path(__file__).resolve().parents[2], check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     for kind in ("classic", "connect"):
