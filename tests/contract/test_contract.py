@@ -278,8 +278,7 @@ class TestPostgresPsycopg(ContractMixin):
     @pytest.fixture(scope="class")
     @classmethod
     def backend(cls, postgres_dsn: str) -> Iterator[Backend]:
-        with own_pg_schema(postgres_dsn) as schema:
-            yield postgres_backend(postgres_dsn, schema, "psycopg")
+        yield from _postgres_backend(postgres_dsn, "psycopg")
 
 
 @pytest.mark.postgres
@@ -287,8 +286,7 @@ class TestPostgresAdbc(ContractMixin):
     @pytest.fixture(scope="class")
     @classmethod
     def backend(cls, postgres_dsn: str) -> Iterator[Backend]:
-        with own_pg_schema(postgres_dsn) as schema:
-            yield postgres_backend(postgres_dsn, schema, "adbc")
+        yield from _postgres_backend(postgres_dsn, "adbc")
 
 
 @pytest.mark.mysql
@@ -298,8 +296,7 @@ class TestMysqlPymysql(ContractMixin):
     @pytest.fixture(scope="class")
     @classmethod
     def backend(cls, mysql_url: str) -> Iterator[Backend]:
-        with own_mysql_db(mysql_url) as database:
-            yield mysql_backend(mysql_url, database, "pymysql")
+        yield from _mysql_backend(mysql_url, "pymysql")
 
 
 class _DriverReadsFullLoads:
@@ -328,8 +325,7 @@ class TestMysqlPymysqlDriverOnly(_DriverReadsFullLoads, ContractMixin):
     @pytest.fixture(scope="class")
     @classmethod
     def backend(cls, mysql_url: str) -> Iterator[Backend]:
-        with own_mysql_db(mysql_url) as database:
-            yield mysql_backend(mysql_url, database, "pymysql")
+        yield from _mysql_backend(mysql_url, "pymysql")
 
 
 @pytest.mark.mysql
@@ -339,8 +335,7 @@ class TestMysqlConnector(_DriverReadsFullLoads, ContractMixin):
     @pytest.fixture(scope="class")
     @classmethod
     def backend(cls, mysql_url: str) -> Iterator[Backend]:
-        with own_mysql_db(mysql_url) as database:
-            yield mysql_backend(mysql_url, database, "mysql-connector")
+        yield from _mysql_backend(mysql_url, "mysql-connector")
 
 
 @pytest.mark.redis
@@ -357,6 +352,16 @@ class TestRedisJson(ContractMixin):
     @classmethod
     def backend(cls, redis_url: str) -> Iterator[Backend]:
         yield from _redis_backend(redis_url, "json")
+
+
+def _postgres_backend(postgres_dsn: str, driver: str) -> Iterator[Backend]:
+    with own_pg_schema(postgres_dsn) as schema:
+        yield postgres_backend(postgres_dsn, schema, driver)
+
+
+def _mysql_backend(mysql_url: str, driver: str) -> Iterator[Backend]:
+    with own_mysql_db(mysql_url) as database:
+        yield mysql_backend(mysql_url, database, driver)
 
 
 def _redis_backend(redis_url: str, value_type: str) -> Iterator[Backend]:
