@@ -10,8 +10,9 @@ import os
 _SESSION_MODE = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_LOCAL_REMOTE", "SPARK_REMOTE")
 
 JVM_FAST_START = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-"""``spark.driver.extraJavaOptions`` (and executors') of every JVM the tests start: the
-suite is many small jobs, which the C1 compiler alone (no C2 threads competing for the
+"""``spark.driver.extraJavaOptions`` (and executors') of the JVMs the tests start (not
+the batch-stop script's of test_first_run.py, which runs as a user's would): the suite
+is many small jobs, which the C1 compiler alone (no C2 threads competing for the
 2 CPUs) and the serial GC run about a quarter faster, and the JVM starts faster. Nothing
 in the suite measures the JVM's speed (benchmarks/ does)."""
 
