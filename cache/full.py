@@ -580,7 +580,10 @@ def _without_null_keys(rows: _Rows, keys: Sequence[str]) -> _Rows:
         column = rows.column(name)
         ok = pc.is_valid(column)
         if pa.types.is_floating(column.type):
-            ok = pc.and_(ok, pc.invert(pc.is_nan(column)))
+            # Kleene: a null's is_nan is null, and a null must not pass as a key (with
+            # plain and_, the null reached pc.all, which skips nulls, and the row stayed
+            # among the largest key's rows once sorted).
+            ok = pc.and_kleene(ok, pc.invert(pc.is_nan(column)))
         valid = ok if valid is None else pc.and_(valid, ok)
     if valid is None or not rows.num_rows or pc.all(valid).as_py():
         return rows

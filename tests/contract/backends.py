@@ -17,10 +17,12 @@ from tests.contract.cases import (
     BadCase,
     Case,
     KeyTypeCase,
+    NullKeyCase,
     bad_cases_for,
     cases_for,
     json_dumps,
     key_type_cases_for,
+    null_key_cases_for,
     schema_of,
 )
 
@@ -34,8 +36,8 @@ class Backend:
     bad case a table ``odd_<case>`` (row 1 holds its value; a table of its own, so a
     value that fails a whole load fails only its own case), the table ``odd_all`` (row
     1 holds every bad case's value, a column each: one refreshed view reads them all),
-    the table ``days`` keyed by a DATE, and per key type case its table ``key_<case>``
-    keyed by ``k``."""
+    the table ``days`` keyed by a DATE, per key type case its table ``key_<case>``
+    keyed by ``k``, and per null-key case its table ``nk_<case>``."""
 
     name: str
     cases: list[Case]
@@ -45,6 +47,7 @@ class Backend:
     """(table, schema, mode, key column) -> a scan source of the table."""
     bad_cases: list[BadCase] = field(default_factory=list)
     key_cases: list[KeyTypeCase] = field(default_factory=list)
+    null_key_cases: list[NullKeyCase] = field(default_factory=list)
 
     @property
     def schema(self) -> str:
@@ -60,6 +63,7 @@ class Backend:
             **odd,
             "odd_all": (schema_of(self.bad_cases), "id"),
             **{case.table: (case.schema, "k") for case in self.key_cases},
+            **{case.table: (case.schema, "k") for case in self.null_key_cases},
         }[name]
 
     def function(self, mode: str = "PERMISSIVE", table: str = "dim") -> LookupFunction:
@@ -82,6 +86,7 @@ class Backend:
 
 def sqlite_backend(path: Path, driver: str) -> Backend:
     cases, odd = cases_for("sqlite"), bad_cases_for("sqlite")
+    null_keys = null_key_cases_for("sqlite")
     with sqlite3.connect(path) as db:
         columns = ", ".join(f'"{c.name}" {c.sqlite[0]}' for c in cases)  # type: ignore[index]
         db.execute(f"CREATE TABLE dim (id INTEGER PRIMARY KEY, {columns})")
@@ -103,6 +108,11 @@ def sqlite_backend(path: Path, driver: str) -> Backend:
                    [c.sqlite[1] for c in odd])  # type: ignore[index]
         db.execute("CREATE TABLE days (d DATE PRIMARY KEY, n INTEGER)")
         db.execute("INSERT INTO days VALUES ('2024-01-01', 1)")
+        for case in null_keys:
+            column_type, stored = case.sqlite  # type: ignore[misc]
+            db.execute(f"CREATE TABLE {case.table} (k {column_type}, s TEXT, "
+                       "id INTEGER PRIMARY KEY)")
+            db.executemany(f"INSERT INTO {case.table} VALUES (?, ?, ?)", case.layout(*stored))
     if driver == "adbc":
         import adbc_driver_sqlite.dbapi
 
@@ -112,7 +122,7 @@ def sqlite_backend(path: Path, driver: str) -> Backend:
             return adbc_driver_sqlite.dbapi.connect(text)
     else:
         factory = functools.partial(sqlite3.connect, str(path))
-    return _sql_backend(f"sqlite/{driver}", cases, odd, factory, "")
+    return _sql_backend(f"sqlite/{driver}", cases, odd, factory, "", null_keys=null_keys)
 
 
 # --- PostgreSQL -------------------------------------------------------------------------
@@ -122,6 +132,7 @@ def postgres_backend(dsn: str, schema: str, driver: str) -> Backend:
     import psycopg
 
     cases, odd = cases_for("postgres"), bad_cases_for("postgres")
+    null_keys = null_key_cases_for("postgres")
     with psycopg.connect(dsn, autocommit=True) as conn:
         columns = ", ".join(f'"{c.name}" {c.postgres[0]}' for c in cases)  # type: ignore[index]
         conn.execute(f'CREATE TABLE "{schema}".dim (id bigint PRIMARY KEY, {columns})')
@@ -142,6 +153,12 @@ def postgres_backend(dsn: str, schema: str, driver: str) -> Backend:
                      + "".join(f", {c.postgres[1]}" for c in odd) + ")")  # type: ignore[index]
         conn.execute(f'CREATE TABLE "{schema}".days (d date PRIMARY KEY, n bigint)')
         conn.execute(f"INSERT INTO \"{schema}\".days VALUES ('2024-01-01', 1)")
+        for case in null_keys:
+            column_type, literals = case.postgres  # type: ignore[misc]
+            conn.execute(f'CREATE TABLE "{schema}".{case.table} (k {column_type}, s text, '
+                         "id bigint PRIMARY KEY)")
+            conn.execute(f'INSERT INTO "{schema}".{case.table} VALUES ' + _values(
+                case.layout(*literals)))
     if driver == "adbc":
         import adbc_driver_postgresql.dbapi
 
@@ -149,11 +166,20 @@ def postgres_backend(dsn: str, schema: str, driver: str) -> Backend:
             return adbc_driver_postgresql.dbapi.connect(dsn)
     else:
         factory = functools.partial(psycopg.connect, dsn)
-    return _sql_backend(f"postgres/{driver}", cases, odd, factory, f"{schema}.")
+    return _sql_backend(f"postgres/{driver}", cases, odd, factory, f"{schema}.",
+                        null_keys=null_keys)
+
+
+def _values(rows: list[tuple[Any, Any, int]]) -> str:
+    """SQL ``VALUES`` rows of (key literal or None, text or None, id)."""
+    return ", ".join(
+        f"({'NULL' if k is None else k}, {'NULL' if s is None else repr(s)}, {i})"
+        for k, s, i in rows)
 
 
 def _sql_backend(name: str, cases: list[Case], odd: list[BadCase], factory: Any,
-                 qualifier: str, key_cases: list[KeyTypeCase] | None = None) -> Backend:
+                 qualifier: str, key_cases: list[KeyTypeCase] | None = None,
+                 null_keys: list[NullKeyCase] | None = None) -> Backend:
     def make_function(table: str, schema: str, mode: str, key: str) -> LookupFunction:
         return SqlLookupFunction(factory, qualifier + table, key, schema=schema, mode=mode)
 
@@ -161,7 +187,8 @@ def _sql_backend(name: str, cases: list[Case], odd: list[BadCase], factory: Any,
         return SqlTableSource(factory, qualifier + table, schema=schema, chunk_size=2,
                               mode=mode)
 
-    return Backend(name, cases, make_function, make_source, odd, key_cases or [])
+    return Backend(name, cases, make_function, make_source, odd, key_cases or [],
+                   null_keys or [])
 
 
 # --- Redis ------------------------------------------------------------------------------
@@ -227,6 +254,7 @@ def mysql_backend(url: str, database: str, driver: str) -> Backend:
 
     cases, odd = cases_for("mysql"), bad_cases_for("mysql")
     key_cases = key_type_cases_for("mysql")
+    null_keys = null_key_cases_for("mysql")
     params = mysql_params(url, database)
     with pymysql.connect(**params, autocommit=True) as conn, conn.cursor() as cursor:
         # Zero dates are kept (MySQL 8's default sql_mode refuses them); values of
@@ -259,10 +287,16 @@ def mysql_backend(url: str, database: str, driver: str) -> Backend:
                            "id BIGINT PRIMARY KEY, KEY (k))")
             cursor.execute(f"INSERT INTO {key_case.table} VALUES " + ", ".join(
                 f"({literal}, {i})" for i, literal in enumerate(literals, 1)))
+        for null_key in null_keys:
+            column_type, literals = null_key.mysql  # type: ignore[misc]
+            cursor.execute(f"CREATE TABLE {null_key.table} (k {column_type}, s VARCHAR(4), "
+                           "id BIGINT PRIMARY KEY, KEY (k))")
+            cursor.execute(f"INSERT INTO {null_key.table} VALUES "
+                           + _values(null_key.layout(*literals)))
     if driver == "mysql-connector":
         import mysql.connector
 
         factory: Any = functools.partial(mysql.connector.connect, **params)
     else:
         factory = functools.partial(pymysql.connect, **params)
-    return _sql_backend(f"mysql/{driver}", cases, odd, factory, "", key_cases)
+    return _sql_backend(f"mysql/{driver}", cases, odd, factory, "", key_cases, null_keys)

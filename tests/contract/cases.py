@@ -376,6 +376,82 @@ KEY_TYPE_CASES: tuple[KeyTypeCase, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class NullKeyCase:
+    """A table ``nk_<name>`` (``k`` of one type, ``s STRING``, ``id BIGINT``) whose keys
+    repeat and hold nulls, stored as these rows (``a < b < c`` of the type)::
+
+        (a, 'x', 1) (a, 'x', 2) (b, 'x', 3) (NULL, 'x', 4) (c, 'y', 5) (NULL, 'y', 6)
+        (c, NULL, 7)
+
+    Keyed by ``k``: a finds rows 1 and 2, b row 3, c rows 5 and 7, and no key finds
+    a row whose ``k`` is NULL (a sort puts nulls beside the largest key). Keyed by
+    ``(k, s)``: (a, 'x') finds 1 and 2, (b, 'x') 3, (c, 'y') 5, (c, 'x') nothing."""
+
+    name: str
+    spark: str
+    values: tuple[Any, Any, Any]
+    """What a, b and c read as."""
+    sqlite: tuple[str, tuple[Any, Any, Any]] | None = None
+    """Declared type and the values stored."""
+    postgres: tuple[str, tuple[str, str, str]] | None = None
+    """Column type and the SQL literals."""
+    mysql: tuple[str, tuple[str, str, str]] | None = None
+    """Column type and the SQL literals."""
+
+    @property
+    def table(self) -> str:
+        return f"nk_{self.name}"
+
+    @property
+    def schema(self) -> str:
+        return f"k {self.spark}, s STRING, id BIGINT"
+
+    @staticmethod
+    def layout(a: Any, b: Any, c: Any) -> list[tuple[Any, Any, int]]:
+        """The rows ``(k, s, id)`` with ``a``, ``b``, ``c`` (values, or a backend's
+        literals) as the keys."""
+        return [(a, "x", 1), (a, "x", 2), (b, "x", 3), (None, "x", 4), (c, "y", 5),
+                (None, "y", 6), (c, None, 7)]
+
+
+NULL_KEY_CASES: tuple[NullKeyCase, ...] = (
+    NullKeyCase("bigint", "BIGINT", (-(2**63), 9007199254740993, 2**63 - 1),
+                sqlite=("BIGINT", (-(2**63), 9007199254740993, 2**63 - 1)),
+                postgres=("bigint", ("-9223372036854775808", "9007199254740993",
+                                     "9223372036854775807")),
+                mysql=("BIGINT", ("-9223372036854775808", "9007199254740993",
+                                  "9223372036854775807"))),
+    NullKeyCase("double", "DOUBLE", (-1.5, 0.0, 2.25),
+                sqlite=("DOUBLE", (-1.5, 0.0, 2.25)),
+                postgres=("double precision", ("-1.5", "0", "2.25")),
+                mysql=("DOUBLE", ("-1.5", "0", "2.25"))),
+    NullKeyCase("float", "FLOAT", (-1.5, 0.5, _f32(3.0e38)),
+                postgres=("real", ("-1.5", "0.5", "3.0e38")),
+                mysql=("FLOAT", ("-1.5", "0.5", "3.0e38"))),
+    NullKeyCase("string", "STRING", ("", "a", "\u00e9"),
+                sqlite=("TEXT", ("", "a", "\u00e9")),
+                postgres=("text", ("''", "'a'", "'\u00e9'")),
+                mysql=("VARCHAR(8)", ("''", "'a'", "'\u00e9'"))),
+    NullKeyCase("date", "DATE", (dt.date(1969, 12, 31), dt.date(2024, 2, 29),
+                                 dt.date(9999, 12, 31)),
+                sqlite=("DATE", ("1969-12-31", "2024-02-29", "9999-12-31")),
+                postgres=("date", ("'1969-12-31'", "'2024-02-29'", "'9999-12-31'")),
+                mysql=("DATE", ("'1969-12-31'", "'2024-02-29'", "'9999-12-31'"))),
+    NullKeyCase("decimal", "DECIMAL(10,2)", (Decimal("-0.01"), Decimal("0.00"),
+                                             Decimal("12345678.90")),
+                sqlite=("DECIMAL(10,2)", ("-0.01", "0.00", "12345678.90")),
+                postgres=("numeric(10,2)", ("-0.01", "0", "12345678.90")),
+                mysql=("DECIMAL(10,2)", ("-0.01", "0", "12345678.90"))),
+)
+
+
+def null_key_cases_for(backend: str) -> list[NullKeyCase]:
+    """The null-key tables a backend stores."""
+    attribute = BACKEND_FIELDS[backend]
+    return [case for case in NULL_KEY_CASES if getattr(case, attribute, None) is not None]
+
+
 def key_type_cases_for(backend: str) -> list[KeyTypeCase]:
     """The key types a backend stores."""
     attribute = BACKEND_FIELDS[backend]

@@ -41,9 +41,11 @@ from tests.contract.cases import (
     CASES,
     KEY_CASES,
     KEY_TYPE_CASES,
+    NULL_KEY_CASES,
     BadCase,
     KeyCase,
     KeyTypeCase,
+    NullKeyCase,
     expected_rows,
     same,
 )
@@ -98,6 +100,27 @@ def view_rows(spark: Any, source: Any, schema: str) -> list[tuple[Any, ...]]:
         table = frame.toArrow()
     # Spark hands TIMESTAMP over in its session zone: the same instants, labelled UTC.
     return python_rows(table.cast(to_arrow_schema(schema)))
+
+
+NULL_KEY_PARAMS = [pytest.param(case, id=case.name) for case in NULL_KEY_CASES]
+
+
+def null_key_provider(backend: Backend, case: NullKeyCase, mode: str,
+                      key: list[str], snapshots: Path) -> Any:
+    """A provider of ``case``'s table keyed by ``key``, in ``mode`` (``full-shared``:
+    the host's snapshot store, published and mapped back)."""
+    if mode.startswith("full"):
+        shared = mode == "full-shared"
+        return FullCachingLookupProvider.of(
+            backend.make_source(case.table, case.schema, "PERMISSIVE", key[0]), HOUR, key,
+            share_across_workers=shared, snapshot_dir=snapshots if shared else None,
+            parallelism=2, initial_load_timeout=timedelta(seconds=30), max_retries=0,
+        )
+    function = backend.make_function(case.table, case.schema, "PERMISSIVE", key)  # type: ignore[arg-type]
+    if mode == "partial":
+        cache = DefaultLookupCache.new_builder().maximum_size(100).build()
+        return PartialCachingLookupProvider.of(function, cache, max_retries=0)
+    return LookupFunctionProvider.of(function, max_retries=0)
 
 
 BAD_CASE_PARAMS = [pytest.param(case, id=case.name) for case in BAD_CASES]
@@ -253,6 +276,35 @@ class ContractMixin:
                         assert all(same(a, b) for a, b in zip(row, expected, strict=True)), (
                             f"{where}: found {got!r}, not {want!r}")
             assert handle.metrics.num_bad_values == 0
+
+    @pytest.mark.parametrize("case", NULL_KEY_PARAMS)
+    @pytest.mark.parametrize("mode", [*LOOKUP_MODES, "full-shared"])
+    def test_repeated_keys_beside_null_keys_find_their_own_rows(
+            self, backend: Backend, mode: str, case: NullKeyCase, tmp_path: Path) -> None:
+        """Keys with several rows, beside rows whose key is NULL (alone or in a composite
+        key): each key finds its own rows, in every mode, and no key finds a NULL-key row
+        (a sort put them beside the largest key of a floating column)."""
+        if case not in backend.null_key_cases:
+            pytest.skip(f"{backend.name} stores no {case.name} null-key table")
+        rows = case.layout(*case.values)
+        a, b, c = case.values
+        for key, asked in ((["k"], [(a,), (b,), (c,)]),
+                           (["k", "s"], [(a, "x"), (b, "x"), (c, "y"), (c, "x")])):
+            where = f"{backend.name}, {mode}, {case.name} keyed by {key}"
+            with open_lookup(null_key_provider(backend, case, mode, key, tmp_path)) as handle:
+                for attempt in ("together", "again", "alone"):
+                    for probe in asked:
+                        found = (handle.lookup(probe) if attempt == "alone"
+                                 else handle.lookup_batch(asked)[probe])
+                        want = [row for row in rows
+                                if all(row[0 if name == "k" else 1] == part
+                                       and row[0 if name == "k" else 1] is not None
+                                       for name, part in zip(key, probe, strict=True))]
+                        got = sorted(found, key=lambda row: row[2])
+                        assert len(got) == len(want), f"{where}: {probe!r} found {got!r}"
+                        for row, expected in zip(got, want, strict=True):
+                            assert all(same(x, y) for x, y in zip(row, expected, strict=True)), (
+                                f"{where} ({attempt}): {probe!r} found {got!r}, not {want!r}")
 
 
 # Each backend's tables are written once per class (the tests only read them): written

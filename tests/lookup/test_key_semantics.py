@@ -111,3 +111,68 @@ def test_a_probe_answer_past_the_dimension_is_refused_not_gathered() -> None:
     batch = pa.record_batch({"id": pa.array([1, 2], pa.int64())})
     with pytest.raises(IndexError, match="past the dimension's 1 rows"):
         join_batch(batch, shape, Broken(), "test")  # type: ignore[arg-type]
+
+
+_NULL_KEY_TYPES = {
+    "float32": pa.float32(), "float64": pa.float64(), "int64": pa.int64(),
+    "string": pa.string(), "date": pa.date32(), "decimal": pa.decimal128(10, 2),
+}
+
+
+def _random_keys(rng: np.random.Generator, type_: pa.DataType, n: int) -> pa.Array:
+    """``n`` keys of ``type_`` drawn from a few distinct values (so they repeat), a fifth
+    of them null."""
+    drawn = rng.integers(-4, 5, size=n)
+    nulls = rng.random(n) < 0.2
+    if pa.types.is_string(type_):
+        values: list[Any] = [f"k{v}" for v in drawn]
+    elif pa.types.is_decimal(type_):
+        values = [Decimal(int(v)) / 4 for v in drawn]
+    elif pa.types.is_date(type_):
+        values = [int(v) for v in drawn]
+    elif pa.types.is_floating(type_):
+        values = [v / 4 for v in drawn]
+    else:
+        values = [int(v) for v in drawn]
+    array = pa.array(values, pa.int32() if pa.types.is_date(type_) else None)
+    return pa.array([None if null else value for value, null
+                     in zip(array.cast(type_).to_pylist(), nulls, strict=True)], type_)
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["in-process", "shared"])
+@pytest.mark.parametrize("name", list(_NULL_KEY_TYPES))
+def test_a_full_cache_never_answers_null_key_rows(name: str, shared: bool,
+                                                   tmp_path: Any) -> None:
+    """Random keys that repeat, a fifth of them null, of each type, alone and as the
+    first column of a composite key: every key finds exactly the rows a reference finds
+    (a NULL floating key was served with the largest key's rows, issue 40)."""
+    import pyarrow.parquet as pq
+
+    from lookup import FullCachingLookupProvider
+    from scan import FileSource
+    from triggers import PeriodicCacheReloadTrigger
+
+    rng = np.random.default_rng(40)
+    type_ = _NULL_KEY_TYPES[name]
+    n = 300
+    table = pa.table({"k": _random_keys(rng, type_, n),
+                      "s": _random_keys(rng, pa.string(), n),
+                      "id": pa.array(range(n), pa.int64())})
+    pq.write_table(table, tmp_path / "dim.parquet", row_group_size=64)
+    rows = list(zip(*(table.column(c).to_pylist() for c in table.column_names), strict=True))
+    for key in (["k"], ["k", "s"]):
+        positions = [table.column_names.index(column) for column in key]
+        asked = sorted({tuple(row[p] for p in positions) for row in rows
+                        if all(row[p] is not None for p in positions)}, key=repr)
+        provider = FullCachingLookupProvider.of(
+            FileSource(str(tmp_path / "dim.parquet")),
+            PeriodicCacheReloadTrigger(timedelta(hours=1)), key,
+            share_across_workers=shared, snapshot_dir=tmp_path / "store" if shared else None,
+            initial_load_timeout=timedelta(seconds=30))
+        with open_lookup(provider) as handle:
+            found = handle.lookup_batch(asked)
+        for probe in asked:
+            want = sorted(row[2] for row in rows
+                          if tuple(row[p] for p in positions) == probe)
+            got = sorted(row[2] for row in found[probe])
+            assert got == want, f"{name} keyed by {key}: {probe!r} found ids {got}, not {want}"
