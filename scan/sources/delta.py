@@ -19,6 +19,7 @@ from connectors.policy import BadValuePolicy
 from connectors.predicates import (
     Predicate,
     check_predicates,
+    predicates_mask,
     predicates_to_pruning,
     statistics_decide,
 )
@@ -131,14 +132,17 @@ def _arrow_schema(table: Any) -> pa.Schema:
     return pa.schema(table.schema().to_arrow())
 
 
-def _file_filters(predicates: Sequence[Predicate], floating: frozenset[str] = frozenset()
-                  ) -> list[tuple[str, str, Any]]:
+def _file_filters(predicates: Sequence[Predicate], floating: frozenset[str] = frozenset(),
+                  partitions: frozenset[str] = frozenset()) -> list[tuple[str, str, Any]]:
     """The predicates delta-rs can prune files with (partition values and file
     statistics), as its tuple filters; the others are only applied to rows, as are those
-    statistics of the ``floating`` columns cannot decide (``statistics_decide``)."""
+    statistics of the ``floating`` columns cannot decide (``statistics_decide``).
+    Floating partition columns are left to :func:`_partition_mask`: delta-rs orders
+    their values totally (-0.0 before 0.0), not by SQL's rules."""
     pushed: list[tuple[str, str, Any]] = []
     for p in predicates:
-        if p.op in ("is null", "is not null"):
+        if p.op in ("is null", "is not null") or (p.column in floating
+                                                  and p.column in partitions):
             continue
         try:
             if not statistics_decide(p, p.column in floating):
@@ -151,17 +155,28 @@ def _file_filters(predicates: Sequence[Predicate], floating: frozenset[str] = fr
     return pushed
 
 
-def plan_files(uri: str, table: Any, predicates: Sequence[Predicate]
-               ) -> tuple[int, list[DeltaSplit]]:
+def plan_files(uri: str, table: Any, predicates: Sequence[Predicate],
+               columns: Sequence[str] | None = None) -> tuple[int, list[DeltaSplit]]:
     """The splits of ``table`` (a loaded ``DeltaTable``): its active files that may hold
     rows meeting ``predicates`` (delta-rs prunes by partition values and file
-    statistics), in path order, with their partition values."""
+    statistics; floating partition values are compared here, by SQL's rules), in path
+    order, with their partition values.
+
+    Raises
+    ------
+    ConnectorError
+        When the table no longer has one of ``columns`` (the columns read): its rows
+        would read it as NULL."""
     import pyarrow as pa
 
     _check_protocol(uri, table)
     version = int(table.version())
-    floating = frozenset(f.name for f in _arrow_schema(table) if pa.types.is_floating(f.type))
-    pushed = _file_filters(predicates, floating)
+    schema = _arrow_schema(table)
+    if columns is not None:
+        _check_columns(uri, version, schema, columns)
+    floating = frozenset(f.name for f in schema if pa.types.is_floating(f.type))
+    partition_columns = frozenset(table.metadata().partition_columns)
+    pushed = _file_filters(predicates, floating, partition_columns)
     try:
         try:
             uris = table.file_uris(file_pruning_predicate=pushed or None)
@@ -188,7 +203,32 @@ def plan_files(uri: str, table: Any, predicates: Sequence[Predicate]
         values = _partition_of(file, by_path)
         partition = tuple((name[len("partition."):], value) for name, value in values.items())
         splits.append(DeltaSplit(uri, version, file, partition, _deleted(file, deleted)))
+    by_value = [p for p in predicates if p.column in floating and p.column in partition_columns]
+    if by_value and splits:
+        keep = _partition_mask(splits, schema, by_value)
+        splits = [split for split, kept in zip(splits, keep, strict=True) if kept]
     return version, splits
+
+
+def _partition_mask(splits: Sequence[DeltaSplit], schema: pa.Schema,
+                    predicates: Sequence[Predicate]) -> list[bool]:
+    """Which splits' partition values meet ``predicates`` (on partition columns), by
+    the rows' own rules (``predicates_mask``: -0.0 = 0.0, a null compares to nothing)."""
+    import pyarrow as pa
+
+    names = sorted({p.column for p in predicates})
+    values = pa.table({name: pa.array([dict(split.partition).get(name) for split in splits],
+                                      schema.field(name).type) for name in names})
+    return [bool(kept) for kept in predicates_mask(values, predicates).to_pylist()]
+
+
+def _check_columns(uri: str, version: int, schema: pa.Schema, columns: Sequence[str]) -> None:
+    gone = [name for name in columns if schema.get_field_index(name) < 0]
+    if gone:
+        raise ConnectorError(
+            f"Delta table {uri!r} version {version} no longer has column(s) {gone} that "
+            f"this source reads (the table's columns: {schema.names}); the source must be "
+            "declared anew for the table's new schema")
 
 
 def _partition_of(file: str, by_path: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
@@ -218,28 +258,33 @@ class _DeletionVectors:
         self._masks: dict[tuple[str, int], dict[str, Any]] = {}
 
     def keep(self, split: DeltaSplit) -> Any:
+        key = (split.table, split.version)
+        for fresh in (False, True):
+            # A table replaced at its path has the same (path, version) with other
+            # files: masks read before it are read again once, never taken for its own.
+            with self._lock:
+                masks = None if fresh else self._masks.get(key)
+                if masks is None:
+                    masks = self._read(split)
+                    self._masks = {key: masks}  # one version at a time
+            for name in (split.file, f"file://{split.file}", unquote(split.file)):
+                if name in masks:
+                    return masks[name]
+        raise SourceError(f"Delta table {split.table!r} version {split.version}: no deletion "
+                          f"vector found for {split.file!r}, which has one")
+
+    def _read(self, split: DeltaSplit) -> dict[str, Any]:
         import numpy as np
         import pyarrow as pa
 
-        key = (split.table, split.version)
-        with self._lock:
-            masks = self._masks.get(key)
-            if masks is None:
-                table = _open_table(split.table, split.version, self._options)
-                try:
-                    vectors = pa.table(table.deletion_vectors().read_all())
-                except Exception as exc:
-                    raise _delta_error(split.table, exc) from exc
-                masks = {}
-                for path, keep in zip(vectors.column("filepath").to_pylist(),
-                                      vectors.column("selection_vector").to_pylist(), strict=True):
-                    masks[path] = np.asarray(keep, dtype=bool)
-                self._masks = {key: masks}  # one version at a time
-        for name in (split.file, f"file://{split.file}", unquote(split.file)):
-            if name in masks:
-                return masks[name]
-        raise SourceError(f"Delta table {split.table!r} version {split.version}: no deletion "
-                          f"vector found for {split.file!r}, which has one")
+        table = _open_table(split.table, split.version, self._options)
+        try:
+            vectors = pa.table(table.deletion_vectors().read_all())
+        except Exception as exc:
+            raise _delta_error(split.table, exc) from exc
+        return {path: np.asarray(keep, dtype=bool) for path, keep in zip(
+            vectors.column("filepath").to_pylist(),
+            vectors.column("selection_vector").to_pylist(), strict=True)}
 
 
 class _Reading(BatchReading):
@@ -373,8 +418,9 @@ class DeltaSource(BatchReadingSource[DeltaSplit, _Reading]):
     partition columns filled from the log, rows deleted by a deletion vector dropped
     (read through delta-rs), the ``filters`` applied to the rows.
 
-    :meth:`current_version` is the table's latest version (or the pinned one): a full
-    cache over this source skips a reload while it is unchanged.
+    :meth:`current_version` is the table's latest version (or the pinned one) with the
+    table's id: a full cache over this source skips a reload while both are unchanged
+    (a table deleted and written anew at the same path starts again at version 0).
 
     Parameters
     ----------
@@ -416,16 +462,17 @@ class DeltaSource(BatchReadingSource[DeltaSplit, _Reading]):
     >>> path = os.path.join(tempfile.mkdtemp(), "countries")
     >>> write_deltalake(path, pa.table({"code": ["nl", "fr"], "name": ["NL", "FR"]}))
     >>> source = DeltaSource(path, columns=["code"])
-    >>> source.schema.simpleString(), source.current_version()
+    >>> source.schema.simpleString(), source.current_version()[0]
     ('struct<code:string>', 0)
     >>> sorted(read_arrow(source).column("code").to_pylist())
     ['fr', 'nl']
     """
 
     ROWS_FIELD = "skip"
-    _PER_PROCESS = ("_reading", "_latest", "_latest_lock")
+    _PER_PROCESS = ("_reading", "_latest", "_latest_lock", "_latest_mark")
     _latest: Any
     _latest_lock: threading.Lock | None
+    _latest_mark: Any
 
     def __init__(
         self,
@@ -488,8 +535,10 @@ class DeltaSource(BatchReadingSource[DeltaSplit, _Reading]):
         """The declared schema, or the table's types of the columns read."""
         return self._schema
 
-    def current_version(self) -> int:
-        """The pinned version, else the table's latest (its log read incrementally).
+    def current_version(self) -> tuple[int, str]:
+        """The pinned version, else the table's latest (its log read incrementally), and
+        the table's id (its metadata's): a table written anew at the path is another
+        table, whatever its version number.
 
         Raises
         ------
@@ -497,23 +546,56 @@ class DeltaSource(BatchReadingSource[DeltaSplit, _Reading]):
             When the table has gone (``TransientConnectorError``: storage errors that
             may pass).
         """
-        if self._version is not None:
-            return self._version
-        return int(self._latest_table().version())
+        table = self._latest_table()
+        try:
+            return int(table.version()), str(table.metadata().id)
+        except Exception as exc:
+            raise _delta_error(self._uri, exc) from exc
 
     def _latest_table(self) -> Any:
-        """This process's ``DeltaTable``, moved on to the latest version."""
+        """This process's ``DeltaTable`` (at the pinned version, else moved on to the
+        latest). Read afresh when the commit it holds is no longer the one in the log:
+        moved on incrementally, a table replaced at its path would mix the new table's
+        later commits into the old one's state."""
         if self._latest_lock is None:
             self._latest_lock = threading.Lock()
         with self._latest_lock:
-            if self._latest is None:
-                self._latest = _open_table(self._uri, None, self._options)
-            else:
+            held = self._latest
+            if held is not None and self._commit_mark(int(held.version())) != self._latest_mark:
+                log.info("Delta table %r: the log's commit %s changed; reading the table "
+                         "afresh", self._uri, held.version())
+                held = None
+            if held is None:
+                held = _open_table(self._uri, self._version, self._options)
+            elif self._version is None:
                 try:
-                    self._latest.update_incremental()
+                    held.update_incremental()
                 except Exception as exc:
                     raise _delta_error(self._uri, exc) from exc
-            return self._latest
+            self._latest = held
+            self._latest_mark = self._commit_mark(int(held.version()))
+            return held
+
+    def _commit_mark(self, version: int) -> Any:
+        """What identifies the log's commit file of ``version`` (size and modification
+        time; None when it is gone): a rewrite of the log changes it."""
+        import pyarrow.fs as pa_fs
+
+        name = f"_delta_log/{version:020d}.json"
+        try:
+            if "://" not in self._uri or self._uri.startswith("file://"):
+                root = self._uri.removeprefix("file://").rstrip("/")
+                info = pa_fs.LocalFileSystem().get_file_info(f"{root}/{name}")
+            else:
+                from deltalake.fs import DeltaStorageHandler
+
+                handler = DeltaStorageHandler(self._uri, self._options)
+                info = pa_fs.PyFileSystem(handler).get_file_info(name)
+        except Exception as exc:
+            raise _delta_error(self._uri, exc) from exc
+        if info.type == pa_fs.FileType.NotFound:
+            return None
+        return info.size, info.mtime_ns
 
     def planner(self, progress: Any | None) -> SplitPlanner[DeltaSplit]:
         """Lists the files of one version when first asked, then hands them out in order."""
@@ -526,7 +608,7 @@ class DeltaSource(BatchReadingSource[DeltaSplit, _Reading]):
             version = self._version
         table = (self._latest_table() if version is None
                  else _open_table(self._uri, version, self._options))
-        return plan_files(self._uri, table, self._filters)
+        return plan_files(self._uri, table, self._filters, self._file_schema.names)
 
     def split_reader(self) -> Callable[[], _SplitReader]:
         """Makes split readers, which open the files on their fetcher threads."""

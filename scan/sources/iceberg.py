@@ -331,8 +331,10 @@ class IcebergSource(BatchReadingSource[IcebergSplit, BatchReading]):
         """The declared schema, or the table's types of the columns read."""
         return self._schema
 
-    def current_version(self) -> tuple[int | None, int]:
-        """The current snapshot id and schema id, from the catalog (one metadata read).
+    def current_version(self) -> tuple[int | None, int, str]:
+        """The current snapshot id and schema id, and the table's UUID (a table dropped
+        and created anew under the name is another table), from the catalog (one
+        metadata read).
 
         Raises
         ------
@@ -341,7 +343,7 @@ class IcebergSource(BatchReadingSource[IcebergSplit, BatchReading]):
             errors that may pass).
         """
         metadata = self._runtime_tables().load().metadata
-        return metadata.current_snapshot_id, metadata.current_schema_id
+        return metadata.current_snapshot_id, metadata.current_schema_id, str(metadata.table_uuid)
 
     def planner(self, progress: Any | None) -> SplitPlanner[IcebergSplit]:
         """Plans the current snapshot when first asked, then hands the files out in

@@ -394,3 +394,96 @@ def test_a_missing_file_fails_the_version(tmp_path: Path) -> None:
 
     with pytest.raises(ConnectorError, match="nothing.parquet"):
         FileSource(str(tmp_path / "nothing.parquet")).current_version()
+
+
+# --- a table replaced at its path, a column dropped (issue 40, defects 2 and 3) -------
+
+
+@pytest.mark.parametrize("replacement_commits", [1, 3], ids=["same-version", "past-it"])
+def test_a_delta_table_replaced_at_its_path_is_reloaded(tmp_path: Path,
+                                                        replacement_commits: int) -> None:
+    """``rm -rf`` and a new table at the same path starts again at version 0: the new
+    table's rows are served (its version number alone would equal, or continue, the old
+    one's)."""
+    import shutil
+
+    path = str(tmp_path / "dim")
+    write_deltalake(path, dim(range(10), "old"))
+    if replacement_commits == 3:
+        write_deltalake(path, dim(range(10), "old"), mode="overwrite")  # served: version 1
+    with open_lookup(provider(DeltaSource(path))) as handle:
+        assert handle.lookup((1,)) == ((1, "old"),)
+        shutil.rmtree(path)
+        for _ in range(replacement_commits):
+            write_deltalake(path, dim(range(3), "new"), mode="overwrite")
+        reload(handle)
+        assert handle.lookup_batch([(1,), (5,)]) == {(1,): ((1, "new"),), (5,): ()}
+        assert (handle.metrics.load_count, handle.metrics.reloads_skipped) == (2, 0)
+        assert handle.metrics.num_load_failures == 0
+
+
+def test_an_iceberg_table_replaced_in_its_catalog_is_reloaded(tmp_path: Path) -> None:
+    catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db",
+               "warehouse": f"file://{tmp_path}/warehouse"}
+    lake = load_catalog("default", **catalog)
+    lake.create_namespace("dim")
+    table = lake.create_table("dim.customers", schema=dim(range(1), "").schema)
+    table.append(dim(range(10), "old"))
+    with open_lookup(provider(IcebergSource("dim.customers", catalog=catalog))) as handle:
+        assert handle.lookup((1,)) == ((1, "old"),)
+        lake.drop_table("dim.customers")
+        table = lake.create_table("dim.customers", schema=dim(range(1), "").schema)
+        table.append(dim(range(3), "new"))
+        reload(handle)
+        assert handle.lookup_batch([(1,), (5,)]) == {(1,): ((1, "new"),), (5,): ()}
+        assert (handle.metrics.load_count, handle.metrics.reloads_skipped) == (2, 0)
+
+
+def _drop_column(kind: str, tmp_path: Path) -> tuple[Any, Callable[[], None]]:
+    """A source over a table with columns id, tier, v, and what drops ``v`` from it."""
+    rows = dim(range(5), "t").append_column("v", pa.array(["x"] * 5))
+    if kind == "delta":
+        path = str(tmp_path / "dim")
+        write_deltalake(path, rows)
+
+        def drop() -> None:
+            write_deltalake(path, dim(range(5), "t2"), mode="overwrite",
+                            schema_mode="overwrite")
+
+        return DeltaSource(path), drop
+    catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db",
+               "warehouse": f"file://{tmp_path}/warehouse"}
+    lake = load_catalog("default", **catalog)
+    lake.create_namespace("dim")
+    table = lake.create_table("dim.customers", schema=rows.schema)
+    table.append(rows)
+
+    def drop_iceberg() -> None:
+        with table.update_schema() as update:
+            update.delete_column("v")
+        table.overwrite(dim(range(5), "t2"))
+
+    return IcebergSource("dim.customers", catalog=catalog), drop_iceberg
+
+
+@pytest.mark.parametrize("kind", ["delta", "iceberg"])
+def test_a_dropped_column_fails_the_reload_and_keeps_the_last_good_version(
+        tmp_path: Path, kind: str) -> None:
+    source, drop = _drop_column(kind, tmp_path)
+    with open_lookup(provider(source)) as handle:
+        assert handle.lookup((1,)) == ((1, "t", "x"),)
+        drop()
+        with pytest.raises(Exception, match=r"column.*'v'") as raised:
+            reload(handle)
+        assert "ConnectorError" in type(raised.value).__name__ or any(
+            type(e).__name__ == "ConnectorError" for e in _chain(raised.value)), raised.value
+        assert handle.lookup((1,)) == ((1, "t", "x"),)  # the last good version, not NULL
+        assert handle.metrics.num_load_failures >= 1
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    while error is not None and error not in seen:
+        seen.append(error)
+        error = error.__cause__  # type: ignore[assignment]
+    return seen

@@ -107,8 +107,8 @@ def test_deleted_rows_are_never_served(table: str) -> None:
 def test_a_pinned_version_reads_that_version(table: str) -> None:
     write_deltalake(table, dim(range(300, 310)), partition_by=["region"], mode="append")
     pinned = DeltaSource(table, version=0)
-    assert pinned.current_version() == 0
-    assert DeltaSource(table).current_version() == 3
+    assert pinned.current_version()[0] == 0
+    assert DeltaSource(table).current_version() == (3, DeltaTable(table).metadata().id)
     same_rows(read_arrow(pinned), DeltaTable(table, version=0).to_pyarrow_table())
 
 
@@ -267,7 +267,7 @@ def test_a_table_that_has_gone_is_a_permanent_error_naming_it(table: str) -> Non
 
 def test_it_ships_as_configuration(table: str) -> None:
     source = DeltaSource(table, columns=["id"], filters=[Predicate("id", "<", 10)])
-    assert source.current_version() == 2  # opens the table in this process
+    assert source.current_version()[0] == 2  # opens the table in this process
     shipped = pickle.loads(pickle.dumps(source))
     assert shipped._latest is None  # no DeltaTable travels
     assert sorted(read_arrow(shipped).column("id").to_pylist()) == list(range(10))
@@ -287,3 +287,25 @@ def test_a_nan_row_is_kept_by_a_not_equal_filter(tmp_path: Any) -> None:
                                     "x": pa.array([5.0, float("nan"), 5.0, 5.0])}))
     table = read_arrow(DeltaSource(path, filters=[Predicate("x", "!=", 5.0)]))
     assert table.column("id").to_pylist() == [2]
+
+
+@pytest.mark.parametrize(("filters", "ids"), [
+    ([Predicate("f", "=", 0.0)], [1, 2]), ([Predicate("f", ">=", 0.0)], [1, 2, 3]),
+    ([Predicate("f", "<=", 0.0)], [1, 2]), ([Predicate("f", "=", -0.0)], [1, 2]),
+    ([Predicate("f", "in", [0.0])], [1, 2]), ([Predicate("f", "<", 0.5)], [1, 2]),
+    ([Predicate("f", ">", -0.5)], [1, 2, 3]), ([Predicate("f", ">", 0.0)], [3]),
+    ([Predicate("f", "!=", 0.0)], [3]), ([Predicate("f", "not in", [-0.0])], [3]),
+], ids=lambda value: (f"{value[0].op} {value[0].value}"
+                      if isinstance(value[0], Predicate) else "ids"))
+def test_partitions_of_minus_zero_compare_as_zero(tmp_path: Path, filters: list[Predicate],
+                                                  ids: list[int]) -> None:
+    """A table partitioned by a DOUBLE holding -0.0 and 0.0: SQL's -0.0 = 0.0 holds for
+    the partition values too (issue 40, defect 4)."""
+    rows = pa.table({"id": pa.array([1, 2, 3], pa.int64()),
+                     "f": pa.array([-0.0, 0.0, 1.0], pa.float64())})
+    partitioned, flat = str(tmp_path / "partitioned"), str(tmp_path / "flat")
+    write_deltalake(partitioned, rows, partition_by=["f"])
+    write_deltalake(flat, rows)
+    for path in (partitioned, flat):
+        got = read_arrow(DeltaSource(path, filters=filters))
+        assert sorted(got.column("id").to_pylist()) == ids, (path, filters)

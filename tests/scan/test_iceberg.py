@@ -119,7 +119,8 @@ def test_the_version_is_the_current_snapshot(table: Any, lake: Catalog,
                                              catalog: dict[str, str]) -> None:
     source = IcebergSource("dim.customers", catalog=catalog)
     before = source.current_version()
-    assert before == (table.metadata.current_snapshot_id, table.metadata.current_schema_id)
+    assert before == (table.metadata.current_snapshot_id, table.metadata.current_schema_id,
+                      str(table.metadata.table_uuid))
     assert source.current_version() == before  # nothing changed
     table.append(dim(range(300, 301)))
     assert source.current_version() != before
