@@ -291,11 +291,13 @@ class RedisTable(PerProcess):
 
     def _conform(self, names: Sequence[str | bytes], owners: list[int], wires: dict[str, pa.Array],
                  flags: dict[str, list[str | None] | None], key_values: Mapping[str, pa.Array],
-                 key_present: Sequence[bool],
-                 malformed: dict[int, str]) -> tuple[pa.RecordBatch, pa.BooleanArray | None]:
+                 key_present: Sequence[bool], malformed: dict[int, str],
+                 by_format: Sequence[int] = ()) -> tuple[pa.RecordBatch, pa.BooleanArray | None]:
         """Conform the rows; ``key_values`` (aligned with the rows) fill or check the key
         columns; rows whose stored key differs from theirs, or that cannot be checked
-        when the key is ambiguous (``key_present`` False), are dropped."""
+        when the key is ambiguous (``key_present`` False), are dropped. The rows
+        ``by_format`` (of a Redis key that reads as several keys) keep their stored key
+        where it formats back to their Redis key, and are dropped otherwise."""
         count = len(owners)
 
         def describe(row: int) -> str:
@@ -334,7 +336,7 @@ class RedisTable(PerProcess):
             ordered_wires, describe,
             ordered_flags if any(f is not None for f in ordered_flags) else None,
         )
-        keep_mask = pa.repeat(True, count) if keep is None else keep
+        key_ok = pa.repeat(True, count)
         names_list = self.schema.fieldNames()
         for name, expected in key_values.items():
             index = names_list.index(name)
@@ -345,14 +347,34 @@ class RedisTable(PerProcess):
             # is ambiguous (and so cannot be checked).
             same = pc.fill_null(pc.equal(stored, expected), False)
             verified = pc.if_else(present, same, pa.array(key_present, pa.bool_()))
-            keep_mask = pc.and_(keep_mask, verified)
+            key_ok = pc.and_(key_ok, verified)
             columns[index] = pc.if_else(present, stored, expected)
+        if by_format:
+            key_ok = self._confirm_by_format(names, owners, columns, key_ok, by_format)
+        keep_mask = key_ok if keep is None else pc.and_(keep, key_ok)
         batch = pa.RecordBatch.from_arrays(columns, schema=self.arrow_schema)
         if self.filters:
             keep_mask = pc.and_(keep_mask, predicates_mask(batch, self.filters))
         if pc.all(keep_mask).as_py():
             return batch, None
         return batch.filter(keep_mask), keep_mask
+
+    def _confirm_by_format(self, names: Sequence[str | bytes], owners: list[int],
+                           columns: list[pa.Array], key_ok: pa.Array,
+                           rows: Sequence[int]) -> pa.Array:
+        """``key_ok`` with ``rows`` confirmed exactly where their stored key formats
+        back to their Redis key (only such rows: a Python value each)."""
+        assert self.template is not None
+        names_list = self.schema.fieldNames()
+        confirmed = key_ok.to_pylist()
+        for row in rows:
+            values = {name: columns[names_list.index(name)][row].as_py()
+                      for name in self.key_columns}
+            name = names[owners[row]]
+            text = name.decode("utf-8", "replace") if isinstance(name, bytes) else name
+            confirmed[row] = (None not in values.values()
+                              and self.template.format(values)[0] == text)
+        return pa.array(confirmed, pa.bool_())
 
     # --- reads
 
@@ -409,31 +431,39 @@ class RedisTable(PerProcess):
         owners, wires, flags, malformed = self._rows(redis_keys, replies)
         key_values: dict[str, pa.Array] = {}
         parsed_ok = [True] * len(owners)
+        by_format: list[int] = []
         if self.template is not None and self.key_columns:
             parts: dict[str, list[str | None]] = {name: [] for name in self.key_columns}
             for row, owner in enumerate(owners):
-                parsed = _parse_key(self.template, redis_keys[owner])
+                readings = _parse_key(self.template, redis_keys[owner])
+                parsed = readings[0] if len(readings) == 1 else None
                 if parsed is None:
                     parsed_ok[row] = False
+                    if len(readings) > 1:  # the stored key says which reading it is
+                        by_format.append(row)
                 for column in self.key_columns:
                     parts[column].append(None if parsed is None else parsed[column])
             for column in self.key_columns:
                 target = self.arrow_schema.field(column).type
                 key_values[column] = cast_key_parts(pa.array(parts[column], pa.string()),
                                                     target)
-        batch, _ = self._conform(redis_keys, owners, wires, flags, key_values, parsed_ok, malformed)
+        batch, _ = self._conform(redis_keys, owners, wires, flags, key_values, parsed_ok,
+                                 malformed, by_format)
         return batch
 
 
-def _parse_key(template: KeyTemplate, name: str | bytes) -> dict[str, str] | None:
-    """The key parts of a scanned Redis key; None for one the template cannot have made
-    (such as bytes that are no UTF-8: a replacement character would name another key)."""
+def _parse_key(template: KeyTemplate, name: str | bytes) -> list[dict[str, str]]:
+    """The readings of a scanned Redis key as key parts (several when a part may hold a
+    separator); none for one the template cannot have made (such as bytes that are no
+    UTF-8: a replacement character would name another key)."""
     if isinstance(name, bytes):
         try:
             name = name.decode("utf-8")
         except UnicodeDecodeError:
-            return None
-    return template.parse(name)
+            return []
+    readings = template.parse_all(name)
+    # Past the limit, the stored key columns (where there are) decide, checked by format.
+    return [{}, {}] if readings is None else readings
 
 
 def cast_key_parts(wire: pa.Array, target: pa.DataType) -> pa.Array:

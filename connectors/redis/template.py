@@ -83,6 +83,7 @@ class KeyTemplate:
                 "or one key could be read as another"
             )
         self.separators = tuple(separators)
+        self._literals = tuple(literals)
         if self.escape and any("%" in text for text in separators):
             # A '%' in a separator could be read as the start of a part's escape code:
             # ("x", "25%") and ("x%", "25") would both be "x%25%25" with separator "%".
@@ -159,6 +160,36 @@ class KeyTemplate:
                 texts.append(text)
             parts = texts
         return dict(zip(self.fields, parts, strict=True))
+
+    def parse_all(self, redis_key: str, limit: int = 64) -> list[dict[str, str]] | None:
+        """Every way a Redis key made by this template splits into part texts: the one
+        :meth:`parse` gives, or, unescaped, each split at the separators a part may hold
+        (``ns:{a}:{b}`` reads ``ns:x:y:z`` as ``x``, ``y:z`` and as ``x:y``, ``z``). None
+        when there are more than ``limit`` (the key could stand for too many keys)."""
+        if self.escape or len(self.fields) < 2:
+            parsed = self.parse(redis_key)
+            return [] if parsed is None else [parsed]
+        if self._regex.fullmatch(redis_key) is None:
+            return []
+        literals = list(self._literals)
+        body = redis_key[len(literals[0]):len(redis_key) - len(literals[-1])]
+        found: list[list[str]] = []
+
+        def split(start: int, field: int, parts: list[str]) -> bool:
+            if field == len(self.fields) - 1:
+                found.append([*parts, body[start:]])
+                return len(found) <= limit
+            separator = literals[field + 1]
+            at = body.find(separator, start)
+            while at >= 0:
+                if not split(at + len(separator), field + 1, [*parts, body[start:at]]):
+                    return False
+                at = body.find(separator, at + 1)
+            return True
+
+        if not split(0, 0, []):
+            return None
+        return [dict(zip(self.fields, parts, strict=True)) for parts in found]
 
     def check_formats(self, samples: Mapping[str, Any]) -> None:
         """Try the format specs on sample values of the key columns' types.

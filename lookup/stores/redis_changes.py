@@ -54,6 +54,11 @@ _ALL_CLASSES = set("g$lshzxetdnm")  # what the flag 'A' stands for, and more
 # A spec that maps two values to one text would make the key read back stand for
 # several lookup keys: only zero-padded widths of integers are allowed.
 _REVERSIBLE_INT_SPEC = re.compile(r"0?\d*d?")
+MAX_READINGS = 64
+"""Readings of one changed Redis key past which a feed reports "everything"."""
+# The commands that empty or swap whole databases, which publish no keyspace event: the
+# subscription counts their calls (INFO commandstats) to notice them.
+_WHOLE_DATABASE = ("flushdb", "flushall", "swapdb")
 
 
 def keyspace_flags_missing(flags: str) -> list[str]:
@@ -90,6 +95,12 @@ class RedisKeyspaceChanges(ChangeFeed):
     health_check_interval
         Seconds between the subscription's ``PING`` s when no event comes, so a silently
         dropped connection is noticed (default 10).
+    flush_check_interval
+        Seconds between checks for ``FLUSHDB``, ``FLUSHALL`` and ``SWAPDB``, which
+        publish no keyspace event: the subscription reads the server's call counts of
+        them (``INFO commandstats``) and, when one grew (or the counts were reset),
+        reports that everything may have changed (default 1; 0 turns the check off).
+        A server that refuses ``INFO`` is not checked (logged once).
 
     Raises
     ------
@@ -106,7 +117,8 @@ class RedisKeyspaceChanges(ChangeFeed):
                  escape: bool = False, check: bool = True,
                  min_interval: timedelta | float = DEFAULT_MIN_INTERVAL,
                  connect_timeout: timedelta | float = DEFAULT_CONNECT_TIMEOUT,
-                 health_check_interval: timedelta | float = 10.0) -> None:
+                 health_check_interval: timedelta | float = 10.0,
+                 flush_check_interval: timedelta | float = 1.0) -> None:
         self.url = check_redis_url(url, "url")
         struct = parse_schema(schema, "RedisKeyspaceChanges schema")
         names = struct.fieldNames()
@@ -126,6 +138,7 @@ class RedisKeyspaceChanges(ChangeFeed):
         self._check_specs()
         self.health_check_interval = as_timedelta(health_check_interval,
                                                   "health_check_interval")
+        self.flush_check_interval = as_timedelta(flush_check_interval, "flush_check_interval")
         if check:
             self.check_server()
 
@@ -203,14 +216,20 @@ class RedisKeyspaceChanges(ChangeFeed):
     def connect(self) -> ChangeConnection:
         return _Subscription(self)
 
-    def keys_of(self, redis_keys: Sequence[str]) -> list[tuple[Any, ...]]:
+    def keys_of(self, redis_keys: Sequence[str]) -> list[tuple[Any, ...]] | None:
         """The lookup keys (values of the key columns' types) of changed Redis keys; a
         Redis key no lookup key names (text that is no value of its column, or not the
-        text a lookup would write) stands for none."""
+        text a lookup would write) stands for none. Without ``escape`` a key whose parts
+        may hold the separator stands for every key it can be read as (``ns:x:y:z`` of
+        ``ns:{a}:{b}``: ``("x", "y:z")`` and ``("x:y", "z")``), or None (everything)
+        when that is more than :data:`MAX_READINGS`."""
         template = self._template
-        parsed = [template.parse(key) for key in redis_keys]
-        kept = [(key, parts) for key, parts in zip(redis_keys, parsed, strict=True)
-                if parts is not None]
+        kept: list[tuple[str, dict[str, str]]] = []
+        for key in redis_keys:
+            readings = template.parse_all(key, MAX_READINGS)
+            if readings is None:
+                return None
+            kept.extend((key, parts) for parts in readings)
         if not kept:
             return []
         arrow = to_arrow_schema(self.key_schema)
@@ -254,7 +273,14 @@ class _Subscription(ChangeConnection):
             connect_timeout=feed.connect_timeout.total_seconds() or 5.0,
             client_options={"health_check_interval": health})
         self._pubsub = self._client.pubsub(ignore_subscribe_messages=False)
+        self._flush_every = feed.flush_check_interval.total_seconds()
+        self._stats: Any = None
         try:
+            if self._flush_every > 0:
+                # Counted before subscribing: a flush from here on is noticed.
+                self._stats = feed._client(5.0)
+                self._whole = self._whole_database_calls()
+            self._next_check = time.monotonic() + self._flush_every
             pattern = feed.channel_pattern
             self._prefix = pattern[: pattern.index(":") + 1]
             self._pubsub.psubscribe(pattern)
@@ -270,10 +296,42 @@ class _Subscription(ChangeConnection):
             self.close()
             raise
 
+    def _whole_database_calls(self) -> tuple[int, ...] | None:
+        """How often FLUSHDB, FLUSHALL and SWAPDB have run on the server (None: the
+        server refuses INFO, and is not checked)."""
+        import redis
+
+        try:
+            stats = self._stats.info("commandstats")
+        except redis.ResponseError as exc:
+            log.warning("%s: INFO commandstats refused (%s): FLUSHDB, FLUSHALL and SWAPDB, "
+                        "which publish no keyspace event, go unnoticed", self._feed.describe(),
+                        exc)
+            self._stats.close()
+            self._stats = None
+            return None
+        return tuple(int(stats.get(f"cmdstat_{name}", {}).get("calls", 0))
+                     for name in _WHOLE_DATABASE)
+
+    def _flushed(self) -> bool:
+        """Whether a whole database was emptied or swapped since the last check."""
+        self._next_check = time.monotonic() + self._flush_every
+        if self._stats is None:
+            return False
+        calls = self._whole_database_calls()
+        if calls is None or calls == self._whole:
+            return False
+        self._whole = calls
+        return True
+
     def receive(self, timeout: float) -> list[Change]:
         deadline = time.monotonic() + timeout
         redis_keys: list[str] = []
         while not self._interrupted.is_set():
+            if self._stats is not None and time.monotonic() >= self._next_check \
+                    and self._flushed():
+                return [Change(everything=True, reason="FLUSHDB, FLUSHALL or SWAPDB ran "
+                               "(they publish no keyspace event)")]
             wait = 0.0 if redis_keys else min(self._POLL, max(0.0, deadline - time.monotonic()))
             message = self._pubsub.get_message(timeout=wait)
             if message is None:
@@ -293,6 +351,9 @@ class _Subscription(ChangeConnection):
         if not redis_keys:
             return []
         keys = self._feed.keys_of(list(dict.fromkeys(redis_keys)))
+        if keys is None:
+            return [Change(everything=True, reason="a changed Redis key reads as more than "
+                           f"{MAX_READINGS} lookup keys (key parts holding separators)")]
         return [Change(tuple(keys))] if keys else []
 
     def interrupt(self) -> None:
@@ -303,3 +364,5 @@ class _Subscription(ChangeConnection):
             self._pubsub.close()
         finally:
             self._client.close()
+            if self._stats is not None:
+                self._stats.close()

@@ -145,3 +145,96 @@ def test_a_killed_subscription_is_made_up_for_by_a_flush(
         wait_until(lambda: redis_client.pubsub_numpat() >= 1, "the new subscription")
         redis_client.hset(redis_prefix + "c:1", "name", "ada3")  # heard again
         wait_until(lambda: handle.lookup((1,)) == ((1, "ada3"),), "the newest name")
+
+
+# --- parts holding the separator; whole-database commands (issue 40, defect 5) --------
+
+
+def test_a_redis_key_reads_back_as_every_key_it_can_be() -> None:
+    feed = RedisKeyspaceChanges("redis://127.0.0.1:6379", "ns:{a}:{b}",
+                                "a STRING, b STRING", check=False)
+    assert sorted(feed.keys_of(["ns:x:y:z"]) or []) == [("x", "y:z"), ("x:y", "z")]
+    assert feed.keys_of(["ns:x:z", "other"]) == [("x", "z")]
+    # More readings than a notification carries: everything may have changed.
+    assert feed.keys_of(["ns:" + ":" * 100]) is None
+    escaped = RedisKeyspaceChanges("redis://127.0.0.1:6379", "ns:{a}:{b}",
+                                   "a STRING, b STRING", escape=True, check=False)
+    assert escaped.keys_of(["ns:x%3Ay:z"]) == [("x:y", "z")]
+
+
+def _separator_provider(mode: str, redis_url: str, template: str, feed: Any) -> Any:
+    from datetime import timedelta
+
+    from lookup import FullCachingLookupProvider
+    from scan import RedisScanSource
+    from triggers import PeriodicCacheReloadTrigger
+
+    schema = "a STRING, b STRING, name STRING"
+    function = RedisLookupFunction(redis_url, template, schema, ["a", "b"])
+    if mode == "partial":
+        return PartialCachingLookupProvider.of(
+            function, DefaultLookupCache.new_builder().maximum_size(100).build(), changes=feed)
+    source = RedisScanSource(redis_url, schema=schema, key_template=template,
+                             key_columns=["a", "b"])
+    return FullCachingLookupProvider.of(
+        source, PeriodicCacheReloadTrigger(timedelta(hours=1)), ["a", "b"], changes=feed,
+        change_lookup=function, share_across_workers=False)
+
+
+@pytest.mark.parametrize("mode", ["partial", "full"])
+def test_a_key_part_holding_the_separator_is_followed(
+        redis_url: str, redis_prefix: str, redis_client: Any, keyspace_events: None,
+        mode: str) -> None:
+    """("x:y", "z") under ns:{a}:{b} without escape is a legal key (the hash holds a and
+    b, which confirm it): its change is heard, not read back as no key."""
+    template = redis_prefix + "ns:{a}:{b}"
+    redis_client.hset(redis_prefix + "ns:x:y:z", mapping={"a": "x:y", "b": "z", "name": "v1"})
+    feed = RedisKeyspaceChanges(redis_url, template, "a STRING, b STRING", min_interval=0)
+    with open_lookup(_separator_provider(mode, redis_url, template, feed)) as handle:
+        assert handle.lookup(("x:y", "z")) == (("x:y", "z", "v1"),)
+        redis_client.hset(redis_prefix + "ns:x:y:z", "name", "v2")
+        wait_until(lambda: handle.lookup(("x:y", "z")) == (("x:y", "z", "v2"),),
+                   "the new name of a key whose part holds the separator")
+        assert handle.lookup(("x", "y:z")) == ()  # the other reading has no row
+
+
+@pytest.fixture
+def spare_databases(redis_url: str) -> Iterator[tuple[str, Any]]:
+    """Database 14 of the test server (15 its swap partner), empty, and a client of it:
+    FLUSHDB and SWAPDB act on whole databases, which no other test uses."""
+    import redis
+    from redis.connection import parse_url
+
+    base = redis_url.rsplit("/", 1)[0] if parse_url(redis_url).get("db") is not None \
+        else redis_url.rstrip("/")
+    url = f"{base}/14"
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    redis.Redis.from_url(f"{base}/15").flushdb()
+    try:
+        yield url, client
+    finally:
+        client.flushdb()
+        redis.Redis.from_url(f"{base}/15").flushdb()
+        client.close()
+
+
+@pytest.mark.parametrize("command", ["flushdb", "swapdb"])
+def test_a_whole_database_emptied_or_swapped_is_noticed(
+        spare_databases: tuple[str, Any], keyspace_events: None, command: str) -> None:
+    """FLUSHDB and SWAPDB publish no keyspace event: the feed counts them and reports
+    that everything may have changed, so a partial cache drops what it holds."""
+    url, client = spare_databases
+    client.hset("c:1", mapping={"name": "ada"})
+    feed = RedisKeyspaceChanges(url, "c:{id}", SCHEMA, min_interval=0,
+                                flush_check_interval=0.1)
+    function = RedisLookupFunction(url, "c:{id}", SCHEMA, "id")
+    provider = PartialCachingLookupProvider.of(
+        function, DefaultLookupCache.new_builder().maximum_size(100).build(), changes=feed)
+    with open_lookup(provider) as handle:
+        assert handle.lookup((1,)) == ((1, "ada"),)
+        if command == "flushdb":
+            client.flushdb()
+        else:
+            client.swapdb(14, 15)
+        wait_until(lambda: handle.lookup((1,)) == (), f"the key gone by {command.upper()}")
