@@ -110,11 +110,7 @@ class PostgresChanges(ChangeFeed):
     >>> changes = PostgresChanges("dbname=shop", "customers", key_columns=["id"])
     >>> changes.channel
     'sl_customers_3e3b8f2a'
-    >>> print(changes.uninstall_sql())  # doctest: +NORMALIZE_WHITESPACE
-    DROP TRIGGER IF EXISTS "sl_customers_3e3b8f2a_ins" ON "customers";
-    DROP TRIGGER IF EXISTS "sl_customers_3e3b8f2a_upd" ON "customers";
-    DROP TRIGGER IF EXISTS "sl_customers_3e3b8f2a_del" ON "customers";
-    DROP TRIGGER IF EXISTS "sl_customers_3e3b8f2a_trunc" ON "customers";
+    >>> print(changes.uninstall_sql().splitlines()[-1])
     DROP FUNCTION IF EXISTS "sl_customers_3e3b8f2a_notify"();
     """
 
@@ -204,18 +200,14 @@ class PostgresChanges(ChangeFeed):
         """Connect and ``LISTEN`` (on the listener thread of a worker)."""
         raw = self._open("listening to changes")
         try:
-            present = raw.execute(_TRIGGERS, (self._table_sql, list(self._names()[1:]))
-                                  ).fetchone()
-            if present is None or present[0] < len(_SUFFIXES) - 1:
-                log.warning("%s: the notifying triggers are not (all) installed on the table; "
-                            "no change is notified until PostgresChanges.install() (or the "
-                            "SQL of install_sql()) ran", self.describe())
             raw.execute(f"LISTEN {_quote(self.channel)}")
+            listening = _Listening(raw, self, self.heartbeat.total_seconds())
+            listening.check()  # what the triggers cover, from now on
         except Exception as exc:
             with contextlib.suppress(Exception):
                 raw.close()
             raise translate(exc, f"listening to changes of table {self.table!r}") from exc
-        return _Listening(raw, self, self.heartbeat.total_seconds())
+        return listening
 
     # --- the triggers
 
@@ -290,26 +282,53 @@ BEGIN
     RETURN NULL;
 END
 $spark_lookup$;
-DROP TRIGGER IF EXISTS {_quote(names[1])} ON {table};
-CREATE TRIGGER {_quote(names[1])} AFTER INSERT ON {table}
-    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION {function}();
-DROP TRIGGER IF EXISTS {_quote(names[2])} ON {table};
-CREATE TRIGGER {_quote(names[2])} AFTER UPDATE ON {table}
-    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
-    FOR EACH STATEMENT EXECUTE FUNCTION {function}();
-DROP TRIGGER IF EXISTS {_quote(names[3])} ON {table};
-CREATE TRIGGER {_quote(names[3])} AFTER DELETE ON {table}
-    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION {function}();
-DROP TRIGGER IF EXISTS {_quote(names[4])} ON {table};
-CREATE TRIGGER {_quote(names[4])} AFTER TRUNCATE ON {table}
-    FOR EACH STATEMENT EXECUTE FUNCTION {function}();
+-- The table and every partition and inheritance child (a statement fires the statement
+-- triggers of the table it names only; their transition tables hold the rows of every
+-- partition it changed). Partitions made later are not covered until this runs again:
+-- listeners notice them and flush (see PostgresChanges).
+DO $spark_lookup$
+DECLARE
+    member regclass;
+BEGIN
+    FOR member IN {_tree_members(table)} LOOP
+        EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', {_literal(names[1])}, member);
+        EXECUTE format('CREATE TRIGGER %I AFTER INSERT ON %s REFERENCING NEW TABLE AS '
+                       'new_rows FOR EACH STATEMENT EXECUTE FUNCTION %s()',
+                       {_literal(names[1])}, member, {_literal(function)});
+        EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', {_literal(names[2])}, member);
+        EXECUTE format('CREATE TRIGGER %I AFTER UPDATE ON %s REFERENCING OLD TABLE AS '
+                       'old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE '
+                       'FUNCTION %s()', {_literal(names[2])}, member, {_literal(function)});
+        EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', {_literal(names[3])}, member);
+        EXECUTE format('CREATE TRIGGER %I AFTER DELETE ON %s REFERENCING OLD TABLE AS '
+                       'old_rows FOR EACH STATEMENT EXECUTE FUNCTION %s()',
+                       {_literal(names[3])}, member, {_literal(function)});
+        EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', {_literal(names[4])}, member);
+        EXECUTE format('CREATE TRIGGER %I AFTER TRUNCATE ON %s FOR EACH STATEMENT '
+                       'EXECUTE FUNCTION %s()', {_literal(names[4])}, member,
+                       {_literal(function)});
+    END LOOP;
+END
+$spark_lookup$;
 """
 
     def uninstall_sql(self) -> str:
-        """The SQL :meth:`uninstall` runs: the four triggers and the function dropped."""
-        drops = [f"DROP TRIGGER IF EXISTS {_quote(name)} ON {self._table_sql};"
-                 for name in self._names()[1:]]
-        return "\n".join([*drops, f"DROP FUNCTION IF EXISTS {self._function_sql()}();"]) + "\n"
+        """The SQL :meth:`uninstall` runs: the four triggers dropped from the table and
+        its partitions and inheritance children, and the function dropped."""
+        drops = "\n".join(
+            f"        EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', {_literal(name)}, "
+            "member);" for name in self._names()[1:])
+        return f"""DO $spark_lookup$
+DECLARE
+    member regclass;
+BEGIN
+    FOR member IN {_tree_members(self._table_sql)} LOOP
+{drops}
+    END LOOP;
+END
+$spark_lookup$;
+DROP FUNCTION IF EXISTS {self._function_sql()}();
+"""
 
     def install(self) -> None:
         """Create (or replace) the notifying function and triggers, in one transaction.
@@ -355,10 +374,42 @@ WHERE i.indrelid = pg_catalog.to_regclass(%s) AND i.indisprimary
 ORDER BY pg_catalog.array_position(i.indkey::int2[], a.attnum)
 """
 
-_TRIGGERS = """
-SELECT count(*) FROM pg_catalog.pg_trigger
-WHERE tgrelid = pg_catalog.to_regclass(%s) AND tgname = ANY(%s)
+def _literal(text: str) -> str:
+    """A SQL string literal of an identifier or a quoted name (no quote to escape but
+    the doubled ones of a quoted identifier)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _tree_members(table_sql: str) -> str:
+    """A query of the table and its partitions and inheritance children, at any depth
+    (foreign tables left out: they take no transition tables)."""
+    return f"""(WITH RECURSIVE tree(relid) AS (
+            SELECT {_literal(table_sql)}::regclass::oid
+            UNION ALL
+            SELECT i.inhrelid FROM pg_catalog.pg_inherits AS i
+            JOIN tree ON i.inhparent = tree.relid)
+        SELECT tree.relid::regclass FROM tree
+        JOIN pg_catalog.pg_class AS c ON c.oid = tree.relid WHERE c.relkind <> 'f')"""
+
+
+# Each member of the table's tree (itself, partitions and inheritance children at any
+# depth) and how many of the feed's four triggers it has.
+_COVERAGE = b"""
+WITH RECURSIVE tree(relid) AS (
+    SELECT pg_catalog.to_regclass($1)::oid
+    UNION ALL
+    SELECT i.inhrelid FROM pg_catalog.pg_inherits AS i JOIN tree ON i.inhparent = tree.relid)
+SELECT tree.relid::regclass::text,
+       (SELECT count(*) FROM pg_catalog.pg_trigger AS g
+        WHERE g.tgrelid = tree.relid AND g.tgname = ANY($2::text[]))
+FROM tree WHERE tree.relid IS NOT NULL ORDER BY 1
 """
+
+
+def _array_text(names: Sequence[str]) -> bytes:
+    """A text[] literal of identifiers (no character needing escape but quotes)."""
+    return ("{" + ",".join('"' + name.replace('"', '\\"') + '"' for name in names)
+            + "}").encode()
 
 
 def parse_payload(payload: str, arity: int) -> Change:
@@ -384,8 +435,12 @@ def parse_payload(payload: str, arity: int) -> Change:
 
 class _Listening(ChangeConnection):
     """One ``LISTEN`` connection, driven at libpq level: ``select`` on its socket (and a
-    wake-up socket), ``consume_input``, ``notifies``; a heartbeat ``SELECT 1`` sent the
-    same way, answered within ``heartbeat`` seconds or the connection counts as lost."""
+    wake-up socket), ``consume_input``, ``notifies``. Every ``heartbeat`` seconds it
+    asks the catalog (the same way) which members the table's tree has (partitions and
+    inheritance children) and which carry the triggers, answered within ``heartbeat``
+    seconds or the connection counts as lost: a member attached or detached since is a
+    change of everything, and while a member lacks the triggers (made after
+    ``install()``), its changes go unheard, so each check reports everything too."""
 
     def __init__(self, raw: Any, feed: PostgresChanges, heartbeat: float) -> None:
         from psycopg import pq
@@ -401,6 +456,9 @@ class _Listening(ChangeConnection):
         self._wake_read.setblocking(False)
         self._wake_write.setblocking(False)
         self._heard = time.monotonic()
+        self._checked = self._heard
+        self._members: dict[str, int] | None = None
+        self._warned: list[str] = []
 
     def _drain(self) -> None:
         """Move what libpq has received into ``_pending``."""
@@ -418,7 +476,7 @@ class _Listening(ChangeConnection):
 
     def receive(self, timeout: float) -> list[Change]:
         if not self._pending:
-            wait = max(0.0, min(timeout, self._heard + self._heartbeat - time.monotonic()))
+            wait = max(0.0, min(timeout, self._checked + self._heartbeat - time.monotonic()))
             readable, _, _ = select.select([self._pgconn.socket, self._wake_read], [], [], wait)
             if self._wake_read in readable:
                 with contextlib.suppress(BlockingIOError):
@@ -426,19 +484,23 @@ class _Listening(ChangeConnection):
                 return self._take()
             if readable:
                 self._consume()
-            elif time.monotonic() - self._heard >= self._heartbeat:
-                self._check()
+        if time.monotonic() - self._checked >= self._heartbeat:
+            self.check()
         return self._take()
 
     def _take(self) -> list[Change]:
         received, self._pending = self._pending, []
         return received
 
-    def _check(self) -> None:
-        """Send ``SELECT 1`` and wait for its answer, at most one heartbeat."""
+    def check(self) -> None:
+        """Ask which members the table's tree has and which carry the triggers, waiting
+        at most one heartbeat for the answer; what changed since is a change."""
         pgconn, pq = self._pgconn, self._pq
-        pgconn.send_query(b"SELECT 1")
+        feed = self._feed
+        pgconn.send_query_params(_COVERAGE, [feed._table_sql.encode(),
+                                             _array_text(feed._names()[1:])])
         deadline = time.monotonic() + self._heartbeat
+        members: dict[str, int] = {}
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -453,7 +515,31 @@ class _Listening(ChangeConnection):
                 if result.status != pq.ExecStatus.TUPLES_OK:
                     raise ConnectionError(
                         f"a heartbeat failed: {result.error_message.decode(errors='replace')}")
-            return
+                for row in range(result.ntuples):
+                    members[result.get_value(row, 0).decode()] = int(result.get_value(row, 1))
+            break
+        self._checked = time.monotonic()
+        self._compare(members)
+
+    def _compare(self, members: dict[str, int]) -> None:
+        feed = self._feed
+        before, self._members = self._members, members
+        if before is not None and set(before) != set(members):
+            added, removed = sorted(set(members) - set(before)), sorted(set(before) - set(members))
+            self._pending.append(Change(everything=True, reason=(
+                f"members of {feed.table!r} changed (attached {added}, detached {removed})")))
+        uncovered = sorted(name for name, count in members.items()
+                           if count < len(_SUFFIXES) - 1)
+        if uncovered != self._warned and uncovered:
+            log.warning("%s: %s lack(s) the notifying triggers (a partition or inheritance "
+                        "child made after install(), or install() never ran): changes "
+                        "through it are not notified, so every cache is flushed each "
+                        "heartbeat until PostgresChanges.install() (or the SQL of "
+                        "install_sql()) runs again", feed.describe(), uncovered)
+        self._warned = uncovered
+        if uncovered and before is not None:
+            self._pending.append(Change(everything=True, reason=(
+                f"{uncovered} of {feed.table!r} lack the notifying triggers")))
 
     def interrupt(self) -> None:
         with contextlib.suppress(OSError):  # full (a wake-up is pending) or closed
