@@ -231,7 +231,12 @@ def _psycopg2(c: JdbcConnect) -> Any:
 
 
 def _pymysql(c: JdbcConnect) -> Any:
-    return importlib.import_module("pymysql").connect(**c.mysql_keywords("connect_timeout"))
+    keywords = c.mysql_keywords("connect_timeout")
+    if isinstance(keywords.get("password"), str):
+        # pymysql sends a str password as Latin-1: a password set by a UTF-8 client
+        # (any other character than ASCII) would not match. Bytes are sent as they are.
+        keywords["password"] = keywords["password"].encode("utf-8")
+    return importlib.import_module("pymysql").connect(**keywords)
 
 
 def _mysql_connector(c: JdbcConnect) -> Any:

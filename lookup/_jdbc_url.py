@@ -16,10 +16,11 @@ import math
 import os
 import re
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 
 from connectors.sql.flavor import MYSQL, POSTGRES, SQLITE
-from lookup._secret import HIDDEN, Secret
+from lookup._secret import Secret
+from spark_lookup._credentials import HIDDEN, redact_credentials
 from spark_lookup.errors import ConfigError
 
 __all__ = ["DATABASES", "JdbcUrl", "parse_jdbc_url", "redact_jdbc_url"]
@@ -34,14 +35,12 @@ _SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full"
 # session's time zone to UTC (values are instants either way) and speak utf8mb4.
 _MYSQL_IGNORED = frozenset({"serverTimezone", "characterEncoding", "useUnicode",
                             "connectionTimeZone"})
-_PASSWORD_PARAM = re.compile(r"(?i)([?&;]password=)[^&;#]*")
-_USERINFO = re.compile(r"(//[^/?#@:]*):[^/?#@]*@")
 
 
 def redact_jdbc_url(url: str) -> str:
-    """``url`` with its password (a ``password=`` parameter or ``user:password@``)
-    replaced by ``***``; textual, so it also serves a URL that does not parse."""
-    return _USERINFO.sub(rf"\1:{HIDDEN}@", _PASSWORD_PARAM.sub(rf"\g<1>{HIDDEN}", url))
+    """``url`` without what may be a credential (``user:password@``, ``password=``):
+    :func:`spark_lookup._credentials.redact_credentials`."""
+    return redact_credentials(url)
 
 
 @dataclass(frozen=True)
@@ -131,23 +130,43 @@ def _server(backend: str, rest: str, key: str, shown: str) -> JdbcUrl:
                "://host[:port]/database[?parameters]'"
     if not rest.startswith("//"):
         raise ConfigError(f"option {key!r}: {shown!r}: {expected}")
-    parts = urlsplit(rest)
+    parts = _split(rest)
+    if parts is None:
+        raise ConfigError(f"option {key!r}: {_without_host(shown)!r} does not parse as a URL "
+                          "(a '[' or ']' outside an IPv6 address?); percent-encode such "
+                          f"characters in the user and password; {expected}")
+    if "@" in parts.path + parts.query + parts.fragment:
+        raise ConfigError(f"option {key!r}: {shown!r}: the user or password holds '/', '?' "
+                          "or '#', which end the URL's host part: percent-encode them "
+                          "(%2F, %3F, %23)")
     if "," in parts.netloc:
-        raise ConfigError(f"option {key!r}: {shown!r} names several hosts; one host is "
-                          "supported")
-    try:
-        port = parts.port
-    except ValueError:
-        raise ConfigError(f"option {key!r}: {shown!r} has an invalid port; {expected}"
-                          ) from None
+        raise ConfigError(f"option {key!r}: {_without_host(shown)!r} names several hosts "
+                          "(or a user and password without '@'); one host is supported")
+    port = _port(parts)
+    if port == -1:
+        # The port text may be a password missing its '@': the host part is not shown.
+        raise ConfigError(f"option {key!r}: {_without_host(shown)!r} has an invalid port; "
+                          f"{expected}")
     host = parts.hostname
     if not host:
-        raise ConfigError(f"option {key!r}: {shown!r} names no host; {expected}")
+        raise ConfigError(f"option {key!r}: {_without_host(shown)!r} names no host; {expected}")
+    if ";" in parts.path:
+        # Connector/J and SQL Server read ';name=value' there; taken as the database
+        # name, a ';password=...' would be shown as one.
+        raise ConfigError(f"option {key!r}: {shown!r}: parameters after ';' in the path are "
+                          "not supported; give them after '?' (…/database?user=...&password=...)")
     database = unquote(parts.path.lstrip("/")) or None
     user = unquote(parts.username) if parts.username else None
     password = Secret(unquote(parts.password)) if parts.password is not None else None
     params: dict[str, str] = {}
+    known = {"user", "password", *(_POSTGRES_PARAMS if backend == POSTGRES else _MYSQL_PARAMS)}
     for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if "password" in params and name not in known:
+            # Maybe the rest of a password holding '&': neither it nor its name is shown.
+            raise ConfigError(
+                f"option {key!r}: {redact_credentials(shown, to_end=True)!r}: what "
+                "follows 'password=' does not read as supported parameters; a password "
+                "holding '&', '#' or '+' must encode them (%26, %23, %2B)")
         if name in params or (name == "user" and parts.username):
             raise ConfigError(f"option {key!r}: {shown!r} gives parameter {name!r} twice")
         params[name] = value
@@ -188,6 +207,38 @@ def _postgres_params(params: dict[str, str], key: str, shown: str) -> dict[str, 
             value = str(_whole_number(value, name, key, shown))  # seconds, as libpq's
         mapped[libpq] = value
     return mapped
+
+
+def _split(text: str) -> SplitResult | None:
+    """``text`` split as a URL, None when it does not parse (no parser error kept: see
+    :func:`_port`)."""
+    try:
+        return urlsplit(text)
+    except ValueError:
+        return None
+
+
+def _port(parts: SplitResult) -> int | None:
+    """The URL's port, -1 for one that does not parse (told apart outside the handler:
+    the parser's error quotes the port, which may be part of a password, and an error
+    raised in the handler would keep it as its context)."""
+    try:
+        return parts.port
+    except ValueError:
+        return -1
+
+
+_MYSQL_PARAMS = frozenset({"connectTimeout", "sslMode", "useSSL", *_MYSQL_IGNORED})
+
+
+def _without_host(shown: str) -> str:
+    """A shown URL with its host part hidden too (up to the path)."""
+    head, sep, rest = shown.partition("//")
+    if not sep:
+        return shown
+    cut = min([i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0],
+              default=len(rest))
+    return f"{head}//{HIDDEN}{rest[cut:]}"
 
 
 def _mysql_params(params: dict[str, str], key: str, shown: str) -> dict[str, str]:

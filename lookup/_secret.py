@@ -6,10 +6,10 @@ import hmac
 from typing import Any
 from urllib.parse import quote, quote_plus
 
-__all__ = ["Secret"]
+from spark_lookup._credentials import HIDDEN
 
-HIDDEN = "***"
-"""What a secret looks like wherever it is shown."""
+__all__ = ["HIDDEN", "Secret"]
+
 
 
 class Secret:

@@ -22,12 +22,13 @@ from datetime import timedelta
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import unquote, urlsplit
 
-from connectors.redis.client import check_redis_url, redact_url
+from connectors.redis.client import check_redis_url
 from lookup._jdbc_drivers import JdbcConnect, choose_driver
-from lookup._jdbc_url import parse_jdbc_url, redact_jdbc_url
+from lookup._jdbc_url import parse_jdbc_url
 from lookup._secret import Secret
 from lookup.function import LookupFunction
 from spark_lookup import options as opts
+from spark_lookup._credentials import redact_credentials
 from spark_lookup._shown import shown
 from spark_lookup.errors import ConfigError
 from spark_lookup.identifiers import qualified_name, validate_identifier
@@ -554,4 +555,4 @@ def shown_options(options: Mapping[str, Any]) -> dict[str, Any]:
 
 def _redacted(url: str) -> str:
     """A JDBC or Redis URL without its password (``user:password@`` or ``password=``)."""
-    return redact_url(redact_jdbc_url(url))
+    return redact_credentials(url)

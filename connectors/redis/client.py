@@ -5,8 +5,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import SplitResult, urlsplit
 
+from spark_lookup._credentials import redact_credentials
 from spark_lookup.errors import ConfigError
 
 __all__ = ["SharedClient", "check_redis_url", "redact_url", "redis_client_from_url"]
@@ -24,32 +25,40 @@ def check_redis_url(url: object, what: str = "url") -> str:
     """
     if not isinstance(url, str):
         raise ConfigError(f"{what} must be a Redis URL string, got {type(url).__name__}")
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018  # parsing it is the check
-    except ValueError as exc:
-        raise ConfigError(f"{what} {redact_url(url)!r} is not a valid URL: {exc}") from exc
+    parts = _parts(url)
+    if parts is None:
+        # Not the parser's message: it quotes the port, which may be part of a password.
+        raise ConfigError(f"{what} {redact_url(url)!r} is not a valid URL: its host or port "
+                          "does not parse (a password holding '/', '?', '#', '[' or ']' must "
+                          "encode them as %2F, %3F, %23, %5B, %5D)")
     scheme = parts.scheme.lower()
     if scheme not in _SCHEMES:
         raise ConfigError(
             f"{what} {redact_url(url)!r} is not a Redis URL: use redis://, rediss:// (TLS) "
             "or unix://"
         )
+    if "@" in parts.path + parts.query + parts.fragment:
+        raise ConfigError(
+            f"{what} {redact_url(url)!r}: the user or password holds '/', '?' or '#', which "
+            "end the URL's host part: percent-encode them (%2F, %3F, %23)")
     return url
 
 
-def redact_url(url: str) -> str:
-    """``url`` with its password replaced by ``***``, for messages and logs."""
+def _parts(url: str) -> SplitResult | None:
+    """``url`` split, None when its port does not parse (the parser's error is left
+    here: it quotes the port, and would be the context of an error raised with it)."""
     try:
         parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        host = parts.hostname or ""
-        if parts.port is not None:
-            host = f"{host}:{parts.port}"
+        parts.port  # noqa: B018  # parsing it is the check
     except ValueError:
-        return "<unparsable URL>"
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+        return None
+    return parts
+
+
+def redact_url(url: str) -> str:
+    """``url`` without what may be a credential, for messages and logs
+    (:func:`spark_lookup._credentials.redact_credentials`)."""
+    return redact_credentials(url)
 
 
 def redis_client_from_url(

@@ -80,7 +80,7 @@ def test_a_mysql_url_with_credentials_in_the_authority_and_connector_j_parameter
     # Milliseconds in Connector/J, whole seconds for the Python drivers; the session
     # pins UTC and utf8mb4 itself.
     assert dict(url.params) == {"connect_timeout": "3", "ssl_disabled": "true"}
-    assert redact_jdbc_url("jdbc:mysql://u:pw@h:3307/db") == "jdbc:mysql://u:***@h:3307/db"
+    assert redact_jdbc_url("jdbc:mysql://u:pw@h:3307/db") == "jdbc:mysql://***@h:3307/db"
 
 
 def test_a_sqlite_url_is_an_absolute_file_path(tmp_path: Path, monkeypatch: Any) -> None:

@@ -50,7 +50,7 @@ def test_invalid_arguments(kwargs: dict[str, Any], message: str | None) -> None:
 def test_passwords_are_masked() -> None:
     source = RedisScanSource("redis://user:hunter2@localhost:1/0", "k:*", schema="v STRING")
     assert "hunter2" not in repr(source)
-    assert source.url == "redis://user:***@localhost:1/0"
+    assert source.url == "redis://***@localhost:1/0"
     with pytest.raises(ConfigError) as raised:
         RedisScanSource("http://user:hunter2@localhost", "k:*", schema="v STRING")
     assert "hunter2" not in str(raised.value)
