@@ -117,7 +117,9 @@ def _redis_transient(exc: BaseException) -> bool:
 
 def translate(exc: BaseException, message: str) -> ConnectorError:
     """``exc`` as our error: ``message`` (naming what was accessed), the driver's
-    error, and the class its classification gives. Raise it ``from exc``."""
+    error, and the class its classification gives; ``exc`` itself when it is ours
+    already. Raise it with :func:`spark_lookup.errors.raise_from` (``raise ... from
+    exc`` would make ours its own cause)."""
     if isinstance(exc, ConnectorError):
         return exc
     detail = str(exc).strip().split("\n")[0][:300]

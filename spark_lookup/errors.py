@@ -7,6 +7,8 @@ callers catch our types and still see the original cause.
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 
 class SparkLookupError(Exception):
     """Base class of every error raised by spark-lookup."""
@@ -61,3 +63,12 @@ class SnapshotUnavailableError(SparkLookupError):
 class MetricsUnavailableError(SparkLookupError):
     """No metrics of a provider have reached the driver yet (``lookup.lookup_metrics``):
     nothing that reports them has run with it, or its reports are still on their way."""
+
+
+def raise_from(error: BaseException, cause: BaseException) -> NoReturn:
+    """Raise ``error`` from ``cause``; ``cause`` itself, as it is, when a translation gave
+    it back (``raise ours from ours`` would make an error its own cause: a chain that a
+    loop over ``__cause__`` never leaves)."""
+    if error is cause:
+        raise error
+    raise error from cause

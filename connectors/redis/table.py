@@ -28,7 +28,7 @@ from connectors.redis.values import json_wire, parse_json, text_wire
 from spark_lookup import options as opts
 from spark_lookup._per_process import PerProcess
 from spark_lookup._shown import shown
-from spark_lookup.errors import ConfigError
+from spark_lookup.errors import ConfigError, raise_from
 from spark_lookup.options import check_int
 from spark_lookup.schema import SchemaLike, parse_schema, to_arrow_schema
 
@@ -213,10 +213,10 @@ class RedisTable(PerProcess):
             return [value for reply in pipe.execute() for value in reply]
         except (redis.RedisError, OSError) as exc:
             first = redis_keys[0] if redis_keys else ""
-            raise translate(
+            raise_from(translate(
                 exc, f"Redis {what} of {len(redis_keys)} key(s) (first {shown(first)}) at "
                 f"{redact_url(self.url)} failed"
-            ) from exc
+            ), exc)
 
     # --- keys
 

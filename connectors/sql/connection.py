@@ -22,7 +22,7 @@ import pyarrow as pa
 from connectors.errors import driver_errors, translate
 from connectors.sql.dialects import Dialect, dialect_for
 from connectors.sql.flavor import MYSQL, OTHER, POSTGRES, SQLITE, Flavor, driver_module, flavor_of
-from spark_lookup.errors import ConnectorError
+from spark_lookup.errors import ConnectorError, raise_from
 
 __all__ = ["MYSQL", "OTHER", "POSTGRES", "SQLITE", "Flavor", "SqlConnection", "flavor_of"]
 
@@ -169,7 +169,7 @@ class SqlConnection:
             yield
         except self._errors as exc:
             self.broken = True
-            raise translate(exc, f"{self.what}: {purpose} failed") from exc
+            raise_from(translate(exc, f"{self.what}: {purpose} failed"), exc)
 
     def rows(self, sql: str, params: Any = (), purpose: str = "query") -> list[tuple[Any, ...]]:
         """All rows of a small query (catalog reads, split planning), as tuples.
@@ -279,7 +279,7 @@ class SqlConnection:
                            for column, wire_type in zip(batch.columns, wire, strict=True)
                            ], nothing
         except Exception as exc:
-            raise translate(exc, f"{self.what}: {purpose} failed") from exc
+            raise_from(translate(exc, f"{self.what}: {purpose} failed"), exc)
 
     def _adbc_arrays(self, cursor: Any, sql: str, params: Any, width: int
                      ) -> Iterator[tuple[list[pa.Array], list[pa.Array | None]]]:
@@ -367,7 +367,7 @@ def open_connection(factory: Any, what: str, timeout: float | None = None) -> Sq
     try:
         raw = factory()
     except Exception as exc:
-        raise translate(exc, f"cannot connect to the database of {what}") from exc
+        raise_from(translate(exc, f"cannot connect to the database of {what}"), exc)
     if raw is None:
         raise ConnectorError(f"the connection factory of {what} returned None")
     try:

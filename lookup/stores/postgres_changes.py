@@ -41,7 +41,7 @@ from lookup.changes import (
     ChangeConnection,
     ChangeFeed,
 )
-from spark_lookup.errors import ConfigError, ConnectorError
+from spark_lookup.errors import ConfigError, ConnectorError, raise_from
 from spark_lookup.identifiers import qualified_name, validate_identifier
 from spark_lookup.options import as_timedelta, check_int
 
@@ -168,7 +168,7 @@ class PostgresChanges(ChangeFeed):
             else:
                 raw = self._connect()
         except Exception as exc:
-            raise translate(exc, f"{what} for table {self.table!r}") from exc
+            raise_from(translate(exc, f"{what} for table {self.table!r}"), exc)
         if not type(raw).__module__.startswith("psycopg") or not hasattr(raw, "pgconn"):
             with contextlib.suppress(Exception):
                 raw.close()
@@ -187,7 +187,7 @@ class PostgresChanges(ChangeFeed):
             exists = raw.execute("SELECT pg_catalog.to_regclass(%s) IS NOT NULL",
                                  (self._table_sql,)).fetchone()
         except Exception as exc:
-            raise translate(exc, f"reading the primary key of table {self.table!r}") from exc
+            raise_from(translate(exc, f"reading the primary key of table {self.table!r}"), exc)
         finally:
             raw.close()
         if not exists or not exists[0]:
@@ -206,7 +206,7 @@ class PostgresChanges(ChangeFeed):
         except Exception as exc:
             with contextlib.suppress(Exception):
                 raw.close()
-            raise translate(exc, f"listening to changes of table {self.table!r}") from exc
+            raise_from(translate(exc, f"listening to changes of table {self.table!r}"), exc)
         return listening
 
     # --- the triggers
@@ -358,7 +358,7 @@ DROP FUNCTION IF EXISTS {self._function_sql()}();
             with raw.transaction():
                 raw.execute(script)
         except Exception as exc:
-            raise translate(exc, f"{what} of table {self.table!r}") from exc
+            raise_from(translate(exc, f"{what} of table {self.table!r}"), exc)
         finally:
             raw.close()
 

@@ -23,6 +23,7 @@ from spark_lookup.errors import (
     SourceError,
     SparkLookupError,
     TransientConnectorError,
+    raise_from,
 )
 from spark_lookup.schema import to_arrow_schema
 
@@ -176,7 +177,7 @@ class BatchStreamReader(QueueSplitReader[SplitT]):
         except SparkLookupError:
             raise
         except self.READ_ERRORS as exc:
-            raise self.read_error(split, exc) from exc
+            raise_from(self.read_error(split, exc), exc)
         if item is None:
             return None, True
         return item

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic
 from scan.connector.arrow_records import ArrowRecordsBySplits
 from scan.sources._batches import BatchStreamReader
 from scan.split import SplitT
-from spark_lookup.errors import SparkLookupError
+from spark_lookup.errors import SparkLookupError, raise_from
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -99,7 +99,7 @@ class SideBySideReader(BatchStreamReader[SplitT]):
         except SparkLookupError:
             raise
         except self.READ_ERRORS as exc:
-            raise self.read_error(lane.split, exc) from exc
+            raise_from(self.read_error(lane.split, exc), exc)
         batch, last = (None, True) if item is None else item
         split_id = lane.split.split_id
         if batch is not None and batch.num_rows:

@@ -41,6 +41,7 @@ from spark_lookup.errors import (
     ConnectorError,
     SourceError,
     SparkLookupError,
+    raise_from,
 )
 from spark_lookup.schema import SchemaLike
 
@@ -110,7 +111,7 @@ def _open_table(uri: str, version: int | None, storage_options: Mapping[str, str
         options = None if storage_options is None else dict(storage_options)
         return DeltaTable(uri, version=version, storage_options=options)
     except Exception as exc:
-        raise _delta_error(uri, exc) from exc
+        raise_from(_delta_error(uri, exc), exc)
 
 
 def _check_protocol(uri: str, table: Any) -> None:
@@ -193,7 +194,7 @@ def plan_files(uri: str, table: Any, predicates: Sequence[Predicate],
             vectors = pa.table(table.deletion_vectors().read_all())
             deleted = set(vectors.column("filepath").to_pylist())
     except Exception as exc:
-        raise _delta_error(uri, exc) from exc
+        raise_from(_delta_error(uri, exc), exc)
     partitions = [name for name in actions.column_names if name.startswith("partition.")]
     by_path: dict[str, dict[str, Any]] = {}
     for row in actions.select(["path", *partitions]).to_pylist():
@@ -281,7 +282,7 @@ class _DeletionVectors:
         try:
             vectors = pa.table(table.deletion_vectors().read_all())
         except Exception as exc:
-            raise _delta_error(split.table, exc) from exc
+            raise_from(_delta_error(split.table, exc), exc)
         return {path: np.asarray(keep, dtype=bool) for path, keep in zip(
             vectors.column("filepath").to_pylist(),
             vectors.column("selection_vector").to_pylist(), strict=True)}
@@ -550,7 +551,7 @@ class DeltaSource(BatchReadingSource[DeltaSplit, _Reading]):
         try:
             return int(table.version()), str(table.metadata().id)
         except Exception as exc:
-            raise _delta_error(self._uri, exc) from exc
+            raise_from(_delta_error(self._uri, exc), exc)
 
     def _latest_table(self) -> Any:
         """This process's ``DeltaTable`` (at the pinned version, else moved on to the
@@ -571,7 +572,7 @@ class DeltaSource(BatchReadingSource[DeltaSplit, _Reading]):
                 try:
                     held.update_incremental()
                 except Exception as exc:
-                    raise _delta_error(self._uri, exc) from exc
+                    raise_from(_delta_error(self._uri, exc), exc)
             self._latest = held
             self._latest_mark = self._commit_mark(int(held.version()))
             return held
@@ -592,7 +593,7 @@ class DeltaSource(BatchReadingSource[DeltaSplit, _Reading]):
                 handler = DeltaStorageHandler(self._uri, self._options)
                 info = pa_fs.PyFileSystem(handler).get_file_info(name)
         except Exception as exc:
-            raise _delta_error(self._uri, exc) from exc
+            raise_from(_delta_error(self._uri, exc), exc)
         if info.type == pa_fs.FileType.NotFound:
             return None
         return info.size, info.mtime_ns

@@ -30,6 +30,7 @@ from spark_lookup.errors import (
     ConnectorError,
     SourceError,
     SparkLookupError,
+    raise_from,
 )
 from spark_lookup.schema import SchemaLike
 
@@ -128,7 +129,7 @@ class _Tables:
             try:
                 self._table = self._catalog.load_table(self._source.table)
             except Exception as exc:
-                raise _iceberg_error(self._source.table, exc) from exc
+                raise_from(_iceberg_error(self._source.table, exc), exc)
             return self._table
 
     def table(self) -> Any:
@@ -155,7 +156,7 @@ class _Tables:
                               snapshot_id=snapshot_id)
             tasks = {task.file.file_path: task for task in scan.plan_files()}
         except Exception as exc:
-            raise _iceberg_error(source.table, exc) from exc
+            raise_from(_iceberg_error(source.table, exc), exc)
         with self._lock:
             self._tasks = {snapshot_id: tasks}  # one snapshot at a time
         return snapshot_id, tasks
@@ -319,7 +320,7 @@ class IcebergSource(BatchReadingSource[IcebergSplit, BatchReading]):
             properties = dict(self._catalog)
             return load_catalog(properties.pop("name", "default"), **properties)
         except Exception as exc:
-            raise _iceberg_error(self.table, exc) from exc
+            raise_from(_iceberg_error(self.table, exc), exc)
 
     def _runtime_tables(self) -> _Tables:
         if self._tables is None:
