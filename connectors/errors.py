@@ -17,7 +17,7 @@ from typing import Any
 
 from spark_lookup.errors import ConnectorError, SparkLookupError, TransientConnectorError
 
-__all__ = ["driver_errors", "is_transient", "should_retry", "translate"]
+__all__ = ["MYSQL_TRANSIENT", "driver_errors", "is_transient", "should_retry", "translate"]
 
 # SQLSTATE classes and codes that pass: connection exceptions (08), transaction
 # rollbacks such as serialization failures and deadlocks (40), insufficient resources
@@ -46,7 +46,7 @@ _SQLITE_TRANSIENT_TEXT = re.compile(
 # and net read/write errors or timeouts (1158-1161). Everything else a MySQL driver
 # reports (1064 syntax, 1146 unknown table, 1054 unknown column, 1045 access denied,
 # 1044, 1049 unknown database...) is permanent.
-_MYSQL_TRANSIENT = frozenset({
+MYSQL_TRANSIENT = frozenset({
     1040, 1053, 1077, 1078, 1079, 1080, 1158, 1159, 1160, 1161, 1205, 1213, 1290, 1317,
     1836, 1969, 2002, 2003, 2006, 2013, 2055, 3024,
 })
@@ -90,7 +90,7 @@ def is_transient(exc: BaseException) -> bool:
         if errno is not None:
             # Before the SQLSTATE: MySQL gives a lock wait timeout and a lost
             # connection the catch-all HY000.
-            return errno in _MYSQL_TRANSIENT
+            return errno in MYSQL_TRANSIENT
     code = _sqlstate(exc)
     if code is not None:
         return code[:2] in _TRANSIENT_SQLSTATE_CLASSES

@@ -26,7 +26,12 @@ from lookup import (
     open_lookup,
 )
 from scan import SqlTableSource, read_arrow
-from spark_lookup.errors import ConfigError, ConnectorError, TransientConnectorError
+from spark_lookup.errors import (
+    ConfigError,
+    ConnectorError,
+    SparkLookupError,
+    TransientConnectorError,
+)
 from tests.conftest import mysql_params
 from triggers import PeriodicCacheReloadTrigger
 
@@ -389,3 +394,106 @@ def test_a_refused_login_is_permanent(mysql_url: str) -> None:
         function.open()
     assert not isinstance(raised.value, TransientConnectorError)
     assert "nope" not in str(raised.value)
+
+
+# --- connectorx's failures (issue 40, defect 9) -------------------------------------------
+
+
+def test_a_connection_killed_mid_result_under_connectorx_is_retried(
+        mysql_url: str, mysql_db: str) -> None:
+    """connectorx panics (a BaseException) when its connection is killed mid-result: the
+    load is retried as for a driver's lost connection, and every row comes back."""
+    import threading
+
+    rows = 400_000
+    execute(mysql_url, mysql_db, "CREATE TABLE big (id BIGINT PRIMARY KEY, s VARCHAR(100))",
+            *inserts("big", [f"({n}, REPEAT('x', 90))" for n in range(1, rows + 1)], 20_000))
+    killed: list[int] = []
+    done = threading.Event()
+
+    def kill_the_first_read() -> None:
+        import pymysql
+
+        with pymysql.connect(**mysql_params(mysql_url, mysql_db), autocommit=True) as conn, \
+                conn.cursor() as cursor:
+            while not done.is_set() and not killed:
+                cursor.execute("SELECT id FROM information_schema.processlist "
+                               "WHERE db = %s AND info LIKE 'SELECT%%big%%' "
+                               "AND info NOT LIKE '%%processlist%%'", (mysql_db,))
+                for (pid,) in cursor.fetchall():
+                    cursor.execute(f"KILL CONNECTION {int(pid)}")
+                    killed.append(pid)
+                done.wait(0.002)
+
+    killer = threading.Thread(target=kill_the_first_read, daemon=True)
+    killer.start()
+    connect = factory(mysql_url, mysql_db, "pymysql")
+    try:
+        with open_lookup(FullCachingLookupProvider.of(
+                SqlTableSource(connect, "big", schema="id BIGINT, s STRING"),
+                PeriodicCacheReloadTrigger(timedelta(hours=1)), ["id"],
+                share_across_workers=False, parallelism=1,
+                initial_load_timeout=timedelta(seconds=60))) as handle:
+            assert handle.lookup_batch([(1,), (rows,)]) == {
+                (1,): ((1, "x" * 90),), (rows,): ((rows, "x" * 90),)}
+            assert killed, "the read was not killed (it ended before the killer saw it)"
+            assert handle.metrics.num_retries >= 1
+            assert handle.metrics.num_cached_records == rows
+    finally:
+        done.set()
+        killer.join(10)
+
+
+def test_connectorx_failures_are_classified_by_what_they_say() -> None:
+    from connectors.sql.dialects.mysql import connectorx_error
+
+    class PanicException(BaseException):  # pyo3's, as connectorx raises it
+        pass
+
+    transient = [
+        PanicException("cx writer failed: Source(MySQLError(CodecError { IO error: "
+                       "`bytes remaining on stream' }))"),
+        RuntimeError("timed out waiting for connection: DriverError { Could not connect to "
+                     "address `127.0.0.1:1': Connection refused (os error 111) }"),
+        RuntimeError("MySqlError { ERROR 2013 (HY000): Lost connection to server }"),
+        RuntimeError("MySqlError { ERROR 1040 (08004): Too many connections }"),
+    ]
+    permanent = [
+        RuntimeError("timed out waiting for connection: MySqlError { ERROR 1045 (28000): "
+                     "Access denied for user 'root'@'127.0.0.1' (using password: YES) }"),
+        RuntimeError("MySqlError { ERROR 1146 (42S02): Table 'test.x' doesn't exist }"),
+    ]
+    for exc in transient:
+        assert isinstance(connectorx_error(exc, "reading"), TransientConnectorError), exc
+    for exc in permanent:
+        error = connectorx_error(exc, "reading")
+        assert not isinstance(error, TransientConnectorError), exc
+        assert isinstance(error, ConnectorError)
+
+
+@pytest.mark.parametrize("wrong", ["password", "port"])
+def test_a_full_load_with_a_wrong_password_or_port_fails_within_the_timeout(
+        mysql_url: str, mysql_db: str, wrong: str) -> None:
+    """The driver connects first (connectorx's pool waits 30 s for a connection it is
+    refused): a refused login fails at once and permanently, a closed port as soon as
+    the retries are spent. Measured here as attempts, not seconds: one attempt for the
+    login, the configured retries for the port."""
+    import pymysql
+
+    params = mysql_params(mysql_url, mysql_db)
+    if wrong == "password":
+        params = {**params, "user": "root", "password": "surely-wrong"}
+    else:
+        params = {**params, "port": 1}
+    connect = functools.partial(pymysql.connect, connect_timeout=2, **params)
+    provider = FullCachingLookupProvider.of(
+        SqlTableSource(connect, "dim", schema="id BIGINT"),
+        PeriodicCacheReloadTrigger(timedelta(hours=1)), ["id"], share_across_workers=False,
+        max_retries=1, initial_load_timeout=timedelta(seconds=60))
+    with pytest.raises(SparkLookupError) as raised, open_lookup(provider) as handle:
+        handle.lookup((1,))
+    assert "surely-wrong" not in str(raised.value)
+    cause = raised.value.__cause__
+    assert isinstance(cause, ConnectorError), raised.value
+    # A refused login is permanent (one attempt); a refused connection transient.
+    assert isinstance(cause, TransientConnectorError) == (wrong == "port"), cause

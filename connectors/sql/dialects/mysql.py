@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import types as T
 
+from connectors.errors import MYSQL_TRANSIENT
 from connectors.sql.catalog import ColumnInfo, TableInfo
 from connectors.sql.dialects.base import (
     ConnectionLike,
@@ -33,7 +34,7 @@ from connectors.sql.dialects.base import (
 )
 from connectors.sql.flavor import MYSQL, Flavor
 from connectors.sql.types import ColumnRead
-from spark_lookup.errors import ConnectorError
+from spark_lookup.errors import ConnectorError, TransientConnectorError
 from spark_lookup.identifiers import validate_identifier
 from spark_lookup.type_families import (
     FLOAT_TYPES,
@@ -395,11 +396,64 @@ class MysqlDialect(Dialect):
             import connectorx
         except ImportError:
             return None
-        reader = connectorx.read_sql(
-            url, sql, return_type="arrow_stream", batch_size=batch_rows,
-            pre_execution_query=["SET time_zone = '+00:00'"],
-        )
-        return iter(reader)
+        try:
+            reader = connectorx.read_sql(
+                url, sql, return_type="arrow_stream", batch_size=batch_rows,
+                pre_execution_query=["SET time_zone = '+00:00'"],
+            )
+        except BaseException as exc:
+            if not _connectorx_failure(exc):
+                raise
+            error = connectorx_error(exc, "starting connectorx")
+        else:
+            return _translated(iter(reader))
+        # Raised outside the handler: a panic is no Exception, and is not kept as context.
+        raise error
+
+
+def _connectorx_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is connectorx's failure: an Exception, or the panic of its Rust
+    code (pyo3's ``PanicException``, a BaseException: a lost connection mid-result)."""
+    return isinstance(exc, Exception) or type(exc).__name__ == "PanicException"
+
+
+# What connectorx (its Rust MySQL client and pool) says of failures that pass: a lost,
+# reset or refused connection, a stream cut short, a timeout (its pool's own wait, 30 s,
+# for a connection the server refuses).
+_CONNECTORX_TRANSIENT = re.compile(
+    r"IO error|bytes remaining|lost connection|connection (refused|reset|aborted|closed)|"
+    r"broken pipe|timed out|server has gone away|unexpected eof", re.IGNORECASE)
+_CONNECTORX_ERRNO = re.compile(r"ERROR (\d{4})")
+
+
+def connectorx_error(exc: BaseException, purpose: str) -> ConnectorError:
+    """A connectorx failure as ours, classified by what it says: a MySQL error number by
+    the drivers' rule (1045 access denied permanent, 2013 lost transient...), a lost or
+    refused connection or a timeout transient, anything else permanent."""
+    text = str(exc).strip().split("\n")[0][:300]
+    message = f"{purpose}: {type(exc).__name__}: {text}"
+    errno = _CONNECTORX_ERRNO.search(text)
+    if errno is not None:
+        transient = int(errno.group(1)) in MYSQL_TRANSIENT
+    else:
+        transient = bool(_CONNECTORX_TRANSIENT.search(text))
+    return (TransientConnectorError if transient else ConnectorError)(message)
+
+
+def _translated(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``batches`` with connectorx's failures (a panic among them) raised as ours."""
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except BaseException as exc:
+            if not _connectorx_failure(exc):
+                raise
+            error = connectorx_error(exc, "reading with connectorx")
+            break
+        yield batch
+    raise error
 
 
 def _text(value: Any) -> str:
