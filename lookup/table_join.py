@@ -76,16 +76,32 @@ class _JoinAnalysis(AnalyzeResult):
 def _make_analyze(cls: type[_LookupJoinTable]) -> Any:
     def analyze(*arguments: Any) -> _JoinAnalysis:
         name = cls._name
-        if len(arguments) != 1 or not arguments[0].isTable:
-            raise ConfigError(
-                f"{name} takes one table argument: SELECT * FROM {name}(TABLE(t)) or "
-                f"{name}(TABLE(SELECT ...)); got {len(arguments)} argument(s)"
-                + ("" if len(arguments) != 1 else " that is not a TABLE"))
-        plan = plan_join(arguments[0].dataType, cls._provider, cls._on, cls._how,
-                         cls._columns, cls._prefix)
-        return _JoinAnalysis(schema=plan.schema, shape=plan.shape)
+        try:
+            if len(arguments) != 1 or not arguments[0].isTable:
+                raise ConfigError(
+                    f"{name} takes one table argument: SELECT * FROM {name}(TABLE(t)) or "
+                    f"{name}(TABLE(SELECT ...)); got {len(arguments)} argument(s)"
+                    + ("" if len(arguments) != 1 else " that is not a TABLE"))
+            plan = plan_join(arguments[0].dataType, cls._provider, cls._on, cls._how,
+                             cls._columns, cls._prefix)
+        except ConfigError as exc:
+            error = _spark_message(name, exc)
+        else:
+            return _JoinAnalysis(schema=plan.schema, shape=plan.shape)
+        raise error  # outside the handler: no context, one line
 
     return analyze
+
+
+def _spark_message(name: str, exc: ConfigError) -> Exception:
+    """Our planning error as Spark shows it first: of an ``analyze`` failure, Spark keeps
+    only what follows ``PySparkValueError:`` as its message (the traceback dropped), so
+    the user reads ``[TABLE_VALUED_FUNCTION_FAILED_TO_ANALYZE_IN_PYTHON] ...: <ours>``
+    on one line (and Spark's log line of it stays one line too)."""
+    from pyspark.errors import PySparkValueError
+
+    text = " ".join(str(exc).split()).replace("the stream DataFrame", "the table argument")
+    return PySparkValueError(message=f"lookup join {name!r}: ConfigError: {text}")
 
 
 def register_lookup_join(

@@ -102,6 +102,19 @@ def test_a_bad_key_fails_the_querys_analysis_with_lookup_joins_message(
         spark.sql("SELECT * FROM enrich_scalar(1)").schema  # noqa: B018
 
 
+def test_a_planning_error_is_the_first_line_the_user_reads(spark: Any, orders: str) -> None:
+    """Spark's analysis error carries our message on its first line, after its own
+    preamble, without the Python traceback (issue 42, item 8)."""
+    register_lookup_join(spark, "enrich_first_line", customers_provider("full"), on="nope")
+    with pytest.raises(Exception) as raised:  # noqa: PT011 -- AnalysisException of either kind
+        spark.sql("SELECT * FROM enrich_first_line(TABLE(orders))").schema  # noqa: B018
+    first = str(raised.value).strip().splitlines()[0]
+    assert "TABLE_VALUED_FUNCTION_FAILED_TO_ANALYZE_IN_PYTHON" in first, first
+    assert ("lookup join 'enrich_first_line': ConfigError: on: 'nope' is not a column of "
+            "the table argument") in first, first
+    assert "Traceback" not in str(raised.value)
+
+
 def test_registration_refuses_what_it_can_check_now(spark: Any) -> None:
     provider = customers_provider("full")
     with pytest.raises(ConfigError, match="reports no metrics"):
