@@ -9,7 +9,7 @@ hold them.
 
 from cache.base import Key, LookupCache, Row, Rows
 from cache.default import DefaultLookupCache, DefaultLookupCacheBuilder
-from cache.metrics import CacheMetrics
+from cache.metrics import CacheMetrics, MetricsAsOf
 from cache.redis import RedisLookupCache
 from cache.tiered import TieredLookupCache
 
@@ -19,6 +19,7 @@ __all__ = [
     "DefaultLookupCacheBuilder",
     "Key",
     "LookupCache",
+    "MetricsAsOf",
     "RedisLookupCache",
     "Row",
     "Rows",

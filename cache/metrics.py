@@ -4,9 +4,37 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, overload
 
-__all__ = ["CacheMetrics"]
+__all__ = ["CacheMetrics", "MetricsAsOf"]
+
+
+@dataclass(frozen=True)
+class MetricsAsOf:
+    """What metrics read on the driver cover (``CacheMetrics.as_of``): the Spark action
+    or micro-batch that delivered the newest worker report they include.
+
+    Attributes
+    ----------
+    kind : str
+        ``"action"`` (a batch action on a ``lookup_join`` DataFrame), ``"micro-batch"``
+        (a streaming query's progress) or ``"failed query"`` (a streaming query's error).
+    name : str
+        The observation of the ``lookup_join`` DataFrame, or the streaming query's id.
+    at : datetime
+        When the newest report included was made (UTC, by its worker's clock).
+    first_action_only : bool
+        True for a batch DataFrame on classic PySpark: Spark observes its first action
+        only, so a later action on the same DataFrame is not included (build it again
+        with ``lookup_join`` for each action, or use Spark Connect, which observes each).
+    """
+
+    kind: str
+    name: str
+    at: datetime
+    first_action_only: bool = False
 
 _COUNTERS = (
     "hit_count",
@@ -85,6 +113,10 @@ class CacheMetrics:
         self._values["latest_load_time"] = -1
         self._fixed_gauges: dict[str, int] = dict.fromkeys(_GAUGES, 0)
         self._gauges: Callable[[], tuple[int, int]] | None = None
+        self.as_of: MetricsAsOf | None = None
+        """What these metrics cover when they were read on the driver from Spark's
+        reports (:func:`lookup.lookup_metrics`); None for a cache's own, read where
+        they are counted."""
 
     # --- updates (called by caches and the lookup runtime)
 

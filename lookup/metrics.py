@@ -16,11 +16,12 @@ import warnings
 import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
-from cache.metrics import FIELDS, GAUGES, CacheMetrics
+from cache.metrics import FIELDS, GAUGES, CacheMetrics, MetricsAsOf
 from lookup._session import is_connect
 from lookup.providers import FullCachingLookupProvider, LookupProvider
 from spark_lookup._shown import shown
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = [
     "METRICS_ENABLED",
     "REPORT_COLUMN",
+    "StaleMetricsWarning",
     "WorkerReport",
     "lookup_metrics",
     "metrics_enabled",
@@ -116,27 +118,46 @@ def parse_report(text: object) -> WorkerReport | None:
         return None
 
 
+@dataclass(frozen=True)
+class _Channel:
+    """What delivered a report: an observed action or a streaming query's progress."""
+
+    kind: str
+    name: str
+    first_action_only: bool = False
+
+
 class _ProviderReports:
-    """The latest report of each worker of one provider (under the store's lock)."""
+    """The latest report of each worker of one provider, and what delivered it (under
+    the store's lock)."""
 
     def __init__(self) -> None:
         self.latest: dict[str, WorkerReport] = {}
+        self.channels: dict[str, _Channel] = {}
 
-    def add(self, report: WorkerReport) -> None:
+    def add(self, report: WorkerReport, channel: _Channel) -> None:
         current = self.latest.get(report.worker)
         if current is None or current.sequence < report.sequence:
             self.latest[report.worker] = report
+            self.channels[report.worker] = channel
 
     def total(self, snapshot_gauges: bool) -> CacheMetrics:
         reports = list(self.latest.values())
         total = CacheMetrics.sum(r.values for r in reports).snapshot()
-        if snapshot_gauges and reports:
+        newest = max(reports, key=lambda r: (r.at, r.sequence)) if reports else None
+        if snapshot_gauges and newest is not None:
             # One table held by every worker: its size is that of the newest report,
             # not the sum over the workers that hold it.
-            newest = max(reports, key=lambda r: (r.at, r.sequence))
             for name in GAUGES:
                 total[name] = newest.values.get(name, 0)
-        return CacheMetrics.from_snapshot(total)
+        metrics = CacheMetrics.from_snapshot(total)
+        if newest is not None:
+            channel = self.channels[newest.worker]
+            metrics.as_of = MetricsAsOf(
+                channel.kind, channel.name,
+                datetime.fromtimestamp(newest.at / 1000, timezone.utc),
+                channel.first_action_only)
+        return metrics
 
 
 class _ClassicObservation:
@@ -161,7 +182,8 @@ class _ClassicObservation:
     def _read(self) -> None:
         try:
             result = self.observation.get
-            self.store.receive(_reports_in(result))
+            self.store.receive(_reports_in(result),
+                               _Channel("action", self.name, first_action_only=True))
         except Exception as exc:  # a failed action, or the session stopped
             log.debug("observation %s gave no metrics: %r", self.name, exc)
         finally:
@@ -190,7 +212,7 @@ class _ConnectObservation:
         if observation is not None:
             result = _get(observation)
             if result:
-                self.store.receive(_reports_in(result))
+                self.store.receive(_reports_in(result), _Channel("action", self.name))
 
 
 def _get(observation: Observation) -> Mapping[str, Any] | None:
@@ -230,17 +252,17 @@ class _MetricsStore:
 
     # --- receiving (any thread)
 
-    def receive(self, texts: Iterable[Any]) -> None:
-        """Merge reports (texts; anything else is ignored)."""
+    def receive(self, texts: Iterable[Any], channel: _Channel) -> None:
+        """Merge reports (texts; anything else is ignored) that ``channel`` delivered."""
         parsed = [r for r in map(parse_report, texts) if r is not None]
         with self._lock:
             for report in parsed:
-                self._reports(report.provider_id).add(report)
+                self._reports(report.provider_id).add(report, channel)
 
     def forget(self, name: str, last: Mapping[str, Any] | None) -> None:
         """A Connect observation was collected: read its last result and drop it."""
         if last:
-            self.receive(_reports_in(last))
+            self.receive(_reports_in(last), _Channel("action", name))
         with self._lock:
             self._connect.pop(name, None)
 
@@ -331,9 +353,11 @@ class _ProgressListener(StreamingQueryListener):
 
     def onQueryProgress(self, event: Any) -> None:
         try:
-            for name, row in dict(event.progress.observedMetrics).items():
+            progress = event.progress
+            for name, row in dict(progress.observedMetrics).items():
                 if name.startswith(_NAME_PREFIX):
-                    self._store.receive(_reports_in(row))
+                    self._store.receive(_reports_in(row),
+                                        _Channel("micro-batch", str(progress.id)))
         except Exception:  # a listener must never fail the query's events
             log.exception("reading lookup metrics from a streaming progress failed")
 
@@ -343,7 +367,8 @@ class _ProgressListener(StreamingQueryListener):
     def onQueryTerminated(self, event: Any) -> None:
         exception = getattr(event, "exception", None)
         if exception:
-            self._store.receive(_NOTE.findall(str(exception)))
+            self._store.receive(_NOTE.findall(str(exception)),
+                                _Channel("failed query", str(getattr(event, "id", ""))))
 
 
 # --- driver-side API -------------------------------------------------------------------
@@ -504,4 +529,36 @@ def lookup_metrics(provider: LookupProvider, spark: AnySparkSession | None = Non
     metrics = _METRICS.metrics(_check_provider(provider))
     if metrics is None:
         raise _unavailable(provider)
+    _warn_if_partial(provider, metrics.as_of)
     return metrics
+
+
+_RETURNED: dict[str, MetricsAsOf] = {}
+_WARNED: set[str] = set()
+
+
+def _warn_if_partial(provider: LookupProvider, as_of: MetricsAsOf | None) -> None:
+    """Warn (once per DataFrame) when metrics of a classic observation, which sees its
+    first action only, are asked for again and are still those returned before: an
+    action run since would not be included (no mechanism without the JVM tells whether
+    one ran)."""
+    if as_of is None:
+        return
+    with _METRICS._lock:
+        before = _RETURNED.get(provider.provider_id)
+        _RETURNED[provider.provider_id] = as_of
+        if not as_of.first_action_only or before != as_of or as_of.name in _WARNED:
+            return
+        _WARNED.add(as_of.name)
+    warnings.warn(
+        f"the metrics of {provider.describe()} are as of the first action on its "
+        f"lookup_join DataFrame ({as_of.at:%Y-%m-%d %H:%M:%S} UTC): a classic session "
+        "observes no later action on the same DataFrame, so an action run on it since is "
+        "not included (CacheMetrics.as_of says what is). Build the DataFrame anew with "
+        "lookup_join for each action whose metrics you want, or use Spark Connect, which "
+        "observes every action", StaleMetricsWarning, stacklevel=3)
+
+
+class StaleMetricsWarning(UserWarning):
+    """Metrics that may not include every action run (a classic session's observation
+    of a batch DataFrame sees its first action only)."""

@@ -20,6 +20,7 @@ from lookup.metrics import (
     NOTE_PREFIX,
     REPORT_COLUMN,
     WorkerReport,
+    _Channel,
     _ProviderReports,
     parse_report,
 )
@@ -65,12 +66,16 @@ def test_unknown_metrics_in_a_report_are_ignored() -> None:
     assert dict(parsed.values) == {"hit_count": 3}
 
 
+CHANNEL = _Channel("action", "spark_lookup_metrics_test")
+
+
 def test_the_latest_report_of_each_worker_counts_once() -> None:
     reports = _ProviderReports()
-    reports.add(report("a", 2, 100, hit_count=5, num_cached_records=10))
-    reports.add(report("a", 1, 90, hit_count=3))  # older: arrived late, ignored
-    reports.add(report("a", 2, 100, hit_count=5))  # the same one again: counted once
-    reports.add(report("b", 7, 80, hit_count=1, num_load_failures=1, num_cached_records=4))
+    reports.add(report("a", 2, 100, hit_count=5, num_cached_records=10), CHANNEL)
+    reports.add(report("a", 1, 90, hit_count=3), CHANNEL)  # older: arrived late, ignored
+    reports.add(report("a", 2, 100, hit_count=5), CHANNEL)  # the same one again: counted once
+    reports.add(report("b", 7, 80, hit_count=1, num_load_failures=1, num_cached_records=4),
+                CHANNEL)
     total = reports.total(snapshot_gauges=False)
     assert (total.hit_count, total.num_load_failures) == (6, 1)
     assert total.num_cached_records == 14  # partial caches: each worker holds its own
@@ -80,10 +85,13 @@ def test_full_cache_gauges_are_those_of_the_newest_report() -> None:
     reports = _ProviderReports()
     for worker, at in (("a", 100), ("b", 300), ("c", 200)):
         reports.add(report(worker, 1, at, hit_count=1, num_cached_records=at,
-                           num_cached_bytes=at * 10))
+                           num_cached_bytes=at * 10), CHANNEL)
     total = reports.total(snapshot_gauges=True)
     assert total.hit_count == 3
     assert (total.num_cached_records, total.num_cached_bytes) == (300, 3000)
+    assert total.as_of is not None  # what delivered the newest report, and when it was made
+    assert (total.as_of.kind, total.as_of.name) == ("action", "spark_lookup_metrics_test")
+    assert total.as_of.at.timestamp() == 0.3
     assert set(GAUGES) == {"num_cached_records", "num_cached_bytes"}
 
 

@@ -377,3 +377,39 @@ def test_a_failed_first_load_of_a_full_cache(spark: Any, tmp_path: Path,
         query.awaitTermination(120)
     metrics = wait_for(lambda: lookup_metrics(provider), "the termination event")
     assert (metrics.num_load_failures, metrics.load_count) == (1, 0)
+
+
+def test_metrics_after_a_second_action_are_its_or_say_they_are_not(
+        spark: Any, spark_kind: str) -> None:
+    """Issue 42, item 4: a notebook user runs an action on the same DataFrame twice. On
+    Spark Connect every action is observed: the metrics after the second include it. A
+    classic session observes the first only: the metrics say so (``as_of``), and asking
+    again for the same numbers warns."""
+    from lookup.metrics import StaleMetricsWarning
+
+    provider = partial()
+    df = spark.range(0, 100, numPartitions=1).selectExpr("id % 10 AS id")
+    joined = lookup_join(df, provider, on="id")
+    joined.collect()  # one batch of 10 distinct keys: 10 looked up per action
+    first = lookup_metrics(provider)
+    assert first.hit_count + first.miss_count == 10
+    assert first.as_of is not None
+    assert first.as_of.kind == "action"
+    assert first.as_of.at <= dt.datetime.now(dt.timezone.utc)
+    joined.collect()  # the same DataFrame again
+    if spark_kind == "connect":
+        second = lookup_metrics(provider)
+        assert second.hit_count + second.miss_count == 20
+        assert not second.as_of.first_action_only
+        assert second.as_of.at >= first.as_of.at
+        return
+    assert first.as_of.first_action_only
+    with pytest.warns(StaleMetricsWarning, match="first action on its lookup_join DataFrame"):
+        second = lookup_metrics(provider)
+    assert second.hit_count + second.miss_count == 10  # the first action's, as it says
+    assert second.as_of == first.as_of
+    lookup_join(df, provider, on="id").collect()  # a new DataFrame: its first action
+    third = lookup_metrics(provider)
+    # Workers' reports are cumulative: the missed action counts where its worker reports.
+    assert third.hit_count + third.miss_count >= 20
+    assert third.as_of.name != first.as_of.name
