@@ -106,7 +106,7 @@ def test_a_planning_error_is_the_first_line_the_user_reads(spark: Any, orders: s
     """Spark's analysis error carries our message on its first line, after its own
     preamble, without the Python traceback (issue 42, item 8)."""
     register_lookup_join(spark, "enrich_first_line", customers_provider("full"), on="nope")
-    with pytest.raises(Exception) as raised:  # noqa: PT011 -- AnalysisException of either kind
+    with pytest.raises(Exception) as raised:  # AnalysisException of either kind
         spark.sql("SELECT * FROM enrich_first_line(TABLE(orders))").schema  # noqa: B018
     first = str(raised.value).strip().splitlines()[0]
     assert "TABLE_VALUED_FUNCTION_FAILED_TO_ANALYZE_IN_PYTHON" in first, first
