@@ -438,8 +438,9 @@ class _DdlReader:
             elif self.accept("PARTITIONED"):
                 raise self.error(
                     "PARTITIONED BY: partition values are read from directory names "
-                    "(dt=2024-05-20/...), which the filesystem connector here does not do; "
-                    "it reads the files directly in 'path'", start)
+                    "(dt=2024-05-20/...), which the filesystem connector here does not do "
+                    "(it reads the files directly in 'path'): point 'path' at one "
+                    "partition's directory and drop PARTITIONED BY and its columns", start)
             elif self.accept("DISTRIBUTED"):
                 # DISTRIBUTED BY [HASH|RANGE|...](cols) [INTO n BUCKETS] | INTO n BUCKETS
                 while not self.at("WITH", "COMMENT", "PARTITIONED") and not self.at_symbol(
