@@ -330,14 +330,14 @@ class LookupOptions:
 
 
 def _check_declared_columns(declared: StructType, target: Any) -> None:
-    """Refuse a target whose schema lacks a column of the DDL or types it otherwise."""
+    """Refuse a target whose schema lacks a column of the DDL or types it otherwise
+    (nullability and comments aside, at every depth)."""
     own = target.struct if hasattr(target, "struct") else parse_schema(
         getattr(target, "schema", None), f"{type(target).__name__}.schema")
-    types = {field.name: field.dataType for field in own}
+    types = {field.name: field.dataType.simpleString() for field in own}
     wrong = [f"{field.name} {field.dataType.simpleString()} (the target's: "
-             f"{types[field.name].simpleString() if field.name in types else 'none'})"
-             for field in declared
-             if types.get(field.name) != field.dataType]
+             f"{types.get(field.name, 'none')})"
+             for field in declared if types.get(field.name) != field.dataType.simpleString()]
     if wrong:
         raise ConfigError(f"the DDL's columns differ from {type(target).__name__}'s schema: "
                           f"{', '.join(wrong)}")

@@ -491,6 +491,7 @@ def test_a_target_must_have_the_ddls_columns_and_a_source_takes_its_key() -> Non
     full = LookupOptions.from_ddl(ddl(
         "id BIGINT, name STRING, PRIMARY KEY (id) NOT ENFORCED",
         "'lookup.cache' = 'FULL', 'lookup.full-cache.periodic-reload.interval' = '1 h'"))
+    # Nullability and comments aside: the DDL's key is NOT NULL, the source's is not.
     provider = full.provider(CollectionSource(rows, schema="id BIGINT, name STRING"))
     assert provider.key_columns == ("id",)  # the DDL's key: a source has none
     with open_lookup(provider) as handle:
