@@ -1,28 +1,38 @@
-"""LookupOptions: any provider, its cache and its trigger from Flink's option keys."""
+"""LookupOptions: any provider, its cache and its trigger from Flink's option keys, or
+from a Flink ``CREATE TABLE`` statement."""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pyspark.sql.types import StructType
+
 from cache.base import LookupCache
 from cache.default import DefaultLookupCache
 from lookup import providers  # builds whichever provider the options name
+from lookup._flink_ddl import read_create_table
 from lookup.function import AsyncLookupFunction, LookupFunction
 from lookup.providers import LookupProvider
 from lookup.table_options import (
     CONNECTORS,
     TableOptions,
+    connector_hint,
+    connector_of,
     shown_options,
     table_options,
     with_connector_defaults,
 )
 from spark_lookup import options as opts
 from spark_lookup.errors import ConfigError
-from spark_lookup.schema import SchemaLike
+from spark_lookup.schema import SchemaLike, parse_schema
 
 __all__ = ["LookupOptions"]
+
+log = logging.getLogger("lookup")
 
 _MODE_PREFIXES = {"PARTIAL": "lookup.partial-cache.", "FULL": "lookup.full-cache."}
 
@@ -80,11 +90,16 @@ class LookupOptions:
     """
 
     options: Mapping[str, Any]
-    """The options given (deprecated keys renamed), the password hidden."""
+    """The options given (deprecated keys renamed, a bare-number duration with its unit
+    ``ms``), the password hidden."""
     cache_type: str
     max_retries: int
     table: TableOptions | None = None
     """The connector's options, checked (None when no connector built here is named)."""
+    schema: StructType | None = None
+    """A DDL's columns (:meth:`from_ddl`): the table's schema for :meth:`provider`."""
+    key_columns: tuple[str, ...] | None = None
+    """A DDL's ``PRIMARY KEY``: the default key columns of :meth:`provider`."""
 
     @classmethod
     def from_dict(cls, options: Mapping[str, Any]) -> LookupOptions:
@@ -93,10 +108,23 @@ class LookupOptions:
         :meth:`provider` builds from them. Flink's deprecated lookup-cache keys
         (``lookup.cache.max-rows``, ``lookup.cache.ttl``,
         ``lookup.cache.caching-missing-key``) are accepted as Flink accepts them, with a
-        ``FutureWarning`` naming the current key."""
+        ``FutureWarning`` naming the current key. A duration given as a bare number is
+        milliseconds, as in Flink, with a :class:`~spark_lookup.ConfigWarning` naming the
+        key when it is under a second (``'600'``: 0.6 s).
+
+        Raises
+        ------
+        ConfigError
+            For an unknown key, naming the key it resembles (any key but ``lookup.*``
+            without ``'connector'``; a connector's own for ``jdbc``, ``filesystem``,
+            ``delta`` and ``redis``), or a bad value, naming its key.
+        """
         opts.check_instance(options, Mapping, "options", "a mapping")
         options = with_connector_defaults(opts.with_current_keys(options))
         opts.check_known_keys(options, [o.key for o in opts.LOOKUP_OPTIONS])
+        kind = connector_of(options)
+        options = opts.with_duration_units(
+            options, [*opts.LOOKUP_OPTIONS, *(kind.OPTIONS if kind is not None else ())])
         table = table_options(options)
         cache_type = opts.CACHE.get(options) or "NONE"
         max_retries = opts.MAX_RETRIES.get(options)
@@ -117,6 +145,53 @@ class LookupOptions:
         opts.ASYNC_CAPACITY.get(options)
         opts.ASYNC_TIMEOUT.get(options)
         return checked
+
+    @classmethod
+    def from_ddl(cls, ddl: str) -> LookupOptions:
+        """Read a Flink ``CREATE TABLE`` statement, on the driver: its ``WITH (...)``
+        options are checked by :meth:`from_dict`, its columns become the schema and its
+        ``PRIMARY KEY`` the default key columns of :meth:`provider` (nothing else is
+        derived: as in Flink, ``'table-name'`` is not the DDL's table name).
+
+        Flink's types map to Spark's (docs/flink-table-options.md): ``STRING``,
+        ``CHAR(n)`` and ``VARCHAR(n)`` to STRING; ``TIMESTAMP(p)`` to TIMESTAMP_NTZ and
+        ``TIMESTAMP_LTZ(p)`` to TIMESTAMP; ``TIME(p)`` to STRING; ``ROW<...>`` to a
+        struct; ``NOT NULL`` and ``COMMENT`` kept, primary key columns NOT NULL. A
+        ``WATERMARK``, a computed ``AS PROCTIME()`` column, the table's ``COMMENT`` and
+        ``DISTRIBUTED BY`` are read and not applied (logged).
+
+        Raises
+        ------
+        ConfigError
+            Naming the line and column: a syntax error; a type with no Spark counterpart
+            (MULTISET, INTERVAL, RAW), a computed or metadata column, ``PARTITIONED BY``,
+            ``LIKE`` or ``AS SELECT``, each with why; and every error of
+            :meth:`from_dict`, with where its option is written.
+
+        Examples
+        --------
+        >>> options = LookupOptions.from_ddl('''
+        ...     CREATE TABLE customers (
+        ...       id BIGINT,
+        ...       name STRING,
+        ...       PRIMARY KEY (id) NOT ENFORCED
+        ...     ) WITH (
+        ...       'connector' = 'kafka',
+        ...       'lookup.cache' = 'PARTIAL',
+        ...       'lookup.partial-cache.max-rows' = '1000'
+        ...     )''')
+        >>> options.schema.simpleString(), options.key_columns
+        ('struct<id:bigint,name:string>', ('id',))
+        """
+        table = read_create_table(ddl)
+        for note in table.ignored:
+            log.info("Flink DDL of %s: read and not applied: %s", table.name, note)
+        try:
+            checked = cls.from_dict(table.options)
+        except ConfigError as exc:
+            raise ConfigError(f"{exc}{table.where(str(exc))}") from exc
+        return dataclasses.replace(checked, schema=table.schema,
+                                   key_columns=table.primary_key)
 
     def build_cache(self) -> LookupCache | None:
         """The partial cache (``lookup.cache=PARTIAL``), or None for other modes."""
@@ -154,14 +229,18 @@ class LookupOptions:
             ``scan.RedisScanSource``; ``filesystem``: ``scan.FileSource`` and ``delta``:
             ``scan.DeltaSource``, ``FULL`` only).
         key_columns
-            For a target: required for ``FULL`` (a source has no key); a function
-            declares its own, and given for one they must be the same. Built from the
-            options: default the table's primary key (``jdbc``, from its catalog) or
-            the key template's columns (``redis``); required for files and Delta.
+            For a target: required for ``FULL`` (a source has no key) unless the DDL
+            has a ``PRIMARY KEY``; a function declares its own, and given for one they
+            must be the same. Built from the options: default the DDL's ``PRIMARY
+            KEY`` (:meth:`from_ddl`), else the table's primary key (``jdbc``, from its
+            catalog) or the key template's columns (``redis``); required for files and
+            Delta otherwise.
         schema
             Built from the options: the table's columns, as a Flink DDL lists them (a
-            Spark DDL string or ``StructType``); default all columns, with the types
-            the catalog or files give. Required for ``redis``.
+            Spark DDL string or ``StructType``); default the DDL's columns
+            (:meth:`from_ddl`, which then takes no ``schema=``), else all columns, with
+            the types the catalog or files give. Required for ``redis``. A target's own
+            schema must have the DDL's columns, of the same types.
         kwargs
             More provider options (``retry_on_miss``, ``batch_size``, ``parallelism``...).
 
@@ -174,11 +253,22 @@ class LookupOptions:
             When the table's catalog cannot be read (building from ``jdbc`` options
             reads it, on the driver).
         """
+        if schema is not None and self.schema is not None:
+            raise ConfigError("schema= is given and the DDL declares the table's columns: "
+                              "give them once (in the DDL)")
         if target is None:
-            target, key_columns = self._from_table(key_columns, schema)
+            if key_columns is None and self.key_columns is not None:
+                key_columns = list(self.key_columns)
+            target, key_columns = self._from_table(
+                key_columns, schema if schema is not None else self.schema)
         elif schema is not None:
             raise ConfigError("schema= describes a table built from the connector options; "
                               "the target declares its own schema")
+        elif self.schema is not None:
+            _check_declared_columns(self.schema, target)
+            if (key_columns is None and self.key_columns is not None
+                    and not isinstance(target, (LookupFunction, AsyncLookupFunction))):
+                key_columns = list(self.key_columns)  # a source has no key of its own
         retries = self.max_retries
         if self.cache_type == "FULL":
             if key_columns is None:
@@ -230,9 +320,24 @@ class LookupOptions:
                                   "delta or redis), or pass the lookup function or source")
             raise ConfigError(
                 f"connector {name!r} cannot build a provider here (supported: "
-                f"{', '.join(CONNECTORS)}): pass its lookup function or source")
+                f"{', '.join(CONNECTORS)}){connector_hint(str(name))}: pass its lookup "
+                "function or source")
         if self.cache_type == "FULL":
             keys = table.key_columns(key_columns, schema)
             return table.source(keys, schema), keys
         function = table.function(key_columns, schema)
         return function, function.key_fields()
+
+
+def _check_declared_columns(declared: StructType, target: Any) -> None:
+    """Refuse a target whose schema lacks a column of the DDL or types it otherwise
+    (nullability and comments aside, at every depth)."""
+    own = target.struct if hasattr(target, "struct") else parse_schema(
+        getattr(target, "schema", None), f"{type(target).__name__}.schema")
+    types = {field.name: field.dataType.simpleString() for field in own}
+    wrong = [f"{field.name} {field.dataType.simpleString()} (the target's: "
+             f"{types.get(field.name, 'none')})"
+             for field in declared if types.get(field.name) != field.dataType.simpleString()]
+    if wrong:
+        raise ConfigError(f"the DDL's columns differ from {type(target).__name__}'s schema: "
+                          f"{', '.join(wrong)}")

@@ -12,6 +12,7 @@ inside the connection factory and never shown.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 import string
@@ -42,6 +43,8 @@ __all__ = [
     "JdbcTableOptions",
     "RedisTableOptions",
     "TableOptions",
+    "connector_hint",
+    "connector_of",
     "shown_options",
     "table_options",
 ]
@@ -115,6 +118,8 @@ class TableOptions(ABC):
     IGNORED: ClassVar[Mapping[str, str]] = {}
     """Flink keys accepted and not applied (a key, or a prefix ending in ``.``), each
     with the reason."""
+    FOREIGN: ClassVar[Mapping[str, str]] = {}
+    """Keys of other Flink connectors of the same name, refused with what to write here."""
 
     @classmethod
     def from_options(cls: type[_Options], options: Mapping[str, Any]) -> _Options:
@@ -138,6 +143,9 @@ class TableOptions(ABC):
         known = {"connector", *(o.key for o in cls.OPTIONS), *(o.key for o in opts.LOOKUP_OPTIONS)}
         applied = {}
         for key, value in options.items():
+            if key in cls.FOREIGN and key not in known:
+                raise ConfigError(f"unknown option {key!r} of connector {cls.connector!r}: "
+                                  f"{cls.FOREIGN[key]}")
             reason = cls.ignored(key) if isinstance(key, str) else None
             if reason is None:
                 applied[key] = value
@@ -405,6 +413,16 @@ class RedisTableOptions(TableOptions):
     OPTIONS: ClassVar[tuple[ConfigOption[Any], ...]] = (
         REDIS_URL, KEY_TEMPLATE, VALUE_TYPE, ESCAPE, SOCKET_TIMEOUT, CONNECT_TIMEOUT, RETRIES,
         MAX_KEYS)
+    FOREIGN: ClassVar[Mapping[str, str]] = {
+        **dict.fromkeys(("host", "port", "database", "password", "redis-mode"),
+                        "this connector reads the server from 'url' = "
+                        "'redis://[:password@]host[:port][/db]' (the option is another Flink "
+                        "Redis connector's)"),
+        **dict.fromkeys(("command", "value.data.structure"),
+                        "'key-template' ('user:{id}') and 'value-type' (hash, json or string) "
+                        "say how rows are kept here (the option is another Flink Redis "
+                        "connector's)"),
+    }
 
     url: str | None
     key_template: str | None
@@ -486,26 +504,58 @@ CONNECTORS: Mapping[str, type[TableOptions]] = {
 """The connectors a provider is built from, by their ``'connector'`` value."""
 
 
-def table_options(options: Mapping[str, Any]) -> TableOptions | None:
-    """The connector options of ``options``, checked; None when no connector is named,
-    or one this library does not build (``'kafka'``: the provider then needs its
-    lookup function or source).
-
-    Raises
-    ------
-    ConfigError
-        For an unknown key of the connector (naming the key it resembles) or a bad value.
-    """
+def connector_of(options: Mapping[str, Any]) -> type[TableOptions] | None:
+    """The connector ``options`` name, or None when they name none or one this library
+    does not build (``'kafka'``)."""
     name = options.get("connector")
     if name is None:
         return None
     if not isinstance(name, str):
         raise ConfigError(f"option 'connector' must be a string, got {shown(name)}")
-    kind = CONNECTORS.get(name.strip().lower())
+    return CONNECTORS.get(name.strip().lower())
+
+
+def table_options(options: Mapping[str, Any]) -> TableOptions | None:
+    """The connector options of ``options``, checked; None when no connector is named,
+    or one this library does not build (``'kafka'``: the provider then needs its
+    lookup function or source, and the connector's keys are left alone).
+
+    Raises
+    ------
+    ConfigError
+        For an unknown key of the connector (naming the key it resembles) or a bad
+        value; without ``'connector'``, for any key but ``lookup.*`` (naming the
+        connector whose key it is, or the key it resembles).
+    """
+    kind = connector_of(options)
     if kind is None:
+        if "connector" not in options:
+            _check_keys_without_connector(options)
         return None
     kind.check_keys(options)
     return kind.from_options(options)
+
+
+def _check_keys_without_connector(options: Mapping[str, Any]) -> None:
+    known = {"connector", *(o.key for o in opts.LOOKUP_OPTIONS)}
+    unknown = [key for key in options if isinstance(key, str) and key not in known]
+    # A misspelt key first: it may be the missing 'connector'.
+    opts.check_known_keys({key: None for key in unknown
+                           if difflib.get_close_matches(key, known, n=1)}, known, prefix="")
+    for key in unknown:
+        owners = [name for name, kind in CONNECTORS.items()
+                  if key in {o.key for o in kind.OPTIONS}]
+        if owners:
+            raise ConfigError(f"option {key!r} is an option of connector "
+                              f"{' or '.join(map(repr, owners))}: give 'connector' too "
+                              "(without one, only the lookup.* options are read)")
+    opts.check_known_keys(options, known, prefix="")
+
+
+def connector_hint(name: str) -> str:
+    """``"; did you mean 'jdbc'?"`` for a connector name close to one built here."""
+    close = difflib.get_close_matches(name.strip().lower(), list(CONNECTORS), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 _WHOLE_TABLE_DEFAULTS = {"lookup.cache": "FULL",

@@ -1,4 +1,5 @@
-"""Shared base of spark-lookup: the exception hierarchy and Flink-style option parsing.
+"""Shared base of spark-lookup: the exception hierarchy, its one warning class and
+Flink-style option parsing.
 
 This package depends on nothing else of ours; ``cache``, ``triggers``, ``scan`` and
 ``lookup`` all build on it, which keeps the dependency direction of the design intact.
@@ -7,6 +8,7 @@ This package depends on nothing else of ours; ``cache``, ``triggers``, ``scan`` 
 from spark_lookup.errors import (
     BadValueError,
     ConfigError,
+    ConfigWarning,
     ConnectorError,
     KeyKindError,
     LookupLoadError,
@@ -20,6 +22,7 @@ from spark_lookup.errors import (
 __all__ = [
     "BadValueError",
     "ConfigError",
+    "ConfigWarning",
     "ConnectorError",
     "KeyKindError",
     "LookupLoadError",

@@ -60,6 +60,13 @@ class SnapshotUnavailableError(SparkLookupError):
     or the last good snapshot is older than the configured maximum staleness."""
 
 
+class ConfigWarning(UserWarning):
+    """An option value that is valid but probably not what was meant (a bare-number
+    duration under a second: Flink reads it as milliseconds); the message names the
+    option and what to write instead. Filter it as any warning
+    (``warnings.simplefilter("error", ConfigWarning)`` makes it an error)."""
+
+
 class MetricsUnavailableError(SparkLookupError):
     """No metrics of a provider have reached the driver yet (``lookup.lookup_metrics``):
     nothing that reports them has run with it, or its reports are still on their way."""

@@ -3,8 +3,9 @@
 A Flink DDL's ``WITH (...)`` options carry over unchanged: the keys below are Flink's
 (``lookup.cache``, ``lookup.partial-cache.max-rows``, ...), and values are parsed the way
 Flink parses them. Durations accept Flink's ``TimeUtils`` forms (``10 s``, ``5 min``,
-``1 h``, ``100 ms``; a bare number means milliseconds, as in Flink), ISO-8601 (``PT10S``),
-and :class:`datetime.timedelta`. Every invalid value raises :class:`ConfigError`, whose
+``1 h``, ``100 ms``; a bare number means milliseconds, as in Flink, with a
+:class:`~spark_lookup.ConfigWarning` when it is under a second), ISO-8601 (``PT10S``), and
+:class:`datetime.timedelta`. Every invalid value raises :class:`ConfigError`, whose
 message names the option key.
 """
 
@@ -12,16 +13,18 @@ from __future__ import annotations
 
 import difflib
 import enum
+import os
 import re
+import sys
 import warnings
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import time, timedelta, timezone
 from decimal import Decimal, InvalidOperation
 from typing import Any, Generic, TypeVar
 
 from spark_lookup._shown import shown
-from spark_lookup.errors import ConfigError
+from spark_lookup.errors import ConfigError, ConfigWarning
 
 T = TypeVar("T")
 E = TypeVar("E", bound=enum.Enum)
@@ -56,6 +59,7 @@ __all__ = [
     "parse_memory_size",
     "positive_duration",
     "positive_int",
+    "with_duration_units",
 ]
 
 # Flink's TimeUtils unit labels (org.apache.flink.util.TimeUtils.TimeUnit).
@@ -85,6 +89,12 @@ def parse_duration(value: object, key: str) -> timedelta:
     ISO-8601 durations (``"PT10S"``, ``"P1DT2H"``). A Python ``int``/``float`` is refused
     because it is ambiguous (Flink reads milliseconds, Python APIs usually seconds).
 
+    Warns
+    -----
+    ConfigWarning
+        For a bare number under 1000 (``"600"``: 0.6 s, where seconds were likely
+        meant), naming ``key`` and the units to write.
+
     Raises
     ------
     ConfigError
@@ -104,6 +114,8 @@ def parse_duration(value: object, key: str) -> timedelta:
     if match:
         number, unit = match.groups()
         scale = _UNITS.get(unit.lower()) if unit else Decimal("1e-3")
+        if not unit:
+            _warn_if_under_a_second(int(number), key, value)
         if scale is None:
             raise ConfigError(
                 f"option {key!r}: unknown time unit {unit!r} in {value!r}; use one of "
@@ -124,6 +136,48 @@ def parse_duration(value: object, key: str) -> timedelta:
         f"option {key!r}: cannot parse duration {value!r}; expected e.g. '10 s', '5 min', "
         "'1 h', '100 ms' or ISO-8601 'PT10S'"
     )
+
+
+_BARE_NUMBER = re.compile(r"\s*([0-9]+)\s*")
+
+
+def _warn_if_under_a_second(millis: int, key: str, value: object) -> None:
+    if 0 < millis < 1000:
+        _warn(f"option {key!r}: {value!r} is a bare number, which Flink reads as "
+              f"milliseconds ({millis} ms); write the unit: '{millis} ms', or '{millis} s' if "
+              "seconds are meant", ConfigWarning)
+
+
+def with_duration_units(options: Mapping[str, Any], known: Iterable[ConfigOption[Any]]
+                        ) -> dict[str, Any]:
+    """``options`` with each bare-number value of a duration option of ``known`` given
+    its unit, ``"600"`` as ``"600 ms"`` (as Flink reads it), so that reading them again
+    warns no more; a :class:`~spark_lookup.ConfigWarning` for each under a second."""
+    given = dict(options)
+    for option in known:
+        value = given.get(option.key)
+        match = _BARE_NUMBER.fullmatch(value) if isinstance(value, str) else None
+        if match is not None and option.parser in (parse_duration, positive_duration):
+            _warn_if_under_a_second(int(match.group(1)), option.key, value)
+            given[option.key] = f"{match.group(1)} ms"
+    return given
+
+
+# The library's packages: a warning names the first line outside them (the user's call).
+_LIBRARY = tuple(
+    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), package, "")
+    for package in ("spark_lookup", "lookup", "cache", "triggers", "scan", "connectors"))
+
+
+def _warn(message: str, category: type[Warning]) -> None:
+    # Attributed to the first caller outside the library: the line of the user's code
+    # that gave the option, however deep in the library it is read.
+    frame = sys._getframe(1)
+    level = 2
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_LIBRARY):
+        frame = frame.f_back
+        level += 1
+    warnings.warn(message, category, stacklevel=level)
 
 
 def _seconds_to_timedelta(seconds: Decimal, key: str, value: object) -> timedelta:
@@ -498,10 +552,8 @@ def with_current_keys(options: Mapping[str, Any]) -> dict[str, Any]:
             continue
         value = current.pop(old)
         ignored = new in current
-        warnings.warn(
-            f"option {old!r} is deprecated (Flink's legacy lookup-cache key): use {new!r}"
-            + (f"; {new!r} is given too and wins" if ignored else ""),
-            FutureWarning, stacklevel=3)
+        _warn(f"option {old!r} is deprecated (Flink's legacy lookup-cache key): use {new!r}"
+              + (f"; {new!r} is given too and wins" if ignored else ""), FutureWarning)
         if not ignored:
             current[new] = value
             renamed.append(old)

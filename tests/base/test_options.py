@@ -35,6 +35,8 @@ from spark_lookup.errors import ConfigError
         (timedelta(minutes=3), timedelta(minutes=3)),
     ],
 )
+# "250" warns (a bare number under a second): tests/lookup/test_flink_ddl.py tests that.
+@pytest.mark.filterwarnings("ignore::spark_lookup.errors.ConfigWarning")
 def test_parse_duration_accepts_flink_and_iso_forms(text: Any, expected: timedelta) -> None:
     assert opts.parse_duration(text, "k") == expected
 
