@@ -15,12 +15,12 @@ import difflib
 import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 
 from connectors.sql.flavor import MYSQL, POSTGRES, SQLITE
 from lookup._secret import Secret
-from spark_lookup._credentials import HIDDEN, redact_credentials
+from spark_lookup._credentials import redact_credentials
 from spark_lookup.errors import ConfigError
 
 __all__ = ["DATABASES", "JdbcUrl", "parse_jdbc_url", "redact_jdbc_url"]
@@ -83,7 +83,9 @@ def parse_jdbc_url(url: object, key: str = "url") -> JdbcUrl:
     """
     if not isinstance(url, str):
         raise ConfigError(f"option {key!r} must be a JDBC URL string, got {type(url).__name__}")
-    shown = redact_jdbc_url(url)
+    # Errors show the URL strictly redacted (its parts may not be what they look);
+    # an accepted URL's record shows its host.
+    shown = redact_credentials(url, strict=True)
     match = re.match(r"jdbc:([A-Za-z0-9]+):(.*)\Z", url.strip(), re.DOTALL)
     if match is None:
         raise ConfigError(
@@ -100,9 +102,8 @@ def parse_jdbc_url(url: object, key: str = "url") -> JdbcUrl:
             f"option {key!r}: unsupported database 'jdbc:{subprotocol}:' in {shown!r}{hint}; "
             f"supported: {', '.join(f'jdbc:{name}:' for name in DATABASES)}"
         )
-    if backend == SQLITE:
-        return _sqlite(rest, key, shown)
-    return _server(backend, rest, key, shown)
+    parsed = _sqlite(rest, key, shown) if backend == SQLITE else _server(backend, rest, key, shown)
+    return replace(parsed, shown=redact_credentials(url))
 
 
 def _sqlite(rest: str, key: str, shown: str) -> JdbcUrl:
@@ -132,7 +133,7 @@ def _server(backend: str, rest: str, key: str, shown: str) -> JdbcUrl:
         raise ConfigError(f"option {key!r}: {shown!r}: {expected}")
     parts = _split(rest)
     if parts is None:
-        raise ConfigError(f"option {key!r}: {_without_host(shown)!r} does not parse as a URL "
+        raise ConfigError(f"option {key!r}: {shown!r} does not parse as a URL "
                           "(a '[' or ']' outside an IPv6 address?); percent-encode such "
                           f"characters in the user and password; {expected}")
     if "@" in parts.path + parts.query + parts.fragment:
@@ -140,16 +141,16 @@ def _server(backend: str, rest: str, key: str, shown: str) -> JdbcUrl:
                           "or '#', which end the URL's host part: percent-encode them "
                           "(%2F, %3F, %23)")
     if "," in parts.netloc:
-        raise ConfigError(f"option {key!r}: {_without_host(shown)!r} names several hosts "
+        raise ConfigError(f"option {key!r}: {shown!r} names several hosts "
                           "(or a user and password without '@'); one host is supported")
     port = _port(parts)
     if port == -1:
         # The port text may be a password missing its '@': the host part is not shown.
-        raise ConfigError(f"option {key!r}: {_without_host(shown)!r} has an invalid port; "
+        raise ConfigError(f"option {key!r}: {shown!r} has an invalid port; "
                           f"{expected}")
     host = parts.hostname
     if not host:
-        raise ConfigError(f"option {key!r}: {_without_host(shown)!r} names no host; {expected}")
+        raise ConfigError(f"option {key!r}: {shown!r} names no host; {expected}")
     if ";" in parts.path:
         # Connector/J and SQL Server read ';name=value' there; taken as the database
         # name, a ';password=...' would be shown as one.
@@ -164,7 +165,7 @@ def _server(backend: str, rest: str, key: str, shown: str) -> JdbcUrl:
         if "password" in params and name not in known:
             # Maybe the rest of a password holding '&': neither it nor its name is shown.
             raise ConfigError(
-                f"option {key!r}: {redact_credentials(shown, to_end=True)!r}: what "
+                f"option {key!r}: {shown!r}: what "
                 "follows 'password=' does not read as supported parameters; a password "
                 "holding '&', '#' or '+' must encode them (%26, %23, %2B)")
         if name in params or (name == "user" and parts.username):
@@ -229,16 +230,6 @@ def _port(parts: SplitResult) -> int | None:
 
 
 _MYSQL_PARAMS = frozenset({"connectTimeout", "sslMode", "useSSL", *_MYSQL_IGNORED})
-
-
-def _without_host(shown: str) -> str:
-    """A shown URL with its host part hidden too (up to the path)."""
-    head, sep, rest = shown.partition("//")
-    if not sep:
-        return shown
-    cut = min([i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0],
-              default=len(rest))
-    return f"{head}//{HIDDEN}{rest[cut:]}"
 
 
 def _mysql_params(params: dict[str, str], key: str, shown: str) -> dict[str, str]:

@@ -28,18 +28,19 @@ def check_redis_url(url: object, what: str = "url") -> str:
     parts = _parts(url)
     if parts is None:
         # Not the parser's message: it quotes the port, which may be part of a password.
-        raise ConfigError(f"{what} {redact_url(url)!r} is not a valid URL: its host or port "
-                          "does not parse (a password holding '/', '?', '#', '[' or ']' must "
-                          "encode them as %2F, %3F, %23, %5B, %5D)")
+        raise ConfigError(f"{what} {redact_credentials(url, strict=True)!r} is not a valid "
+                          "URL: its host or port does not parse (a password holding '/', '?', "
+                          "'#', '[' or ']' must encode them as %2F, %3F, %23, %5B, %5D)")
     scheme = parts.scheme.lower()
     if scheme not in _SCHEMES:
         raise ConfigError(
-            f"{what} {redact_url(url)!r} is not a Redis URL: use redis://, rediss:// (TLS) "
-            "or unix://"
+            f"{what} {redact_credentials(url, strict=True)!r} is not a Redis URL: use "
+            "redis://, rediss:// (TLS) or unix://"
         )
     if "@" in parts.path + parts.query + parts.fragment:
         raise ConfigError(
-            f"{what} {redact_url(url)!r}: the user or password holds '/', '?' or '#', which "
+            f"{what} {redact_credentials(url, strict=True)!r}: the user or password holds '/', "
+            "'?' or '#', which "
             "end the URL's host part: percent-encode them (%2F, %3F, %23)")
     return url
 
