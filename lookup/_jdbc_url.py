@@ -5,7 +5,7 @@ Python driver connects with: ``jdbc:postgresql://``, ``jdbc:mysql://``,
 URL parameters map onto the drivers' own (libpq's ``sslmode``, a connect timeout);
 one that changes how values are read or secured and has no Python counterpart here is
 refused, never dropped. The password (``password=`` or ``user:password@``) is taken
-out into a :class:`~lookup._secret.Secret` at once; :func:`redact_jdbc_url` is the URL
+out into a `Secret` at once; `redact_jdbc_url` is the URL
 every message shows.
 """
 
@@ -50,7 +50,7 @@ class JdbcUrl:
     and the connection parameters in the drivers' terms."""
 
     backend: str
-    """``"postgres"``, ``"mysql"`` or ``"sqlite"`` (:mod:`connectors.sql.flavor`)."""
+    """``"postgres"``, ``"mysql"`` or ``"sqlite"`` (`connectors.sql.flavor`)."""
     host: str | None
     port: int | None
     database: str | None

@@ -32,12 +32,12 @@ class LookupOptions:
     """A Flink table's ``WITH (...)`` options, validated, and the providers they describe.
 
     A Flink DDL's options carry over unchanged. With ``'connector'`` = ``'jdbc'``,
-    ``'filesystem'``, ``'delta'`` or ``'redis'``, :meth:`provider` builds the whole
-    provider from them (see :mod:`lookup.table_options` and
+    ``'filesystem'``, ``'delta'`` or ``'redis'``, [`provider`][] builds the whole
+    provider from them (see `lookup.table_options` and
     docs/flink-table-options.md); otherwise it takes the lookup function or source, and the keys of
     another connector are left alone. An unknown key (of ``lookup.*`` or of the named
     connector), a key that does not apply to the chosen ``lookup.cache`` mode, or a
-    bad value raises :class:`~spark_lookup.ConfigError` naming the key. A password (the
+    bad value raises [`ConfigError`][] naming the key. A password (the
     ``'password'`` option, or one in a URL) is never shown: not in this object's repr,
     the provider's, a log line or an error.
 
@@ -90,7 +90,7 @@ class LookupOptions:
     def from_dict(cls, options: Mapping[str, Any]) -> LookupOptions:
         """Validate ``options`` (a dict of Flink keys to strings), on the driver: every
         key and value given; a connector's required keys are checked when
-        :meth:`provider` builds from them. Flink's deprecated lookup-cache keys
+        [`provider`][] builds from them. Flink's deprecated lookup-cache keys
         (``lookup.cache.max-rows``, ``lookup.cache.ttl``,
         ``lookup.cache.caching-missing-key``) are accepted as Flink accepts them, with a
         ``FutureWarning`` naming the current key."""
@@ -147,7 +147,7 @@ class LookupOptions:
         Parameters
         ----------
         target
-            A :class:`~lookup.LookupFunction` or :class:`~lookup.AsyncLookupFunction` for
+            A [`LookupFunction`][] or [`AsyncLookupFunction`][] for
             ``NONE``/``PARTIAL``; a ``scan.Source`` for ``FULL``. None: built from the
             connector options (``jdbc``: ``lookup.SqlLookupFunction`` /
             ``scan.SqlTableSource``; ``redis``: ``lookup.RedisLookupFunction`` /

@@ -16,7 +16,7 @@ _SCHEMES = ("redis", "rediss", "unix")
 
 def check_redis_url(url: object, what: str = "url") -> str:
     """Return ``url`` if it is a Redis URL (``redis://``, ``rediss://`` for TLS,
-    ``unix://``), else raise :class:`ConfigError` naming ``what``.
+    ``unix://``), else raise [`ConfigError`][] naming ``what``.
 
     Passwords and TLS options travel in the URL, as redis-py reads them:
     ``redis://:password@host:6379/0``, ``rediss://user:password@host:6380/1``,
@@ -111,7 +111,7 @@ class SharedClient:
         return client
 
     def close(self) -> None:
-        """Close the client if one was made; the next :meth:`get` makes another."""
+        """Close the client if one was made; the next `get` makes another."""
         with self._lock:
             client, self._client = self._client, None
         if client is not None:

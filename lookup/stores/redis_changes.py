@@ -7,7 +7,7 @@ subscribes (``PSUBSCRIBE``) to the keys its key template can make, reads every c
 Redis key back through the template into the key's values, typed as the key columns,
 and hands them to its caches. Pub/Sub delivers at most once: a connection that drops
 loses what was published meanwhile, which the listener makes up for by flushing after
-it has subscribed again (see :mod:`lookup.changes`).
+it has subscribed again (see `lookup.changes`).
 
 The server setting: ``K`` (keyspace channels) and the classes of the commands that
 write the table: ``g`` (``DEL``, ``EXPIRE``, ``RENAME``...), ``$`` (strings), ``h``
@@ -86,7 +86,7 @@ class RedisKeyspaceChanges(ChangeFeed):
     check
         Check the server's ``notify-keyspace-events`` now, on the driver (default).
     min_interval, connect_timeout
-        As :class:`~lookup.ChangeFeed`'s.
+        As [`ChangeFeed`][]'s.
     health_check_interval
         Seconds between the subscription's ``PING`` s when no event comes, so a silently
         dropped connection is noticed (default 10).
@@ -238,7 +238,7 @@ def _parsed(template: str) -> list[tuple[str, str | None, str | None, str | None
 
 
 class _Subscription(ChangeConnection):
-    """One ``PSUBSCRIBE`` of a feed, confirmed before :meth:`RedisKeyspaceChanges.connect`
+    """One ``PSUBSCRIBE`` of a feed, confirmed before `RedisKeyspaceChanges.connect`
     returns."""
 
     _POLL = 0.2  # seconds between checks for interrupt()

@@ -373,7 +373,7 @@ class DeltaSource(BatchReadingSource[DeltaSplit, _Reading]):
     partition columns filled from the log, rows deleted by a deletion vector dropped
     (read through delta-rs), the ``filters`` applied to the rows.
 
-    :meth:`current_version` is the table's latest version (or the pinned one): a full
+    [`current_version`][] is the table's latest version (or the pinned one): a full
     cache over this source skips a reload while it is unchanged.
 
     Parameters
@@ -384,7 +384,7 @@ class DeltaSource(BatchReadingSource[DeltaSplit, _Reading]):
     columns
         The columns to read (default: all), in this order; their types are the table's.
     filters
-        :class:`~connectors.predicates.Predicate` s every row read must meet (all of
+        [`Predicate`][]s every row read must meet (all of
         them); they prune files and row groups before reading.
     version
         A table version to pin (default: the latest at each load).
