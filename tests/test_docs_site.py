@@ -86,7 +86,8 @@ def test_an_api_page_lists_each_public_name_of_its_packages_once(page: str) -> N
     # A name griffe cannot see in its package (scan's lazy register_data_source) is
     # rendered by its own ::: block.
     listed += [target.rsplit(".", 1)[1] for target, members in blocks if members is None]
-    assert sorted(listed) == expected
+    assert sorted(listed) == expected, (
+        f"docs/api/{page}: its members: lists must name each of {packages}' __all__ once")
 
 
 # --- the built site, in a browser ------------------------------------------------------
