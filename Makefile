@@ -1,13 +1,14 @@
 # Two entry points, each of which sets up a virtualenv on a fresh clone first:
 #   make demo   -- the streaming enrichment demo on local Spark (no servers needed)
-#   make test   -- ruff, mypy, the docs build and the whole pytest suite (what .ci/run calls)
+#   make test   -- ruff, mypy, the docs build and the whole pytest suite (what .ci/run calls);
+#                  installs Chromium for the docs site's browser test (apt, as root) if missing
 #   make docs   -- the documentation site (docs/, mkdocs.yml) into site/, warnings as errors
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint docs bench clean
+.PHONY: setup demo test lint docs browser bench clean
 
 setup: $(STAMP)
 
@@ -33,8 +34,21 @@ docs: $(STAMP)
 # runs everything in this process.
 XDIST ?= -n 2 --dist loadgroup
 
-test: lint docs
+test: lint docs browser
 	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
+
+# tests/test_docs_site.py opens the built site in the system's headless Chromium (through
+# chromedriver). Installed here when missing, where apt-get runs as root; elsewhere (or if
+# the install fails) those tests skip, saying why, except under CI=true, where they fail.
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	  echo "installing chromium and chromium-driver (apt-get) for the docs site's browser test"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -qq chromium chromium-driver >/dev/null; } \
+	  || echo "could not install them: the browser tests will skip (fail under CI=true)"; \
+	else echo "no chromium/chromedriver, and no apt-get as root to install them:" \
+	  "the browser tests will skip (fail under CI=true)"; fi
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py

@@ -107,7 +107,7 @@ def encode_key(key: tuple[Any, ...]) -> str:
 
 
 def encode_rows(rows: Sequence[tuple[Any, ...]]) -> bytes:
-    """``rows`` (tuples) as bytes: :data:`FORMAT_PREFIX` then compact UTF-8 JSON.
+    """``rows`` (tuples) as bytes: `FORMAT_PREFIX` then compact UTF-8 JSON.
 
     Raises
     ------
@@ -161,10 +161,10 @@ def _untag(value: Any, depth: int) -> Any:
 
 
 def decode_rows(data: bytes) -> tuple[tuple[Any, ...], ...]:
-    """The rows :func:`encode_rows` wrote.
+    """The rows `encode_rows` wrote.
 
     Anything else (another format, truncated or altered bytes, a pickle) raises
-    :class:`CodecError`; nothing in ``data`` is ever executed.
+    `CodecError`; nothing in ``data`` is ever executed.
     """
     if not isinstance(data, bytes) or not data.startswith(FORMAT_PREFIX):
         raise CodecError("not a spark-lookup cache value (unknown format prefix)")

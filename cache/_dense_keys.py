@@ -44,7 +44,7 @@ def _integers(array: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
 class DenseKeys:
     """Group numbers of distinct, sorted integer-like keys that fill most of their range.
 
-    Build with :meth:`of`, which returns None when the keys are too sparse for it.
+    Build with `of`, which returns None when the keys are too sparse for it.
     """
 
     __slots__ = ("lowest", "positions", "span")

@@ -36,8 +36,8 @@ class HashTable:
 
     The table keeps no hashes of its own: each call is given ``slot_hashes``, the hash
     of every slot, which the owner stores anyway. A slot, once entered, stays until
-    :meth:`rebuild` (the owner marks dead slots itself and repoints a key's bucket to
-    its new slot with :meth:`repoint`).
+    `rebuild` (the owner marks dead slots itself and repoints a key's bucket to
+    its new slot with `repoint`).
     """
 
     __slots__ = ("buckets", "count", "mask", "shift")
@@ -166,7 +166,7 @@ class HashTable:
         self.count += len(hashes)
 
     def repoint(self, positions: np.ndarray, slots: np.ndarray) -> None:
-        """Point the buckets at ``positions`` (found by :meth:`find`) to new ``slots``."""
+        """Point the buckets at ``positions`` (found by `find`) to new ``slots``."""
         self.buckets[positions] = slots
 
     def rebuild(self, slot_hashes: np.ndarray, count: int | None = None) -> None:

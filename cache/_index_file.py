@@ -1,6 +1,6 @@
 """Flat numpy arrays in one file, written once and mapped by every reader without a copy.
 
-The layout (little-endian)::
+The layout (little-endian):
 
     b"SLKEYIDX"                 magic, 8 bytes
     header length               uint64
@@ -62,7 +62,7 @@ def write_arrays(path: Path, header: Mapping[str, Any],
     Raises
     ------
     ValueError
-        When a :class:`ComputedArray`'s pieces do not add up to its length.
+        When a `ComputedArray`'s pieces do not add up to its length.
     """
     layout: dict[str, list[Any]] = {}
     position = 0
@@ -103,7 +103,7 @@ def write_arrays(path: Path, header: Mapping[str, Any],
 
 def map_arrays(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """The header and read-only views of the arrays of a file written by
-    :func:`write_arrays`, memory-mapped (no copy: the pages are the page cache's).
+    `write_arrays`, memory-mapped (no copy: the pages are the page cache's).
 
     Raises
     ------

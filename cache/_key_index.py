@@ -22,7 +22,7 @@ FORMAT = 1
 """Version of the index's header and arrays; another one is rebuilt, never guessed."""
 
 HASH_VERSION = 1
-"""Version of :func:`cache._key_hash.hash_keys`: an index hashed otherwise is rebuilt."""
+"""Version of `cache._key_hash.hash_keys`: an index hashed otherwise is rebuilt."""
 
 _INTEGER_LIKE = (pa.types.is_integer, pa.types.is_temporal)
 # Keys hashed or checked at once: the temporaries (a dozen words a key) stay a few MB,
@@ -39,7 +39,7 @@ def _combined(column: pa.Array | pa.ChunkedArray) -> pa.Array:
 class KeyIndex:
     """The groups of a sorted table's distinct keys (see the module's docstring).
 
-    Build it with :meth:`build` (the loading process) or :meth:`from_payload` (a process
+    Build it with `build` (the loading process) or `from_payload` (a process
     mapping a published one). Immutable and thread-safe.
 
     Attributes
@@ -70,16 +70,16 @@ class KeyIndex:
 
     @staticmethod
     def hashes_needed(types: Sequence[pa.DataType]) -> bool:
-        """Whether :meth:`of_unique` hashes keys of these column types (all but one
+        """Whether `of_unique` hashes keys of these column types (all but one
         64-bit integer-like column, which is its own hash array): a load may compute
-        them batch by batch (:meth:`row_hashes`) and give them to it."""
+        them batch by batch (`row_hashes`) and give them to it."""
         only = types[0] if len(types) == 1 else None
         return only is None or not (any(test(only) for test in _INTEGER_LIKE)
                                     and only.bit_width == 64)
 
     @staticmethod
     def row_hashes(arrays: Sequence[pa.Array]) -> np.ndarray:
-        """The hash of each row of key ``arrays`` (no nulls) that :meth:`of_unique`
+        """The hash of each row of key ``arrays`` (no nulls) that `of_unique`
         enters in its table."""
         return _hashes_of([_combined(array) for array in arrays])
 
@@ -88,9 +88,9 @@ class KeyIndex:
                   hashes: np.ndarray | None = None) -> KeyIndex | None:
         """Index ``table`` in the order it is in (no null key, one chunk per column) when
         every key has one row: group ``g`` is row ``g``, nothing is sorted. None when a
-        key has several rows (sort the table and :meth:`build` it).
+        key has several rows (sort the table and `build` it).
 
-        ``hashes``, when given, are :meth:`row_hashes` of the table's key columns (a
+        ``hashes``, when given, are `row_hashes` of the table's key columns (a
         load computed them as the rows arrived): the key columns are then read only
         where two keys share a hash, not hashed here."""
         n = table.num_rows
@@ -164,7 +164,7 @@ class KeyIndex:
                    in_table is not None)
 
     def payload(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        """The header (JSON-able) and arrays that :meth:`from_payload` reads back."""
+        """The header (JSON-able) and arrays that `from_payload` reads back."""
         header: dict[str, Any] = {
             "format": FORMAT, "hash": HASH_VERSION, "num_keys": self.num_keys,
             "num_rows": self._num_rows(), "key_types": [str(t) for t in self._types],
@@ -189,7 +189,7 @@ class KeyIndex:
     @classmethod
     def from_payload(cls, header: Mapping[str, Any], arrays: Mapping[str, np.ndarray],
                      table: pa.Table, key_columns: Sequence[str]) -> KeyIndex:
-        """An index over ``table`` from what :meth:`payload` gave (mapped arrays are used
+        """An index over ``table`` from what `payload` gave (mapped arrays are used
         as they are: nothing is copied). Checks, in constant time, that it is an index of
         this table by this version of the library.
 
@@ -324,7 +324,7 @@ class KeyIndex:
 
 
 def _hashes_of(arrays: Sequence[pa.Array]) -> np.ndarray:
-    """:func:`hash_keys` of every row, a chunk of rows at a time: its temporaries (a
+    """`hash_keys` of every row, a chunk of rows at a time: its temporaries (a
     few words a key) stay bounded however many keys a snapshot has."""
     n = len(arrays[0])
     hashes = np.empty(n, dtype=np.uint64)
@@ -335,7 +335,7 @@ def _hashes_of(arrays: Sequence[pa.Array]) -> np.ndarray:
 
 
 def _column_hashes(columns: Sequence[pa.Array | pa.ChunkedArray]) -> np.ndarray | None:
-    """The hashes :func:`hash_keys` gives one 64-bit integer-like column of one chunk
+    """The hashes `hash_keys` gives one 64-bit integer-like column of one chunk
     and no null, as a view of the column's own values (they are their own hashes);
     None for any other key."""
     if len(columns) != 1:

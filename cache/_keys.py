@@ -2,7 +2,7 @@
 
 The caches answer the per-key API (``get_if_present``, ``get_all``, ``put``) from the
 same Arrow store as the batch API, so each Python key is converted to its column's
-Arrow type first. That conversion is :class:`connectors.keys.KeyCodec`'s (one set of
+Arrow type first. That conversion is [`connectors.keys.KeyCodec`][]'s (one set of
 rules for lookups and caches): exact or nothing, so ``1.5`` is no key of an integer
 column, ``datetime(2024, 1, 1, 23, 59)`` none of a date column, and no value is ever
 rounded or truncated into another key. What differs for a cache is only the outcome:

@@ -2,14 +2,14 @@
 for a deleted key), read by key after a change feed named it, so that a change is
 served without reloading the table.
 
-An :class:`Overlay` is immutable (copy-on-write: each batch of changes makes a new one)
+An `Overlay` is immutable (copy-on-write: each batch of changes makes a new one)
 and small next to the snapshot. Its distinct keys are indexed by a
-:class:`cache._key_index.KeyIndex` of their own, so they match exactly as the
+`cache._key_index.KeyIndex` of their own, so they match exactly as the
 snapshot's keys do (as values of the key types; a null never matches); key ``j``'s rows
 are ``rows[offsets[j]:offsets[j + 1]]``, ordered as a snapshot orders a key's rows, and
 each key carries when its latest change was notified (the cache's clock). A snapshot
 whose load started at ``L`` holds every change notified before ``L``: those entries go
-(:meth:`Overlay.since`), later ones stay in front of it.
+(`Overlay.since`), later ones stay in front of it.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ Answer = tuple[np.ndarray, np.ndarray, pa.Table, bool]
 
 class Overlay:
     """Changed keys and their current rows (see the module's docstring). Build it with
-    :meth:`of`; thread-safe (immutable).
+    `of`; thread-safe (immutable).
 
     Attributes
     ----------
@@ -181,7 +181,7 @@ class Overlay:
 def _key_ordered(rows: pa.Table, row_keys: np.ndarray, counts: np.ndarray,
                  names: Sequence[str]) -> pa.Table:
     """``rows`` key after key (by ``row_keys``); a key's rows ordered by their other
-    columns, as :meth:`FullSnapshot.load` orders them, so that both give a key's rows
+    columns, as `FullSnapshot.load` orders them, so that both give a key's rows
     (and its "first match") in the same order."""
     if not rows.num_rows:
         return rows

@@ -3,7 +3,7 @@
 Arrow's allocator (mimalloc or jemalloc) and the C library's keep freed pages for
 reuse; a load that frees a table's worth of chunks while it builds the next copy would
 otherwise hold both in its resident set, though only one is alive. A load calls
-:func:`give_back` after each step that freed much.
+`give_back` after each step that freed much.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ decimals, fixed-size binary, text and binary) are written this way; other column
 (booleans, dictionaries, nested types), small or rare in dimension tables, are kept as
 chunks and combined by Arrow when the spool finishes.
 
-A writer copies the table's mapped buffers from their files (:meth:`ColumnSpool.spans`)
+A writer copies the table's mapped buffers from their files (`ColumnSpool.spans`)
 instead of reading them through the map, so publishing the table does not bring it into
 memory either. Depends on nothing of ours.
 """
@@ -48,9 +48,9 @@ class Span(NamedTuple):
 class ColumnSpool:
     """The columns of one table, appended batch by batch to files in ``directory``.
 
-    Used by one thread at a time (a load). :meth:`append` every batch, then
-    :meth:`finish` once: the table, one chunk a column, its plain columns mapped from
-    the files. :meth:`discard` deletes the files (maps already made stay valid, on
+    Used by one thread at a time (a load). `append` every batch, then
+    `finish` once: the table, one chunk a column, its plain columns mapped from
+    the files. `discard` deletes the files (maps already made stay valid, on
     POSIX systems, until their last user lets go).
 
     Parameters
@@ -253,7 +253,7 @@ class _Sink:
 
 class ArraySpool:
     """One flat numpy array appended in pieces to a file, mapped back when finished
-    (made by :meth:`ColumnSpool.array`)."""
+    (made by `ColumnSpool.array`)."""
 
     def __init__(self, sink: _Sink, dtype: type[np.number[Any]]) -> None:
         self._sink = sink

@@ -112,7 +112,7 @@ class StringViews:
 
     @staticmethod
     def computed(table: pa.Table, skip: Sequence[str] = ()) -> dict[str, ComputedArray]:
-        """What :meth:`payload` of :meth:`of` holds, computed as it is written (a
+        """What `payload` of `of` holds, computed as it is written (a
         loading process publishes views it never holds)."""
         return {_PREFIX + name: ComputedArray(np.dtype(np.uint64), 2 * len(column),
                                               functools.partial(_view_pieces, column))

@@ -25,7 +25,7 @@ Rows = Sequence[Row]
 
 
 class CachedAnswers(NamedTuple):
-    """What :meth:`LookupCache.get_arrow` found for ``n`` distinct keys; key ``i``'s
+    """What [`LookupCache.get_arrow`][] found for ``n`` distinct keys; key ``i``'s
     rows are ``rows[offsets[groups[i]] : offsets[groups[i] + 1]]``. A tuple, so
     ``hit, groups, offsets, rows = cache.get_arrow(keys)`` unpacks it."""
 
@@ -103,7 +103,7 @@ class LookupCache(ABC):
         return found
 
     def put_all(self, entries: Mapping[Key, Rows]) -> None:
-        """:meth:`put` every entry of ``entries``."""
+        """[`put`][] every entry of ``entries``."""
         for key, rows in entries.items():
             self.put(key, rows)
 
@@ -111,7 +111,7 @@ class LookupCache(ABC):
 
     def bind(self, schema: pa.Schema, key_columns: Sequence[str]) -> None:
         """Learn the Arrow types of rows (the dimension schema) and which columns are
-        the key; the lookup runtime calls it before :meth:`open`. Rows of the Arrow
+        the key; the lookup runtime calls it before [`open`][]. Rows of the Arrow
         methods below have ``schema``."""
         self._bound = (schema, list(key_columns))
 
@@ -123,10 +123,10 @@ class LookupCache(ABC):
 
     def get_arrow(self, keys: Sequence[pa.Array]) -> CachedAnswers:
         """The cached answers of ``n`` distinct keys (one array per key column, no
-        nulls), in the form of a lookup probe (see :class:`CachedAnswers`).
+        nulls), in the form of a lookup probe (see `CachedAnswers`).
 
-        This default goes through :meth:`get_all` (a Python tuple per key and row);
-        :class:`~cache.DefaultLookupCache` answers in Arrow, without them.
+        This default goes through [`get_all`][] (a Python tuple per key and row);
+        [`DefaultLookupCache`][] answers in Arrow, without them.
         """
         schema, _ = self._bound_schema()
         tuples = key_tuples(keys)
@@ -138,7 +138,7 @@ class LookupCache(ABC):
         record batch of the bound schema) belongs to key ``index[j]``; a key without
         rows is cached as a missing key, if the cache keeps those.
 
-        This default goes through :meth:`put_all`.
+        This default goes through [`put_all`][].
         """
         tuples = key_tuples(keys)
         grouped: dict[Key, list[Row]] = {key: [] for key in tuples}
@@ -154,8 +154,8 @@ class LookupCache(ABC):
         tell: how many keys were given). A key that is not cached costs nothing more
         than its probe.
 
-        This default goes through :meth:`invalidate`, key by key;
-        :class:`~cache.DefaultLookupCache` removes them in bulk.
+        This default goes through [`invalidate`][], key by key;
+        [`DefaultLookupCache`][] removes them in bulk.
         """
         tuples = key_tuples(keys)
         for key in tuples:
@@ -179,7 +179,7 @@ def key_tuples(keys: Sequence[pa.Array]) -> list[Key]:
 def answers_to_arrow(
     keys: Sequence[Key], found: Mapping[Key, Rows], schema: pa.Schema
 ) -> CachedAnswers:
-    """The answers of :meth:`LookupCache.get_all` in the form of ``get_arrow``.
+    """The answers of [`LookupCache.get_all`][] in the form of ``get_arrow``.
 
     Raises
     ------

@@ -1,8 +1,8 @@
 """DefaultLookupCache: Flink's partial lookup cache (size and TTL eviction), columnar.
 
 Entries live in Arrow and numpy, not in Python objects: a batch of keys is hashed and
-probed in bulk (:mod:`cache._hash_table`), hits are gathered with ``take`` from the
-rows' Arrow segments (:mod:`cache._segments`), expiry is a comparison of timestamp
+probed in bulk (`cache._hash_table`), hits are gathered with ``take`` from the
+rows' Arrow segments (`cache._segments`), expiry is a comparison of timestamp
 arrays, and size eviction picks the least recently used entries of a batch with one
 ``argpartition``. The per-key API (``get_if_present`` / ``put``) runs on the same store.
 """
@@ -70,14 +70,14 @@ def _inferred_key_type(values: list[Any]) -> pa.DataType:
 class DefaultLookupCache(LookupCache):
     """A size- and time-bounded in-process cache of lookup results (Flink's DefaultLookupCache).
 
-    Build it with :meth:`new_builder` (or :meth:`from_options`) on the driver; it pickles
+    Build it with [`new_builder`][] (or [`from_options`][]) on the driver; it pickles
     as its configuration only and starts empty wherever it is unpickled. Thread-safe: one
     lock guards the store, so a Python worker's tasks can share one instance.
 
-    Keys and rows are stored as Arrow columns of the types :meth:`bind` gives (the lookup
+    Keys and rows are stored as Arrow columns of the types [`bind`][] gives (the lookup
     runtime binds the dimension schema); an unbound cache infers them from its first
     ``put``. Keys are values of those types, converted by the connectors' exact rules
-    (:class:`connectors.keys.KeyCodec`): a key that is no value of its column's type is
+    ([`connectors.keys.KeyCodec`][]): a key that is no value of its column's type is
     never present and ``put`` refuses it (``True`` is no key of a text column, ``1.5``
     none of an integer column, a ``datetime`` none of a date column), ``1`` and ``1.0``
     are one key of a numeric column, a FLOAT key is its value as a float (``0.1`` is the
@@ -336,7 +336,7 @@ class DefaultLookupCache(LookupCache):
     def _probe(self, arrays: Sequence[pa.Array], now: float, gather: bool
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, pa.Table | None]:
         """(hit, groups, offsets, rows) of distinct keys of the key types, in the form
-        of :meth:`LookupCache.get_arrow`. With ``gather``, or when the rows lie in
+        of [`LookupCache.get_arrow`][]. With ``gather``, or when the rows lie in
         several segments, ``rows`` holds the hits' rows only; else it is the one
         segment, and ``offsets`` the slots' row starts (no row copied)."""
         n = len(arrays[0]) if arrays else 0
@@ -554,14 +554,14 @@ class DefaultLookupCache(LookupCache):
     def _key_arrays(self, keys: Sequence[Key], strict: bool
                     ) -> tuple[list[pa.Array], np.ndarray]:
         """The distinct keys of ``keys`` as arrays of the key types, and where each key
-        went (-1: it never matches); see :meth:`CacheKeys.arrays`."""
+        went (-1: it never matches); see `CacheKeys.arrays`."""
         assert self._converter is not None
         return self._converter.arrays(keys, strict=strict)
 
     # --- LookupCache
 
     def open(self, metrics: CacheMetrics | None = None) -> None:
-        """Report into ``metrics`` (a fresh :class:`CacheMetrics` when None)."""
+        """Report into ``metrics`` (a fresh [`CacheMetrics`][] when None)."""
         super().open(metrics)
         self._metrics.register_gauges(self._gauges)
 
@@ -575,7 +575,7 @@ class DefaultLookupCache(LookupCache):
 
     def get_arrow(self, keys: Sequence[pa.Array]) -> CachedAnswers:
         """The cached answers of distinct keys given as arrays of the key types, found
-        in bulk (see :meth:`LookupCache.get_arrow`). While no put comes between reads,
+        in bulk (see [`LookupCache.get_arrow`][]). While no put comes between reads,
         the rows are merged into one segment and answered in place: no row is copied."""
         schema, _ = self._bound_schema()
         arrays = [a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in keys]
@@ -597,7 +597,7 @@ class DefaultLookupCache(LookupCache):
 
     def put_arrow(self, keys: Sequence[pa.Array], index: pa.Array,
                   rows: pa.Table | pa.RecordBatch) -> None:
-        """Cache the answers of distinct keys in bulk (see :meth:`LookupCache.put_arrow`)."""
+        """Cache the answers of distinct keys in bulk (see [`LookupCache.put_arrow`][])."""
         self._bound_schema()
         arrays = [a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in keys]
         table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
@@ -686,7 +686,7 @@ class DefaultLookupCache(LookupCache):
         self.put_all({check_key(key): rows})
 
     def put_all(self, entries: Mapping[Key, Rows]) -> None:
-        """:meth:`put` every entry, in one batch.
+        """[`put`][] every entry, in one batch.
 
         Raises
         ------
@@ -793,7 +793,7 @@ def _duration(value: timedelta | float | None, name: str) -> timedelta | None:
 
 
 class DefaultLookupCacheBuilder:
-    """Builder of :class:`DefaultLookupCache` (Flink's ``DefaultLookupCache.Builder``)."""
+    """Builder of [`DefaultLookupCache`][] (Flink's ``DefaultLookupCache.Builder``)."""
 
     def __init__(self) -> None:
         self._arguments: dict[str, Any] = {}  # of DefaultLookupCache, checked

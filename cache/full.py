@@ -1,13 +1,13 @@
 """The full cache: a whole dimension table as one immutable, indexed Arrow snapshot.
 
-A :class:`FullSnapshot` holds the table (rows with a null key dropped: they can never
+A `FullSnapshot` holds the table (rows with a null key dropped: they can never
 match; sorted by key when a key has several rows) and its key index
-(:mod:`cache._key_index`: flat numpy arrays, built here or mapped from a published
+(`cache._key_index`: flat numpy arrays, built here or mapped from a published
 snapshot), so a batch of probe keys is matched in a few vectorized passes.
-:class:`LookupFullCache` serves lookups from the current snapshot and swaps in a new
+`LookupFullCache` serves lookups from the current snapshot and swaps in a new
 one atomically: a lookup sees the old table or the new one, never a half-loaded one.
 Loading (which scan, which trigger) is the lookup runtime's business. Python keys are
-read as values of the key columns' types by the connectors' rules (:mod:`cache._keys`),
+read as values of the key columns' types by the connectors' rules (`cache._keys`),
 so a key that is no such value (``1.5`` for an integer column) matches nothing.
 """
 
@@ -50,12 +50,12 @@ _VIEWS_LOCK = threading.Lock()  # views are built once per snapshot, rarely: one
 class FullSnapshot:
     """One loaded version of a dimension table, immutable once served.
 
-    Build it with :meth:`load` or :meth:`build`. When every key has one row
+    Build it with `load` or `build`. When every key has one row
     (``unique``), the ``i``-th group (distinct key) is row ``i`` and the table is in the
     order it was loaded in (``offsets`` is empty); otherwise ``table`` is sorted by the
     key columns (a key's rows by their other columns) and the rows of the ``i``-th
     group are ``table[offsets[i]:offsets[i + 1]]``. The key index
-    (:class:`cache._key_index.KeyIndex`) may be built here or mapped from a published
+    (`cache._key_index.KeyIndex`) may be built here or mapped from a published
     snapshot: nothing else held per process grows with the table.
 
     Attributes
@@ -69,8 +69,9 @@ class FullSnapshot:
     version : int
         Increases with every successful load.
     source_version : str or None
-        The ``repr`` of the source's :meth:`~scan.Source.current_version` read before the
-        load (None: unknown); a reload finding the source still there reads nothing.
+        The ``repr`` of the source's [`current_version`][scan.Source.current_version]
+        read before the load (None: unknown); a reload finding the source still there
+        reads nothing.
     """
 
     __slots__ = (
@@ -113,7 +114,7 @@ class FullSnapshot:
 
     @property
     def views(self) -> StringViews:
-        """The views of the table's short-string columns (:mod:`cache._string_views`),
+        """The views of the table's short-string columns (`cache._string_views`),
         built by the first join that probes this snapshot: a snapshot only published
         from here (and served mapped) never builds them in memory."""
         views = self._views
@@ -137,7 +138,7 @@ class FullSnapshot:
         version: int = 1,
         source_version: str | None = None,
     ) -> FullSnapshot:
-        """Index ``table`` by ``key_columns`` (see :meth:`load`, which also frees the
+        """Index ``table`` by ``key_columns`` (see `load`, which also frees the
         loaded table's chunks as it goes; here the caller still holds them).
 
         Raises
@@ -190,7 +191,7 @@ class FullSnapshot:
     ) -> FullSnapshot:
         """Index the rows of ``batches``, written into ``spool`` as they arrive.
 
-        As :meth:`load` (null keys dropped, the load's order kept when every key has one
+        As `load` (null keys dropped, the load's order kept when every key has one
         row, else sorted by key and values), but the table is never in memory: each
         batch goes to the spool's files when it arrives, and the snapshot's table maps
         them (one chunk a column). What the build holds beside a few batches is the key
@@ -263,13 +264,13 @@ class FullSnapshot:
         source_version: str | None = None,
         build_views: bool = True,
     ) -> FullSnapshot:
-        """Index a table sorted by ``key_columns``, with no null key (what :meth:`build`
+        """Index a table sorted by ``key_columns``, with no null key (what `build`
         makes of a table where a key has several rows; a table of one row a key, in any
-        order, is indexed by :meth:`cache._key_index.KeyIndex.of_unique`).
+        order, is indexed by `cache._key_index.KeyIndex.of_unique`).
 
         Nothing is copied or sorted, so a memory-mapped table stays shared with the other
         processes mapping it; the key index is built here (a published snapshot comes
-        with its own: see :class:`cache.shared_full.SharedFullCache`).
+        with its own: see `cache.shared_full.SharedFullCache`).
 
         Parameters
         ----------
@@ -278,7 +279,7 @@ class FullSnapshot:
             the pass that finds where each key's rows start. None: find out.
         build_views
             Whether to build the views of short-string columns (16 bytes a row each) that
-            make a join's gathers faster (:mod:`cache._string_views`).
+            make a join's gathers faster (`cache._string_views`).
 
         Raises
         ------
@@ -389,10 +390,10 @@ class FullSnapshot:
 
 
 class LookupFullCache(PerProcess, LookupCache):
-    """Serves lookups from the latest :class:`FullSnapshot` (Flink's LookupFullCache).
+    """Serves lookups from the latest `FullSnapshot` (Flink's LookupFullCache).
 
     Thread-safe and lock-free on the read path: the current snapshot is one reference,
-    replaced atomically by :meth:`swap`. ``put`` and ``invalidate`` are not supported
+    replaced atomically by `swap`. ``put`` and ``invalidate`` are not supported
     (the table changes only by reloading).
 
     Parameters
@@ -401,7 +402,7 @@ class LookupFullCache(PerProcess, LookupCache):
         Columns lookups match on.
     initial_load_timeout
         How long a lookup waits for the first snapshot before raising
-        :class:`~spark_lookup.SnapshotUnavailableError`.
+        [`SnapshotUnavailableError`][].
     max_staleness
         When set, a lookup raises ``SnapshotUnavailableError`` once the current snapshot's
         ``loaded_at`` is older than this: reloads have been failing too long.
@@ -541,7 +542,7 @@ class LookupFullCache(PerProcess, LookupCache):
         raise NotImplementedError("LookupFullCache does not support put(); it reloads whole")
 
     def put_all(self, entries: Mapping[Key, Rows]) -> None:
-        """Not supported (see :meth:`put`)."""
+        """Not supported (see `put`)."""
         raise NotImplementedError("LookupFullCache does not support put_all(); it reloads whole")
 
     def invalidate(self, key: Key) -> None:

@@ -52,13 +52,13 @@ _COUNTERS = (
 )
 _GAUGES = ("num_cached_records", "num_cached_bytes")
 FIELDS: tuple[str, ...] = (*_COUNTERS, "latest_load_time", *_GAUGES)
-"""Every metric, in :meth:`CacheMetrics.snapshot` order."""
+"""Every metric, in [`CacheMetrics.snapshot`][] order."""
 GAUGES: tuple[str, ...] = _GAUGES
 """The metrics that are a size now (not a count that only grows)."""
 
 
 class _Counter:
-    """A read-only metric of :class:`CacheMetrics`, read from its values by name."""
+    """A read-only metric of [`CacheMetrics`][], read from its values by name."""
 
     def __init__(self, doc: str) -> None:
         self.__doc__ = doc
@@ -99,12 +99,12 @@ class CacheMetrics:
       ``num_change_reads``) only grow.
     - ``latest_load_time`` is the duration in milliseconds of the latest load, -1 before any.
     - Gauges (``num_cached_records``, ``num_cached_bytes``) are read from the cache that
-      registered them (:meth:`register_gauges`) at the moment they are read; bytes are an
+      registered them ([`register_gauges`][]) at the moment they are read; bytes are an
       estimate of the memory the cached rows hold.
 
     Metrics of several workers add up with ``+`` (counters and gauges are summed,
-    ``latest_load_time`` is the maximum); :meth:`snapshot` gives a plain dict that
-    travels between processes and :meth:`from_snapshot` reads it back.
+    ``latest_load_time`` is the maximum); [`snapshot`][] gives a plain dict that
+    travels between processes and [`from_snapshot`][] reads it back.
     """
 
     def __init__(self) -> None:
@@ -115,7 +115,7 @@ class CacheMetrics:
         self._gauges: Callable[[], tuple[int, int]] | None = None
         self.as_of: MetricsAsOf | None = None
         """What these metrics cover when they were read on the driver from Spark's
-        reports (:func:`lookup.lookup_metrics`); None for a cache's own, read where
+        reports ([`lookup_metrics`][lookup.lookup_metrics]); None for a cache's own, read where
         they are counted."""
 
     # --- updates (called by caches and the lookup runtime)
@@ -234,7 +234,7 @@ class CacheMetrics:
 
     @classmethod
     def from_snapshot(cls, snapshot: Mapping[str, Any]) -> CacheMetrics:
-        """Rebuild a (gauge-less) metrics object from :meth:`snapshot` output."""
+        """Rebuild a (gauge-less) metrics object from [`snapshot`][] output."""
         unknown = set(snapshot) - set(FIELDS)
         if unknown:
             raise ValueError(f"unknown metric names in snapshot: {sorted(unknown)}")

@@ -70,7 +70,7 @@ class RedisLookupCache(PerProcess, LookupCache):
     """A lookup cache in Redis, shared by every executor: N workers pay a miss once.
 
     Built on the driver; pickles as its configuration only (URL, namespace, TTL,
-    options); each Python worker creates its own client lazily, on :meth:`open` or the
+    options); each Python worker creates its own client lazily, on [`open`][] or the
     first operation. The entries themselves live in Redis, so an unpickled copy sees the
     same shared entries. Thread-safe (redis-py clients are).
 
@@ -101,7 +101,7 @@ class RedisLookupCache(PerProcess, LookupCache):
 
     Metric gauges (``num_cached_records``, ``num_cached_bytes``) stay 0: the entries are
     shared, and summing one server-wide count per worker would multiply it.
-    :meth:`size` counts the namespace on demand.
+    [`size`][] counts the namespace on demand.
 
     Parameters
     ----------
@@ -110,7 +110,7 @@ class RedisLookupCache(PerProcess, LookupCache):
         ``?ssl_ca_certs=...`` etc.) or ``unix:///path.sock?db=0``.
     namespace : str
         Prefix of every key: letters, digits and ``_ . : -`` (no glob characters, so
-        :meth:`size` can match it).
+        [`size`][] can match it).
     ttl : timedelta or float
         Time to live of each entry (seconds if a number); rounded up to milliseconds.
     cache_missing_key : bool
@@ -331,7 +331,7 @@ class RedisLookupCache(PerProcess, LookupCache):
         self.put_all({check_key(key): rows})
 
     def put_all(self, entries: Mapping[Key, Rows]) -> None:
-        """:meth:`put` every entry, in one pipelined round trip."""
+        """[`put`][] every entry, in one pipelined round trip."""
         writes: list[tuple[str, bytes | None]] = []
         for key, rows in entries.items():
             frozen = freeze_rows(check_key(key), rows)

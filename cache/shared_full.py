@@ -1,12 +1,12 @@
 """A full cache whose snapshots are shared by every process of the host.
 
-:class:`SharedFullCache` is a :class:`~cache.full.LookupFullCache` that serves the
-version published in a :class:`~cache.snapshot_store.SnapshotStore`: the table and its
+`SharedFullCache` is a `LookupFullCache` that serves the
+version published in a `SnapshotStore`: the table and its
 key index are memory maps of the store's files (one copy of the pages for all
 processes), so a process that opens a published version builds nothing proportional to
 the table. A version published without an index (an older format) is indexed here. The
 process that loads writes the new version into the store as it is read
-(:meth:`SharedFullCache.stage`, then :meth:`SharedFullCache.publish`). Who loads and
+(`SharedFullCache.stage`, then `SharedFullCache.publish`). Who loads and
 when is the caller's business (the full caching runtime); this class switches to a
 newer published version, at most one ``stat`` of the pointer per ``check_interval``, at
 the next lookup.
@@ -51,15 +51,15 @@ class SharedFullCache(LookupFullCache):
     key_columns
         Columns lookups match on.
     store
-        Where the snapshots are published; attached by :meth:`open`, detached by
-        :meth:`close`.
+        Where the snapshots are published; attached by `open`, detached by
+        `close`.
     check_interval
         Lookups look for a newer version at most this often (default 100 ms).
     on_swap
         Called with every snapshot this cache starts serving (its own loads and the
         versions it switches to), after the swap.
     initial_load_timeout, max_staleness, clock
-        As :class:`~cache.full.LookupFullCache`; staleness is measured from the load time
+        As `LookupFullCache`; staleness is measured from the load time
         recorded in the store, whichever process loaded it.
     timer
         Monotonic seconds for ``check_interval`` (tests inject a fake).
@@ -133,7 +133,7 @@ class SharedFullCache(LookupFullCache):
     def snapshot(self) -> FullSnapshot:
         """The snapshot to use now: switches first to a newer published version, if the
         pointer changed since the last look (at most one ``stat`` per ``check_interval``),
-        then as :meth:`LookupFullCache.snapshot`."""
+        then as `LookupFullCache.snapshot`."""
         self.poll()
         return super().snapshot()
 
@@ -170,10 +170,10 @@ class SharedFullCache(LookupFullCache):
         source_version: str | None = None,
     ) -> FullSnapshot:
         """Build a snapshot of the rows of ``batches`` (of ``schema``), written into the
-        store's directory as they arrive (:meth:`SnapshotStore.spool`,
-        :meth:`FullSnapshot.stream`): the load holds a few batches and the key index,
-        never the table. :meth:`publish` it next; a staged snapshot not published is
-        deleted by the next stage or by :meth:`close` (served meanwhile, it stays valid:
+        store's directory as they arrive (`SnapshotStore.spool`,
+        `FullSnapshot.stream`): the load holds a few batches and the key index,
+        never the table. `publish` it next; a staged snapshot not published is
+        deleted by the next stage or by `close` (served meanwhile, it stays valid:
         its files are mapped).
 
         The caller holds the store's lock (``with cache.store.try_lock()``).

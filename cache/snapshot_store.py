@@ -81,7 +81,7 @@ def default_snapshot_root() -> Path:
 
 
 def check_store_name(name: object, what: str = "snapshot_name") -> str:
-    """Return ``name`` if it can name a store directory, else raise :class:`ConfigError`.
+    """Return ``name`` if it can name a store directory, else raise [`ConfigError`][].
 
     1-128 letters, digits, ``_``, ``.`` or ``-``, starting with a letter or digit (so
     never a hidden file, a path or ``..``).
@@ -104,7 +104,7 @@ class StoredSnapshot:
         Increases with every version published in the store.
     loaded_at : float
         Epoch seconds when the load that produced it started, or when a later reload
-        found the source still at ``source_version`` (:meth:`SnapshotStore.confirm`).
+        found the source still at ``source_version`` (`SnapshotStore.confirm`).
     file : str
         The data file's name in the store directory.
     num_rows : int
@@ -144,7 +144,7 @@ class StoredSnapshot:
 
     @classmethod
     def from_json(cls, data: bytes) -> StoredSnapshot:
-        """Parse a record written by :meth:`to_json`.
+        """Parse a record written by `to_json`.
 
         Raises
         ------
@@ -199,7 +199,7 @@ class SnapshotStore:
     Built where it is used (a Python worker); holds only paths and open lock files, and
     is not meant to be pickled. Thread-safe: the loading thread and the lookup threads
     of a process may use one store at once. One process at a time publishes (the one
-    that holds :meth:`try_lock`); any number read.
+    that holds `try_lock`); any number read.
 
     Parameters
     ----------
@@ -215,7 +215,7 @@ class SnapshotStore:
         which is what readers index fastest).
     retention : timedelta
         A sibling store in the same parent directory that no process has attached for
-        this long, and that nobody uses now, is deleted by :meth:`attach` (once per
+        this long, and that nobody uses now, is deleted by `attach` (once per
         process per parent directory).
 
     Raises
@@ -346,7 +346,7 @@ class SnapshotStore:
         return record
 
     def read(self, record: StoredSnapshot) -> pa.Table:
-        """Map the data file of ``record`` and read it without copying (see :meth:`open`)."""
+        """Map the data file of ``record`` and read it without copying (see `open`)."""
         return self.open(record).table
 
     def open(self, record: StoredSnapshot) -> Mapped:
@@ -397,7 +397,7 @@ class SnapshotStore:
         return None if found is None else (found[0], found[1].table)
 
     def open_latest(self) -> tuple[StoredSnapshot, Mapped] | None:
-        """The published version and its mapped files (see :meth:`open`), or None when
+        """The published version and its mapped files (see `open`), or None when
         there is none (or it cannot be read: logged, and the next publish replaces it)."""
         for _ in range(_READ_ATTEMPTS):
             record = self.latest()
@@ -471,7 +471,7 @@ class SnapshotStore:
 
     def spool(self, schema: pa.Schema) -> ColumnSpool:
         """A spool for the columns of the next version, in the store's directory: a
-        load appends its batches to it as they arrive, and :meth:`publish` writes the
+        load appends its batches to it as they arrive, and `publish` writes the
         spooled table from its files. Spools left by a dead loader are deleted first.
 
         Call inside ``with store.try_lock() as locked`` when ``locked`` is True; the
@@ -495,13 +495,13 @@ class SnapshotStore:
         spool: ColumnSpool | None = None,
     ) -> StoredSnapshot:
         """Write ``table`` (and its key ``index``: header and arrays, see
-        :mod:`cache._index_file`) as ``version`` and make it the published one,
+        `cache._index_file`) as ``version`` and make it the published one,
         crash-safely; then delete every other version and any temporary file left by a
         dead writer.
 
         Call inside ``with store.try_lock() as locked`` when ``locked`` is True.
         ``table`` must be what readers index directly (sorted by key, no null key).
-        With ``spool``, ``table`` is the one it finished (see :meth:`spool`): its
+        With ``spool``, ``table`` is the one it finished (see `spool`): its
         batches were validated in full as they arrived, and its mapped buffers are
         copied from the spool's files, never read through the map.
 

@@ -27,8 +27,8 @@ class _ForwardingMetrics(CacheMetrics):
 
 
 class TieredLookupCache(LookupCache):
-    """Two caches in series: ``l1`` (in-process, e.g. :class:`DefaultLookupCache`) in
-    front of ``l2`` (shared, e.g. :class:`RedisLookupCache`).
+    """Two caches in series: ``l1`` (in-process, e.g. [`DefaultLookupCache`][]) in
+    front of ``l2`` (shared, e.g. [`RedisLookupCache`][]).
 
     - get: ``l1`` first; the keys it misses are asked of ``l2`` (one ``get_all``), and
       ``l2`` hits are promoted into ``l1``.
@@ -42,11 +42,11 @@ class TieredLookupCache(LookupCache):
     Built on the driver, pickled as its configuration: each tier pickles as its own
     configuration (both must be picklable). Thread-safe when both tiers are.
 
-    Metrics. :attr:`metrics` (the one given to :meth:`open`) counts each key once at
-    the tier level: a hit when either tier answered, a miss when both missed.
-    ``num_cache_errors`` adds up both tiers' errors (a Redis outage shows here), and the
-    gauges are ``l1``'s (records and bytes held in this process). Each tier also keeps
-    its own view, :attr:`l1_metrics` and :attr:`l2_metrics`, so that::
+    Metrics. [`metrics`][cache.TieredLookupCache.metrics] (the one given to [`open`][])
+    counts each key once at the tier level: a hit when either tier answered, a miss when
+    both missed. ``num_cache_errors`` adds up both tiers' errors (a Redis outage shows
+    here), and the gauges are ``l1``'s (records and bytes held in this process). Each
+    tier also keeps its own view, [`l1_metrics`][] and [`l2_metrics`][], so that:
 
         metrics.hit_count  == l1_metrics.hit_count + l2_metrics.hit_count
         metrics.miss_count == l2_metrics.miss_count
@@ -69,7 +69,7 @@ class TieredLookupCache(LookupCache):
     Raises
     ------
     ConfigError
-        (a ``ValueError``) if a tier is not a :class:`LookupCache`, or ``l1`` and
+        (a ``ValueError``) if a tier is not a [`LookupCache`][], or ``l1`` and
         ``l2`` are the same object.
 
     Examples

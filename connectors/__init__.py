@@ -2,7 +2,7 @@
 
 For each backend (SQL databases over ADBC or DB-API; Redis hashes, JSON and strings) this
 package owns column discovery, identifier quoting, the database type to Spark type
-mapping, value conversion (:mod:`connectors.convert`, the same vectorized Arrow casts for
+mapping, value conversion (`connectors.convert`, the same vectorized Arrow casts for
 every backend), the bad-value policy, and the Redis key and value codecs. Lookup
 functions (``lookup``) and scan sources (``scan``) are thin layers over it, so a table
 gives the same values and Spark types in every cache mode.

@@ -281,7 +281,7 @@ def cast_column(wire: pa.Array, target: pa.DataType) -> tuple[pa.Array, dict[int
     Raises
     ------
     pyarrow.ArrowNotImplementedError
-        If no cast from the wire type exists (connectors check :func:`castable` first).
+        If no cast from the wire type exists (connectors check `castable` first).
     """
     if wire.type == target and not _holds_times(target):
         return wire, {}
@@ -336,7 +336,7 @@ class _Column:
 class Conformer:
     """Reads wire columns as the dimension schema, applying the bad-value policy.
 
-    Built by a connector where it runs (it holds the connector's :class:`BadValueStats`).
+    Built by a connector where it runs (it holds the connector's `BadValueStats`).
     Thread-safe: it keeps no per-call state.
 
     Parameters

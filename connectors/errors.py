@@ -1,9 +1,9 @@
 """Which driver errors pass and which do not.
 
 Every connector translates a driver's error where it enters our code into a
-:class:`~spark_lookup.TransientConnectorError` (a lost connection, a timeout, a
+[`TransientConnectorError`][] (a lost connection, a timeout, a
 serialization failure or deadlock, a server starting or stopping: retried with
-backoff) or a permanent :class:`~spark_lookup.ConnectorError` (a missing table, a
+backoff) or a permanent [`ConnectorError`][] (a missing table, a
 refused login, a malformed statement: reported at once). The classification uses
 what the drivers say: SQLSTATE codes (psycopg, ADBC), MySQL's error numbers (pymysql,
 mysql-connector-python, mysqlclient), SQLite's result codes, and redis-py's exception
@@ -118,7 +118,7 @@ def _redis_transient(exc: BaseException) -> bool:
 def translate(exc: BaseException, message: str) -> ConnectorError:
     """``exc`` as our error: ``message`` (naming what was accessed), the driver's
     error, and the class its classification gives; ``exc`` itself when it is ours
-    already. Raise it with :func:`spark_lookup.errors.raise_from` (``raise ... from
+    already. Raise it with [`raise_from`][spark_lookup.errors.raise_from] (``raise ... from
     exc`` would make ours its own cause)."""
     if isinstance(exc, ConnectorError):
         return exc
@@ -150,7 +150,7 @@ _DRIVER_MODULES = frozenset(
 def should_retry(exc: BaseException) -> bool:
     """Whether a failed load is worth another attempt.
 
-    Our own errors say it themselves: a :class:`~spark_lookup.TransientConnectorError`
+    Our own errors say it themselves: a [`TransientConnectorError`][]
     is retried; bad configuration, bad keys, bad values (``BadValueError``), other
     permanent connector errors and ``RecursionError`` (input nested too deep) are not.
     A driver's error that reached us untranslated (from a user's lookup function) is

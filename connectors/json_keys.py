@@ -6,7 +6,7 @@ numbers (read with ``parse_float=Decimal``, so a BIGINT beyond 2**53 or a DECIMA
 every digit), floating values as numbers or ``"NaN"``/``"Infinity"``/``"-Infinity"``,
 dates and timestamps as ISO 8601 text (an instant with its offset), and binary values
 as ``\\x``-prefixed hex text (PostgreSQL's ``to_json`` writes exactly these). What this
-module returns goes on through :class:`connectors.keys.KeyCodec`, which checks every
+module returns goes on through [`connectors.keys.KeyCodec`][], which checks every
 value against its column as it does a lookup's keys: ``true`` is no key of an INT
 column, ``1.5`` none of a BIGINT one.
 """

@@ -3,12 +3,12 @@ turned into Arrow arrays, the form every connector sends to its store.
 
 A key value is read as a value of its column's Spark type, never compared as a Python
 object: ``True`` is no key of an INT column and ``1`` none of a STRING column (each is
-a :class:`~spark_lookup.KeyKindError`), ``1.0`` is the BIGINT ``1``, ``Decimal('1.50')``
+a [`KeyKindError`][]), ``1.0`` is the BIGINT ``1``, ``Decimal('1.50')``
 the DECIMAL(10,2) ``1.50``. A key holding None, NaN or NaT, or a value of the right kind
 that no value of the column can equal (``1.5`` for a BIGINT column, ``1.005`` for a
 DECIMAL(10,2), text with a lone surrogate) never matches and is never sent. A value
 the column's type cannot hold (an integer beyond its range, ``Decimal('1E+1000000')``,
-``10**400`` for a DOUBLE) is a :class:`~spark_lookup.KeyKindError` at once, found without
+``10**400`` for a DOUBLE) is a [`KeyKindError`][] at once, found without
 materializing it.
 """
 
@@ -86,7 +86,7 @@ def _type_name(data_type: T.DataType) -> str:
 
 class _Coercer:
     """Reads one key value as a value of a Spark type: the value, NO_MATCH, or raises
-    a message (str) through :class:`_Refused`."""
+    a message (str) through `_Refused`."""
 
     def __init__(self, data_type: T.DataType) -> None:
         self.data_type = data_type
@@ -368,7 +368,7 @@ class KeyCodec:
         What the keys are for, in messages (``"table 'customers'"``).
     arrow_types
         The Arrow types to encode into, when not the Spark types' own (a cache bound to
-        an Arrow schema, see :meth:`for_arrow`): a value that its own type holds but
+        an Arrow schema, see [`for_arrow`][]): a value that its own type holds but
         this one does not (a fraction of a second for ``timestamp[s]``) never matches.
 
     Raises
@@ -400,7 +400,7 @@ class KeyCodec:
     def for_arrow(cls, names: Sequence[str], arrow_types: Sequence[pa.DataType],
                   where: str) -> KeyCodec:
         """A codec of keys for columns of these Arrow types, each read as the Spark type
-        of :func:`key_spark_type` and encoded as its Arrow type exactly.
+        of `key_spark_type` and encoded as its Arrow type exactly.
 
         Raises
         ------
@@ -448,7 +448,7 @@ class KeyCodec:
         Raises
         ------
         KeyKindError
-            As :meth:`encode`.
+            As [`encode`][].
         """
         self.check_shape(key)
         if any(value is None for value in key):
@@ -478,7 +478,7 @@ class KeyCodec:
         """The distinct matchable keys of ``keys`` as Arrow arrays, and where each key
         went. Every key is checked (a wrong kind is reported whichever other keys
         there are), except, with ``skip_null_keys``, a key holding a null anywhere
-        (:func:`has_null`): it never matches, so its other values are not looked at
+        (`has_null`): it never matches, so its other values are not looked at
         (the lookup runtime's rule: such a key is never sent).
 
         ``shapes_checked`` says the caller already checked that every key is a tuple

@@ -31,7 +31,7 @@ class BadValuePolicy(enum.Enum):
       is kept. In a column declared NOT NULL the row cannot hold a NULL, so it is
       dropped instead.
     - ``DROPMALFORMED``: the row holding a bad value is dropped.
-    - ``FAILFAST``: the read fails with :class:`~spark_lookup.BadValueError` naming
+    - ``FAILFAST``: the read fails with [`BadValueError`][] naming
       the table, key, column, value and target type; a full load fails at once, never
       retried.
 
@@ -124,7 +124,7 @@ class BadValueStats:
 
 class CountsBadValues:
     """Reports the bad values met in this process by the connector table it reads
-    through (held in the attribute :attr:`_COUNTED_BY` names)."""
+    through (held in the attribute `_COUNTED_BY` names)."""
 
     _COUNTED_BY: ClassVar[str]
 

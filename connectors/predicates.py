@@ -1,11 +1,11 @@
 """Filters pushed into loads: structured predicates, never SQL text.
 
-A :class:`Predicate` names a column, an operator and a value. A source evaluates a
+A [`Predicate`][] names a column, an operator and a value. A source evaluates a
 list of them (all must hold) where the data lives: a database gets ``"column" = ?``
 with the value bound; a Parquet file's row groups are skipped, unread, when their
-statistics rule the predicates out (:func:`predicates_to_pruning`, a pyarrow dataset
+statistics rule the predicates out (`predicates_to_pruning`, a pyarrow dataset
 expression), and the rows read are filtered after conversion to the declared types
-(:func:`predicates_mask`); Redis rows are filtered after the read. As Iceberg's Flink
+(`predicates_mask`); Redis rows are filtered after the read. As Iceberg's Flink
 lookup source applies a join's constant conditions to its full cache, so a full cache
 of ``WHERE active = true`` holds only those rows.
 """
@@ -94,7 +94,7 @@ def check_predicates(
     Raises
     ------
     ConfigError
-        For something that is not a list of :class:`Predicate`, or an unknown column.
+        For something that is not a list of [`Predicate`][], or an unknown column.
     """
     if predicates is None:
         return ()
@@ -150,7 +150,7 @@ def predicates_to_pruning(predicates: Sequence[Predicate], file_schema: Any, sch
     row groups in which no row, read as ``schema``, meets every predicate. None when no
     predicate can be tested so.
 
-    A predicate is left out (it still filters the rows read, :func:`predicates_mask`)
+    A predicate is left out (it still filters the rows read, `predicates_mask`)
     unless the file holds its column as the declared type (or another layout of the
     same text or binary values), so that statistics describe the values read, and
     unless statistics can decide it: floating statistics leave NaN out, so ``!=`` and

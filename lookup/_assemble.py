@@ -1,7 +1,7 @@
 """Executor side of a lookup join: one Arrow record batch in, the joined batch out.
 
 Per batch: the distinct keys of the stream rows are found with one vectorized
-factorization; only the distinct keys go to the runtime's :meth:`~LookupRuntime.probe`
+factorization; only the distinct keys go to the runtime's `probe`
 (the one path for every provider: a partial cache plus one batched load of the misses,
 or no cache); a full cache's index is probed with every row's key instead
 (``probes_rows``); the output is assembled with Arrow ``take`` on both sides. No Python

@@ -37,7 +37,7 @@ _Queued = tuple[list[pa.Array], np.ndarray]
 
 class ChangeOverlay:
     """Applies a feed's key changes to a full cache through ``function`` (a
-    :class:`~lookup._listener.ChangeSink`). Thread-safe.
+    `ChangeSink`). Thread-safe.
 
     Parameters
     ----------
@@ -80,10 +80,10 @@ class ChangeOverlay:
         self._asked_at: float | None = None  # when the bound last asked for a reload
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="lookup-change-reads")
         self.current: Overlay | None = None
+        """The overlay as last published (None: empty); probes use `serving`."""
         self.trimmed_to = -math.inf
         """The newest snapshot load start the overlay was trimmed for: a probe holding an
         older snapshot must take the newer one (the entries it lacks are gone)."""
-        """The overlay as last published (None: empty); probes use :meth:`serving`."""
 
     def close(self) -> None:
         """Apply nothing more; the function is closed on the reader thread once the
@@ -153,7 +153,7 @@ class ChangeOverlay:
         self._reloads.connected(reconnected)
 
     def disconnected(self) -> None:
-        """The feed stopped listening (as :class:`ChangeReloads` handles it)."""
+        """The feed stopped listening (as `ChangeReloads` handles it)."""
         self._reloads.disconnected()
 
     def _queue(self, queued: _Queued) -> None:

@@ -29,7 +29,7 @@ CallLater = Callable[[float, Callable[[], object], str], object]
 
 
 class ChangeReloads:
-    """Reloads a full cache after changes (a :class:`~lookup._listener.ChangeSink`).
+    """Reloads a full cache after changes (a `ChangeSink`).
 
     Parameters
     ----------
@@ -54,7 +54,7 @@ class ChangeReloads:
     Attributes
     ----------
     metrics, clock, describe, host
-        As given; the runtime's :class:`~lookup._change_overlay.ChangeOverlay` reports
+        As given; the runtime's `ChangeOverlay` reports
         through the same ones (both serve one full cache).
     """
 
@@ -119,7 +119,7 @@ class ChangeReloads:
 
     def subscribed(self) -> bool:
         """The runtime subscribed, perhaps to a listener connected long ago (then no
-        :meth:`connected` comes): whether the host's version may be served as it is.
+        `connected` comes): whether the host's version may be served as it is.
         False when it was loaded before now and no other process has covered it: it
         may lack a change only other processes heard (one they hold in their overlays,
         or one nobody heard), and the runtime loads one after now before serving."""

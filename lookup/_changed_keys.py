@@ -17,7 +17,7 @@ __all__ = ["ChangedKeys"]
 class ChangedKeys:
     """Reads notified keys (tuples of JSON values in the feed's column order) as the
     provider's keys: reordered to its key columns, decoded to their Spark types, and
-    checked and encoded by its :class:`~connectors.keys.KeyCodec`."""
+    checked and encoded by its [`KeyCodec`][]."""
 
     def __init__(self, feed: ChangeFeed, key_columns: Sequence[str], key_types: Sequence[Any],
                  codec: KeyCodec) -> None:

@@ -1,4 +1,4 @@
-"""A Flink ``CREATE TABLE`` statement read into what :meth:`lookup.LookupOptions.from_ddl`
+"""A Flink ``CREATE TABLE`` statement read into what [`from_ddl`][lookup.LookupOptions.from_ddl]
 builds from: the ``WITH (...)`` options (each with where it is written), the columns as a
 Spark schema, and the ``PRIMARY KEY``.
 
@@ -15,7 +15,7 @@ computed columns (Flink SQL expressions), metadata columns, ``PARTITIONED BY``, 
 ``AS SELECT``. A ``WATERMARK`` is ignored (it orders a stream; a lookup reads the table
 as it is when a key is looked up), and so is a computed ``AS PROCTIME()`` column (a
 lookup join is always at processing time). Every error is a
-:class:`~spark_lookup.ConfigError` naming the line and column.
+[`ConfigError`][spark_lookup.ConfigError] naming the line and column.
 
 Hand-written, not sqlglot: sqlglot (30.30, measured on Flink's own DDL examples) has no
 Flink dialect, and none of its dialects reads them. None parses ``ROW<a INT>``,

@@ -1,13 +1,13 @@
 """One load of a full cache: the source read whole, built into a snapshot.
 
 Shared across the processes of a host, the loading process streams the source into the
-host's snapshot store as it is read (:meth:`cache.shared_full.SharedFullCache.stage`),
+host's snapshot store as it is read (`cache.shared_full.SharedFullCache.stage`),
 so its memory does not grow with the table; if the store's directory cannot take it (a
 full disk), the table is loaded in memory instead and served by this process alone. A
-cache of one process loads in memory (:meth:`cache.full.FullSnapshot.load`).
+cache of one process loads in memory (`cache.full.FullSnapshot.load`).
 
 Either way the readers hand the memory they free back to the system as they go
-(:attr:`scan.ReaderOptions.release_memory`): a load's peak is what it holds, not what
+(`scan.ReaderOptions.release_memory`): a load's peak is what it holds, not what
 the allocator of each reader thread kept.
 """
 

@@ -26,7 +26,7 @@ _PACKAGES = ("cache", "connectors", "lookup", "scan", "spark_lookup", "triggers"
 
 
 def check_worker_python(spark: Any) -> None:
-    """Raise :class:`~spark_lookup.ConfigError` when a classic local session's workers
+    """Raise [`ConfigError`][] when a classic local session's workers
     would start a Python that cannot import spark-lookup. Runs on the driver.
 
     Only a classic session whose master is ``local[...]`` is checked, and only when

@@ -1,16 +1,16 @@
 """A change feed applied to a partial cache: the changed keys dropped, and no load that
 raced a change left in the cache.
 
-:class:`CacheInvalidation` is the runtime's subscriber (``lookup._listener``): the keys
+`CacheInvalidation` is the runtime's subscriber (``lookup._listener``): the keys
 of each batch of changes are read as values of the key columns' types (JSON values
-through :func:`connectors.json_keys.decode_json_keys`, then the provider's
-:class:`~connectors.keys.KeyCodec`, exactly as lookup keys are) and removed from the
+through `connectors.json_keys.decode_json_keys`, then the provider's
+[`KeyCodec`][], exactly as lookup keys are) and removed from the
 cache in bulk; a key never cached costs its probe only.
 
 The race: a load reads a row, the row changes and its notification arrives, then the
 load puts the old row into the cache, where no later notification would remove it. So
-every load takes a token (:meth:`begin`) before it reads, and puts through
-:meth:`put_arrow`/:meth:`put_all`, which leave out every key notified since the token
+every load takes a token (`begin`) before it reads, and puts through
+`put_arrow`/`put_all`, which leave out every key notified since the token
 (by their 64-bit hashes: a collision leaves a key uncached, never a stale one), or the
 whole load after an "everything". Puts and invalidations hold one lock, so nothing
 falls between the check and the put; lookups never take it.
@@ -46,7 +46,7 @@ _EVERYTHING = None
 
 
 class CacheInvalidation:
-    """Applies ``feed``'s changes to ``cache`` (a :class:`~lookup._listener.ChangeSink`)
+    """Applies ``feed``'s changes to ``cache`` (a `ChangeSink`)
     and guards the runtime's puts. Thread-safe."""
 
     def __init__(self, cache: LookupCache, codec: KeyCodec, feed: ChangeFeed,
@@ -134,8 +134,8 @@ class CacheInvalidation:
     # --- the loads' side
 
     def begin(self) -> int:
-        """A load is about to read: its token for :meth:`put_arrow`/:meth:`put_all`,
-        to give back with :meth:`end` however it ends."""
+        """A load is about to read: its token for `put_arrow`/`put_all`,
+        to give back with `end` however it ends."""
         with self._lock:
             token = self._sequence
             self._loading[token] = self._loading.get(token, 0) + 1

@@ -1,5 +1,5 @@
 """The Python driver a JDBC URL is read with, and the picklable connection factory that
-opens it (:class:`JdbcConnect`), where the password lives.
+opens it (`JdbcConnect`), where the password lives.
 
 Drivers, by database, in the order the default takes them: PostgreSQL ``adbc``
 (adbc-driver-postgresql), ``psycopg``, ``psycopg2``; MySQL/MariaDB ``pymysql``,
@@ -116,9 +116,9 @@ class JdbcConnect:
     connection factory of the SQL lookup functions and sources built from Flink options.
 
     A small picklable value (it travels to executors); the driver is imported where it
-    connects. The password is held only here, in a :class:`~lookup._secret.Secret`: the
+    connects. The password is held only here, in a `Secret`: the
     repr shows the driver, host, port, database and user, and a failed connection raises
-    a :class:`~spark_lookup.ConnectorError` (transient or not, as the driver's error is
+    a [`ConnectorError`][] (transient or not, as the driver's error is
     classified) whose message has the password scrubbed out, with no driver exception
     attached (a driver may quote the DSN it was given).
     """

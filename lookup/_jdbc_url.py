@@ -5,7 +5,7 @@ Python driver connects with: ``jdbc:postgresql://``, ``jdbc:mysql://``,
 URL parameters map onto the drivers' own (libpq's ``sslmode``, a connect timeout);
 one that changes how values are read or secured and has no Python counterpart here is
 refused, never dropped. The password (``password=`` or ``user:password@``) is taken
-out into a :class:`~lookup._secret.Secret` at once; :func:`redact_jdbc_url` is the URL
+out into a `Secret` at once; `redact_jdbc_url` is the URL
 every message shows.
 """
 
@@ -39,7 +39,7 @@ _MYSQL_IGNORED = frozenset({"serverTimezone", "characterEncoding", "useUnicode",
 
 def redact_jdbc_url(url: str) -> str:
     """``url`` without what may be a credential (``user:password@``, ``password=``):
-    :func:`spark_lookup._credentials.redact_credentials`."""
+    `spark_lookup._credentials.redact_credentials`."""
     return redact_credentials(url)
 
 
@@ -49,7 +49,7 @@ class JdbcUrl:
     and the connection parameters in the drivers' terms."""
 
     backend: str
-    """``"postgres"``, ``"mysql"`` or ``"sqlite"`` (:mod:`connectors.sql.flavor`)."""
+    """``"postgres"``, ``"mysql"`` or ``"sqlite"`` (`connectors.sql.flavor`)."""
     host: str | None
     port: int | None
     database: str | None
@@ -212,7 +212,7 @@ def _postgres_params(params: dict[str, str], key: str, shown: str) -> dict[str, 
 
 def _split(text: str) -> SplitResult | None:
     """``text`` split as a URL, None when it does not parse (no parser error kept: see
-    :func:`_port`)."""
+    `_port`)."""
     try:
         return urlsplit(text)
     except ValueError:

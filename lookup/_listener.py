@@ -1,8 +1,8 @@
 """The listener of a change feed in one process: one daemon thread per feed, shared by
-every runtime that uses the feed here, started by the first :func:`subscribe` and
+every runtime that uses the feed here, started by the first `subscribe` and
 stopped when the last subscription closes.
 
-The thread connects (:meth:`ChangeFeed.connect`), tells every subscriber that it is
+The thread connects ([`ChangeFeed.connect`][]), tells every subscriber that it is
 connected, then hands each batch of changes it receives to every subscriber. When the
 connection is lost it reconnects with backoff (0.1 s doubling to 10 s); once connected
 again it tells every subscriber so, *after* listening, and each then treats everything
@@ -34,7 +34,7 @@ _MAX_BACKOFF_SECONDS = 10.0
 
 
 class ChangeSink(Protocol):
-    """What a runtime gives :func:`subscribe`: called on the listener thread."""
+    """What a runtime gives `subscribe`: called on the listener thread."""
 
     def changes(self, changes: Sequence[Change]) -> None:
         """Changes received (in order); one call per batch the connection returned."""
@@ -45,7 +45,7 @@ class ChangeSink(Protocol):
 
     def disconnected(self) -> None:
         """The connection ended (lost, or the listener stops): changes may be missed
-        until :meth:`connected` is called again."""
+        until `connected` is called again."""
 
 
 def _backoff(failures: int) -> float:
@@ -158,7 +158,7 @@ class _Listener:
 
 
 class Subscription:
-    """A runtime's use of a feed's listener; :meth:`close` ends it (idempotent)."""
+    """A runtime's use of a feed's listener; `close` ends it (idempotent)."""
 
     def __init__(self, listener: _Listener, sink: ChangeSink) -> None:
         self._listener: _Listener | None = listener

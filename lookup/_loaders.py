@@ -1,7 +1,7 @@
 """Loaders: one interface over synchronous and asynchronous lookup functions.
 
 A loader answers a list of distinct, null-free keys with a mapping of key to rows. A
-load that fails for some keys only raises :class:`PartialLoad` carrying the answered
+load that fails for some keys only raises `PartialLoad` carrying the answered
 keys, so the runtime retries just the failed ones.
 """
 

@@ -25,7 +25,7 @@ __all__ = ["PandasJoin", "pandas_input"]
 
 @dataclass(frozen=True)
 class _Wire:
-    """How one stream column crosses ``mapInPandas`` (see :func:`pandas_input`)."""
+    """How one stream column crosses ``mapInPandas`` (see `pandas_input`)."""
 
     arrow_type: pa.DataType | None
     """Its Arrow type in the joined batch (None: as pyarrow infers it)."""
@@ -106,7 +106,7 @@ def _as_pandas_type(arrow_type: pa.DataType) -> Any:
 
 
 class PandasJoin:
-    """The join for ``mapInPandas`` over :func:`pandas_input`'s DataFrame (picklable):
+    """The join for ``mapInPandas`` over `pandas_input`'s DataFrame (picklable):
     each frame back to the stream's Arrow batch, by position, then the same join as
     ``mapInArrow``'s, then pandas again."""
 

@@ -1,5 +1,5 @@
 """What every lookup runtime is: the base class the partial and full caching runtimes
-extend, and the Arrow answer to a batch of keys (:class:`Probe`) joins assemble from.
+extend, and the Arrow answer to a batch of keys (`Probe`) joins assemble from.
 
 A module of its own so that the runtimes (``lookup.runtime``, ``lookup.full_caching``)
 and the registry that builds them all import it, and none imports another's module.
@@ -62,7 +62,7 @@ def add_rows(answers: dict[int, tuple[Row, ...]] | list[tuple[Row, ...]],
     """Add to ``answers`` the rows of ``rows`` as Python tuples: row ``j`` belongs to
     the key at ``positions[j]``, and a key's rows keep their order. ``answers`` is a
     dict by key position, or a list with a slot per key position. The values are made
-    a column at a time (:func:`connectors.rows.python_values`) and placed by C loops
+    a column at a time (`connectors.rows.python_values`) and placed by C loops
     when each key has one row (the usual case); ``answers`` holds no key of
     ``positions`` yet."""
     if not len(positions):
@@ -82,8 +82,8 @@ def add_rows(answers: dict[int, tuple[Row, ...]] | list[tuple[Row, ...]],
 
 def probe_answers(groups: np.ndarray, offsets: np.ndarray, rows: pa.Table
                   ) -> dict[int, tuple[Row, ...]]:
-    """The answer of a probe (in the form of :class:`Probe`) as Python rows, by key
-    position; keys without rows are left out (see :func:`place_probe_answers`)."""
+    """The answer of a probe (in the form of `Probe`) as Python rows, by key
+    position; keys without rows are left out (see `place_probe_answers`)."""
     answers: dict[int, tuple[Row, ...]] = {}
     place_probe_answers(answers, groups, offsets, rows)
     return answers
@@ -91,8 +91,8 @@ def probe_answers(groups: np.ndarray, offsets: np.ndarray, rows: pa.Table
 
 def place_probe_answers(answers: dict[int, tuple[Row, ...]] | list[tuple[Row, ...]],
                         groups: np.ndarray, offsets: np.ndarray, rows: pa.Table) -> None:
-    """Add to ``answers`` (as :func:`add_rows`) the answer of a probe (in the form of
-    :class:`Probe`) as Python rows. Only the matched rows are taken out of ``rows``
+    """Add to ``answers`` (as `add_rows`) the answer of a probe (in the form of
+    `Probe`) as Python rows. Only the matched rows are taken out of ``rows``
     (which may hold others) and turned into Python values."""
     positions, row_numbers = expand(groups, offsets)
     if len(positions):
@@ -121,13 +121,14 @@ class Probe:
 
 
 class LookupRuntime:
-    """The per-worker runtime of one provider. Use :func:`lookup.open_lookup` to get one.
+    """The per-worker runtime of one provider. Use
+    [`lookup.open_lookup`][lookup.open_lookup] to get one.
 
     Thread-safe: the tasks of a worker may call it concurrently.
     """
 
     probes_rows = False
-    """:meth:`probe` takes repeated and null keys (one per stream row) as cheaply as
+    """`probe` takes repeated and null keys (one per stream row) as cheaply as
     distinct ones, counting a hit or miss per key given: a join skips factorizing."""
 
     def __init__(self, provider: LookupProvider) -> None:
@@ -137,7 +138,8 @@ class LookupRuntime:
         self._width = len(provider.schema.fields)
 
     def open(self) -> None:
-        """Open the function, cache or trigger; called once, by :func:`lookup.open_lookup`."""
+        """Open the function, cache or trigger; called once, by
+        [`lookup.open_lookup`][lookup.open_lookup]."""
 
     def close(self) -> None:
         """Release everything opened; called when the last handle closes."""
@@ -148,7 +150,7 @@ class LookupRuntime:
 
     def _lookup_keys(self, keys: list[Key]) -> dict[Key, tuple[Row, ...]]:
         """Rows of each of ``keys`` (checked tuples, repeats possible). This default
-        sets null keys apart and answers the distinct others by :meth:`_lookup_distinct`."""
+        sets null keys apart and answers the distinct others by `_lookup_distinct`."""
         valid: list[Key] = []
         nulls: list[Key] = []
         for key in dict.fromkeys(keys):
@@ -166,7 +168,7 @@ class LookupRuntime:
         holding a null never matches): the one path of joins and SQL functions, for
         every kind of provider.
 
-        This default answers through :meth:`lookup_batch` (a Python tuple per key and
+        This default answers through `lookup_batch` (a Python tuple per key and
         row); a full cache answers from its snapshot's index.
 
         Raises

@@ -13,7 +13,7 @@ __all__ = ["HIDDEN", "Secret"]
 
 
 class Secret:
-    """A secret string, shown as ``***``; :meth:`reveal` is the one way to read it.
+    """A secret string, shown as ``***``; `reveal` is the one way to read it.
 
     It pickles with its value, since it travels to executors inside a connection
     factory; nothing else about it prints the value.

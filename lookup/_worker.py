@@ -2,7 +2,7 @@
 
 Spark reuses a Python worker process across tasks (and micro-batches) and keeps its
 module globals, so a worker pins the runtime of each provider it used in the process's
-registry (:data:`lookup.runtime.REGISTRY`): the cache stays warm and a full cache loads
+registry (`lookup.runtime.REGISTRY`): the cache stays warm and a full cache loads
 once per worker, not once per task. The pins are released when the process exits.
 """
 
@@ -40,8 +40,8 @@ def metrics_report(provider: LookupProvider) -> str | None:
     number (``s``, increasing within the worker, so the driver keeps each worker's
     latest report whatever order reports arrive in), the wall-clock time in epoch
     milliseconds (``t``, which orders the reports of different workers) and every
-    metric of :meth:`cache.CacheMetrics.snapshot` by name (``m``). Runs in executors'
-    Python workers; :mod:`lookup.metrics` reads it on the driver.
+    metric of [`cache.CacheMetrics.snapshot`][] by name (``m``). Runs in executors'
+    Python workers; `lookup.metrics` reads it on the driver.
     """
     runtime = REGISTRY.runtime(provider.provider_id)
     if runtime is None:

@@ -1,19 +1,19 @@
 """Change feeds: the keys of a dimension table that changed, delivered to the caches of
 every Python worker that looks it up, so that caches stay fresh without reloading.
 
-A feed is configuration (:class:`ChangeFeed`), built on the driver and pickled into the
+A feed is configuration ([`ChangeFeed`][]), built on the driver and pickled into the
 provider that takes it (``changes=``). Where a runtime of that provider opens, the
 feed's listener starts: one daemon thread per feed and process, shared by every runtime
-using it (``lookup._listener``), that holds one :class:`ChangeConnection` and hands
-what it receives (:class:`Change`) to the runtimes. A partial cache drops exactly the
+using it (``lookup._listener``), that holds one `ChangeConnection` and hands
+what it receives (`Change`) to the runtimes. A partial cache drops exactly the
 changed keys; a full cache reloads soon after (debounced by ``min_interval``). A lookup
 never touches the feed.
 
 Nothing is lost: a connection that drops cannot say what it missed, so once the
 listener has connected again (listening first, so that nothing falls between), every
 runtime is told that everything may have changed: partial caches are flushed, full
-caches reload. A feed backend only implements :meth:`ChangeFeed.connect`;
-:class:`InProcessChanges` is the smallest one (and the one tests use).
+caches reload. A feed backend only implements [`ChangeFeed.connect`][];
+`InProcessChanges` is the smallest one (and the one tests use).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ DEFAULT_CONNECT_TIMEOUT = timedelta(seconds=10)
 @dataclass(frozen=True)
 class Change:
     """One notification of a feed: the ``keys`` that changed, each a tuple of JSON values
-    (numbers, text, booleans; see :mod:`connectors.json_keys`) in the order of the feed's
+    (numbers, text, booleans; see `connectors.json_keys`) in the order of the feed's
     ``key_columns``, or ``everything`` that may have changed (a ``TRUNCATE``, a statement
     changing more keys than a notification carries), with its ``reason``."""
 
@@ -66,7 +66,7 @@ class ChangeConnection(ABC):
         """
 
     def interrupt(self) -> None:  # noqa: B027  # optional hook
-        """Make a :meth:`receive` running in another thread return soon (the listener
+        """Make a `receive` running in another thread return soon (the listener
         is stopping). Thread-safe. By default ``receive`` returns at its timeout."""
 
     @abstractmethod
@@ -80,13 +80,13 @@ class ChangeFeed(ABC):
     Built on the driver and pickled to the workers as its configuration (what to
     connect to; never a connection). Every copy keeps the ``feed_id`` of the original,
     so the runtimes of one process that use copies of one feed share one listener. A
-    backend implements :meth:`connect`; the listener thread, reconnection with backoff,
+    backend implements [`connect`][]; the listener thread, reconnection with backoff,
     the flush after a lost connection and the delivery to caches are the same for all.
 
     Parameters
     ----------
     key_columns
-        The columns whose values a change carries, in the order of a :class:`Change`'s
+        The columns whose values a change carries, in the order of a `Change`'s
         keys; a provider that takes the feed must look up by exactly these columns (in
         any order).
     min_interval
@@ -209,7 +209,7 @@ class _InProcessConnection(ChangeConnection):
 
 class InProcessChanges(ChangeFeed):
     """A change feed within one Python process, as ``LISTEN``/``NOTIFY`` within one
-    database: :meth:`publish` delivers to the connections open at that moment, and a
+    database: `publish` delivers to the connections open at that moment, and a
     change published while no connection is open is lost (the listener's flush after
     reconnecting makes up for it).
 
@@ -253,7 +253,7 @@ class InProcessChanges(ChangeFeed):
 
     def drop_connections(self, *, refuse: bool = False) -> None:
         """Break every open connection (their listeners reconnect); with ``refuse``, also
-        refuse new connections until :meth:`accept_connections`."""
+        refuse new connections until `accept_connections`."""
         bus = _bus(self.feed_id)
         with bus.condition:
             bus.refusing = refuse

@@ -160,7 +160,7 @@ class EventWriter(threading.Thread):
 
     Each file is written under ``staging`` and then renamed into the inbox, so Spark's
     file source never lists a half-written file. The first event of every file is the
-    customer and product that :data:`CHANGES` update, so every micro-batch shows them.
+    customer and product that `CHANGES` update, so every micro-batch shows them.
     """
 
     def __init__(self, inbox: Path, staging: Path, settings: DemoSettings) -> None:
@@ -221,7 +221,7 @@ _COLUMNS = _BATCH.format(batch="batch", time="time", rows="rows") + _ROW.format(
 class BatchPrinter:
     """Prints each micro-batch of enriched rows and tracks the changes.
 
-    Runs on the driver (:class:`SinkReader` hands it the rows of each micro-batch), so it
+    Runs on the driver (`SinkReader` hands it the rows of each micro-batch), so it
     may keep state; the clock and the output stream are injected for the summary and
     for tests.
 
@@ -362,7 +362,7 @@ BATCH_TIME = "batch_time"
 
 
 def split_batches(rows: Sequence[dict[str, Any]]) -> list[tuple[Any, list[dict[str, Any]]]]:
-    """Rows grouped by :data:`BATCH_TIME`, in time order (the column removed)."""
+    """Rows grouped by `BATCH_TIME`, in time order (the column removed)."""
     groups: dict[Any, list[dict[str, Any]]] = {}
     for row in rows:
         values = dict(row)
@@ -554,7 +554,7 @@ def run_demo(settings: DemoSettings | None = None, out: TextIO | None = None) ->
     Parameters
     ----------
     settings
-        Timing; default :class:`DemoSettings` (about a minute of streaming).
+        Timing; default `DemoSettings` (about a minute of streaming).
     out
         Where to print (default ``sys.stdout``).
 

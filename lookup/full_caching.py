@@ -60,7 +60,7 @@ _DUE_RECHECK_SECONDS = 0.05
 
 
 class FullCachingRuntime(LookupRuntime):
-    """Per-worker runtime of a :class:`~lookup.FullCachingLookupProvider`.
+    """Per-worker runtime of a [`FullCachingLookupProvider`][].
 
     Parameters
     ----------
@@ -68,7 +68,7 @@ class FullCachingRuntime(LookupRuntime):
         The provider (its trigger is copied, never opened twice).
     store
         A snapshot store to share (default: the provider's, when
-        :meth:`~lookup.FullCachingLookupProvider.shares_snapshots` says so here).
+        [`shares_snapshots`][lookup.FullCachingLookupProvider.shares_snapshots] says so here).
         Giving one shares regardless of the provider's setting.
     """
 
@@ -500,8 +500,8 @@ class FullCachingRuntime(LookupRuntime):
 
     def _load_coming(self) -> bool:
         """Whether a load was submitted, or the trigger's next one starts within
-        :data:`_DUE_MARGIN_SECONDS`: lookups take turns already (see
-        :func:`~spark_lookup._load_priority.lookup_turn`), so that the threads that
+        `_DUE_MARGIN_SECONDS`: lookups take turns already (see
+        `lookup_turn`), so that the threads that
         start it wake in time."""
         running = self._running
         if running is not None and not running.done():

@@ -22,7 +22,7 @@ class LookupFunctionBase:
     A subclass sets ``schema`` (a Spark DDL string or ``StructType``) and ``key_columns``
     (names of schema fields, in key order) as class attributes or in ``__init__``.
     Instances are built on the driver and pickled to executors: keep clients out of
-    ``__init__`` and create them in :meth:`open`, which runs where the function runs.
+    ``__init__`` and create them in [`open`][], which runs where the function runs.
     """
 
     schema: SchemaLike = None
@@ -72,8 +72,8 @@ def check_key_columns(
 class LookupFunction(LookupFunctionBase, ABC):
     """Fetches the dimension rows of a key, synchronously.
 
-    Subclasses implement :meth:`lookup`; sources that can answer many keys in one round
-    trip (SQL ``IN``, Redis pipelines) override :meth:`lookup_batch`, which the caching
+    Subclasses implement [`lookup`][]; sources that can answer many keys in one round
+    trip (SQL ``IN``, Redis pipelines) override [`lookup_batch`][], which the caching
     runtime calls once per batch of distinct misses.
 
     Examples
@@ -100,7 +100,7 @@ class LookupFunction(LookupFunctionBase, ABC):
         (distinct keys, no nulls), the result is, for each row found, the position of
         its key (an int64 array) and the rows (a ``pyarrow.RecordBatch`` of the schema).
 
-        Runs on executors. The default goes through :meth:`lookup_batch` (a Python
+        Runs on executors. The default goes through [`lookup_batch`][] (a Python
         tuple per key and row); connectors answer in Arrow end to end.
         """
         import pyarrow as pa
@@ -126,23 +126,23 @@ class LookupFunction(LookupFunctionBase, ABC):
     def lookup_batch(self, keys: Sequence[Key]) -> Mapping[Key, Sequence[Row]]:
         """The rows of each of ``keys`` (distinct, none containing None), as a mapping
         with an entry for every key (empty for no match). The default loops over
-        :meth:`lookup`."""
+        [`lookup`][]."""
         return {key: self.lookup(key) for key in keys}
 
 
 class AsyncLookupFunction(LookupFunctionBase, ABC):
     """Fetches the dimension rows of a key with asyncio (Flink's AsyncLookupFunction).
 
-    The runtime runs :meth:`async_lookup` on its own event loop thread with at most
+    The runtime runs [`async_lookup`][] on its own event loop thread with at most
     ``capacity`` lookups in flight and a per-lookup ``timeout`` (provider options).
     """
 
     @abstractmethod
     async def async_lookup(self, key: Key) -> Sequence[Row]:
-        """The rows of ``key``, as :meth:`LookupFunction.lookup` returns them."""
+        """The rows of ``key``, as [`LookupFunction.lookup`][] returns them."""
 
     async def async_lookup_batch(self, keys: Sequence[Key]) -> Mapping[Key, Sequence[Row]]:
-        """The rows of each key; by default the runtime awaits :meth:`async_lookup` per key
+        """The rows of each key; by default the runtime awaits [`async_lookup`][] per key
         (bounded by ``capacity``). Override to answer a batch in one round trip."""
         raise NotImplementedError
 

@@ -71,7 +71,7 @@ def lookup_join(
         setting is read or changed. (A TIMESTAMP_NTZ outside the years 1677-2262 fails
         in PySpark's conversion: use ``"arrow"``.)
     metrics
-        Report the workers' cache metrics to the driver for :func:`lookup.lookup_metrics`.
+        Report the workers' cache metrics to the driver for [`lookup.lookup_metrics`][].
         Off by default: they travel in an extra column that the plan observes and drops
         (DESIGN.md, lookup/, "Metrics are opt-in"), which costs about 10-25% of a
         full-cache join's throughput. ``None`` (default) follows the session setting
@@ -94,7 +94,7 @@ def lookup_join(
     Notes
     -----
     With metrics on, a batch DataFrame is observed with a ``pyspark.sql.Observation``
-    (read back by :func:`lookup.lookup_metrics`) and a streaming one under a name of
+    (read back by [`lookup.lookup_metrics`][]) and a streaming one under a name of
     its own, in each micro-batch's ``StreamingQueryProgress.observedMetrics``.
 
     Examples

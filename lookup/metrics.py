@@ -64,7 +64,7 @@ _NAME_PREFIX = "spark_lookup_metrics_"
 _NOTE = re.compile(re.escape(NOTE_PREFIX) + r"(\{.*?\})\s*$", re.MULTILINE)
 
 _CLASSIC_WAIT_SECONDS = 1.0
-"""How long :func:`lookup_metrics` waits for classic observations to be read back.
+"""How long [`lookup_metrics`][] waits for classic observations to be read back.
 
 A classic ``Observation`` is filled before its action returns, but its only reader,
 ``Observation.get``, blocks until then: on one that no action has run yet it would
@@ -91,7 +91,7 @@ class WorkerReport:
     at : int
         When the worker made the report (epoch milliseconds, the worker's clock).
     values : dict
-        The metrics by name (the fields of :meth:`cache.CacheMetrics.snapshot` that this
+        The metrics by name (the fields of [`cache.CacheMetrics.snapshot`][] that this
         version knows; others are ignored).
     """
 
@@ -103,7 +103,7 @@ class WorkerReport:
 
 
 def parse_report(text: object) -> WorkerReport | None:
-    """Read one report written by :func:`lookup._worker.metrics_report`; None (and a
+    """Read one report written by `lookup._worker.metrics_report`; None (and a
     debug log) for anything else, so a damaged report never fails the reader."""
     if not isinstance(text, str):
         return None
@@ -162,7 +162,7 @@ class _ProviderReports:
 
 class _ClassicObservation:
     """A classic session's ``Observation`` of one batch lookup join, read on a thread
-    of its own once :func:`lookup_metrics` asks (see ``_CLASSIC_WAIT_SECONDS``)."""
+    of its own once [`lookup_metrics`][] asks (see ``_CLASSIC_WAIT_SECONDS``)."""
 
     def __init__(self, store: _MetricsStore, name: str, observation: Observation) -> None:
         self.store = store
@@ -377,7 +377,7 @@ class _ProgressListener(StreamingQueryListener):
 def observe_metrics(mapped: DataFrame, provider: LookupProvider, *,
                     report_rows: bool = True) -> DataFrame:
     """Observe the reports in ``mapped`` (the output of a lookup join's map, with
-    :data:`REPORT_COLUMN`), then drop the column, and with ``report_rows`` the rows
+    `REPORT_COLUMN`), then drop the column, and with ``report_rows`` the rows
     that only carry a report. Runs on the driver, when the join is built; returns the
     DataFrame the user gets."""
     from pyspark.sql import Observation
@@ -409,7 +409,7 @@ def _check_provider(provider: object) -> LookupProvider:
 
 
 def metrics_enabled(spark: AnySparkSession) -> bool:
-    """Whether :data:`METRICS_ENABLED` is on in ``spark`` (classic or Connect). Runs on
+    """Whether `METRICS_ENABLED` is on in ``spark`` (classic or Connect). Runs on
     the driver, when a join is built.
 
     Raises
@@ -446,13 +446,13 @@ def _unavailable(provider: LookupProvider) -> MetricsUnavailableError:
 
 def worker_reports(provider: LookupProvider) -> list[WorkerReport]:
     """The latest report of each Python worker that ran ``lookup_join`` tasks with
-    ``provider``, as :func:`lookup_metrics` adds them up (oldest first). Runs on the
+    ``provider``, as [`lookup_metrics`][] adds them up (oldest first). Runs on the
     driver.
 
     Raises
     ------
     MetricsUnavailableError, ConfigError
-        As :func:`lookup_metrics`.
+        As [`lookup_metrics`][].
     """
     provider = _check_provider(provider)
     reports = _METRICS.collect(provider)
@@ -489,7 +489,7 @@ def lookup_metrics(provider: LookupProvider, spark: AnySparkSession | None = Non
     Parameters
     ----------
     provider
-        The provider given to :func:`lookup.lookup_join`.
+        The provider given to [`lookup.lookup_join`][].
     spark
         Accepted for compatibility and ignored: metrics are kept per provider for the
         whole driver process, whichever session ran the joins.

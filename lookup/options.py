@@ -42,12 +42,12 @@ class LookupOptions:
     """A Flink table's ``WITH (...)`` options, validated, and the providers they describe.
 
     A Flink DDL's options carry over unchanged. With ``'connector'`` = ``'jdbc'``,
-    ``'filesystem'``, ``'delta'`` or ``'redis'``, :meth:`provider` builds the whole
-    provider from them (see :mod:`lookup.table_options` and
+    ``'filesystem'``, ``'delta'`` or ``'redis'``, [`provider`][] builds the whole
+    provider from them (see `lookup.table_options` and
     docs/flink-table-options.md); otherwise it takes the lookup function or source, and the keys of
     another connector are left alone. An unknown key (of ``lookup.*`` or of the named
     connector), a key that does not apply to the chosen ``lookup.cache`` mode, or a
-    bad value raises :class:`~spark_lookup.ConfigError` naming the key. A password (the
+    bad value raises [`ConfigError`][] naming the key. A password (the
     ``'password'`` option, or one in a URL) is never shown: not in this object's repr,
     the provider's, a log line or an error.
 
@@ -97,19 +97,19 @@ class LookupOptions:
     table: TableOptions | None = None
     """The connector's options, checked (None when no connector built here is named)."""
     schema: StructType | None = None
-    """A DDL's columns (:meth:`from_ddl`): the table's schema for :meth:`provider`."""
+    """A DDL's columns ([`from_ddl`][]): the table's schema for [`provider`][]."""
     key_columns: tuple[str, ...] | None = None
-    """A DDL's ``PRIMARY KEY``: the default key columns of :meth:`provider`."""
+    """A DDL's ``PRIMARY KEY``: the default key columns of [`provider`][]."""
 
     @classmethod
     def from_dict(cls, options: Mapping[str, Any]) -> LookupOptions:
         """Validate ``options`` (a dict of Flink keys to strings), on the driver: every
         key and value given; a connector's required keys are checked when
-        :meth:`provider` builds from them. Flink's deprecated lookup-cache keys
+        [`provider`][] builds from them. Flink's deprecated lookup-cache keys
         (``lookup.cache.max-rows``, ``lookup.cache.ttl``,
         ``lookup.cache.caching-missing-key``) are accepted as Flink accepts them, with a
         ``FutureWarning`` naming the current key. A duration given as a bare number is
-        milliseconds, as in Flink, with a :class:`~spark_lookup.ConfigWarning` naming the
+        milliseconds, as in Flink, with a [`ConfigWarning`][spark_lookup.ConfigWarning] naming the
         key when it is under a second (``'600'``: 0.6 s).
 
         Raises
@@ -149,8 +149,8 @@ class LookupOptions:
     @classmethod
     def from_ddl(cls, ddl: str) -> LookupOptions:
         """Read a Flink ``CREATE TABLE`` statement, on the driver: its ``WITH (...)``
-        options are checked by :meth:`from_dict`, its columns become the schema and its
-        ``PRIMARY KEY`` the default key columns of :meth:`provider` (nothing else is
+        options are checked by [`from_dict`][], its columns become the schema and its
+        ``PRIMARY KEY`` the default key columns of [`provider`][] (nothing else is
         derived: as in Flink, ``'table-name'`` is not the DDL's table name).
 
         Flink's types map to Spark's (docs/flink-table-options.md): ``STRING``,
@@ -166,7 +166,7 @@ class LookupOptions:
             Naming the line and column: a syntax error; a type with no Spark counterpart
             (MULTISET, INTERVAL, RAW), a computed or metadata column, ``PARTITIONED BY``,
             ``LIKE`` or ``AS SELECT``, each with why; and every error of
-            :meth:`from_dict`, with where its option is written.
+            [`from_dict`][], with where its option is written.
 
         Examples
         --------
@@ -222,7 +222,7 @@ class LookupOptions:
         Parameters
         ----------
         target
-            A :class:`~lookup.LookupFunction` or :class:`~lookup.AsyncLookupFunction` for
+            A [`LookupFunction`][] or [`AsyncLookupFunction`][] for
             ``NONE``/``PARTIAL``; a ``scan.Source`` for ``FULL``. None: built from the
             connector options (``jdbc``: ``lookup.SqlLookupFunction`` /
             ``scan.SqlTableSource``; ``redis``: ``lookup.RedisLookupFunction`` /
@@ -232,13 +232,13 @@ class LookupOptions:
             For a target: required for ``FULL`` (a source has no key) unless the DDL
             has a ``PRIMARY KEY``; a function declares its own, and given for one they
             must be the same. Built from the options: default the DDL's ``PRIMARY
-            KEY`` (:meth:`from_ddl`), else the table's primary key (``jdbc``, from its
+            KEY`` ([`from_ddl`][]), else the table's primary key (``jdbc``, from its
             catalog) or the key template's columns (``redis``); required for files and
             Delta otherwise.
         schema
             Built from the options: the table's columns, as a Flink DDL lists them (a
             Spark DDL string or ``StructType``); default the DDL's columns
-            (:meth:`from_ddl`, which then takes no ``schema=``), else all columns, with
+            ([`from_ddl`][], which then takes no ``schema=``), else all columns, with
             the types the catalog or files give. Required for ``redis``. A target's own
             schema must have the DDL's columns, of the same types.
         kwargs

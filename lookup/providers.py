@@ -1,7 +1,7 @@
 """Providers: a lookup function (or scan source) with its caching strategy and options.
 
-A provider is what the user builds on the driver and hands to :func:`lookup.lookup_join`,
-:func:`lookup.register_lookup_function` or :func:`lookup.open_lookup`. It is a small
+A provider is what the user builds on the driver and hands to [`lookup.lookup_join`][],
+[`lookup.register_lookup_function`][] or [`lookup.open_lookup`][]. It is a small
 picklable value: the function, cache and trigger inside it travel to executors as
 their configuration and are opened there (Flink's ``LookupFunctionProvider`` family).
 Each provider gets a random ``provider_id`` when built; copies unpickled in one Python
@@ -132,7 +132,7 @@ def _built(cls: type[_P], fn: Any, base: type[LookupFunctionBase], max_retries: 
 class LookupFunctionProvider(LookupProvider):
     """Looks every key up in the function, with no cache (Flink's ``LookupFunctionProvider``).
 
-    Misses are still loaded in one :meth:`~lookup.LookupFunction.lookup_batch` call per
+    Misses are still loaded in one [`lookup_batch`][lookup.LookupFunction.lookup_batch] call per
     batch of distinct keys.
     """
 
@@ -203,9 +203,9 @@ class PartialCachingLookupProvider(_PartiallyCached, LookupFunctionProvider):
         changes: ChangeFeed | None = None,
     ) -> PartialCachingLookupProvider:
         """A provider caching the results of ``fn`` in ``cache`` (e.g. a
-        :class:`cache.DefaultLookupCache`); other options as :meth:`LookupFunctionProvider.of`.
+        [`cache.DefaultLookupCache`][]); other options as [`LookupFunctionProvider.of`][].
 
-        ``changes`` (a :class:`~lookup.ChangeFeed`, e.g. :class:`~lookup.PostgresChanges`)
+        ``changes`` (a [`ChangeFeed`][], e.g. [`PostgresChanges`][])
         drops each key from the cache when the feed says it changed, in every worker,
         with no cost to lookups; after the feed's connection was lost the cache is
         flushed (see docs/freshness.md).
@@ -228,7 +228,7 @@ class PartialCachingLookupProvider(_PartiallyCached, LookupFunctionProvider):
 
 @dataclass(frozen=True)
 class AsyncLookupFunctionProvider(LookupProvider):
-    """Looks keys up with an :class:`~lookup.AsyncLookupFunction`, at most ``capacity``
+    """Looks keys up with an [`AsyncLookupFunction`][], at most ``capacity``
     in flight, each bounded by ``timeout`` (Flink's ``AsyncLookupFunctionProvider``)."""
 
     function: AsyncLookupFunction = field(kw_only=True)
@@ -283,8 +283,8 @@ class PartialCachingAsyncLookupProvider(_PartiallyCached, AsyncLookupFunctionPro
         changes: ChangeFeed | None = None,
     ) -> PartialCachingAsyncLookupProvider:
         """A provider caching the results of the async ``fn`` in ``cache``; options as
-        :meth:`AsyncLookupFunctionProvider.of`, ``changes`` as
-        :meth:`PartialCachingLookupProvider.of`."""
+        [`AsyncLookupFunctionProvider.of`][], ``changes`` as
+        [`PartialCachingLookupProvider.of`][]."""
         return _built(cls, fn, AsyncLookupFunction, max_retries, retry_policy, retry_on_miss,
                       batch_size, capacity=check_int(capacity, "capacity"),
                       timeout=as_timedelta(timeout, "timeout"), cache=cache, changes=changes)
@@ -300,7 +300,7 @@ class FullCachingLookupProvider(LookupProvider):
     counted as a miss). A failed reload keeps serving the last good snapshot.
 
     In Spark's Python workers the snapshot is shared by every worker of the host through
-    a snapshot store (see :meth:`of`, ``share_across_workers``).
+    a snapshot store (see [`of`][], ``share_across_workers``).
     """
 
     source: Any = field(kw_only=True)
@@ -379,8 +379,9 @@ class FullCachingLookupProvider(LookupProvider):
         initial_load_timeout
             How long the first lookup waits for the first load.
         max_staleness
-            When set, lookups fail with :class:`~spark_lookup.SnapshotUnavailableError`
-            once the last good snapshot is older than this (reloads keep failing).
+            When set, lookups fail with
+            [`SnapshotUnavailableError`][spark_lookup.SnapshotUnavailableError] once the
+            last good snapshot is older than this (reloads keep failing).
         max_retries, retry_policy
             Retries of a failed reload with backoff, before waiting for the next firing.
         share_across_workers
@@ -405,8 +406,8 @@ class FullCachingLookupProvider(LookupProvider):
             A name shares it across applications too (a restarted query starts warm):
             give one only to providers that read the same table.
         changes
-            A :class:`~lookup.ChangeFeed` of the source's table (e.g.
-            :class:`~lookup.PostgresChanges`). With a keyed lookup of the source
+            A [`ChangeFeed`][] of the source's table (e.g.
+            [`PostgresChanges`][]). With a keyed lookup of the source
             (``change_lookup``, or the source's own: a ``scan.SqlTableSource`` has one),
             each worker reads the changed keys by key (one batched query per batch of
             notifications) into an overlay served in front of the snapshot, so a change
@@ -417,7 +418,7 @@ class FullCachingLookupProvider(LookupProvider):
             connection reload it either way. The trigger still reloads on its schedule,
             which bounds staleness when no notification comes.
         change_lookup
-            A :class:`~lookup.LookupFunction` reading rows of the source's table by key,
+            A [`LookupFunction`][] reading rows of the source's table by key,
             with the provider's schema and key columns (in order): what ``changes``
             reads changed keys with, for a source that has no keyed lookup of its own
             (or to replace it). Its rows must be those a load gives (the same filters,

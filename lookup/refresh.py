@@ -1,11 +1,12 @@
 """Scheduled full reloads of a small table into Spark, served as a refreshed temp view.
 
-:class:`ScheduledTableRefresh` reads a bounded ``scan.Source`` through its PySpark data
-source (:func:`scan.register_data_source`: splits planned on the driver, read on the
-executors) whenever its ``triggers.CacheReloadTrigger`` fires, materializes the rows as a
-new *version*, and points a temp view at that version with one catalog call. SQL and
-DataFrames that name the view after the swap read the new version; plans resolved
-before it keep theirs. A reload that fails keeps the view on the last good version.
+[`ScheduledTableRefresh`][] reads a bounded ``scan.Source`` through its PySpark data
+source ([`scan.register_data_source`][scan.spark.register_data_source]: splits planned
+on the driver, read on the executors) whenever its ``triggers.CacheReloadTrigger``
+fires, materializes the rows as a new *version*, and points a temp view at that version
+with one catalog call. SQL and DataFrames that name the view after the swap read the
+new version; plans resolved before it keep theirs. A reload that fails keeps the view on
+the last good version.
 
 The Spark behaviour this rests on (how classic and Connect DataFrames, streams and
 caches resolve a replaced view): DESIGN.md, lookup/, "Refreshed temp views".
@@ -81,7 +82,7 @@ class Materialization(enum.Enum):
 
 @dataclass(frozen=True)
 class RefreshStatus:
-    """A consistent snapshot of a refresh's state (:meth:`ScheduledTableRefresh.status`).
+    """A consistent snapshot of a refresh's state ([`ScheduledTableRefresh.status`][]).
 
     Attributes
     ----------
@@ -152,11 +153,11 @@ class _Version:
 class ScheduledTableRefresh:
     """A temp view over a small table, reloaded in full whenever a trigger fires.
 
-    Lives on the driver. :meth:`open` registers ``source`` as a PySpark data source,
-    opens ``trigger`` with this object as its :class:`triggers.ReloadContext` and waits
+    Lives on the driver. [`open`][] registers ``source`` as a PySpark data source,
+    opens ``trigger`` with this object as its [`triggers.ReloadContext`][] and waits
     for the first load. Each firing runs one load on a background thread of this
     object: the executors read the source's splits, the rows are materialized (see
-    :class:`Materialization`), and ``createOrReplaceTempView`` points the view at the
+    [`Materialization`][]), and ``createOrReplaceTempView`` points the view at the
     new version. Queries resolved before the swap keep the version they resolved.
 
     A load that fails is retried with ``retry_policy``'s backoff; if every attempt
@@ -166,7 +167,7 @@ class ScheduledTableRefresh:
     naming the view, until a load succeeds.
 
     Thread-safe: firings arrive on the trigger's scheduler thread, explicit reloads and
-    :meth:`status` may come from any thread while queries on the view run on others.
+    [`status`][] may come from any thread while queries on the view run on others.
     Loads never overlap: a reload asked for while one runs is queued once (later asks
     join the queued one), so its future reports a load that started after the ask.
 
@@ -177,7 +178,7 @@ class ScheduledTableRefresh:
     source : scan.Source
         A bounded source declaring its schema; picklable (read on the executors).
     trigger : triggers.CacheReloadTrigger
-        When to reload. Opened by :meth:`open`, closed by :meth:`close`; the triggers
+        When to reload. Opened by [`open`][], closed by [`close`][]; the triggers
         of this library load once when opened, then on their schedule.
     view_name : str
         The temp view (a plain identifier). This object owns it while open.
@@ -197,7 +198,7 @@ class ScheduledTableRefresh:
         that resolved it before (default 60 s; 0: right after the swap). A query that
         outlives it recomputes the missing partitions from the live source.
     initial_load_timeout : timedelta or float
-        How long :meth:`open` waits for the first load (default 5 min).
+        How long [`open`][] waits for the first load (default 5 min).
     clock : callable
         Wall-clock seconds since the epoch (``time.time``), for the status timestamps
         and ``current_processing_time``; timers use real time (the process scheduler).
@@ -209,7 +210,7 @@ class ScheduledTableRefresh:
 
     Notes
     -----
-    :meth:`close` stops the trigger, interrupts a load in progress (its Spark operations
+    [`close`][] stops the trigger, interrupts a load in progress (its Spark operations
     carry a session tag of their own, ``SparkSession.addTag``), drops the view and
     unpersists every version, unless
     ``keep_view=True``: then the last version stays as a plain temp view (release it
@@ -321,7 +322,7 @@ class ScheduledTableRefresh:
 
     @property
     def is_open(self) -> bool:
-        """Whether the refresh is between :meth:`open` and :meth:`close`."""
+        """Whether the refresh is between [`open`][] and [`close`][]."""
         return self._state == "open"
 
     def open(self, *, wait: bool = True) -> ScheduledTableRefresh:
@@ -337,7 +338,7 @@ class ScheduledTableRefresh:
         ConfigError
             Another open refresh serves this view in this session.
         RuntimeError
-            Opened twice, or after :meth:`close`.
+            Opened twice, or after [`close`][].
         """
         from scan.spark import register_data_source
 
@@ -431,7 +432,7 @@ class ScheduledTableRefresh:
                  "kept" if keep_view else "dropped")
 
     def status(self) -> RefreshStatus:
-        """The current :class:`RefreshStatus` (a consistent snapshot)."""
+        """The current [`RefreshStatus`][] (a consistent snapshot)."""
         with self._lock:
             return self._status
 
@@ -469,8 +470,8 @@ class ScheduledTableRefresh:
     def trigger_reload(self) -> Future[RefreshStatus]:
         """Reload now (also what the trigger calls); returns promptly.
 
-        The future completes with the :class:`RefreshStatus` after the swap, or fails
-        with :class:`~spark_lookup.errors.LookupLoadError` when every attempt failed
+        The future completes with the [`RefreshStatus`][] after the swap, or fails
+        with [`LookupLoadError`][] when every attempt failed
         (the view kept its version), or with ``RuntimeError`` once closed.
         """
         with self._lock:
@@ -752,7 +753,7 @@ def _settle(future: Future[RefreshStatus], result: RefreshStatus | None = None,
 
 
 def _retryable(exc: BaseException) -> bool:
-    """Whether a failed load is worth another attempt: as :func:`should_retry` says,
+    """Whether a failed load is worth another attempt: as `should_retry` says,
     of the source's own error when it failed in a Python worker."""
     line = _worker_error_line(exc)
     module, _, name = ("" if line is None else line.partition(":")[0]).rpartition(".")
@@ -786,7 +787,7 @@ def _worker_error_line(exc: BaseException) -> str | None:
 
 def _summary(error: BaseException | None) -> str:
     """One line for an error: its first line, then the Python worker's exception (see
-    :func:`_worker_error_line`) or else its last line naming an error."""
+    `_worker_error_line`) or else its last line naming an error."""
     if error is None:
         return "no error"
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]

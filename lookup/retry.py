@@ -70,7 +70,7 @@ class RetryPolicy:
 @dataclass(eq=False)
 class Retries:
     """The one retry loop of every caller: iterate it (once per try), report a failed
-    try with :meth:`failed`, and break out on success or when it says the error is not
+    try with `failed`, and break out on success or when it says the error is not
     worth retrying. Before each retry it logs the failure and the backoff, calls
     ``on_retry`` (to count it) and waits the backoff: with the policy's ``sleep``, or
     ``wait(seconds)``, which ends the tries by returning True (a closing runtime).

@@ -2,7 +2,7 @@
 
 This is Flink's ``CachingLookupFunction`` and ``LookupCacheManager`` in one place: the
 function-backed runtime, and the process's one registry of runtimes (of every kind).
-:func:`open_lookup` returns a handle on the runtime of a provider, creating and opening
+[`open_lookup`][] returns a handle on the runtime of a provider, creating and opening
 it on first use and sharing it (reference counted) with every later ``open_lookup`` of
 the same provider in the process, and with the worker's joins and SQL functions
 (``lookup._worker``); the last reference released closes it.
@@ -149,7 +149,7 @@ class _LoadingRuntime(LookupRuntime):
 
     def probe(self, keys: Sequence[pa.Array], describe: str = "lookup") -> Probe:
         """Distinct keys: cast to the key columns' types (a key that cannot be, or holds
-        a null, never matches), then answered as :meth:`_answer` says."""
+        a null, never matches), then answered as `_answer` says."""
         function = self._arrow_function
         if function is None:
             return super().probe(keys, describe)
@@ -166,7 +166,7 @@ class _LoadingRuntime(LookupRuntime):
     def _fetch(self, function: LookupFunction, arrays: list[pa.Array]) -> _Fetched:
         """The answers of distinct keys of the key types: the cache's, in Arrow, and the
         misses loaded in one ``lookup_arrow`` call per ``batch_size`` keys and put back
-        in bulk. No Python object per key or row for a :class:`~cache.DefaultLookupCache`
+        in bulk. No Python object per key or row for a [`DefaultLookupCache`][]
         and a connector's function."""
         count = len(arrays[0]) if arrays else 0
         cache = self._cache
@@ -201,8 +201,8 @@ class _LoadingRuntime(LookupRuntime):
 
     def _answer(self, function: LookupFunction, arrays: list[pa.Array]
                 ) -> tuple[np.ndarray, np.ndarray, pa.Table]:
-        """The rows of distinct keys of the key types (see :meth:`_fetch`), in the form
-        of :class:`Probe`: ``groups``, ``offsets``, ``rows``."""
+        """The rows of distinct keys of the key types (see `_fetch`), in the form
+        of `Probe`: ``groups``, ``offsets``, ``rows``."""
         fetched = self._fetch(function, arrays)
         groups, offsets, rows, miss = fetched.groups, fetched.offsets, fetched.rows, fetched.miss
         loaded = fetched.loaded
@@ -232,7 +232,7 @@ class _LoadingRuntime(LookupRuntime):
 
     def _python_answer(self, function: LookupFunction, arrays: list[pa.Array]
                        ) -> list[tuple[Row, ...]]:
-        """The rows of distinct keys of the key types (see :meth:`_fetch`) as Python
+        """The rows of distinct keys of the key types (see `_fetch`) as Python
         tuples, by key position, and one empty answer more at the end (so that
         position -1, a key that never matches, reads as none): only the answer is
         turned into Python values, a column at a time, and the loaded rows are placed
@@ -457,8 +457,8 @@ class _LoadingRuntime(LookupRuntime):
 
 
 class _Fetched(NamedTuple):
-    """What :meth:`_LoadingRuntime._fetch` found: the cache's answer in the form of a
-    :class:`Probe` (-1 for a miss), the positions of the missed keys, and the rows
+    """What `_LoadingRuntime._fetch` found: the cache's answer in the form of a
+    `Probe` (-1 for a miss), the positions of the missed keys, and the rows
     loaded for them (``None``: nothing was loaded) with ``row_keys``, the position
     among the misses of each row's key."""
 
@@ -495,7 +495,7 @@ class _Entry:
 class _RuntimeRegistry:
     """Process-wide runtimes by provider id, reference counted (Flink's LookupCacheManager).
 
-    A reference is held by every open :class:`LookupHandle`, and by a Spark worker once
+    A reference is held by every open [`LookupHandle`][], and by a Spark worker once
     a task used the provider (its *pin*, one at most, released at exit), so later tasks
     find the cache warm. Reads take no lock: it is held while a runtime opens.
     """
@@ -557,7 +557,7 @@ REGISTRY = _RuntimeRegistry()
 class LookupHandle:
     """A handle on the shared runtime of a provider in this process.
 
-    Returned by :func:`open_lookup`; a context manager. ``close`` is idempotent and
+    Returned by [`open_lookup`][]; a context manager. ``close`` is idempotent and
     releases this handle's reference only.
     """
 

@@ -211,7 +211,7 @@ def register_lookup_function(spark: AnySparkSession, name: str, provider: Lookup
     uncached providers, the first row the lookup function returned; for full caches,
     the first in the snapshot, where the rows of a key are ordered by their other
     columns (nested ones aside), so the same data gives the same first row after every
-    reload. Use :func:`register_lookup_table_function` when a key has several rows and
+    reload. Use [`register_lookup_table_function`][] when a key has several rows and
     all matter.
 
     A key argument whose type cannot equal the key column's (``STRING`` for a ``BIGINT``
@@ -222,7 +222,7 @@ def register_lookup_function(spark: AnySparkSession, name: str, provider: Lookup
     ``SELECT d.* FROM (SELECT name(key) AS d FROM t)``. ``name(key).column`` works.
 
     Works on classic and Spark Connect sessions. Its lookups are not reported to
-    :func:`lookup.lookup_metrics` (see :mod:`lookup.spark_sql`).
+    [`lookup.lookup_metrics`][] (see `lookup.spark_sql`).
 
     Examples
     --------
@@ -247,11 +247,11 @@ def register_lookup_function(spark: AnySparkSession, name: str, provider: Lookup
 
 
 class _LookupTableFunction:
-    """Base of the UDTF classes :func:`register_lookup_table_function` builds (one
+    """Base of the UDTF classes [`register_lookup_table_function`][] builds (one
     subclass per registration, holding the provider as class attributes).
 
     Spark creates one instance per task in each executor Python worker and calls
-    :meth:`eval` once per input row.
+    `eval` once per input row.
     """
 
     _name: str = ""
@@ -317,7 +317,7 @@ def register_lookup_table_function(spark: AnySparkSession, name: str,
 
     The output columns are all dimension columns in schema order (key columns included).
 
-    ``spark``, ``name`` and ``provider`` are as for :func:`register_lookup_function`,
+    ``spark``, ``name`` and ``provider`` are as for [`register_lookup_function`][],
     and so are the errors raised on the driver.
 
     Returns
@@ -327,7 +327,7 @@ def register_lookup_table_function(spark: AnySparkSession, name: str,
 
     Notes
     -----
-    A *left* lateral join needs ``ON true``::
+    A *left* lateral join needs ``ON true``:
 
         SELECT t.*, d.name FROM t LEFT JOIN LATERAL name(t.id) d ON true
 
@@ -336,7 +336,7 @@ def register_lookup_table_function(spark: AnySparkSession, name: str,
     rows without a match (or with a null key) are dropped.
 
     Works on classic and Spark Connect sessions. Its lookups are not reported to
-    :func:`lookup.lookup_metrics` (see :mod:`lookup.spark_sql`).
+    [`lookup.lookup_metrics`][] (see `lookup.spark_sql`).
 
     ``eval`` is called once per row, so each row costs a Python call and pickling
     (roughly 10-20 microseconds per row where the scalar function costs a few); for

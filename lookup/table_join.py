@@ -1,7 +1,7 @@
 """register_lookup_join: a whole lookup join as one SQL table function over a table
 argument, ``SELECT * FROM enrich(TABLE(orders))``.
 
-It runs the worker side of :func:`lookup.lookup_join` (the same runtime, caches, key
+It runs the worker side of [`lookup.lookup_join`][] (the same runtime, caches, key
 checks, type rules, one-to-many rows, left and inner) once per Arrow batch of the
 table argument, at the speed of ``mapInArrow``.
 
@@ -38,10 +38,10 @@ __all__ = ["register_lookup_join"]
 
 
 class _LookupJoinTable:
-    """Base of the UDTF classes :func:`register_lookup_join` builds (one subclass per
+    """Base of the UDTF classes [`register_lookup_join`][] builds (one subclass per
     registration, holding its configuration as class attributes). Spark runs
-    :meth:`analyze` on the driver side when a query is analyzed, and creates one
-    instance per task in executors' Python workers, calling :meth:`eval` once per Arrow
+    `analyze` on the driver side when a query is analyzed, and creates one
+    instance per task in executors' Python workers, calling `eval` once per Arrow
     batch of the table argument."""
 
     _name: str = ""
@@ -121,7 +121,7 @@ def register_lookup_join(
     registers the function in ``spark``'s session (classic or Spark Connect). When a
     query is analyzed, Spark runs its ``analyze`` with the table argument's schema,
     which checks ``on``, ``how``, ``columns`` and ``prefix`` against it with the
-    messages of :func:`lookup.lookup_join` (a bad key type fails the query before any
+    messages of [`lookup.lookup_join`][] (a bad key type fails the query before any
     task runs). In executors' Python workers it joins each Arrow batch of the argument
     with the worker's runtime of ``provider`` (the one ``lookup_join`` and the other SQL
     functions use there too).
@@ -133,7 +133,7 @@ def register_lookup_join(
     name
         The SQL function name (letters, digits, ``_``; not a built-in's).
     provider, on, how, columns, prefix
-        As for :func:`lookup.lookup_join`; ``on`` names columns of the table argument.
+        As for [`lookup.lookup_join`][]; ``on`` names columns of the table argument.
     metrics
         ``None`` or ``False``. A table function's output is not observable from here
         (no DataFrame of ours in the query), so it reports no metrics, like the other

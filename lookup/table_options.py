@@ -1,12 +1,12 @@
 """The connector half of a Flink table's ``WITH (...)`` options: ``'connector'`` =
 ``'jdbc'``, ``'filesystem'``, ``'delta'`` or ``'redis'`` and each one's keys, read into
 what builds a provider's lookup function (``lookup.cache`` NONE or PARTIAL) or scan
-source (FULL). :class:`~lookup.LookupOptions` is the entry point.
+source (FULL). [`LookupOptions`][] is the entry point.
 
 Every key and value given is checked when the options are read (on the driver): an
-unknown key is a :class:`~spark_lookup.ConfigError` naming it and the key it
+unknown key is a [`ConfigError`][] naming it and the key it
 resembles; a connector's required keys are checked when a provider is built from them.
-A password (``'password'``, or in a URL) is held by a :class:`~lookup._secret.Secret`
+A password (``'password'``, or in a URL) is held by a `Secret`
 inside the connection factory and never shown.
 """
 
@@ -109,8 +109,8 @@ def _local_path(value: object, key: str) -> str:
 
 class TableOptions(ABC):
     """One connector's options, checked: what builds the lookup function of a NONE or
-    PARTIAL provider (:meth:`function`) and the scan source of a FULL one
-    (:meth:`source`), on the driver."""
+    PARTIAL provider (`function`) and the scan source of a FULL one
+    (`source`), on the driver."""
 
     connector: ClassVar[str]
     OPTIONS: ClassVar[tuple[ConfigOption[Any], ...]]
@@ -124,7 +124,7 @@ class TableOptions(ABC):
     @classmethod
     def from_options(cls: type[_Options], options: Mapping[str, Any]) -> _Options:
         """Check the keys and values given (the required ones are checked on use); by
-        default the fields are the values of :attr:`OPTIONS`, in order."""
+        default the fields are the values of `OPTIONS`, in order."""
         fields: Any = cls  # a dataclass of the connector's fields
         built: _Options = fields(*(option.get(options) for option in cls.OPTIONS))
         return built
@@ -594,7 +594,7 @@ def with_connector_defaults(options: Mapping[str, Any]) -> dict[str, Any]:
 
 def shown_options(options: Mapping[str, Any]) -> dict[str, Any]:
     """``options`` as they may be kept and shown: the password a
-    :class:`~lookup._secret.Secret`, URLs without their passwords."""
+    `Secret`, URLs without their passwords."""
     kept = dict(options)
     if isinstance(kept.get("password"), str):
         kept["password"] = Secret(kept["password"])

@@ -1,13 +1,13 @@
 """FLIP-27 split-based sources in Python, with a local runner that checkpoints.
 
-A :class:`Source` is configuration that creates one :class:`SplitEnumerator` (which
-discovers :class:`SourceSplit` s and hands them out on request) and a
-:class:`SourceReader` per parallel subtask (which reads the splits it is given and
+A [`Source`][] is configuration that creates one [`SplitEnumerator`][] (which
+discovers [`SourceSplit`][]s and hands them out on request) and a
+[`SourceReader`][] per parallel subtask (which reads the splits it is given and
 emits rows, or Arrow record batches with no Python object per row).
-:class:`LocalSourceRunner` runs both in process, with checkpoints that restore
+[`LocalSourceRunner`][] runs both in process, with checkpoints that restore
 exactly-once at any parallelism (a split's position is a row offset, also inside a
-fetched batch); :func:`read_arrow` is the bulk path a full cache loads through;
-:func:`plan_splits` and :func:`read_split` split the work the way a Spark data source
+fetched batch); [`read_arrow`][] is the bulk path a full cache loads through;
+[`plan_splits`][] and [`read_split`][] split the work the way a Spark data source
 does (plan on the driver, read on executors).
 
 Depends on nothing of ours but the shared base ``spark_lookup``; no JVM is needed.

@@ -69,7 +69,7 @@ def record_batch_to_rows(batch: pa.RecordBatch) -> list[Row]:
     """The rows of ``batch`` as tuples in column order (one Python object per value).
 
     What an output that collects rows does with a batch; the Arrow paths never call it.
-    Values are those of the per-key APIs (:func:`connectors.rows.python_rows`: a
+    Values are those of the per-key APIs (`connectors.rows.python_rows`: a
     TIMESTAMP an aware UTC ``datetime``, a map a ``dict``).
     """
     if batch.num_columns == 0:
@@ -136,7 +136,7 @@ def conform_to_schema(
 ) -> Any:
     """``data`` (a ``RecordBatch`` or ``Table``) as exactly ``schema``: its columns
     picked by name in schema order (others are dropped), each cast to its declared type
-    by the connector layer's casts (:mod:`connectors.convert`: vectorized, strict, no
+    by the connector layer's casts (`connectors.convert`: vectorized, strict, no
     silent truncation or overflow), NOT NULL columns checked for nulls.
 
     A column already of its declared type is passed through uncopied.

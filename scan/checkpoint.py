@@ -1,6 +1,6 @@
-"""The checkpoint format of :class:`~scan.LocalSourceRunner`.
+"""The checkpoint format of [`LocalSourceRunner`][].
 
-``b"SLSCAN"``, a big-endian uint16 format version, then UTF-8 JSON::
+``b"SLSCAN"``, a big-endian uint16 format version, then UTF-8 JSON:
 
     {"source": "<module>.<class>", "checkpoint_id": n,
      "enumerator": {"version": v, "data": "<base64 of the enumerator state>"},

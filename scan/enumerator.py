@@ -25,9 +25,9 @@ class ReaderInfo:
 class SplitEnumeratorContext(ABC, Generic[SplitT]):
     """What an enumerator may do: assign splits, signal the end, talk to readers.
 
-    Provided by whatever drives the enumerator (:class:`~scan.LocalSourceRunner`, or the
+    Provided by whatever drives the enumerator ([`LocalSourceRunner`][], or the
     planner of a Spark read). Its methods are called from the enumerator's own thread
-    (the coordinator); :meth:`call_async` is the way to run blocking work elsewhere.
+    (the coordinator); [`call_async`][] is the way to run blocking work elsewhere.
     """
 
     @property
@@ -64,7 +64,7 @@ class SplitEnumeratorContext(ABC, Generic[SplitT]):
 
     @abstractmethod
     def send_event_to_reader(self, subtask_id: int, event: Any) -> None:
-        """Deliver a custom event to one reader's :meth:`SourceReader.handle_source_events`."""
+        """Deliver a custom event to one reader's [`SourceReader.handle_source_events`][]."""
 
     @abstractmethod
     def call_async(
@@ -80,10 +80,10 @@ class SplitEnumerator(ABC, Generic[SplitT, EnumStateT]):
 
     All methods are called from one thread, so an enumerator needs no locks. Readers
     pull: each asks for a split when it starts and after it finishes one
-    (:meth:`handle_split_request`); an enumerator answers with a split, or, when it has
-    none left, with :meth:`SplitEnumeratorContext.signal_no_more_splits`.
+    ([`handle_split_request`][]); an enumerator answers with a split, or, when it has
+    none left, with [`SplitEnumeratorContext.signal_no_more_splits`][].
 
-    The enumerator's state (:meth:`snapshot_state`) holds every split not yet assigned
+    The enumerator's state ([`snapshot_state`][]) holds every split not yet assigned
     (including splits added back) and the progress of discovery; splits already
     assigned belong to the readers' state.
     """

@@ -32,7 +32,7 @@ Row = tuple[Any, ...]
 
 class RowListOutput(ReaderOutput):
     """Collects rows into ``rows``; batches are checked against the declared schema and
-    converted to rows (:meth:`LocalSourceRunner.run` and :func:`read_split`).
+    converted to rows ([`LocalSourceRunner.run`][] and [`read_split`][]).
 
     Parameters
     ----------
@@ -135,11 +135,11 @@ def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
 
 class ArrowBatchOutput(ReaderOutput):
     """Collects what a reader emits as record batches of the declared Arrow schema, of
-    at most ``max_rows`` rows (the bulk path: :meth:`LocalSourceRunner.read_arrow_batches`
-    and :func:`read_split_arrow`).
+    at most ``max_rows`` rows (the bulk path: [`LocalSourceRunner.read_arrow_batches`][]
+    and [`read_split_arrow`][]).
 
-    Batches (:meth:`collect_arrow`) are checked against ``schema`` and kept as they
-    are, re-chunked by a :class:`BatchPacker`: no Python object per row. Rows are
+    Batches (`collect_arrow`) are checked against ``schema`` and kept as they
+    are, re-chunked by a `BatchPacker`: no Python object per row. Rows are
     buffered and converted column by column, ``max_rows`` at a time; rows and batches
     may be mixed and keep their order.
 

@@ -23,12 +23,12 @@ Row = tuple[Any, ...]
 
 
 class InputStatus(enum.Enum):
-    """What :meth:`SourceReader.poll_next` found."""
+    """What [`SourceReader.poll_next`][] found."""
 
     MORE_AVAILABLE = "MORE_AVAILABLE"
     """Records were emitted or more are ready: poll again."""
     NOTHING_AVAILABLE = "NOTHING_AVAILABLE"
-    """Nothing ready now: wait for :meth:`SourceReader.is_available`, then poll."""
+    """Nothing ready now: wait for [`SourceReader.is_available`][], then poll."""
     END_OF_INPUT = "END_OF_INPUT"
     """The reader is finished; it will emit nothing more."""
 
@@ -44,20 +44,20 @@ class ReaderOptions:
         blocks (back-pressure). Flink's default is 2.
     records_per_poll
         The most records (rows, also when they travel as Arrow batches) one
-        :meth:`SourceReader.poll_next` emits. Checkpoints fall between polls, so this
+        [`SourceReader.poll_next`][] emits. Checkpoints fall between polls, so this
         bounds how far past a requested record count a run goes. The bulk paths
-        (:func:`~scan.read_arrow`, :func:`~scan.read_split_arrow`), which take no
+        ([`read_arrow`][], [`read_split_arrow`][]), which take no
         checkpoints, default it to their ``max_batch_rows`` so that a poll hands over a
         whole batch.
     checkpoints
         Whether a checkpoint may be taken of the read. The bulk paths default it to
         False (they take none); a source may then read a split in any order (a
         ``SqlTableSource`` drops the ``ORDER BY`` that resuming inside a chunk needs),
-        and :meth:`LocalSourceRunner.checkpoint` refuses.
+        and [`LocalSourceRunner.checkpoint`][] refuses.
     release_memory
         Whether each fetcher thread hands the memory pyarrow's default pool freed back
         to the system after every fetch (honoured by the fetchers of
-        :class:`~scan.connector.SplitFetcherManager`). A full cache's load sets it:
+        `SplitFetcherManager`). A full cache's load sets it:
         mimalloc, pyarrow's default, keeps what a thread freed in that thread's heap,
         so the reader threads of a load would hold their decoding buffers as well as
         the batches they handed over. Costs fresh pages for every fetch.
@@ -80,12 +80,12 @@ class ReaderOptions:
 class ReaderOutput(ABC):
     """Where a reader emits records; provided by whoever polls the reader.
 
-    Called only from the reader's thread, inside :meth:`SourceReader.poll_next`. A
-    reader emits rows (tuples in the order of the source's schema: :meth:`collect`,
-    :meth:`collect_batch`) or Arrow record batches of the source's declared schema
-    (:meth:`collect_arrow`); the runner's outputs check rows for their width and
+    Called only from the reader's thread, inside [`SourceReader.poll_next`][]. A
+    reader emits rows (tuples in the order of the source's schema: [`collect`][],
+    [`collect_batch`][]) or Arrow record batches of the source's declared schema
+    ([`collect_arrow`][]); the runner's outputs check rows for their width and
     batches for the schema where they enter. An output that only implements
-    :meth:`collect` receives batches as rows.
+    [`collect`][] receives batches as rows.
     """
 
     @abstractmethod
@@ -100,7 +100,7 @@ class ReaderOutput(ABC):
     def collect_arrow(self, batch: pa.RecordBatch) -> None:
         """Emit the rows of a ``pyarrow.RecordBatch`` in order.
 
-        The default converts the batch to tuple rows and calls :meth:`collect_batch`;
+        The default converts the batch to tuple rows and calls [`collect_batch`][];
         outputs that keep Arrow (the bulk path's) override it and take the batch as it
         is, with no Python object per row.
         """
@@ -140,12 +140,12 @@ class SourceReader(ABC, Generic[SplitT]):
 
     Runs where its subtask runs (an executor task, or a reader of the local runner). All
     methods are called from one thread (the task's), never concurrently; a reader does
-    its blocking I/O elsewhere (fetcher threads) so that :meth:`poll_next` never blocks.
+    its blocking I/O elsewhere (fetcher threads) so that [`poll_next`][] never blocks.
     """
 
     @abstractmethod
     def start(self) -> None:
-        """Called once, after any restored splits were added with :meth:`add_splits`."""
+        """Called once, after any restored splits were added with [`add_splits`][]."""
 
     @abstractmethod
     def poll_next(self, output: ReaderOutput) -> InputStatus:
@@ -159,7 +159,7 @@ class SourceReader(ABC, Generic[SplitT]):
 
     @abstractmethod
     def is_available(self) -> Future[None]:
-        """A future that completes when :meth:`poll_next` may have something to do.
+        """A future that completes when [`poll_next`][] may have something to do.
 
         Returned completed when data is already available; a caller that got
         ``NOTHING_AVAILABLE`` waits on it instead of spinning.

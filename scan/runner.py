@@ -49,13 +49,13 @@ def _source_type(source: Source[Any, Any]) -> str:
 
 
 class LocalSourceRunner(Generic[SplitT, EnumStateT]):
-    """Runs a :class:`~scan.Source` in this process: one enumerator and ``parallelism``
+    """Runs a [`Source`][] in this process: one enumerator and ``parallelism``
     readers, with consistent checkpoints and restore.
 
     Runs on the thread that calls it (it is not thread-safe: use it from one thread);
     each reader's fetchers run on threads of their own, and
-    :meth:`read_arrow_batches` also runs each reader on a thread of its own. Nothing is
-    opened until the first :meth:`run`, :meth:`read_arrow_batches` or :meth:`checkpoint`.
+    [`read_arrow_batches`][] also runs each reader on a thread of its own. Nothing is
+    opened until the first [`run`][], [`read_arrow_batches`][] or [`checkpoint`][].
 
     Parameters
     ----------
@@ -64,7 +64,7 @@ class LocalSourceRunner(Generic[SplitT, EnumStateT]):
     parallelism
         The number of readers (subtasks). Readers with no split simply finish.
     restore_from
-        Bytes from :meth:`checkpoint` (of a runner of the same source class, with any
+        Bytes from [`checkpoint`][] (of a runner of the same source class, with any
         parallelism): reading continues right after the records emitted before that
         checkpoint. Splits of the checkpointed readers are redistributed over the new
         readers (each reader keeps its own splits when the parallelism is unchanged).
@@ -173,7 +173,7 @@ class LocalSourceRunner(Generic[SplitT, EnumStateT]):
             For an invalid ``max_records``, or no ``max_records`` on an unbounded source.
         SparkLookupError
             A reader's or the enumerator's error (a ``ConnectorError`` names the table,
-            file or URL); the runner is unusable afterwards except for :meth:`close`.
+            file or URL); the runner is unusable afterwards except for [`close`][].
         """
         if max_records is not None:
             check_int(max_records, "max_records", min_value=0)
@@ -220,13 +220,13 @@ class LocalSourceRunner(Generic[SplitT, EnumStateT]):
         Returns
         -------
         bytes
-            Versioned, pickle-free checkpoint bytes (see :mod:`scan.checkpoint`) for
+            Versioned, pickle-free checkpoint bytes (see `scan.checkpoint`) for
             ``LocalSourceRunner(source, n, restore_from=...)``.
 
         Raises
         ------
         SourceError
-            While :meth:`read_arrow_batches` is running, or after a failure.
+            While [`read_arrow_batches`][] is running, or after a failure.
         ConfigError
             If the runner's ``options`` say ``checkpoints=False`` (splits may be read
             out of order: a checkpoint could not say where a split stands).
@@ -270,9 +270,9 @@ class LocalSourceRunner(Generic[SplitT, EnumStateT]):
         readers interleave; rows of one split stay in order). At most ``2 * parallelism``
         batches wait for the consumer, so a slow consumer slows the readers down.
 
-        Continues from wherever :meth:`run` stopped. Stopping the iteration early
-        leaves the runner unusable except for :meth:`close` (rows converted but not
-        yet yielded are gone), and :meth:`checkpoint` is refused while it runs.
+        Continues from wherever [`run`][] stopped. Stopping the iteration early
+        leaves the runner unusable except for [`close`][] (rows converted but not
+        yet yielded are gone), and [`checkpoint`][] is refused while it runs.
 
         Parameters
         ----------
@@ -280,7 +280,7 @@ class LocalSourceRunner(Generic[SplitT, EnumStateT]):
             The most rows per batch. Batches may be smaller (a source's batch is not
             copied only to fill one), but small pieces are merged while they fit.
             Pass ``options`` with ``records_per_poll=max_batch_rows`` to the runner for
-            polls that hand over whole batches (as :func:`read_arrow` does).
+            polls that hand over whole batches (as [`read_arrow`][] does).
 
         Raises
         ------
@@ -545,8 +545,8 @@ def read_arrow(
 ) -> pa.Table:
     """Read a bounded source whole into an Arrow table (what a full cache loads).
 
-    Runs a :class:`LocalSourceRunner` with ``parallelism`` reader threads through
-    :meth:`LocalSourceRunner.read_arrow_batches` and closes it, on the calling thread
+    Runs a [`LocalSourceRunner`][] with ``parallelism`` reader threads through
+    [`LocalSourceRunner.read_arrow_batches`][] and closes it, on the calling thread
     (readers and fetchers on threads of their own). Sources that fetch Arrow batches
     (files, collections) reach the table with no Python object per row.
 
@@ -571,7 +571,7 @@ def read_arrow(
     Raises
     ------
     SparkLookupError
-        As :meth:`LocalSourceRunner.read_arrow_batches`.
+        As [`LocalSourceRunner.read_arrow_batches`][].
 
     Examples
     --------

@@ -37,18 +37,18 @@ class SimpleVersionedSerializer(ABC, Generic[T]):
     """Turns values into bytes and back, tagged with a format version (Flink's
     ``SimpleVersionedSerializer``).
 
-    ``deserialize(version, data)`` must read every version up to :attr:`version` (old
+    ``deserialize(version, data)`` must read every version up to `version` (old
     checkpoints stay readable after an upgrade) and refuse newer ones.
     """
 
     @property
     @abstractmethod
     def version(self) -> int:
-        """The version :meth:`serialize` writes (a positive int)."""
+        """The version `serialize` writes (a positive int)."""
 
     @abstractmethod
     def serialize(self, obj: T) -> bytes:
-        """``obj`` as bytes in format :attr:`version`."""
+        """``obj`` as bytes in format `version`."""
 
     @abstractmethod
     def deserialize(self, version: int, data: bytes) -> T:
@@ -57,7 +57,7 @@ class SimpleVersionedSerializer(ABC, Generic[T]):
         Raises
         ------
         SourceError
-            For a version newer than :attr:`version` (written by a newer release) or
+            For a version newer than `version` (written by a newer release) or
             data that is not in the expected format.
         """
 
@@ -83,8 +83,8 @@ def check_version(serializer: SimpleVersionedSerializer[Any], version: int, what
 class JsonVersionedSerializer(SimpleVersionedSerializer[T]):
     """A versioned serializer that writes JSON (with tagged values, see the module).
 
-    Subclasses set :attr:`VERSION` and :attr:`WHAT` and implement :meth:`to_json` and
-    :meth:`from_json`; versions and malformed input are checked here.
+    Subclasses set `VERSION` and `WHAT` and implement `to_json` and
+    `from_json`; versions and malformed input are checked here.
     """
 
     VERSION: int = 1
@@ -100,7 +100,7 @@ class JsonVersionedSerializer(SimpleVersionedSerializer[T]):
 
     @abstractmethod
     def from_json(self, version: int, value: Any) -> T:
-        """Rebuild the object from what :meth:`to_json` wrote in format ``version``."""
+        """Rebuild the object from what `to_json` wrote in format ``version``."""
 
     def serialize(self, obj: T) -> bytes:
         return json.dumps(encode_value(self.to_json(obj)), separators=(",", ":")).encode()
@@ -158,7 +158,7 @@ def encode_value(value: Any) -> Any:
 
 
 def decode_value(value: Any) -> Any:
-    """The inverse of :func:`encode_value`."""
+    """The inverse of `encode_value`."""
     if isinstance(value, list):
         return [decode_value(v) for v in value]
     if not isinstance(value, dict):
@@ -193,7 +193,7 @@ def pack_versioned(serializer: SimpleVersionedSerializer[T], obj: T) -> dict[str
 
 
 def unpack_versioned(serializer: SimpleVersionedSerializer[T], packed: Any, what: str) -> T:
-    """Read what :func:`pack_versioned` wrote.
+    """Read what `pack_versioned` wrote.
 
     Raises
     ------

@@ -28,24 +28,24 @@ class Boundedness(enum.Enum):
 
 
 class Source(ABC, Generic[SplitT, EnumStateT]):
-    """A split-based source of rows (tuples in the order of :attr:`schema`).
+    """A split-based source of rows (tuples in the order of [`schema`][]).
 
     A source is configuration only: it is built on the driver, pickled to wherever it
     runs, and holds no open clients. It creates the two halves of a read, which run in
     different places:
 
-    - one :class:`~scan.SplitEnumerator` (the coordinator: the driver when Spark plans a
+    - one [`SplitEnumerator`][] (the coordinator: the driver when Spark plans a
       read, the runner's own thread locally) that discovers splits and hands them to
       readers on request;
-    - one :class:`~scan.SourceReader` per parallel subtask (an executor task in Spark, a
-      reader of :class:`~scan.LocalSourceRunner` locally) that reads the splits it is
+    - one [`SourceReader`][] per parallel subtask (an executor task in Spark, a
+      reader of [`LocalSourceRunner`][] locally) that reads the splits it is
       given.
 
     Both halves open their clients themselves, where they run. Subclasses must keep
     every attribute picklable.
 
     Splits and enumerator state are written into checkpoints through the versioned
-    serializers :attr:`split_serializer` and :attr:`enumerator_state_serializer`,
+    serializers [`split_serializer`][] and [`enumerator_state_serializer`][],
     never with pickle.
     """
 
@@ -112,7 +112,7 @@ class Source(ABC, Generic[SplitT, EnumStateT]):
 
 
 def check_bounded(source: object, user: str) -> Source[Any, Any]:
-    """``source`` if it is a bounded :class:`Source`; else a ConfigError saying that
+    """``source`` if it is a bounded [`Source`][]; else a ConfigError saying that
     ``user`` (what reads it whole) needs one."""
     checked: Source[Any, Any] = check_instance(source, Source, "source", "a scan.Source")
     if checked.boundedness is not Boundedness.BOUNDED:

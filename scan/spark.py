@@ -1,8 +1,8 @@
 """Any bounded ``scan.Source`` as a PySpark Python data source.
 
 ``spark.read.format(name).load()`` plans the splits with the source's enumerator on the
-driver (:func:`scan.plan_splits`), makes one Spark partition per split, and reads each
-split on an executor with a fresh reader (:func:`scan.read_split_arrow`), yielding Arrow
+driver ([`scan.plan_splits`][]), makes one Spark partition per split, and reads each
+split on an executor with a fresh reader ([`scan.read_split_arrow`][]), yielding Arrow
 record batches of the source's declared schema. Sources that fetch Arrow (files,
 collections) hand their batches through unconverted (checked against the declared
 schema, re-chunked to ``maxBatchRows`` by slicing and concatenation); row sources are

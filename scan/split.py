@@ -9,7 +9,7 @@ __all__ = ["EnumStateT", "SourceSplit", "SplitT"]
 
 
 class SourceSplit(ABC):
-    """One unit of work of a :class:`~scan.Source`: a file, a row group, a key range.
+    """One unit of work of a [`Source`][]: a file, a row group, a key range.
 
     A split is a value: immutable, small, and picklable, because it travels from the
     enumerator (the driver, at planning) to a reader (an executor task) and into
@@ -18,7 +18,7 @@ class SourceSplit(ABC):
     state* and builds a new split from it when a checkpoint is taken (a split that
     "resumes at row 40" is a different value from the split that starts at row 0).
 
-    Subclasses implement :attr:`split_id` as a property derived from their fields, so the
+    Subclasses implement [`split_id`][] as a property derived from their fields, so the
     id stays the same when a split is rebuilt with a new resume position.
     """
 

@@ -2,8 +2,8 @@
 
 A Spark Python data source plans partitions on the driver and reads each on an
 executor with nothing but the (pickled) source and that partition. These helpers are
-that shape: :func:`plan_splits` runs the enumerator alone and returns every split;
-:func:`read_split` reads one split with a fresh reader, anywhere.
+that shape: [`plan_splits`][] runs the enumerator alone and returns every split;
+[`read_split`][] reads one split with a fresh reader, anywhere.
 """
 
 from __future__ import annotations
@@ -182,7 +182,7 @@ def read_split_arrow(
     """The rows of one split as Arrow record batches of the source's schema (what a
     Spark Python data source's ``read`` may yield).
 
-    Runs wherever it is called, like :func:`read_split`. Batches a source fetches as
+    Runs wherever it is called, like [`read_split`][]. Batches a source fetches as
     Arrow are checked against the declared schema and passed on (re-chunked by Arrow
     slicing and concatenation, no Python object per row); rows are converted column by
     column.

@@ -7,7 +7,7 @@ every wait; a lookup thread that is CPU-bound gives it up only every switch inte
 So N busy lookup threads left a load about 1/(N+1) of the interpreter, and a reload
 that takes 20 ms idle took seconds, or never ended in a test's time (the convoy effect).
 
-While a load runs (:func:`loading`), lookups (:func:`lookup_turn`) run one at a time
+While a load runs (`loading`), lookups (`lookup_turn`) run one at a time
 and hand the GIL over after each; the others wait on a lock, which costs no GIL. Lookups
 are bound by the GIL anyway, so taking turns costs them little throughput, and a load
 keeps about half of the interpreter (``benchmarks/reload_punctuality.py``).

@@ -9,7 +9,7 @@ __all__ = ["PerProcess"]
 
 class PerProcess:
     """Pickles without the attributes named in ``_PER_PROCESS`` (locks, clients,
-    counters), which :meth:`_init_runtime` builds again wherever the object arrives."""
+    counters), which `_init_runtime` builds again wherever the object arrives."""
 
     _PER_PROCESS: tuple[str, ...] = ()
 

@@ -30,7 +30,7 @@ class KeyKindError(ConfigError, TypeError):
 class ConnectorError(SparkLookupError):
     """A database, Redis or file access failed; the message names what was accessed.
 
-    Permanent unless it is a :class:`TransientConnectorError`: a missing table, a refused
+    Permanent unless it is a [`TransientConnectorError`][]: a missing table, a refused
     login, a malformed query are not retried; the caller learns of them at once.
     """
 

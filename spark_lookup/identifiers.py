@@ -2,7 +2,7 @@
 
 Every identifier that reaches SQL text (table, column) is first validated against a
 conservative pattern and then double-quoted (ANSI; sqlite3 and PostgreSQL agree), so a
-bad name fails with :class:`ConfigError` before any SQL runs. Values are never formatted
+bad name fails with [`ConfigError`][] before any SQL runs. Values are never formatted
 into SQL: they are bound with the driver's own parameter style.
 
 Note that quoting makes names case-sensitive in PostgreSQL: a table created as
@@ -22,7 +22,7 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_$]{0,62}")
 
 def validate_identifier(name: object, what: str = "identifier") -> str:
     """Return ``name`` if it is a plain SQL identifier (letters, digits, ``_``, ``$``;
-    not starting with a digit; at most 63 characters), else raise :class:`ConfigError`."""
+    not starting with a digit; at most 63 characters), else raise [`ConfigError`][]."""
     # fullmatch: a trailing newline passes a match of ``...$``.
     if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name):
         raise ConfigError(f"invalid {what} {name!r}: use letters, digits, '_' or '$', not starting "

@@ -4,8 +4,8 @@ A Flink DDL's ``WITH (...)`` options carry over unchanged: the keys below are Fl
 (``lookup.cache``, ``lookup.partial-cache.max-rows``, ...), and values are parsed the way
 Flink parses them. Durations accept Flink's ``TimeUtils`` forms (``10 s``, ``5 min``,
 ``1 h``, ``100 ms``; a bare number means milliseconds, as in Flink, with a
-:class:`~spark_lookup.ConfigWarning` when it is under a second), ISO-8601 (``PT10S``), and
-:class:`datetime.timedelta`. Every invalid value raises :class:`ConfigError`, whose
+[`ConfigWarning`][spark_lookup.ConfigWarning] when it is under a second), ISO-8601 (``PT10S``), and
+`datetime.timedelta`. Every invalid value raises [`ConfigError`][], whose
 message names the option key.
 """
 
@@ -82,7 +82,7 @@ _ISO_DURATION = re.compile(
 
 
 def parse_duration(value: object, key: str) -> timedelta:
-    """Parse a Flink duration option value into a :class:`timedelta`.
+    """Parse a Flink duration option value into a `timedelta`.
 
     Accepts a ``timedelta``, Flink's ``TimeUtils`` strings (``"10 s"``, ``"5min"``,
     ``"1 h"``, ``"100 ms"``, ``"2 d"``; a bare number is milliseconds, as in Flink) and
@@ -152,7 +152,7 @@ def with_duration_units(options: Mapping[str, Any], known: Iterable[ConfigOption
                         ) -> dict[str, Any]:
     """``options`` with each bare-number value of a duration option of ``known`` given
     its unit, ``"600"`` as ``"600 ms"`` (as Flink reads it), so that reading them again
-    warns no more; a :class:`~spark_lookup.ConfigWarning` for each under a second."""
+    warns no more; a [`ConfigWarning`][spark_lookup.ConfigWarning] for each under a second."""
     given = dict(options)
     for option in known:
         value = given.get(option.key)
@@ -314,7 +314,7 @@ def parse_enum(value: object, key: str, enum_type: type[E]) -> E:
 
 def check_enum(value: object, name: str, enum_type: type[E]) -> E:
     """A Python API argument that names a member of ``enum_type`` (a member, or its name
-    in any case): the check constructors share with :func:`parse_enum`."""
+    in any case): the check constructors share with `parse_enum`."""
     member = _member(value, enum_type)
     if member is None:
         raise ConfigError(
@@ -347,7 +347,7 @@ _ISO_TIME = re.compile(
 def parse_iso_time(value: object, key: str) -> time:
     """Parse an ISO-8601 time of day: ``10:15`` (local), ``10:15Z`` (UTC), ``10:15+07:00``.
 
-    Returns a :class:`datetime.time`; it carries a fixed-offset ``tzinfo`` when the text
+    Returns a `datetime.time`; it carries a fixed-offset ``tzinfo`` when the text
     has an offset, and none for local time.
     """
     if isinstance(value, time):
@@ -394,7 +394,7 @@ class ConfigOption(Generic[T]):
         return self.parser(options[self.key], self.key)
 
     def require(self, options: Mapping[str, Any]) -> T:
-        """The parsed value; :class:`ConfigError` naming the key when absent."""
+        """The parsed value; [`ConfigError`][] naming the key when absent."""
         value = self.get(options)
         if value is None:
             raise ConfigError(f"missing required option {self.key!r}: {self.description}")
@@ -421,7 +421,7 @@ def check_known_keys(
 
 
 def positive_duration(value: object, key: str) -> timedelta:
-    """Option ``key``'s value as a duration above zero (:func:`parse_duration`'s forms)."""
+    """Option ``key``'s value as a duration above zero (`parse_duration`'s forms)."""
     delta = parse_duration(value, key)
     if delta <= timedelta(0):
         raise ConfigError(f"option {key!r}: must be a positive duration, got {value!r}")
@@ -439,7 +439,7 @@ def positive_int(value: object, key: str) -> int:
 
 
 def _one_of(*names: str) -> Callable[[object, str], str]:
-    """A parser of one of ``names``, read as :func:`parse_enum` reads an enum's."""
+    """A parser of one of ``names``, read as `parse_enum` reads an enum's."""
     choice = enum.Enum("Choice", names)  # type: ignore[misc]  # a functional enum
 
     def parse(value: object, key: str) -> str:
@@ -542,7 +542,7 @@ them (Flink still accepts them as fallbacks)."""
 
 
 def with_current_keys(options: Mapping[str, Any]) -> dict[str, Any]:
-    """``options`` with Flink's deprecated keys (:data:`DEPRECATED_KEYS`) renamed, each
+    """``options`` with Flink's deprecated keys (`DEPRECATED_KEYS`) renamed, each
     with a ``FutureWarning`` naming its replacement; as in Flink, a current key given
     too wins, and a legacy row bound or TTL without ``lookup.cache`` means PARTIAL."""
     current = dict(options)

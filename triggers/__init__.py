@@ -2,13 +2,13 @@
 
 A trigger decides when a full cache reloads its whole table. It is built on the driver,
 pickled to executors as its configuration, and opened there by the full cache with a
-:class:`ReloadContext`; its scheduler thread starts in ``open`` and stops in ``close``.
+[`ReloadContext`][]; its scheduler thread starts in ``open`` and stops in ``close``.
 
-- :class:`PeriodicCacheReloadTrigger`: every interval, ``FIXED_DELAY`` (end to start)
+- [`PeriodicCacheReloadTrigger`][]: every interval, ``FIXED_DELAY`` (end to start)
   or ``FIXED_RATE`` (start to start, never overlapping).
-- :class:`TimedCacheReloadTrigger`: at a wall-clock time of day every N days, correct
+- [`TimedCacheReloadTrigger`][]: at a wall-clock time of day every N days, correct
   across DST changes.
-- :func:`reload_trigger_from_options`: the one Flink's ``lookup.full-cache.*`` keys ask for.
+- [`reload_trigger_from_options`][]: the one Flink's ``lookup.full-cache.*`` keys ask for.
 
 Depends on nothing of ours but the shared base ``spark_lookup``. Logs on the
 ``triggers`` logger.

@@ -52,7 +52,7 @@ def check_full_cache(options: Mapping[str, Any], built: str) -> str:
 
 
 def check_strategy_options(options: Mapping[str, Any], strategy: str, built: str) -> None:
-    """:func:`check_full_cache`, and the reload strategy must be ``strategy``.
+    """`check_full_cache`, and the reload strategy must be ``strategy``.
 
     Keys of the other strategy are refused rather than silently ignored.
 

@@ -32,7 +32,7 @@ class ScheduleRun:
     """One open period of a trigger; thread-safe.
 
     A lock makes "is the run closed?" and "start the load" one step, so once
-    :meth:`close` has taken it no load can start; ``close`` takes it with a timeout, so a
+    `close` has taken it no load can start; ``close`` takes it with a timeout, so a
     ``trigger_reload()`` call that hangs cannot hang ``close``.
     """
 
@@ -48,7 +48,7 @@ class ScheduleRun:
 
     @property
     def closed(self) -> bool:
-        """Whether :meth:`close` has been called."""
+        """Whether `close` has been called."""
         return self._closed.is_set()
 
     def start(self, opened_at: datetime) -> None:

@@ -1,5 +1,5 @@
 """What the periodic and the timed trigger share: lifecycle on the process scheduler,
-close timeout, pickling. A subclass is a pure schedule (:meth:`next_fire_time`)."""
+close timeout, pickling. A subclass is a pure schedule (`next_fire_time`)."""
 
 from __future__ import annotations
 
@@ -29,11 +29,11 @@ _STATE_VERSION = 2  # 2: no scheduler_factory (one scheduler per process)
 
 class ScheduledTrigger(CacheReloadTrigger):
     """A trigger whose loads are one-shot jobs on the process scheduler
-    (:func:`triggers.scheduler.process_scheduler`), each added when the load before it
-    ended, at the time the pure schedule :meth:`next_fire_time` gives.
+    (`triggers.scheduler.process_scheduler`), each added when the load before it
+    ended, at the time the pure schedule `next_fire_time` gives.
 
-    Subclasses hold only configuration and say when (:meth:`next_fire_time`) and what
-    to pickle (:meth:`_config`).
+    Subclasses hold only configuration and say when (`next_fire_time`) and what
+    to pickle (`_config`).
     """
 
     def __init__(self, *, close_timeout: timedelta | float) -> None:
@@ -69,12 +69,12 @@ class ScheduledTrigger(CacheReloadTrigger):
 
     @property
     def close_timeout(self) -> timedelta:
-        """How long :meth:`close` waits for a load in progress by default."""
+        """How long [`close`][] waits for a load in progress by default."""
         return self._close_timeout
 
     @property
     def is_open(self) -> bool:
-        """Whether the trigger is open (between :meth:`open` and :meth:`close`)."""
+        """Whether the trigger is open (between [`open`][] and [`close`][])."""
         return self._run is not None
 
     def open(self, context: ReloadContext) -> None:
@@ -87,7 +87,7 @@ class ScheduledTrigger(CacheReloadTrigger):
         Raises
         ------
         TypeError
-            If ``context`` does not implement :class:`ReloadContext`.
+            If ``context`` does not implement [`ReloadContext`][].
         RuntimeError
             If the trigger is already open.
         """
@@ -106,7 +106,7 @@ class ScheduledTrigger(CacheReloadTrigger):
     def close(self, timeout: timedelta | float | None = None) -> None:
         """Stop the schedule: no load starts after this returns. Idempotent.
 
-        Waits at most ``timeout`` (default :attr:`close_timeout`, 10 s unless configured)
+        Waits at most ``timeout`` (default [`close_timeout`][], 10 s unless configured)
         for a ``trigger_reload()`` call in progress to return and for the load in flight
         to end; a load queued but not yet running is cancelled. It never waits longer: a
         load still running then is left to finish on its own (logged as a warning), and

@@ -14,7 +14,7 @@ __all__ = ["CacheReloadTrigger", "ReloadContext"]
 class ReloadContext(Protocol):
     """What a trigger needs from the full cache it drives (Flink's ``CacheReloadTrigger.Context``).
 
-    The full cache implements it and passes it to :meth:`CacheReloadTrigger.open`, on the
+    The full cache implements it and passes it to [`CacheReloadTrigger.open`][], on the
     executor (Python worker) that holds the cache. Both methods may be called from the
     trigger's scheduler thread, so they must be thread-safe.
 
@@ -56,7 +56,7 @@ class ReloadContext(Protocol):
 
         The future fails (``set_exception``) when the load fails. The call should return
         promptly: a trigger holds its start lock while it runs, and
-        :meth:`CacheReloadTrigger.close` waits for that lock only for a bounded time.
+        [`CacheReloadTrigger.close`][] waits for that lock only for a bounded time.
         """
         ...
 
@@ -66,8 +66,8 @@ class CacheReloadTrigger(ABC):
 
     Built on the driver and pickled to executors as its configuration only; each copy
     is opened where its cache lives, which is where its scheduler thread starts.
-    Implementations: :class:`~triggers.PeriodicCacheReloadTrigger` and
-    :class:`~triggers.TimedCacheReloadTrigger`.
+    Implementations: [`PeriodicCacheReloadTrigger`][] and
+    [`TimedCacheReloadTrigger`][].
     """
 
     @abstractmethod
@@ -90,7 +90,7 @@ class CacheReloadTrigger(ABC):
 
         For a cache whose data may have been loaded by another process (the host-level
         snapshot store of full caching): it evaluates the schedule from the load time of
-        the data it serves, not from its own :meth:`open`, so staleness stays bounded by
+        the data it serves, not from its own [`open`][], so staleness stays bounded by
         the schedule while processes come and go. The trigger's own schedule is not
         changed by this method.
 

@@ -22,8 +22,8 @@ def reload_trigger_from_options(
     """The trigger for ``lookup.full-cache.reload-strategy``: ``PERIODIC`` (the default,
     as in Flink) or ``TIMED``; runs on the driver.
 
-    Delegates to :meth:`PeriodicCacheReloadTrigger.from_options` or
-    :meth:`TimedCacheReloadTrigger.from_options`, which document the keys they read.
+    Delegates to [`PeriodicCacheReloadTrigger.from_options`][] or
+    [`TimedCacheReloadTrigger.from_options`][], which document the keys they read.
 
     Raises
     ------

@@ -16,7 +16,7 @@ __all__ = ["PeriodicCacheReloadTrigger", "ScheduleMode"]
 
 
 class ScheduleMode(enum.Enum):
-    """How a :class:`PeriodicCacheReloadTrigger` measures its interval."""
+    """How a [`PeriodicCacheReloadTrigger`][] measures its interval."""
 
     FIXED_DELAY = "FIXED_DELAY"
     """From the end of one load to the start of the next."""
@@ -37,10 +37,10 @@ class PeriodicCacheReloadTrigger(ScheduledTrigger):
     ``interval`` after that load ends. A load that fails (``trigger_reload()`` raises or
     its future fails) is logged on the ``triggers`` logger and the schedule goes on.
 
-    :meth:`from_options` reads ``lookup.full-cache.periodic-reload.interval``
-    (required) and ``lookup.full-cache.periodic-reload.schedule-mode`` (default
-    ``FIXED_DELAY``), e.g. ``{"lookup.cache": "FULL",
-    "lookup.full-cache.periodic-reload.interval": "10 min"}``.
+    [`from_options`][triggers.PeriodicCacheReloadTrigger.from_options] reads
+    ``lookup.full-cache.periodic-reload.interval`` (required) and
+    ``lookup.full-cache.periodic-reload.schedule-mode`` (default ``FIXED_DELAY``), e.g.
+    ``{"lookup.cache": "FULL", "lookup.full-cache.periodic-reload.interval": "10 min"}``.
 
     Parameters
     ----------
@@ -49,7 +49,8 @@ class PeriodicCacheReloadTrigger(ScheduledTrigger):
     schedule_mode : ScheduleMode or str
         ``FIXED_DELAY`` (default) or ``FIXED_RATE``; a string is read case-insensitively.
     close_timeout : timedelta or float
-        How long :meth:`close` waits for a load in progress (default 10 s).
+        How long [`close`][triggers.PeriodicCacheReloadTrigger.close] waits for a load
+        in progress (default 10 s).
 
     Attributes
     ----------

@@ -35,7 +35,7 @@ own executor), so a few serve every cache of the process; more than one, so that
 
 
 class Scheduled:
-    """A job added by :meth:`ProcessScheduler.call_at`: when it runs, and how to cancel it."""
+    """A job added by `ProcessScheduler.call_at`: when it runs, and how to cancel it."""
 
     __slots__ = ("_job", "when")
 

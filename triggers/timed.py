@@ -42,23 +42,24 @@ class TimedCacheReloadTrigger(ScheduledTrigger):
       occurrence (summer time), unless ``time_of_day.fold`` is 1 (the second).
 
     **First reloads.** ``open`` starts a load immediately. The first *scheduled* reload
-    is :meth:`first_fire_time`: the open-time load stands in for the latest occurrence
+    is [`first_fire_time`][]: the open-time load stands in for the latest occurrence
     of ``time_of_day`` at or before the open, and the schedule continues
     ``interval_in_days`` days after that occurrence. So the gap after the open-time
     load is more than ``interval_in_days - 1`` days and at most ``interval_in_days``
     days: the data is never older than the interval, and a 7-day schedule does not
     reload again within 24 hours of opening (as Flink's does). For one day it is simply
     the next occurrence of ``time_of_day``. After that, reloads follow
-    :meth:`next_fire_time`. A schedule that fell behind (a suspended machine) catches up
+    [`next_fire_time`][]. A schedule that fell behind (a suspended machine) catches up
     with one reload, then continues on its grid.
 
     Loads never overlap (a fire time that finds a load running is skipped); a load that
     fails is logged on the ``triggers`` logger and the schedule goes on.
 
-    :meth:`from_options` reads ``lookup.full-cache.timed-reload.iso-time`` (required:
-    ``10:15`` local, read in the zone of the machine calling it, ``10:15Z`` UTC,
-    ``10:15+07:00``) and ``lookup.full-cache.timed-reload.interval-in-days`` (default 1),
-    with ``lookup.full-cache.reload-strategy`` = ``TIMED``.
+    [`from_options`][triggers.TimedCacheReloadTrigger.from_options] reads
+    ``lookup.full-cache.timed-reload.iso-time`` (required: ``10:15`` local, read in the
+    zone of the machine calling it, ``10:15Z`` UTC, ``10:15+07:00``) and
+    ``lookup.full-cache.timed-reload.interval-in-days`` (default 1), with
+    ``lookup.full-cache.reload-strategy`` = ``TIMED``.
 
     Parameters
     ----------
@@ -69,16 +70,17 @@ class TimedCacheReloadTrigger(ScheduledTrigger):
     tz : str or datetime.tzinfo, optional
         Zone of ``time_of_day`` when it has none; default: the local zone.
     close_timeout : timedelta or float
-        How long :meth:`close` waits for a load in progress (default 10 s).
+        How long [`close`][triggers.TimedCacheReloadTrigger.close] waits for a load in
+        progress (default 10 s).
 
     Attributes
     ----------
     time_of_day : datetime.time
-        Wall-clock time of the reload (naive; read in :attr:`tz`).
+        Wall-clock time of the reload (naive; read in `tz`).
     interval_in_days : int
         Local calendar days between reloads.
     tz : datetime.tzinfo
-        The resolved zone in which :attr:`time_of_day` is read.
+        The resolved zone in which `time_of_day` is read.
 
     Raises
     ------
@@ -139,9 +141,9 @@ class TimedCacheReloadTrigger(ScheduledTrigger):
     def next_fire_time(self, previous: datetime | None, now: datetime) -> datetime:
         """The reload after ``previous`` (pure: no clock is read).
 
-        With ``previous=None``: the first occurrence of :attr:`time_of_day` strictly
+        With ``previous=None``: the first occurrence of `time_of_day` strictly
         after ``now``. Otherwise: ``previous``'s local date plus
-        :attr:`interval_in_days` days, at :attr:`time_of_day`, even if that is not after
+        `interval_in_days` days, at `time_of_day`, even if that is not after
         ``now`` (the scheduler then runs one catch-up reload). DST gaps and overlaps are
         resolved as the class describes.
 
@@ -155,7 +157,7 @@ class TimedCacheReloadTrigger(ScheduledTrigger):
         Returns
         -------
         datetime
-            Aware, in :attr:`tz`.
+            Aware, in `tz`.
 
         Raises
         ------
@@ -171,9 +173,9 @@ class TimedCacheReloadTrigger(ScheduledTrigger):
     def first_fire_time(self, opened_at: datetime) -> datetime:
         """The first scheduled reload after the immediate load of an open at ``opened_at``.
 
-        The open-time load stands in for the latest occurrence of :attr:`time_of_day`
+        The open-time load stands in for the latest occurrence of `time_of_day`
         at or before ``opened_at``; the result is that occurrence's local date plus
-        :attr:`interval_in_days` days, at :attr:`time_of_day`. It is later than
+        `interval_in_days` days, at `time_of_day`. It is later than
         ``opened_at + (interval_in_days - 1) days`` and no later than
         ``opened_at + interval_in_days days`` (give or take a DST hour). With one day it
         equals ``next_fire_time(None, opened_at)``. Pure.
@@ -196,8 +198,8 @@ class TimedCacheReloadTrigger(ScheduledTrigger):
         return self._at(day + self.interval_in_days * _ONE_DAY)
 
     def next_reload_after(self, loaded_at: datetime) -> datetime:
-        """:meth:`first_fire_time` of ``loaded_at`` (pure): data loaded at ``loaded_at``
-        stands in for the latest occurrence of :attr:`time_of_day` at or before it, and
+        """[`first_fire_time`][] of ``loaded_at`` (pure): data loaded at ``loaded_at``
+        stands in for the latest occurrence of `time_of_day` at or before it, and
         is due ``interval_in_days`` days after that occurrence.
 
         Raises

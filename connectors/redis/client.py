@@ -17,7 +17,7 @@ _SCHEMES = ("redis", "rediss", "unix")
 
 def check_redis_url(url: object, what: str = "url") -> str:
     """Return ``url`` if it is a Redis URL (``redis://``, ``rediss://`` for TLS,
-    ``unix://``), else raise :class:`ConfigError` naming ``what``.
+    ``unix://``), else raise [`ConfigError`][] naming ``what``.
 
     Passwords and TLS options travel in the URL, as redis-py reads them:
     ``redis://:password@host:6379/0``, ``rediss://user:password@host:6380/1``,
@@ -58,7 +58,7 @@ def _parts(url: str) -> SplitResult | None:
 
 def redact_url(url: str) -> str:
     """``url`` without what may be a credential, for messages and logs
-    (:func:`spark_lookup._credentials.redact_credentials`)."""
+    (`spark_lookup._credentials.redact_credentials`)."""
     return redact_credentials(url)
 
 
@@ -121,7 +121,7 @@ class SharedClient:
         return client
 
     def close(self) -> None:
-        """Close the client if one was made; the next :meth:`get` makes another."""
+        """Close the client if one was made; the next `get` makes another."""
         with self._lock:
             client, self._client = self._client, None
         if client is not None:

@@ -1,7 +1,7 @@
 """Dimension rows kept in Redis (hashes, JSON documents or plain strings), as every mode
 reads them: by key (lookups) and by SCAN (full loads, refreshed views).
 
-:class:`RedisTable` is configuration (URL, key template, schema), picklable; the client
+[`RedisTable`][] is configuration (URL, key template, schema), picklable; the client
 is created where reads run. ``lookup.RedisLookupFunction`` and ``scan.RedisScanSource``
 are thin layers over it. Nothing read from Redis is ever unpickled.
 """
@@ -63,7 +63,7 @@ class RedisTable(PerProcess):
         How lookup keys name Redis keys (``"user:{id}"``); optional for a table only
         scanned by ``match``.
     escape
-        Percent-encode separators inside key parts (see :mod:`connectors.redis.template`).
+        Percent-encode separators inside key parts (see `connectors.redis.template`).
     key_field
         A STRING or BINARY column that receives the Redis key itself (scans).
     filters

@@ -163,7 +163,7 @@ class KeyTemplate:
 
     def parse_all(self, redis_key: str, limit: int = 64) -> list[dict[str, str]] | None:
         """Every way a Redis key made by this template splits into part texts: the one
-        :meth:`parse` gives, or, unescaped, each split at the separators a part may hold
+        [`parse`][] gives, or, unescaped, each split at the separators a part may hold
         (``ns:{a}:{b}`` reads ``ns:x:y:z`` as ``x``, ``y:z`` and as ``x:y``, ``z``). None
         when there are more than ``limit`` (the key could stand for too many keys)."""
         if self.escape or len(self.fields) < 2:

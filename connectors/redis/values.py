@@ -1,7 +1,7 @@
 """Redis values to wire columns: hashes and strings hold text, JSON documents hold JSON.
 
 Each schema column becomes a wire column of text (``string``; raw ``binary`` for BINARY
-columns), which :mod:`connectors.convert` casts to the column's type exactly as it casts
+columns), which `connectors.convert` casts to the column's type exactly as it casts
 SQLite's and PostgreSQL's text: the same rules for every backend. A value of the wrong
 kind (invalid UTF-8, a JSON string where a number belongs, bad base64) is flagged and
 handled by the bad-value policy.
@@ -13,7 +13,7 @@ BOOLEAN only; dates and timestamps
 are ISO 8601 strings; BINARY is base64; arrays, objects (maps, with text keys) and
 nested objects (structs) suit ARRAY, MAP and STRUCT columns, leaf by leaf. A STRING
 column takes any JSON value: a non-string as its JSON text (``{"a": 1}``, numbers as
-written). A value nested deeper than :data:`MAX_DEPTH` arrays and objects is a bad
+written). A value nested deeper than `MAX_DEPTH` arrays and objects is a bad
 value of its column, as any unreadable one (reading it would recurse past Python's
 limit, an error that says nothing about Redis and would be retried).
 """
@@ -118,7 +118,7 @@ def json_wire(
 
 
 def _too_deep(value: Any) -> bool:
-    """Whether ``value`` nests arrays and objects deeper than :data:`MAX_DEPTH` (found
+    """Whether ``value`` nests arrays and objects deeper than `MAX_DEPTH` (found
     without recursion, so any depth can be measured)."""
     stack = [(value, 1)]
     while stack:

@@ -1,5 +1,5 @@
 """What a SQL table looks like: columns and their declared types, NOT NULL, the primary
-key and single-column unique indexes. Each dialect (:mod:`connectors.sql.dialects`)
+key and single-column unique indexes. Each dialect (`connectors.sql.dialects`)
 reads them from its database's catalog; databases without a catalog here give none,
 and their tables need a declared schema."""
 

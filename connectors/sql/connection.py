@@ -4,7 +4,7 @@ Kinds of connection: ADBC (adbc-driver-postgresql, adbc-driver-sqlite: results a
 as Arrow record batches, parameters are bound as Arrow) and DB-API 2.0 drivers (psycopg
 3, psycopg2, sqlite3, pymysql, mysql-connector-python, mysqlclient: rows of Python
 values, turned into Arrow columns here). What SQL each database takes is its dialect's
-(:mod:`connectors.sql.dialects`); any other DB-API driver works with a declared schema
+(`connectors.sql.dialects`); any other DB-API driver works with a declared schema
 (no catalog, no casts).
 """
 
@@ -33,7 +33,7 @@ _FETCH_ROWS = 8192
 _ARROW_BATCH_ROWS = 65_536
 """Rows per record batch of a dialect's Arrow reader (connectorx)."""
 _ADBC_SQLITE_BATCH_ROWS = 65_536
-"""Rows per batch of ADBC SQLite reads that can be resumed (see :meth:`SqlConnection.arrays`)."""
+"""Rows per batch of ADBC SQLite reads that can be resumed (see [`SqlConnection.arrays`][])."""
 _ADBC_SQLITE_ONE_BATCH = 2**30
 """ADBC SQLite infers each column's type from the first batch it reads and fails on a
 later batch that disagrees (a column NULL in the whole first batch and text later): one
@@ -74,7 +74,7 @@ class SqlConnection:
 
     Reads run in autocommit mode where the driver has it; otherwise each read ends with a
     rollback, so no connection idles in a transaction holding a snapshot or locks.
-    Driver errors become :class:`~spark_lookup.ConnectorError` (or its transient
+    Driver errors become [`ConnectorError`][] (or its transient
     subclass) naming ``what`` and the statement's purpose.
 
     Parameters
@@ -85,7 +85,7 @@ class SqlConnection:
         What it serves, for messages (``"table 'customers'"``).
     timeout
         Seconds a statement may run, where the database bounds it (see
-        :meth:`_bound_statements`); None: no bound.
+        `_bound_statements`); None: no bound.
     """
 
     def __init__(self, raw: Any, what: str, timeout: float | None = None) -> None:
@@ -356,7 +356,7 @@ class SqlConnection:
 
 def open_connection(factory: Any, what: str, timeout: float | None = None) -> SqlConnection:
     """Call a connection factory and wrap its connection (``timeout``: see
-    :class:`SqlConnection`).
+    [`SqlConnection`][]).
 
     Raises
     ------

@@ -1,4 +1,4 @@
-"""What an open connection is: its database (which :mod:`connectors.sql.dialects` module
+"""What an open connection is: its database (which `connectors.sql.dialects` module
 writes its SQL), whether it speaks Arrow (ADBC), and how its statements take parameters.
 Told from the connection's driver module, never from a query."""
 
@@ -74,7 +74,7 @@ def driver_module(connection: Any) -> str:
 
 
 def flavor_of(connection: Any) -> Flavor:
-    """The :class:`Flavor` of an open connection.
+    """The `Flavor` of an open connection.
 
     Raises
     ------

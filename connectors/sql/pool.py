@@ -22,7 +22,7 @@ or hours apart connect anew, so nothing holds a database connection between load
 
 class ConnectionPool:
     """Idle connections of one table in one process; thread-safe. Connections idle longer
-    than :data:`_POOL_IDLE_SECONDS` are closed by a daemon reaper, and every idle
+    than `_POOL_IDLE_SECONDS` are closed by a daemon reaper, and every idle
     connection when the pool is collected."""
 
     def __init__(self) -> None:

@@ -1,7 +1,7 @@
 """A SQL table as every mode reads it: by key (lookups) and by range (full loads).
 
-:class:`SqlTable` is configuration (a connection factory and names), picklable; its
-:class:`SqlPlan` is resolved once from the catalog and travels with it. Both
+[`SqlTable`][] is configuration (a connection factory and names), picklable; its
+[`SqlPlan`][] is resolved once from the catalog and travels with it. Both
 ``lookup.SqlLookupFunction`` and ``scan.SqlTableSource`` are thin layers over it, so a
 table gives the same values and types whichever reads it.
 """
@@ -157,12 +157,12 @@ class SqlTable(PerProcess):
     key_columns
         The columns lookups find rows by (empty for a table only scanned).
     filters
-        :class:`~connectors.Predicate` s every row read must meet, in every mode.
+        [`Predicate`][]s every row read must meet, in every mode.
     mode
-        The :class:`~connectors.BadValuePolicy` (default PERMISSIVE).
+        The [`BadValuePolicy`][] (default PERMISSIVE).
     timeout
         How long one statement may run (PostgreSQL and sqlite3; see
-        :class:`~connectors.sql.connection.SqlConnection`), or None.
+        [`SqlConnection`][]), or None.
     """
 
     _PER_PROCESS = ("_runtime", "_pool")  # counters, the conformer, idle connections
@@ -246,7 +246,7 @@ class SqlTable(PerProcess):
         return connection if connection is not None else self.connect()
 
     def release(self, connection: SqlConnection) -> None:
-        """Give back a connection from :meth:`acquire` after a read that ended cleanly
+        """Give back a connection from [`acquire`][] after a read that ended cleanly
         (a broken one is closed, not pooled)."""
         flavor = connection.flavor
         if not connection.broken and (flavor.adbc or flavor.backend != SQLITE):
@@ -407,7 +407,7 @@ class SqlTable(PerProcess):
         offset: int = 0,
         key_column: str | None = None,
     ) -> Iterator[pa.RecordBatch]:
-        """Rows meeting ``conditions`` (SQL over :meth:`SqlPlan.column_sql`, values
+        """Rows meeting ``conditions`` (SQL over [`SqlPlan.column_sql`][], values
         bound in order, numbered from 0) and the table's filters, as record batches of
         the schema.
 

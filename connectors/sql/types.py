@@ -1,11 +1,11 @@
-"""The SQL type table's shared part: how a column is read (:class:`ColumnRead`), and
+"""The SQL type table's shared part: how a column is read (`ColumnRead`), and
 the check that its wire form converts to the Spark type it is declared to have.
 
-Each dialect (:mod:`connectors.sql.dialects`) holds its database's rows of the table:
+Each dialect (`connectors.sql.dialects`) holds its database's rows of the table:
 each database type's Spark type, and the *wire* form a column is read in, chosen so that
 every driver of the database returns the same thing (PostgreSQL's ``::text`` for what
 has no Arrow counterpart, SQLite's storage-class checks, MySQL's ``CAST(... AS CHAR)``).
-The wire form then becomes the Spark type through :mod:`connectors.convert`,
+The wire form then becomes the Spark type through `connectors.convert`,
 identically for every driver. docs/types.md is the dialects in prose;
 ``tests/contract`` checks them against each other.
 """

@@ -1,5 +1,5 @@
 """What the connector lookup functions share: keys read as their columns' Spark types
-(:class:`connectors.keys.KeyCodec`), each batch answered by one query of the store."""
+([`connectors.keys.KeyCodec`][]), each batch answered by one query of the store."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from spark_lookup.schema import to_arrow_schema
 
 class KeyedLookupFunction(CountsBadValues, LookupFunction):
     """A lookup function whose store answers a batch of encoded keys with the position
-    of each row's key and the rows (:meth:`_query`)."""
+    of each row's key and the rows (`_query`)."""
 
     _codec: KeyCodec
     _struct: T.StructType
@@ -37,7 +37,7 @@ class KeyedLookupFunction(CountsBadValues, LookupFunction):
     def lookup(self, key: Key) -> Sequence[Row]:
         """The rows whose key columns equal ``key``; one round trip.
 
-        Runs on executors. Raises as :meth:`lookup_batch` does.
+        Runs on executors. Raises as [`lookup_batch`][] does.
         """
         return self.lookup_batch([key])[key]
 
@@ -71,7 +71,7 @@ class KeyedLookupFunction(CountsBadValues, LookupFunction):
         (distinct keys, no nulls, cast here to the key columns' types), the result the
         position of each row's key and the rows, with no Python object per key or row.
 
-        Runs on executors. Raises as :meth:`lookup_batch` does.
+        Runs on executors. Raises as [`lookup_batch`][] does.
         """
         encoded = self._codec.encode_arrays(keys)
         if not len(encoded):

@@ -1,11 +1,11 @@
 """PostgresChanges: a PostgreSQL table's changed keys, by ``LISTEN``/``NOTIFY``.
 
-Triggers on the table (:meth:`PostgresChanges.install`, or the SQL of
-:meth:`~PostgresChanges.install_sql` run by a DBA) send the keys of every changed row
+Triggers on the table ([`PostgresChanges.install`][], or the SQL of
+[`install_sql`][lookup.PostgresChanges.install_sql] run by a DBA) send the keys of every changed row
 with ``pg_notify`` when the transaction commits; each Python worker that looks the table
 up listens on a connection of its own (psycopg 3: ADBC has no ``LISTEN``).
 
-Payloads (PostgreSQL refuses one of 8,000 bytes or more) are JSON, versioned::
+Payloads (PostgreSQL refuses one of 8,000 bytes or more) are JSON, versioned:
 
     {"v":1,"k":[[1],[2]]}          the keys (in key_columns order) of one statement,
                                    in as many notifications as their size needs
@@ -68,7 +68,7 @@ class PostgresChanges(ChangeFeed):
 
     Built on the driver; pickled into the providers that take it (``changes=``). Each
     Python worker that opens such a provider listens on one dedicated connection of its
-    own, shared by all the providers there; :meth:`install` (on the driver, once)
+    own, shared by all the providers there; [`install`][] (on the driver, once)
     creates the triggers that notify.
 
     Parameters
@@ -76,7 +76,7 @@ class PostgresChanges(ChangeFeed):
     connect
         A zero-argument callable returning a new psycopg 3 connection (any picklable
         callable, e.g. ``functools.partial(psycopg.connect, dsn)``), or a libpq
-        connection string. Used by :meth:`install` and by every listener.
+        connection string. Used by [`install`][] and by every listener.
     table
         ``table`` or ``schema.table``; each part a plain identifier, matched
         case-sensitively.
@@ -95,7 +95,7 @@ class PostgresChanges(ChangeFeed):
         ``SELECT 1`` answered within the same time (default 10 s), so that a connection
         lost silently is noticed, reconnected and the caches flushed.
     min_interval, connect_timeout
-        As :class:`~lookup.ChangeFeed`.
+        As [`ChangeFeed`][].
 
     Raises
     ------
@@ -221,7 +221,7 @@ class PostgresChanges(ChangeFeed):
         return prefix + _quote(self.channel + _SUFFIXES["function"])
 
     def install_sql(self) -> str:
-        """The SQL :meth:`install` runs (one transaction), for a DBA to read or run by
+        """The SQL [`install`][] runs (one transaction), for a DBA to read or run by
         hand: the notifying function, and the four statement triggers that call it."""
         columns = list(self.key_columns)
 
@@ -313,7 +313,7 @@ $spark_lookup$;
 """
 
     def uninstall_sql(self) -> str:
-        """The SQL :meth:`uninstall` runs: the four triggers dropped from the table and
+        """The SQL [`uninstall`][] runs: the four triggers dropped from the table and
         its partitions and inheritance children, and the function dropped."""
         drops = "\n".join(
             f"        EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', {_literal(name)}, "
@@ -413,7 +413,7 @@ def _array_text(names: Sequence[str]) -> bytes:
 
 
 def parse_payload(payload: str, arity: int) -> Change:
-    """One notification's payload as a :class:`Change`; "everything" (with a warning)
+    """One notification's payload as a `Change`; "everything" (with a warning)
     for a payload this version cannot read, since which keys it meant is unknown."""
     try:
         data = json.loads(payload, parse_float=Decimal)

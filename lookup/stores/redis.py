@@ -24,23 +24,23 @@ class RedisLookupFunction(KeyedLookupFunction):
     """Looks dimension rows up in Redis, one Redis key per lookup key.
 
     Built on the driver and pickled as its configuration (URL, template, schema); the
-    client is created where the function runs, in :meth:`open` (or at the first lookup),
+    client is created where the function runs, in [`open`][] (or at the first lookup),
     and is shared by the threads of the worker. Nothing read from Redis is ever
     unpickled: values are Redis hashes, JSON text or plain strings.
 
     Keys. The Redis key of a lookup key is ``key_template`` formatted with the key values
     by key column name (``"user:{id}"``, ``"stock:{shop}:{sku:08d}"``). Values are read as
-    their column's Spark type first (:mod:`connectors.keys`), so a float ``7.0`` from a
+    their column's Spark type first (`connectors.keys`), so a float ``7.0`` from a
     pandas column forms ``user:7``, as the integer does; a key holding None or NaN is
     never sent. Two different keys never read each other's row: a part holding the
     literal text between the template's placeholders (``"a:b"`` in ``"{t}:{id}"``) is
     looked up only if the stored value carries the key columns, and a row whose stored
     key differs from the looked-up key is no match; where the value cannot carry them
-    (``value_type="string"``) such a key is a :class:`~spark_lookup.ConfigError`, unless
+    (``value_type="string"``) such a key is a [`ConfigError`][spark_lookup.ConfigError], unless
     ``escape=True`` percent-encodes separators in parts (write keys with
-    :meth:`redis_key` then). See :mod:`connectors.redis.template`.
+    [`redis_key`][] then). See `connectors.redis.template`.
 
-    Values, as ``value_type`` says, read through :mod:`connectors` exactly as
+    Values, as ``value_type`` says, read through [`connectors`][] exactly as
     ``scan.RedisScanSource`` reads them for full caches (docs/types.md):
 
     - ``"hash"``: one row per hash; only the schema's fields are read (``HMGET``), each
@@ -52,8 +52,8 @@ class RedisLookupFunction(KeyedLookupFunction):
 
     A key column absent from the stored value takes the key's value. A value that
     cannot be read as its column's type follows ``mode`` (PERMISSIVE: null; DROPMALFORMED:
-    no row; FAILFAST: :class:`~spark_lookup.BadValueError` naming the Redis key and
-    field) and is counted (:attr:`bad_value_count`).
+    no row; FAILFAST: [`BadValueError`][spark_lookup.BadValueError] naming the Redis key and
+    field) and is counted ([`bad_value_count`][lookup.RedisLookupFunction.bad_value_count]).
 
     A batch is one round trip: pipelined ``HMGET`` commands, or ``MGET`` (in commands
     of at most ``max_keys_per_command`` keys, pipelined together). Not for Redis

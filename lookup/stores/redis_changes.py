@@ -7,7 +7,7 @@ subscribes (``PSUBSCRIBE``) to the keys its key template can make, reads every c
 Redis key back through the template into the key's values, typed as the key columns,
 and hands them to its caches. Pub/Sub delivers at most once: a connection that drops
 loses what was published meanwhile, which the listener makes up for by flushing after
-it has subscribed again (see :mod:`lookup.changes`).
+it has subscribed again (see `lookup.changes`).
 
 The server setting: ``K`` (keyspace channels) and the classes of the commands that
 write the table: ``g`` (``DEL``, ``EXPIRE``, ``RENAME``...), ``$`` (strings), ``h``
@@ -91,7 +91,7 @@ class RedisKeyspaceChanges(ChangeFeed):
     check
         Check the server's ``notify-keyspace-events`` now, on the driver (default).
     min_interval, connect_timeout
-        As :class:`~lookup.ChangeFeed`'s.
+        As [`ChangeFeed`][]'s.
     health_check_interval
         Seconds between the subscription's ``PING`` s when no event comes, so a silently
         dropped connection is noticed (default 10).
@@ -222,7 +222,7 @@ class RedisKeyspaceChanges(ChangeFeed):
         text a lookup would write) stands for none. Without ``escape`` a key whose parts
         may hold the separator stands for every key it can be read as (``ns:x:y:z`` of
         ``ns:{a}:{b}``: ``("x", "y:z")`` and ``("x:y", "z")``), or None (everything)
-        when that is more than :data:`MAX_READINGS`."""
+        when that is more than ``MAX_READINGS`` (64)."""
         template = self._template
         kept: list[tuple[str, dict[str, str]]] = []
         for key in redis_keys:
@@ -257,7 +257,7 @@ def _parsed(template: str) -> list[tuple[str, str | None, str | None, str | None
 
 
 class _Subscription(ChangeConnection):
-    """One ``PSUBSCRIBE`` of a feed, confirmed before :meth:`RedisKeyspaceChanges.connect`
+    """One ``PSUBSCRIBE`` of a feed, confirmed before `RedisKeyspaceChanges.connect`
     returns."""
 
     _POLL = 0.2  # seconds between checks for interrupt()

@@ -39,21 +39,22 @@ class SqlLookupFunction(PerProcess, KeyedLookupFunction):
     ``adbc_driver_sqlite.dbapi.connect``), a psycopg or sqlite3 connection, or another
     DB-API connection; any picklable callable is accepted, lambdas included (they travel
     with cloudpickle). Connections are opened where the function runs, one per thread
-    that uses it (sqlite3 connections belong to their thread), in :meth:`open` or at the
+    that uses it (sqlite3 connections belong to their thread), in [`open`][] or at the
     first lookup.
 
-    Values. Every column is read through :mod:`connectors` (the type table in
+    Values. Every column is read through [`connectors`][] (the type table in
     docs/types.md), exactly as ``scan.SqlTableSource`` reads it for full caches and refreshed
     views, so every mode gives the same values and Spark types. A stored value that
     cannot be read as its column's type follows ``mode`` (PERMISSIVE: null; DROPMALFORMED:
-    the row is dropped; FAILFAST: :class:`~spark_lookup.BadValueError`) and is counted
-    (:attr:`bad_value_count`, and ``num_bad_values`` in the lookup metrics).
+    the row is dropped; FAILFAST: [`BadValueError`][spark_lookup.BadValueError]) and is counted
+    ([`bad_value_count`][lookup.SqlLookupFunction.bad_value_count], and
+    ``num_bad_values`` in the lookup metrics).
 
     Queries. A batch of keys is one statement. On PostgreSQL the keys travel as one
     array per key column (bound as Arrow on ADBC), unnested ``WITH ORDINALITY`` and
     joined with the table, so each row comes back to the key that asked for it exactly,
     whatever PostgreSQL's comparison rules (collations, ``char(n)`` padding, citext,
-    uuid)::
+    uuid):
 
         SELECT "_lk"."_lk_i" - 1, ... FROM unnest($1::int8[]) WITH ORDINALITY
         AS "_lk"("_lk_0", "_lk_i") JOIN "customers" AS "_lt" ON "_lt"."id" = "_lk"."_lk_0"
@@ -63,10 +64,10 @@ class SqlLookupFunction(PerProcess, KeyedLookupFunction):
     limit or ``max_batch_size``. Identifiers are validated and double-quoted before any
     SQL runs; values are always bound.
 
-    Keys are read as values of their columns' Spark types (see :mod:`connectors.keys`):
+    Keys are read as values of their columns' Spark types (see `connectors.keys`):
     a key value of the wrong kind (a str for a BIGINT column, a bool for an INT) or one
     its column's type cannot hold (an out-of-range integer, ``Decimal('1E+1000000')``)
-    raises :class:`ConfigError` naming the key and column before any SQL runs; a key
+    raises `ConfigError` naming the key and column before any SQL runs; a key
     holding None or NaN, or a value no column value equals, matches nothing and is never
     sent.
 
@@ -74,7 +75,7 @@ class SqlLookupFunction(PerProcess, KeyedLookupFunction):
     else are followed by a rollback, so no connection stays idle in a transaction. A driver
     error discards the connection; a connection that broke while idle (a restarted
     server) is replaced and the statement retried once, at once. Errors are
-    :class:`~spark_lookup.ConnectorError`, transient (retried by the lookup runtime with
+    [`ConnectorError`][spark_lookup.ConnectorError], transient (retried by the lookup runtime with
     backoff) or permanent (reported at once), naming the table and a key.
 
     Parameters

@@ -1,19 +1,19 @@
 """The connector base of FLIP-27: split readers on fetcher threads feeding a reader.
 
-A connector implements a :class:`SplitReader` (blocking reads on a fetcher thread) and a
-:class:`RecordEmitter` (records out, split state forward); :class:`SourceReaderBase` and
+A connector implements a `SplitReader` (blocking reads on a fetcher thread) and a
+`RecordEmitter` (records out, split state forward); `SourceReaderBase` and
 the fetcher managers do the threading, hand-over and back-pressure.
 
-Records travel as rows (:class:`RecordsBySplits` of tuples, emitted with
-``collect_batch``) or as Arrow record batches (:class:`ArrowRecordsBySplits`, emitted by
-:class:`ArrowRecordEmitter` with ``collect_arrow``, the split state advanced by row
+Records travel as rows (`RecordsBySplits` of tuples, emitted with
+``collect_batch``) or as Arrow record batches (`ArrowRecordsBySplits`, emitted by
+`ArrowRecordEmitter` with ``collect_arrow``, the split state advanced by row
 count); the second moves no Python object per row from the file or driver to the
 Arrow table a full cache or Spark receives.
 
-Writing a connector: a frozen :class:`~scan.SourceSplit`, its versioned serializer, a
-mutable split state with ``to_split()``, a :class:`SplitReader`, a
-:class:`RecordEmitter`, and a :class:`~scan.Source` whose ``create_reader`` returns a
-:class:`PullingSourceReader` of them. ``scan/sources/collection.py`` is the smallest
+Writing a connector: a frozen [`SourceSplit`][], its versioned serializer, a
+mutable split state with ``to_split()``, a `SplitReader`, a
+`RecordEmitter`, and a [`Source`][] whose ``create_reader`` returns a
+`PullingSourceReader` of them. ``scan/sources/collection.py`` is the smallest
 complete example (Arrow records); ``scan/sources/files.py`` reads Arrow from files;
 ``scan/sources/sql.py`` has a lazy split planner and a client (row records).
 """

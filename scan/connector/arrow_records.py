@@ -23,14 +23,14 @@ class ArrowRecordsBySplits(RecordsWithSplitIds["pa.RecordBatch"]):
     """One fetch's worth of Arrow record batches, split by split, plus the splits it
     finished.
 
-    Built by a :class:`~scan.connector.SplitReader` on its fetcher thread (:meth:`add`,
-    :meth:`add_finished`), then walked by the reader on its own thread. A record here
-    is a row: :meth:`next_records_from_split` hands out zero-copy slices of the split's
+    Built by a `SplitReader` on its fetcher thread (`add`,
+    `add_finished`), then walked by the reader on its own thread. A record here
+    is a row: `next_records_from_split` hands out zero-copy slices of the split's
     batches holding at most ``max_records`` rows together, so ``records_per_poll``
     bounds rows per poll exactly as for row records, and a checkpoint between two polls
     can fall inside a fetched batch. Empty batches are dropped when added.
 
-    Use it with :class:`~scan.connector.ArrowRecordEmitter` (or an emitter that calls
+    Use it with `ArrowRecordEmitter` (or an emitter that calls
     ``output.collect_arrow``). One queue element is one instance, however many rows it
     holds, so the element queue's capacity still counts fetches.
 

@@ -55,7 +55,7 @@ RowStateT = TypeVar("RowStateT", bound=RowOffsetState)
 
 class ArrowRecordEmitter(RecordEmitter["pa.RecordBatch", RowStateT]):
     """Emits fetched record batches with ``output.collect_arrow`` and advances the split
-    state by their row counts: the emitter of :class:`~scan.connector.ArrowRecordsBySplits`.
+    state by their row counts: the emitter of `ArrowRecordsBySplits`.
 
     Runs on the reader's thread; stateless, so one instance may serve every reader. A
     batch here is a slice of at most ``records_per_poll`` rows (the reader asks for no

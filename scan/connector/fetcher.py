@@ -1,8 +1,8 @@
 """Fetcher threads and their managers (Flink's ``SplitFetcher`` and ``SplitFetcherManager``).
 
-A fetcher is one thread that owns one :class:`SplitReader`: it runs tasks (adding
+A fetcher is one thread that owns one `SplitReader`: it runs tasks (adding
 splits) and otherwise fetches and hands batches to the reader through the shared
-:class:`ElementQueue`. A manager decides how many fetchers a reader has and which
+`ElementQueue`. A manager decides how many fetchers a reader has and which
 splits each reads; the first error of any fetcher is kept and re-raised by the reader.
 """
 
@@ -36,9 +36,9 @@ _log = logging.getLogger(__name__)
 
 
 class SplitFetcher(Generic[E, SplitT]):
-    """One fetcher thread running one :class:`SplitReader`.
+    """One fetcher thread running one `SplitReader`.
 
-    Created and started by a :class:`SplitFetcherManager`; thread-safe. Records of a
+    Created and started by a `SplitFetcherManager`; thread-safe. Records of a
     split reach the queue in the order the split reader returned them; a split counts
     as assigned to this fetcher until its finishing batch is in the queue, so the
     reader can never see a fetcher idle while that batch is still outside the queue.
@@ -176,18 +176,18 @@ class SplitFetcherManager(ABC, Generic[E, SplitT]):
     """Owns the fetchers of one reader and the queue they fill.
 
     Used from the reader's thread; fetchers report errors from their own threads,
-    and :meth:`check_errors` re-raises the first one.
+    and `check_errors` re-raises the first one.
 
     Parameters
     ----------
     split_reader_factory
-        Makes a new :class:`SplitReader`, one per fetcher; called where the reader runs.
+        Makes a new `SplitReader`, one per fetcher; called where the reader runs.
     element_queue_capacity
         Fetches (``RecordsWithSplitIds``, of rows or of Arrow batches) the queue holds
         before fetchers block.
     release_memory
         Whether fetchers hand freed memory back after every fetch (see
-        :class:`~scan.ReaderOptions`).
+        [`ReaderOptions`][]).
     """
 
     def __init__(
@@ -222,7 +222,7 @@ class SplitFetcherManager(ABC, Generic[E, SplitT]):
         ------
         SparkLookupError
             The fetcher's error itself when it is one of ours (a ``ConnectorError``
-            naming the table or URL), else a :class:`SourceError` caused by it.
+            naming the table or URL), else a [`SourceError`][] caused by it.
         """
         with self._error_lock:
             error = self._error
@@ -266,7 +266,7 @@ class SplitFetcherManager(ABC, Generic[E, SplitT]):
 
 class SingleThreadFetcherManager(SplitFetcherManager[E, SplitT]):
     """One fetcher thread reads every split of the reader, in assignment order (the
-    default of :class:`~scan.connector.PullingSourceReader`; what every built-in source uses, since
+    default of `PullingSourceReader`; what every built-in source uses, since
     a pulling reader owns one split at a time)."""
 
     def add_splits(self, splits: Sequence[SplitT]) -> None:
@@ -286,13 +286,13 @@ class MultiThreadFetcherManager(SplitFetcherManager[E, SplitT]):
     Parameters
     ----------
     split_reader_factory
-        Makes a new :class:`SplitReader` per fetcher, where the reader runs.
+        Makes a new `SplitReader` per fetcher, where the reader runs.
     num_fetchers
         The most fetcher threads (and split readers, and so connections).
     element_queue_capacity
         Batches the shared queue holds before fetchers block.
     release_memory
-        As :class:`SplitFetcherManager`.
+        As `SplitFetcherManager`.
 
     Raises
     ------

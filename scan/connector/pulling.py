@@ -29,7 +29,7 @@ class SplitState(Protocol[SplitT_co]):
 
 
 class PullingSourceReader(SourceReaderBase[E, SplitT, StateT], Generic[E, SplitT, StateT]):
-    """A :class:`SourceReaderBase` that asks for a split whenever it owns fewer than
+    """A `SourceReaderBase` that asks for a split whenever it owns fewer than
     ``splits_in_flight`` (by default: when it starts without one and whenever it has
     finished all it owns), until the enumerator says there are no more.
 
@@ -48,7 +48,7 @@ class PullingSourceReader(SourceReaderBase[E, SplitT, StateT], Generic[E, SplitT
     state_factory
         The initial mutable state of a split (``state.to_split()`` rebuilds it).
     fetcher_manager
-        Defaults to a :class:`~scan.connector.SingleThreadFetcherManager` with the context's
+        Defaults to a `SingleThreadFetcherManager` with the context's
         queue capacity and memory release.
     splits_in_flight
         The splits the reader owns at once when there are enough: more than one for a

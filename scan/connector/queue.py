@@ -19,12 +19,12 @@ T = TypeVar("T")
 class ElementQueue(Generic[T]):
     """A bounded queue of fetched batches; thread-safe.
 
-    Fetcher threads :meth:`put` (blocking while the queue holds ``capacity`` batches,
-    which is the back-pressure on the source); the reader :meth:`poll` s without
-    blocking and, when it finds nothing, waits on :meth:`available_future`, which
-    completes when a batch is put or :meth:`notify_availability` is called.
+    Fetcher threads `put` (blocking while the queue holds ``capacity`` batches,
+    which is the back-pressure on the source); the reader `poll`s without
+    blocking and, when it finds nothing, waits on `available_future`, which
+    completes when a batch is put or `notify_availability` is called.
 
-    A fetcher blocked in ``put`` can be released with :meth:`wake_up_putter` (to run a
+    A fetcher blocked in ``put`` can be released with `wake_up_putter` (to run a
     task such as adding splits); its ``put`` then returns False without enqueuing.
 
     Examples
@@ -57,7 +57,7 @@ class ElementQueue(Generic[T]):
         Returns
         -------
         bool
-            True if enqueued; False if :meth:`wake_up_putter` released this fetcher
+            True if enqueued; False if `wake_up_putter` released this fetcher
             while it was blocked (the element was not enqueued).
         """
         with self._lock:
@@ -105,7 +105,7 @@ class ElementQueue(Generic[T]):
         self._complete(future)
 
     def wake_up_putter(self, thread_index: int) -> None:
-        """Release fetcher ``thread_index`` if it is blocked in :meth:`put`."""
+        """Release fetcher ``thread_index`` if it is blocked in `put`."""
         with self._lock:
             self._woken.add(thread_index)
             self._not_full.notify_all()

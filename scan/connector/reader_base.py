@@ -31,20 +31,20 @@ class SourceReaderBase(SourceReader[SplitT], Generic[E, SplitT, StateT]):
     """A reader whose splits are read by fetcher threads and emitted by an emitter.
 
     Runs where its subtask runs; all methods are called from one thread. Fetchers (see
-    :class:`~scan.connector.SingleThreadFetcherManager`) do the blocking reads and fill a bounded
-    queue; :meth:`poll_next` takes fetches from it without blocking and emits at most
+    `SingleThreadFetcherManager`) do the blocking reads and fill a bounded
+    queue; `poll_next` takes fetches from it without blocking and emits at most
     ``context.options.records_per_poll`` records (rows) per call through the
-    :class:`~scan.connector.RecordEmitter`, which advances the per-split state. Fetches of Arrow
-    batches (:class:`~scan.connector.ArrowRecordsBySplits`) are emitted as zero-copy slices of
+    `RecordEmitter`, which advances the per-split state. Fetches of Arrow
+    batches (`ArrowRecordsBySplits`) are emitted as zero-copy slices of
     that many rows, so a poll (and a checkpoint after it) may end inside a batch.
 
     End of input is reported only when no more splits will come
-    (:meth:`notify_no_more_splits`), every owned split has finished, and the queue is
+    (`notify_no_more_splits`), every owned split has finished, and the queue is
     empty, and only after checking that no fetcher failed: a failed read never looks
     like a finished one. A fetcher's error is raised by the next ``poll_next``.
 
-    Subclasses define the split state: :meth:`init_split_state`, :meth:`to_split`, and
-    optionally :meth:`on_split_finished`. A reader is created where it runs and is never
+    Subclasses define the split state: `init_split_state`, `to_split`, and
+    optionally `on_split_finished`. A reader is created where it runs and is never
     pickled; its split reader opens clients on its fetcher thread.
 
     Parameters

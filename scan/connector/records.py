@@ -14,10 +14,10 @@ E = TypeVar("E")
 class RecordsWithSplitIds(ABC, Generic[E]):
     """One fetch's worth of records, split by split, plus the splits it finished.
 
-    Produced by a :class:`SplitReader` on a fetcher thread, consumed by the reader on
+    Produced by a `SplitReader` on a fetcher thread, consumed by the reader on
     its own thread (never both at once). The reader walks it split by split:
-    :meth:`next_split`, then :meth:`next_records_from_split` until empty, and so on;
-    when :meth:`next_split` returns None it takes :meth:`finished_splits`.
+    `next_split`, then `next_records_from_split` until empty, and so on;
+    when `next_split` returns None it takes `finished_splits`.
     """
 
     @abstractmethod

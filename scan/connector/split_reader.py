@@ -18,7 +18,7 @@ SplitT = TypeVar("SplitT", bound=SourceSplit)
 
 @dataclass(frozen=True)
 class SplitsChange(Generic[SplitT]):
-    """A change of the splits a :class:`SplitReader` reads."""
+    """A change of the splits a `SplitReader` reads."""
 
     splits: Sequence[SplitT]
 
@@ -31,9 +31,9 @@ class SplitsAddition(SplitsChange[SplitT]):
 class SplitReader(ABC, Generic[E, SplitT]):
     """Reads records of its assigned splits; the connector-specific, blocking part.
 
-    Runs on one fetcher thread: :meth:`fetch`, :meth:`handle_splits_changes` and
-    :meth:`close` are only ever called from that thread, so a reader may keep a
-    connection that must stay on one thread (sqlite3). :meth:`wake_up` is the exception:
+    Runs on one fetcher thread: `fetch`, `handle_splits_changes` and
+    `close` are only ever called from that thread, so a reader may keep a
+    connection that must stay on one thread (sqlite3). `wake_up` is the exception:
     it is called from other threads.
 
     A split reader is created where the reader runs (never pickled), so it is where
@@ -44,20 +44,20 @@ class SplitReader(ABC, Generic[E, SplitT]):
     def fetch(self) -> RecordsWithSplitIds[E]:
         """Read the next batch of records of the assigned splits; may block.
 
-        Returns a :class:`~scan.connector.RecordsBySplits` of rows or an
-        :class:`~scan.connector.ArrowRecordsBySplits` of record batches (the reader's emitter must
+        Returns a `RecordsBySplits` of rows or an
+        `ArrowRecordsBySplits` of record batches (the reader's emitter must
         match). Records of one split come in split order across calls. A split is reported in
         ``finished_splits()`` of the batch that carries (or follows) its last record.
-        Driver errors are raised as :class:`~spark_lookup.errors.ConnectorError`.
+        Driver errors are raised as [`ConnectorError`][spark_lookup.ConnectorError].
         """
 
     @abstractmethod
     def handle_splits_changes(self, change: SplitsChange[SplitT]) -> None:
-        """Take new splits (a :class:`SplitsAddition`)."""
+        """Take new splits (a `SplitsAddition`)."""
 
     @abstractmethod
     def wake_up(self) -> None:
-        """Make a blocked or the next :meth:`fetch` return soon, possibly with an empty
+        """Make a blocked or the next `fetch` return soon, possibly with an empty
         batch (it is re-called later). Called from other threads."""
 
     def close(self) -> None:  # optional hook

@@ -146,9 +146,9 @@ class BatchReading:
 
 
 class BatchStreamReader(QueueSplitReader[SplitT]):
-    """Reads a split as the stream of batches :meth:`batches` yields, one per fetch, the
+    """Reads a split as the stream of batches `batches` yields, one per fetch, the
     fetch of the last one finishing the split; other errors than ours, of the
-    libraries reading (those of :attr:`READ_ERRORS`), become :meth:`read_error`'s."""
+    libraries reading (those of `READ_ERRORS`), become `read_error`'s."""
 
     READ_ERRORS: tuple[type[BaseException], ...] = (Exception,)
 
@@ -165,7 +165,7 @@ class BatchStreamReader(QueueSplitReader[SplitT]):
         """``exc``, raised reading ``split``, as our error."""
 
     def flagged_batches(self, split: SplitT) -> Iterator[tuple[pa.RecordBatch, bool]]:
-        """:meth:`batches`, each with whether it is the split's last (by default found
+        """`batches`, each with whether it is the split's last (by default found
         by reading one batch ahead; a reader that knows sooner says so here)."""
         return with_last(self.batches(split))
 
@@ -193,8 +193,8 @@ ReadingT = TypeVar("ReadingT", bound=BatchReading)
 
 
 class BatchReadingSource(PerProcess, PullSource[SplitT], Generic[SplitT, ReadingT]):
-    """A source whose readers of one process share one :class:`BatchReading` (made on
-    first use, by :meth:`new_reading`), which counts the values they could not read."""
+    """A source whose readers of one process share one `BatchReading` (made on
+    first use, by `new_reading`), which counts the values they could not read."""
 
     _PER_PROCESS: tuple[str, ...] = ("_reading",)
     _reading: ReadingT | None

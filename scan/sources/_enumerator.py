@@ -128,12 +128,12 @@ class ListPlanner(SplitPlanner[SplitT]):
 
     @staticmethod
     def position_of(progress: Any) -> int:
-        """The position saved by :meth:`snapshot`.
+        """The position saved by `snapshot`.
 
         Raises
         ------
         SourceError
-            If ``progress`` is not what :meth:`snapshot` writes.
+            If ``progress`` is not what `snapshot` writes.
         """
         if not isinstance(progress, dict) or not isinstance(progress.get("position"), int):
             raise SourceError(f"malformed split list progress: {shown(progress)}")

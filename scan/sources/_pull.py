@@ -2,8 +2,8 @@
 pulling split readers.
 
 A concrete source is its split (with a serializer), its split planning
-(:meth:`PullSource.planner`) and its split reader (:meth:`PullSource.split_reader`,
-usually a :class:`QueueSplitReader`); the enumerator, the reader, the split states and
+(`PullSource.planner`) and its split reader (`PullSource.split_reader`,
+usually a `QueueSplitReader`); the enumerator, the reader, the split states and
 the serializers of the enumerator's state come from here.
 """
 
@@ -87,7 +87,7 @@ def _as_is(value: Any) -> Any:
 
 
 class QueueSplitReader(SplitReader[pa.RecordBatch, SplitT]):
-    """Reads its assigned splits in order, one batch per fetch (:meth:`read_next`);
+    """Reads its assigned splits in order, one batch per fetch (`read_next`);
     a wake-up returns an empty fetch at once."""
 
     def __init__(self) -> None:
@@ -128,10 +128,10 @@ class QueueSplitReader(SplitReader[pa.RecordBatch, SplitT]):
 
 class PullSource(Source[SplitT, PullEnumeratorState[SplitT]]):
     """A bounded source of Arrow batches whose enumerator hands out the splits a
-    :class:`SplitPlanner` makes, one per request."""
+    `SplitPlanner` makes, one per request."""
 
     ROWS_FIELD = "skip"
-    """The split's field counting rows to skip on a restore (see :class:`RowsState`)."""
+    """The split's field counting rows to skip on a restore (see `RowsState`)."""
 
     @abstractmethod
     def planner(self, progress: Any | None) -> SplitPlanner[SplitT]:

@@ -60,7 +60,7 @@ def _stored_width(chunk: Any, rows: int) -> float:
 
 def decode_rows(group: Any, schema: pa.Schema, scale: int = 1) -> int:
     """Rows per unit for row group ``group`` (its ``RowGroupMetaData``) read as the
-    columns of ``schema``: about ``scale`` x :data:`DECODE_BYTES`, within the floor and
+    columns of ``schema``: about ``scale`` x `DECODE_BYTES`, within the floor and
     ``scale`` x the ceiling."""
     rows = group.num_rows
     if rows <= 0:

@@ -41,9 +41,9 @@ class _Lane(Generic[SplitT]):
 
 
 class SideBySideReader(BatchStreamReader[SplitT]):
-    """A :class:`BatchStreamReader` that reads up to ``lanes`` of its splits at once.
+    """A `BatchStreamReader` that reads up to ``lanes`` of its splits at once.
 
-    Each split's :meth:`flagged_batches` is advanced on a thread of the reader's own,
+    Each split's `flagged_batches` is advanced on a thread of the reader's own,
     one batch ahead; a fetch hands over the first batch ready, so the
     splits' batches interleave, each split's in order (a checkpoint records each
     split's rows emitted, as for splits read one after the other). With one lane it
@@ -52,7 +52,7 @@ class SideBySideReader(BatchStreamReader[SplitT]):
     (``PullingSourceReader(splits_in_flight=...)``).
 
     Runs on its fetcher thread; its ``lanes`` threads start with its first split and
-    stop on :meth:`close` (a batch being read is finished first). ``release_memory``:
+    stop on `close` (a batch being read is finished first). ``release_memory``:
     each of them hands pyarrow's freed memory back after every batch, as the fetchers
     do (see ``ReaderOptions``).
     """

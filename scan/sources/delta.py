@@ -138,7 +138,7 @@ def _file_filters(predicates: Sequence[Predicate], floating: frozenset[str] = fr
     """The predicates delta-rs can prune files with (partition values and file
     statistics), as its tuple filters; the others are only applied to rows, as are those
     statistics of the ``floating`` columns cannot decide (``statistics_decide``).
-    Floating partition columns are left to :func:`_partition_mask`: delta-rs orders
+    Floating partition columns are left to `_partition_mask`: delta-rs orders
     their values totally (-0.0 before 0.0), not by SQL's rules."""
     pushed: list[tuple[str, str, Any]] = []
     for p in predicates:
@@ -419,7 +419,7 @@ class DeltaSource(BatchReadingSource[DeltaSplit, _Reading]):
     partition columns filled from the log, rows deleted by a deletion vector dropped
     (read through delta-rs), the ``filters`` applied to the rows.
 
-    :meth:`current_version` is the table's latest version (or the pinned one) with the
+    [`current_version`][] is the table's latest version (or the pinned one) with the
     table's id: a full cache over this source skips a reload while both are unchanged
     (a table deleted and written anew at the same path starts again at version 0).
 
@@ -431,7 +431,7 @@ class DeltaSource(BatchReadingSource[DeltaSplit, _Reading]):
     columns
         The columns to read (default: all), in this order; their types are the table's.
     filters
-        :class:`~connectors.predicates.Predicate` s every row read must meet (all of
+        [`Predicate`][]s every row read must meet (all of
         them); they prune files and row groups before reading.
     version
         A table version to pin (default: the latest at each load).

@@ -119,7 +119,7 @@ class _FilePlanner(SplitPlanner[FileSplit]):
     groups of one file at a time: the file's footer gives its columns (the declared
     ones are checked, so a file that lacks one fails at planning, on the driver) and,
     with filters, the file is a ``pyarrow.dataset`` fragment whose row groups'
-    statistics leave out those the filters rule out (:func:`predicates_to_pruning`)."""
+    statistics leave out those the filters rule out (`predicates_to_pruning`)."""
 
     def __init__(self, paths: Sequence[str], file_format: str, schema: pa.Schema,
                  filters: Sequence[Predicate], progress: Any = None) -> None:
@@ -335,10 +335,10 @@ class FileSource(BatchReadingSource[FileSplit, BatchReading]):
         are not read) and cast to its types. Inferred from the first file when not
         given (then every column of that file is read).
     filters
-        :class:`~connectors.Predicate` s on columns of the schema, all of which a row
+        [`Predicate`][]s on columns of the schema, all of which a row
         must meet, compared as the declared types (a null meets none but ``is null``).
         Parquet statistics rule row groups out for the predicates on columns a file
-        holds as their declared type (see :func:`connectors.predicates.predicates_to_pruning`);
+        holds as their declared type (see `connectors.predicates.predicates_to_pruning`);
         every row read is filtered exactly.
     mode
         The bad-value policy (``PERMISSIVE``, ``DROPMALFORMED``, ``FAILFAST``) for
@@ -366,7 +366,7 @@ class FileSource(BatchReadingSource[FileSplit, BatchReading]):
     through a 1 MiB buffer; a reader holds at most ``element_queue_capacity + 1`` of
     them, so memory stays bounded for large row groups and wide rows. A bulk read
     (no checkpoints) of fewer than 16 readers and lanes decodes larger units, up to
-    about 128 MB over them all (:meth:`create_reader`). Readers emit
+    about 128 MB over them all ([`create_reader`][]). Readers emit
     zero-copy slices of them, ``records_per_poll`` rows at a time. CSV files are read by
     ``pyarrow.csv.open_csv``: they have no statistics to skip by, and a dataset of one
     CSV file read 1M rows in 0.20 s against 0.11 s.
@@ -484,7 +484,7 @@ class FileSource(BatchReadingSource[FileSplit, BatchReading]):
     def split_reader(self, lanes: int = 1, release_memory: bool = False, unit_scale: int = 1
                      ) -> Callable[[], _SplitReader]:
         """Makes split readers, which open the files on their fetcher threads and read
-        ``lanes`` splits side by side (see :class:`SideBySideReader`), in decode units
+        ``lanes`` splits side by side (see `SideBySideReader`), in decode units
         ``unit_scale`` times the usual size."""
         file_format, schema = self._format, to_arrow_schema(self.schema)
         reading = self._reading_state()

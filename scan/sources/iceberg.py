@@ -204,7 +204,7 @@ class IcebergSource(BatchReadingSource[IcebergSplit, BatchReading]):
     applied, row groups pruned and rows filtered. A table with equality delete files
     (which pyiceberg cannot apply) is refused with an error naming it.
 
-    :meth:`current_version` is the current snapshot id (with the schema id): a full
+    [`current_version`][] is the current snapshot id (with the schema id): a full
     cache over this source skips a reload while it is unchanged.
 
     Parameters
@@ -219,7 +219,7 @@ class IcebergSource(BatchReadingSource[IcebergSplit, BatchReading]):
     columns
         The columns to read (default: all), in this order.
     filters
-        :class:`~connectors.predicates.Predicate` s every row read must meet; they
+        [`Predicate`][]s every row read must meet; they
         prune files and row groups through pyiceberg's scan planning.
     schema
         A Spark DDL string or ``StructType`` of the columns to read, cast to its types

@@ -172,7 +172,7 @@ class RedisScanSource(CountsBadValues, PullSource[RedisKeysSplit]):
     the values of their keys in pipelined batches on their fetcher threads, so values
     are read in parallel.
 
-    Rows are read through :mod:`connectors` exactly as ``lookup.RedisLookupFunction``
+    Rows are read through [`connectors`][] exactly as ``lookup.RedisLookupFunction``
     reads them (docs/types.md): for ``value_type="hash"`` each schema field is
     the hash field of that name (only the schema's fields are read); for ``"string"``
     the schema has one value field, the string value; for ``"json"`` an object is a row

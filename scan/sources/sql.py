@@ -165,7 +165,7 @@ def _check_bounds(bounds: object, chunk_count: int | None) -> None:
 
 class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
     """A SQL table read in chunks of split-column ranges, as Flink CDC chunks a snapshot
-    (see :mod:`scan.sources._sql_chunks`): PostgreSQL or SQLite over ADBC (Arrow end to
+    (see `scan.sources._sql_chunks`): PostgreSQL or SQLite over ADBC (Arrow end to
     end) or DB-API (psycopg, sqlite3), or another DB-API database given a schema.
 
     Built on the driver and picklable: it holds the connection factory and names, no
@@ -174,11 +174,11 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
     The table's catalog (columns, types, primary key) is read once, on first use, and
     travels with the source when it is pickled after that.
 
-    Values are read through :mod:`connectors`, exactly as ``lookup.SqlLookupFunction``
+    Values are read through [`connectors`][], exactly as ``lookup.SqlLookupFunction``
     reads them (docs/types.md): the same table gives the same values and Spark
     types in a full cache, a refreshed view and a partial cache. A stored value that
     cannot be read as its column's type follows ``mode`` and is counted
-    (:attr:`bad_value_count`).
+    ([`bad_value_count`][scan.SqlTableSource.bad_value_count]).
 
     Each chunk is one ``SELECT ... WHERE lo <= key < hi [AND filters] ORDER BY key`` in
     its own short transaction (a bulk read, which takes no checkpoints, leaves the
@@ -230,7 +230,7 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
         A Spark DDL string or ``StructType`` naming the columns read. Inferred from the
         catalog (SQLite, PostgreSQL) when not given; required for other drivers.
     filters
-        :class:`~connectors.Predicate` s pushed into every chunk's WHERE (values bound):
+        [`Predicate`][]s pushed into every chunk's WHERE (values bound):
         only matching rows are read.
     mode
         The bad-value policy: ``PERMISSIVE`` (default), ``DROPMALFORMED`` or ``FAILFAST``.
@@ -246,7 +246,7 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
     version_query
         A statement of yours returning one row that changes whenever the table does
         (``"SELECT max(updated_at), count(*) FROM t"``, a version counter a trigger
-        keeps): the source's :meth:`current_version`, so a full cache's reload at an
+        keeps): the source's [`current_version`][], so a full cache's reload at an
         unchanged version costs this query, not a load. Run as given (it is your SQL,
         not built from input). Default None: every reload loads.
 

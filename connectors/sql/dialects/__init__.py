@@ -1,5 +1,5 @@
 """One module per SQL database behind one small interface
-(:class:`~connectors.sql.dialects.base.Dialect`): PostgreSQL, SQLite, MySQL/MariaDB,
+(`Dialect`): PostgreSQL, SQLite, MySQL/MariaDB,
 and the generic dialect of other DB-API databases. Adding a database is adding a
 dialect module and its line below."""
 
@@ -19,6 +19,6 @@ _DIALECTS: dict[str, Dialect] = {
 
 
 def dialect_for(backend: str) -> Dialect:
-    """The dialect of a backend (:attr:`Flavor.backend <connectors.sql.flavor.Flavor>`);
+    """The dialect of a backend (`Flavor.backend`);
     the generic one for a database without a module."""
     return _DIALECTS.get(backend, _DIALECTS[OTHER])

@@ -6,9 +6,9 @@ A dialect is the SQL of one database, whatever its driver: identifier quoting, t
 catalog queries, its rows of the type table (inferred Spark types and wire reads), the
 batched-lookup statement, the scan statement's parts, statement timeouts and the
 connection's setup. The driver side (how a connection runs statements and hands rows
-or Arrow batches over) is :mod:`connectors.sql.connection`. Dialects hold no state: one
+or Arrow batches over) is `connectors.sql.connection`. Dialects hold no state: one
 instance per database, chosen from the connection's driver module
-(:func:`connectors.sql.dialects.dialect_for`).
+(`connectors.sql.dialects.dialect_for`).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ _OTHER_MAX_PARAMS = 999
 
 
 class ConnectionLike(Protocol):
-    """What a dialect uses of a :class:`~connectors.sql.connection.SqlConnection`."""
+    """What a dialect uses of a [`SqlConnection`][]."""
 
     raw: Any
     what: str
@@ -77,7 +77,7 @@ class KeyBinding:
 
 
 class LookupPlan(Protocol):
-    """What a dialect uses of a :class:`~connectors.sql.table.SqlPlan`."""
+    """What a dialect uses of a [`SqlPlan`][]."""
 
     @property
     def table_sql(self) -> str: ...
@@ -121,7 +121,7 @@ class Dialect:
 
     backend = OTHER
     discovers = False
-    """Whether :meth:`describe` reads the catalog (columns, types, primary key)."""
+    """Whether `describe` reads the catalog (columns, types, primary key)."""
 
     # --- identifiers
 
@@ -248,7 +248,7 @@ class Dialect:
 
 
 def kept_positions(masks: Sequence[pa.BooleanArray]) -> pa.Array | None:
-    """The positions every mask of ``masks`` keeps (a dialect's :meth:`Dialect.sendable`),
+    """The positions every mask of ``masks`` keeps (a dialect's `Dialect.sendable`),
     or None when they keep all."""
     if not masks:
         return None

@@ -467,7 +467,7 @@ def _literal(data_type: pa.DataType) -> bool:
 def _literals(array: pa.Array) -> pa.Array:
     """Integers as their digits; floats as the double literal of their exact value
     (Arrow's shortest text of the double, which reads back as it, with an exponent so
-    MySQL reads a double, not a decimal). Finite only (:meth:`MysqlDialect.sendable`)."""
+    MySQL reads a double, not a decimal). Finite only (`MysqlDialect.sendable`)."""
     if pa.types.is_integer(array.type):
         return pc.cast(array, pa.string())
     text = pc.cast(pc.cast(array, pa.float64()), pa.string())  # a FLOAT's own text is shorter

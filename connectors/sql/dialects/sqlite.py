@@ -230,7 +230,7 @@ def json_keys(columns: list[list[Any]]) -> str | None:
 
 
 def json_integers(chunk: list[pa.Array]) -> str | None:
-    """Integer keys as the same JSON text as :func:`json_keys`, built in Arrow (no
+    """Integer keys as the same JSON text as `json_keys`, built in Arrow (no
     Python object per key); None for keys of other types."""
     if not all(pa.types.is_integer(array.type) for array in chunk):
         return None
