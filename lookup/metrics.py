@@ -209,7 +209,14 @@ def _reports_in(result: Any) -> list[Any]:
         reports = result["reports"]
     except (KeyError, TypeError, IndexError, ValueError):
         return []
-    return list(reports) if isinstance(reports, (list, tuple)) else []
+    if not isinstance(reports, str):
+        return []
+    try:
+        texts = json.loads(reports)
+    except ValueError:
+        log.debug("ignoring malformed observed reports %.200r", reports)
+        return []
+    return texts if isinstance(texts, list) else []
 
 
 class _MetricsStore:
@@ -362,7 +369,9 @@ def observe_metrics(mapped: DataFrame, provider: LookupProvider, *,
     with _METRICS._lock:
         _METRICS.observed.add(provider.provider_id)
     name = f"{_NAME_PREFIX}{uuid.uuid4().hex}"
-    reports = F.collect_list(F.col(REPORT_COLUMN)).alias("reports")
+    # One JSON text: a string reaches the driver as a str on every line and session kind
+    # (PySpark 3.5's classic Observation hands a list over as a JVM object).
+    reports = F.to_json(F.collect_list(F.col(REPORT_COLUMN))).alias("reports")
     if mapped.isStreaming:
         _METRICS.listen(spark)
         observed = mapped.observe(name, reports)
