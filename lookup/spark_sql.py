@@ -16,6 +16,7 @@ import pyarrow as pa
 from pyspark.sql import types as T
 
 from cache.base import Key, Row
+from connectors.keys import KeyCodec
 from lookup._assemble import JoinShape, factorize
 from lookup._join_plan import keys_compatible
 from lookup._session import is_connect
@@ -286,12 +287,16 @@ class _LookupTableFunction:
     def _lookup(self, key: Key) -> tuple[Row, ...]:
         runtime = self._runtime
         if runtime is None:
-            # Without UDTF analyze (PySpark 3.5), the number of keys is checked here, at
-            # the first row; their kinds are checked by the runtime's key codec.
+            # Without UDTF analyze (PySpark 3.5) the keys are checked here, at the first
+            # row: their number, and their kinds by the provider's key codec (KeyKindError
+            # for a value its column never holds, a str for a BIGINT).
             problem = _arity_error(self._name, self._provider, len(key))
             if problem is not None:
                 raise KeyKindError(problem)
-            runtime = self._runtime = worker_runtime(self._provider)
+            provider = self._provider
+            KeyCodec(list(provider.key_columns), provider.key_types,
+                     f"{self._name}'s key").normalize(key)
+            runtime = self._runtime = worker_runtime(provider)
         return runtime.lookup(key)
 
 
