@@ -34,6 +34,7 @@ __all__ = [
     "ARROW_UDF",
     "ARROW_UDTF_ANALYZE",
     "CONNECT_OBSERVED_METRICS",
+    "OBSERVATION_FILLED_BY_ACTION",
     "PYTHON_DATA_SOURCE",
     "SESSION_TAGS",
     "UDTF_ANALYZE",
@@ -178,6 +179,12 @@ def _connect_session_tags() -> bool:
     return True  # every Connect client of a supported line (3.5+)
 
 
+def _observation_filled_by_action() -> bool:
+    # PySpark 3.5's JVM fills a classic Observation from a QueryExecutionListener, on
+    # the listener bus, after the action has returned; 4.0 fills it before.
+    return _version_tuple() >= (4, 0)
+
+
 def _connect_observed_metrics() -> bool:
     # 4.0's Connect client fills an Observation from the server's reply and runs
     # StreamingQueryListeners in the client (3.5's ran them in the server's Python).
@@ -212,6 +219,11 @@ SESSION_TAGS = Capability("SparkSession.addTag and interruptTag", "4.0",
                           connect_probe=_connect_session_tags)
 """Tagging a thread's Spark jobs and interrupting them: how
 :meth:`lookup.ScheduledTableRefresh.close` stops a load in progress."""
+
+OBSERVATION_FILLED_BY_ACTION = Capability(
+    "an Observation filled before its action returns", "4.0", _observation_filled_by_action)
+"""Not a refusal: where it lacks, :func:`lookup.lookup_metrics` waits longer for a
+classic observation that its action has not filled yet."""
 
 CONNECT_OBSERVED_METRICS = Capability(
     "observed metrics read by the client (Observation, client-side StreamingQueryListener)",
