@@ -1,14 +1,17 @@
 # Two entry points, each of which sets up a virtualenv on a fresh clone first:
 #   make demo   -- the streaming enrichment demo on local Spark (no servers needed)
-#   make test   -- ruff, mypy, the docs build and the whole pytest suite (what .ci/run calls);
-#                  installs Chromium for the docs site's browser test (apt, as root) if missing
+#   make test   -- ruff, mypy, the docs build and the whole pytest suite on PySpark 4.3 (what
+#                  .ci/run calls); installs Chromium for the docs site's browser test (apt,
+#                  as root) if missing
+#   make test-matrix -- the Spark tests on every other supported PySpark line (noxfile.py)
+#   make test-spark VERSION=3.5.7 -- the Spark tests on one PySpark release
 #   make docs   -- the documentation site (docs/, mkdocs.yml) into site/, warnings as errors
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint docs browser bench clean
+.PHONY: setup demo test test-matrix test-spark lint docs browser bench clean
 
 setup: $(STAMP)
 
@@ -50,8 +53,19 @@ browser:
 	else echo "no chromium/chromedriver, and no apt-get as root to install them:" \
 	  "the browser tests will skip (fail under CI=true)"; fi
 
+# The other supported PySpark lines, one nox session (and .nox/ virtualenv, made by uv)
+# each: noxfile.py says what runs.
+MATRIX ?= 3.5 4.0 4.1 4.2
+
+test-matrix: $(STAMP)
+	$(BIN)/nox $(foreach line,$(MATRIX),-s spark-$(line))
+
+test-spark: $(STAMP)
+	test -n "$(VERSION)" || (echo "usage: make test-spark VERSION=3.5.7"; exit 2)
+	PYSPARK_VERSION=$(VERSION) $(BIN)/nox -s spark-$(basename $(VERSION))
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) site .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) .nox site .mypy_cache .ruff_cache .pytest_cache .hypothesis

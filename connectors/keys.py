@@ -279,13 +279,14 @@ def key_spark_type(arrow_type: pa.DataType) -> T.DataType:
         For an Arrow type no key column can have (lists, times, intervals...).
     """
     from pyspark.errors import PySparkException
-    from pyspark.sql.pandas.types import from_arrow_type
+
+    from spark_lookup._compat import arrow_to_spark_type
 
     for arrow, spark in _WIDER:
         if arrow_type == arrow:
             return spark
     try:
-        return from_arrow_type(arrow_type)
+        return arrow_to_spark_type(arrow_type, prefer_timestamp_ntz=True)
     except (PySparkException, TypeError) as exc:
         raise ConfigError(f"a {arrow_type} column cannot be a lookup key column") from exc
 

@@ -33,6 +33,9 @@ class _Wire:
     """The Arrow type of the numpy values it travels as, or None: pandas objects."""
     mask: int | None
     """The position of the boolean column saying where its nulls were, if any."""
+    text: pa.DataType | None = None
+    """The Arrow type it travels as when the integers in its arrays travel as text
+    (see :func:`_integers_in_arrays_as_text`), else None."""
 
 
 def pandas_input(df: DataFrame, stream: T.StructType) -> tuple[DataFrame, tuple[_Wire, ...]]:
@@ -44,6 +47,7 @@ def pandas_input(df: DataFrame, stream: T.StructType) -> tuple[DataFrame, tuple[
     values: list[Column] = []
     nulls: list[Column] = []
     wires: list[_Wire] = []
+    changed = False  # a column travels in another form than it has
     for field in stream.fields:
         column = F.col("`" + field.name.replace("`", "``") + "`")
         data_type = field.dataType
@@ -55,10 +59,17 @@ def pandas_input(df: DataFrame, stream: T.StructType) -> tuple[DataFrame, tuple[
             # PySpark would hand it over as a wall-clock time of the session's zone, in
             # which an hour repeats when clocks go back.
             column, data_type = F.unix_micros(column), T.LongType()
+            changed = True
         elif arrow_type is not None:
             arrow_type = _wall_clock(arrow_type)
         if not isinstance(data_type, INTEGER_TYPES + FLOAT_TYPES):
-            wires.append(_Wire(arrow_type, None, None))
+            text_type = _integers_in_arrays_as_text(data_type)
+            if text_type == data_type or arrow_type is None:
+                wires.append(_Wire(arrow_type, None, None))
+            else:
+                column = column.cast(text_type)
+                changed = True
+                wires.append(_Wire(arrow_type, None, None, _wall_clock(to_arrow_type(text_type))))
             values.append(column)
             continue
         mask = None
@@ -71,11 +82,32 @@ def pandas_input(df: DataFrame, stream: T.StructType) -> tuple[DataFrame, tuple[
                 column = F.coalesce(column, F.lit(0).cast(data_type))
         wires.append(_Wire(arrow_type, to_arrow_type(data_type), mask))
         values.append(column)
-    if not nulls and not any(isinstance(f.dataType, T.TimestampType) for f in stream.fields):
+    if not nulls and not changed:
         return df, tuple(wires)  # nothing to change: every number is read as it comes
     # Renamed by position: no stream column's name can clash with a mask's.
     columns = [c.alias(f"_{i}") for i, c in enumerate([*values, *nulls])]
     return df.select(*columns), tuple(wires)
+
+
+def _integers_in_arrays_as_text(data_type: T.DataType) -> T.DataType:
+    """``data_type`` with the integers of its arrays (at any depth) as STRING.
+
+    PySpark before 4.3 hands an array column to pandas as numpy arrays, and the values of
+    an integer array holding a null as float64 (2**53 + 1 becomes 2**53); text crosses
+    exactly, and Arrow casts it back."""
+    if isinstance(data_type, T.ArrayType):
+        element = data_type.elementType
+        inner = T.StringType() if isinstance(element, INTEGER_TYPES) else (
+            _integers_in_arrays_as_text(element))
+        return T.ArrayType(inner, data_type.containsNull)
+    if isinstance(data_type, T.MapType):
+        return T.MapType(_integers_in_arrays_as_text(data_type.keyType),
+                         _integers_in_arrays_as_text(data_type.valueType),
+                         data_type.valueContainsNull)
+    if isinstance(data_type, T.StructType):
+        return T.StructType([T.StructField(f.name, _integers_in_arrays_as_text(f.dataType),
+                                           f.nullable, f.metadata) for f in data_type])
+    return data_type
 
 
 def _wall_clock(arrow_type: pa.DataType) -> pa.DataType:
@@ -125,6 +157,10 @@ class PandasJoin:
         arrays = []
         for i, wire in enumerate(self.wires):
             column = frame.iloc[:, i]
+            if wire.text is not None:
+                text = pa.Array.from_pandas(column, type=wire.text)
+                arrays.append(text.cast(wire.arrow_type))
+                continue
             if wire.values is None:
                 arrays.append(pa.Array.from_pandas(column, type=wire.arrow_type))
                 continue

@@ -11,8 +11,10 @@ from lookup._interpreter import check_worker_python
 from lookup._join_plan import JoinPlan, keys_compatible, plan_join
 from lookup._join_worker import JoinFunction
 from lookup._pandas_wire import PandasJoin, pandas_input
+from lookup._session import is_connect
 from lookup.metrics import REPORT_COLUMN, metrics_enabled, observe_metrics
 from lookup.providers import LookupProvider
+from spark_lookup._compat import CONNECT_OBSERVED_METRICS, require
 from spark_lookup.errors import ConfigError
 from spark_lookup.options import check_bool
 
@@ -89,7 +91,9 @@ def lookup_join(
         (a ``ValueError``) on the driver for unknown columns, key types that cannot
         match, bad options or a name clash; and on a classic local session whose Python
         workers would start an interpreter that cannot import spark-lookup
-        (``PYSPARK_PYTHON`` unset, ``python3`` on ``PATH`` another environment's).
+        (``PYSPARK_PYTHON`` unset, ``python3`` on ``PATH`` another environment's);
+        with metrics on a Spark Connect session of PySpark 3.5 (its client reads no
+        observed metrics).
 
     Notes
     -----
@@ -109,6 +113,10 @@ def lookup_join(
     if metrics is None:
         metrics = metrics_enabled(df.sparkSession)
     check_bool(metrics, "metrics")
+    if metrics:
+        require(CONNECT_OBSERVED_METRICS, "lookup_join(..., metrics=True)",
+                "join without metrics (metrics=False, or leave spark.lookup.metrics.enabled "
+                "off), or use a classic session", connect=is_connect(df.sparkSession))
     stream_schema = df.schema
     if metrics and REPORT_COLUMN in stream_schema.fieldNames():
         raise ConfigError(

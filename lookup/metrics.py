@@ -24,6 +24,7 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 from cache.metrics import FIELDS, GAUGES, CacheMetrics, MetricsAsOf
 from lookup._session import is_connect
 from lookup.providers import FullCachingLookupProvider, LookupProvider
+from spark_lookup._compat import OBSERVATION_FILLED_BY_ACTION
 from spark_lookup._shown import shown
 from spark_lookup._spark_types import AnySparkSession
 from spark_lookup.errors import ConfigError, MetricsUnavailableError
@@ -70,6 +71,10 @@ A classic ``Observation`` is filled before its action returns, but its only read
 ``Observation.get``, blocks until then: on one that no action has run yet it would
 block for ever. So each is read on a thread of its own, and this bounds the wait for
 threads whose observation is not filled (a DataFrame never run)."""
+
+_CLASSIC_LATE_WAIT_SECONDS = 10.0
+"""The same bound where Spark fills a classic ``Observation`` after its action returns
+(PySpark 3.5: from a listener, on the listener bus, which a busy driver runs late)."""
 
 _MAX_PENDING = 256
 """Classic observations kept per provider until read (the oldest unread are dropped
@@ -231,7 +236,14 @@ def _reports_in(result: Any) -> list[Any]:
         reports = result["reports"]
     except (KeyError, TypeError, IndexError, ValueError):
         return []
-    return list(reports) if isinstance(reports, (list, tuple)) else []
+    if not isinstance(reports, str):
+        return []
+    try:
+        texts = json.loads(reports)
+    except ValueError:
+        log.debug("ignoring malformed observed reports %.200r", reports)
+        return []
+    return texts if isinstance(texts, list) else []
 
 
 class _MetricsStore:
@@ -323,7 +335,9 @@ class _MetricsStore:
             connect = [w for w in self._connect.values() if w.provider_id == provider_id]
         for watched in classic:
             watched.start()
-        deadline = time.monotonic() + _CLASSIC_WAIT_SECONDS
+        wait = (_CLASSIC_WAIT_SECONDS if OBSERVATION_FILLED_BY_ACTION.available()
+                else _CLASSIC_LATE_WAIT_SECONDS)
+        deadline = time.monotonic() + wait
         for watched in classic:
             watched.done.wait(max(0.0, deadline - time.monotonic()))
         for each in connect:
@@ -387,7 +401,9 @@ def observe_metrics(mapped: DataFrame, provider: LookupProvider, *,
     with _METRICS._lock:
         _METRICS.observed.add(provider.provider_id)
     name = f"{_NAME_PREFIX}{uuid.uuid4().hex}"
-    reports = F.collect_list(F.col(REPORT_COLUMN)).alias("reports")
+    # One JSON text: a string reaches the driver as a str on every line and session kind
+    # (PySpark 3.5's classic Observation hands a list over as a JVM object).
+    reports = F.to_json(F.collect_list(F.col(REPORT_COLUMN))).alias("reports")
     if mapped.isStreaming:
         _METRICS.listen(spark)
         observed = mapped.observe(name, reports)
@@ -517,7 +533,8 @@ def lookup_metrics(provider: LookupProvider, spark: AnySparkSession | None = Non
     be counted yet. A task that failed reports nothing (DESIGN.md, "Metrics"); on a
     classic session, only the first action on a ``lookup_join`` DataFrame is observed.
     ``lookup_metrics`` may wait up to a second for classic observations of DataFrames
-    that were never run.
+    that were never run (on PySpark 3.5, which fills them after the action returns, up to
+    ten seconds).
 
     Examples
     --------

@@ -32,9 +32,10 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from connectors.errors import should_retry
-from lookup._session import is_session
+from lookup._session import is_connect, is_session
 from lookup.retry import RetryPolicy
 from spark_lookup import errors
+from spark_lookup._compat import PYTHON_DATA_SOURCE, SESSION_TAGS, require
 from spark_lookup._spark_types import AnySparkSession
 from spark_lookup.errors import ConfigError, LookupLoadError, SnapshotUnavailableError
 from spark_lookup.options import as_timedelta, check_callable, check_enum, check_instance, check_int
@@ -59,6 +60,11 @@ DEFAULT_LOCAL_MAX_BYTES = 8 * 1024 * 1024
 """Below Spark's default broadcast threshold (10 MB) and Arrow local-relation limit (48 MB)."""
 
 _LOAD_STOP_WAIT = 10.0
+
+_REFRESH_ALTERNATIVE = (
+    "look the table up by key with a FullCachingLookupProvider and lookup_join (reloaded "
+    "on the same triggers), or read it on the driver with scan.read_arrow and replace a temp "
+    "view of spark.createDataFrame yourself")
 """Seconds ``close()`` waits for a load it interrupted to unwind."""
 
 # One refresh per (session, view): a second would fight over the view and drop it on close.
@@ -206,7 +212,8 @@ class ScheduledTableRefresh:
     Raises
     ------
     ConfigError
-        (a ``ValueError``) naming the argument that is invalid.
+        (a ``ValueError``) naming the argument that is invalid; on PySpark 3.5, which has
+        neither Python data sources nor a classic session's ``addTag``.
 
     Notes
     -----
@@ -258,6 +265,9 @@ class ScheduledTableRefresh:
         if not is_session(spark):
             raise ConfigError(f"spark must be a SparkSession (classic or Spark Connect), got "
                               f"{type(spark).__name__}")
+        for capability in (PYTHON_DATA_SOURCE, SESSION_TAGS):
+            require(capability, "ScheduledTableRefresh", _REFRESH_ALTERNATIVE,
+                    connect=is_connect(spark))
         check_bounded(source, "a refreshed view")
         if getattr(source, "schema", None) is None:
             raise ConfigError(f"source {type(source).__name__} declares no schema")

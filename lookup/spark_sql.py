@@ -16,11 +16,14 @@ import pyarrow as pa
 from pyspark.sql import types as T
 
 from cache.base import Key, Row
+from connectors.keys import KeyCodec
 from lookup._assemble import JoinShape, factorize
 from lookup._join_plan import keys_compatible
+from lookup._session import is_connect
 from lookup._worker import worker_runtime
 from lookup.providers import LookupProvider
 from lookup.runtime import LookupRuntime
+from spark_lookup._compat import ARROW_UDF, UDTF_ANALYZE, require
 from spark_lookup._spark_types import AnySparkSession, AnyTableFunction
 from spark_lookup.errors import ConfigError, KeyKindError
 from spark_lookup.schema import to_arrow_type
@@ -135,14 +138,15 @@ class _StructLookup:
             yield self.lookup_batch(arrays, runtime)
 
     def _check_arguments(self, arrays: Sequence[pa.Array]) -> None:
-        from pyspark.sql.pandas.types import from_arrow_type
+        from spark_lookup._compat import arrow_to_spark_type
 
         problem = _arity_error(self.name, self.provider, len(arrays))
         for position, array in enumerate(arrays):
             if problem is not None:
                 break
             problem = _argument_error(
-                self.name, self.provider, position, from_arrow_type(array.type)
+                self.name, self.provider, position,
+                arrow_to_spark_type(array.type, prefer_timestamp_ntz=True)
             )
         if problem is not None:
             raise KeyKindError(problem)
@@ -202,8 +206,9 @@ def register_lookup_function(spark: AnySparkSession, name: str, provider: Lookup
     Raises
     ------
     ConfigError
-        (a ``ValueError``) on the driver for an invalid or built-in ``name``, or a
-        ``provider`` that is not a lookup provider.
+        (a ``ValueError``) on the driver for an invalid or built-in ``name``, a
+        ``provider`` that is not a lookup provider, or a PySpark without Arrow UDFs
+        (before 4.1).
 
     Notes
     -----
@@ -229,6 +234,9 @@ def register_lookup_function(spark: AnySparkSession, name: str, provider: Lookup
     >>> register_lookup_function(spark, "customer", customers)  # doctest: +SKIP
     >>> spark.sql("SELECT order_id, customer(customer_id).tier FROM orders")  # doctest: +SKIP
     """
+    require(ARROW_UDF, "register_lookup_function",
+            "use register_lookup_table_function (LEFT JOIN LATERAL name(key) d ON true) or "
+            "lookup_join on a DataFrame", connect=is_connect(spark))
     from pyspark.sql.pandas.functions import ArrowUDFType, arrow_udf
 
     name, provider = _checked(spark, name, provider)
@@ -279,7 +287,16 @@ class _LookupTableFunction:
     def _lookup(self, key: Key) -> tuple[Row, ...]:
         runtime = self._runtime
         if runtime is None:
-            runtime = self._runtime = worker_runtime(self._provider)
+            # Without UDTF analyze (PySpark 3.5) the keys are checked here, at the first
+            # row: their number, and their kinds by the provider's key codec (KeyKindError
+            # for a value its column never holds, a str for a BIGINT).
+            problem = _arity_error(self._name, self._provider, len(key))
+            if problem is not None:
+                raise KeyKindError(problem)
+            provider = self._provider
+            KeyCodec(list(provider.key_columns), provider.key_types,
+                     f"{self._name}'s key").normalize(key)
+            runtime = self._runtime = worker_runtime(provider)
         return runtime.lookup(key)
 
 
@@ -310,7 +327,8 @@ def register_lookup_table_function(spark: AnySparkSession, name: str,
     Runs on the driver, now: validates ``name`` and ``provider`` and registers a Python
     UDTF in ``spark``'s session. At each query's analysis, Spark runs its ``analyze`` in
     a Python worker, which checks the number and types of the key arguments (a bad type
-    fails the query before any task runs). In executors' Python workers, ``eval`` runs
+    fails the query before any task runs; PySpark 3.5 has no ``analyze``: there the
+    first row looked up checks them). In executors' Python workers, ``eval`` runs
     once per input row; it looks each distinct key up once per task in the worker's
     shared runtime of ``provider`` (the one ``lookup_join`` uses there too) and answers
     repeats from a small per-task memo.
@@ -351,16 +369,14 @@ def register_lookup_table_function(spark: AnySparkSession, name: str,
     from pyspark.sql.functions import udtf
 
     name, provider = _checked(spark, name, provider)
-    handler = type(
-        f"LookupTableFunction_{name}",
-        (_LookupTableFunction,),
-        {
-            "_name": name,
-            "_provider": provider,
-            "analyze": staticmethod(_make_analyze(name, provider, provider.schema)),
-        },
-    )
+    attributes: dict[str, Any] = {"_name": name, "_provider": provider}
+    if UDTF_ANALYZE.available():
+        attributes["analyze"] = staticmethod(_make_analyze(name, provider, provider.schema))
+        return_type: T.StructType | None = None
+    else:  # PySpark 3.5: a fixed return type; the keys are checked at the first row
+        return_type = provider.schema
+    handler = type(f"LookupTableFunction_{name}", (_LookupTableFunction,), attributes)
     # Of the session's kind at run time (udtf builds a Connect one in Connect mode),
     # which its stubs cannot say.
-    function: Any = udtf(handler, useArrow=False)
+    function: Any = udtf(handler, returnType=return_type, useArrow=False)
     return spark.udtf.register(name, function)

@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-from pyspark.sql.udtf import AnalyzeResult
 
 from lookup._assemble import JoinShape, join_batch
 from lookup._join_plan import plan_join
@@ -31,8 +30,14 @@ from lookup._session import is_connect
 from lookup._worker import worker_runtime
 from lookup.providers import LookupProvider
 from lookup.spark_sql import _checked
+from spark_lookup._compat import ARROW_UDTF_ANALYZE, analyze_result_class, require
 from spark_lookup._spark_types import AnySparkSession, AnyTableFunction
 from spark_lookup.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql.udtf import AnalyzeResult
+else:
+    AnalyzeResult = analyze_result_class()  # PySpark 3.5 has none: see register_lookup_join
 
 __all__ = ["register_lookup_join"]
 
@@ -148,8 +153,9 @@ def register_lookup_join(
     Raises
     ------
     ConfigError
-        On the driver, for a bad name, provider, ``how``, ``prefix`` or ``metrics=True``;
-        in the query's analysis, for columns or key types that do not fit its argument.
+        On the driver, for a bad name, provider, ``how``, ``prefix`` or ``metrics=True``,
+        or on a PySpark without Arrow UDTFs with ``analyze`` (before 4.1); in the query's
+        analysis, for columns or key types that do not fit its argument.
 
     Examples
     --------
@@ -158,6 +164,9 @@ def register_lookup_join(
     >>> spark.sql("SELECT * FROM enrich_orders(TABLE(SELECT * FROM orders "
     ...           "WHERE region = 'EU'))")  # doctest: +SKIP
     """
+    require(ARROW_UDTF_ANALYZE, "register_lookup_join",
+            "use register_lookup_table_function (a LATERAL join per key) or lookup_join on a "
+            "DataFrame", connect=is_connect(spark))
     name, provider = _checked(spark, name, provider)
     if metrics:
         raise ConfigError(

@@ -6,92 +6,35 @@ split on an executor with a fresh reader ([`scan.read_split_arrow`][]), yielding
 record batches of the source's declared schema. Sources that fetch Arrow (files,
 collections) hand their batches through unconverted (checked against the declared
 schema, re-chunked to ``maxBatchRows`` by slicing and concatenation); row sources are
-converted column by column. This is the only module of ``scan`` that imports Spark's
-data source API.
+converted column by column. The data source classes are in ``scan._data_source``,
+imported only where PySpark has the API (4.0+).
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
-from typing import Any, ClassVar
-
-import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-from pyspark.sql.types import StructType
+from typing import TYPE_CHECKING, Any
 
 from scan.source import Source, check_bounded
-from scan.standalone import plan_splits, read_split_arrow
+from spark_lookup._compat import PYTHON_DATA_SOURCE, require
 from spark_lookup._spark_types import AnySparkSession
 from spark_lookup.errors import ConfigError
 from spark_lookup.options import check_int
 from spark_lookup.schema import parse_schema
 
+if TYPE_CHECKING:
+    from pyspark.sql.datasource import DataSource
+
 __all__ = ["register_data_source"]
 
+DATA_SOURCE_ALTERNATIVE = (
+    "read the source on the driver with scan.read_arrow(source) and "
+    "spark.createDataFrame(table.to_pandas()) for a small table, or look it up by key "
+    "with a FullCachingLookupProvider and lookup_join, which loads it in each worker")
+"""What replaces a data source where PySpark has none (3.5)."""
+
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,127}$")
-
-
-class SplitPartition(InputPartition):
-    """One Spark partition: one planned split (small and picklable)."""
-
-    def __init__(self, index: int, split: Any) -> None:
-        super().__init__(index)
-        self.index = index
-        self.split = split
-
-
-class _SourceReader(DataSourceReader):
-    def __init__(self, source: Source[Any, Any], max_batch_rows: int, parallelism: int
-                 ) -> None:
-        self.source = source
-        self.max_batch_rows = max_batch_rows
-        self.parallelism = parallelism
-
-    def partitions(self) -> list[SplitPartition]:
-        # Driver, at planning: the enumerator runs here, once per query.
-        splits = plan_splits(self.source, self.parallelism)
-        return [SplitPartition(i, split) for i, split in enumerate(splits)]
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        # Executor, per partition: a fresh reader for this split only; polls of a whole
-        # batch (no checkpoint is taken here).
-        assert isinstance(partition, SplitPartition)
-        yield from read_split_arrow(
-            self.source, partition.split, max_batch_rows=self.max_batch_rows
-        )
-
-
-class _SourceDataSource(DataSource):
-    """Base of the per-registration data source classes built by register_data_source."""
-
-    source: ClassVar[Any] = None
-    registered_name: ClassVar[str] = ""
-    struct: ClassVar[StructType | None] = None
-    parallelism: ClassVar[int] = 1
-
-    @classmethod
-    def name(cls) -> str:
-        return cls.registered_name
-
-    def schema(self) -> StructType:
-        assert self.struct is not None
-        return self.struct
-
-    def reader(self, schema: StructType) -> DataSourceReader:
-        if schema != self.struct:
-            raise ConfigError(
-                f"data source {self.registered_name!r} reads {self.struct.simpleString()}; "  # type: ignore[union-attr]
-                f"a user-specified schema {schema.simpleString()} is not supported"
-            )
-        rows = int(self.options.get("maxBatchRows", 65_536))
-        if rows < 1:
-            raise ConfigError(f"option maxBatchRows must be >= 1, got {rows}")
-        parallelism = int(self.options.get("parallelism", self.parallelism))
-        if parallelism < 1:
-            raise ConfigError(f"option parallelism must be >= 1, got {parallelism}")
-        return _SourceReader(self.source, rows, parallelism)
 
 
 def _default_parallelism(spark: AnySparkSession) -> int:
@@ -138,7 +81,8 @@ def register_data_source(spark: AnySparkSession, name: str, source: Source[Any, 
     Raises
     ------
     ConfigError
-        For a bad name, an unbounded source, or a source without a schema.
+        For a bad name, an unbounded source, or a source without a schema; on PySpark
+        3.5, which has no Python data sources (see ``DATA_SOURCE_ALTERNATIVE``).
 
     Notes
     -----
@@ -151,15 +95,18 @@ def register_data_source(spark: AnySparkSession, name: str, source: Source[Any, 
     >>> register_data_source(spark, "countries", source)  # doctest: +SKIP
     >>> spark.read.format("countries").load().count()  # doctest: +SKIP
     """
+    require(PYTHON_DATA_SOURCE, "scan.register_data_source", DATA_SOURCE_ALTERNATIVE)
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ConfigError(f"invalid data source name {name!r}")
     check_bounded(source, "a batch data source")
     if parallelism is not None:
         check_int(parallelism, "parallelism")
     struct = parse_schema(source.schema, f"{type(source).__name__}.schema")
+    from scan._data_source import SourceDataSource
+
     cls = type(
         f"ScanDataSource_{re.sub(r'[^A-Za-z0-9_]', '_', name)}",
-        (_SourceDataSource,),
+        (SourceDataSource,),
         {"source": source, "registered_name": name, "struct": struct,
          "parallelism": parallelism or _default_parallelism(spark), "__module__": __name__},
     )

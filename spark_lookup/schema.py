@@ -219,10 +219,11 @@ def to_arrow_type(data_type: T.DataType) -> pa.DataType:
         For a type PySpark has no Arrow mapping for (intervals, variants...).
     """
     from pyspark.errors import PySparkException
-    from pyspark.sql.pandas.types import to_arrow_type as spark_to_arrow_type
+
+    from spark_lookup._compat import spark_to_arrow_type
 
     try:
-        return spark_to_arrow_type(_plain_strings(data_type), timezone="UTC")
+        return spark_to_arrow_type(_plain_strings(data_type))
     except (PySparkException, TypeError) as exc:
         raise ConfigError(f"type {data_type.simpleString()} has no Arrow mapping: {exc}") from exc
 

@@ -8,7 +8,11 @@ comments, invisible on GitHub and in the built site, steer a block:
   server of its own, or is a fragment), and the test says why;
 - ``<!-- test: ... -->`` (any number of lines of Python): hidden code run before the
   next block (after the last block, if none follows), for the data an example assumes
-  and for cleaning up after it.
+  and for cleaning up after it;
+- ``<!-- needs: GATE[, GATE] -->`` on the line before a block: it uses a mechanism of
+  ``spark_lookup._compat`` that not every PySpark line has. Where the installed one
+  lacks it, the block must stop at its first call with the ``ConfigError`` that names
+  the line that has it (the test matrix runs the pages on every line: noxfile.py).
 
 A page whose code mentions ``spark`` runs on the tests' shared classic SparkSession,
 given to it as ``spark``; the others run without Spark.
@@ -25,12 +29,17 @@ from typing import Any
 
 import pytest
 
+from spark_lookup.errors import ConfigError
+
+pytestmark = pytest.mark.matrix  # every PySpark line: noxfile.py
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 _FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[\w+-]*)\s*$")
 _SKIP = re.compile(r"^\s*<!--\s*skip:\s*(?P<reason>.+?)\s*-->\s*$")
 _HIDDEN = re.compile(r"^\s*<!--\s*test:(?P<rest>.*)$")
+_NEEDS = re.compile(r"^\s*<!--\s*needs:\s*(?P<gates>[A-Z_, ]+?)\s*-->\s*$")
 _USES_SPARK = re.compile(r"(?<![\w.-])spark(?![\w-])")  # not spark-lookup
 
 
@@ -40,6 +49,7 @@ class Snippet:
     line: int  # of the opening fence, 1-based
     code: str  # the hidden code before it, then the block
     skip: str | None = None
+    needs: tuple[str, ...] = ()
 
     @property
     def id(self) -> str:
@@ -85,9 +95,11 @@ def _parse(path: Path) -> Page:
                 before = next((lines[j] for j in range(start - 1, -1, -1) if lines[j].strip()),
                               "")
                 skip = _SKIP.match(before)
+                needs = _NEEDS.match(before)
                 page.snippets.append(Snippet(
                     name, start + 1, "\n".join([*hidden, *block]),
-                    skip["reason"] if skip else None))
+                    skip["reason"] if skip else None,
+                    tuple(g.strip() for g in needs["gates"].split(",")) if needs else ()))
                 hidden = []
         i += 1
     if hidden:
@@ -100,6 +112,19 @@ _PARSED = [_parse(path) for path in PAGES]
 PLAIN = [s for p in _PARSED if not p.uses_spark for s in p.snippets]
 WITH_SPARK = [s for p in _PARSED if p.uses_spark for s in p.snippets]
 _PAGES = {p.name: p for p in _PARSED}
+
+
+def _missing(snippet: Snippet) -> str | None:
+    """The refusal a snippet must stop at on this PySpark (a pattern of its message), or
+    None when the line has every gate it needs."""
+    from spark_lookup import _compat
+
+    for name in snippet.needs:
+        gate = getattr(_compat, name)
+        if not gate.available():
+            return re.escape(f"needs {gate.mechanism}") + ".*" + re.escape(
+                f"which PySpark has from {gate.since} on")
+    return None
 
 
 class _Run:
@@ -126,8 +151,13 @@ class _Run:
                 continue
             if self.failed is not None:
                 pytest.fail(f"an earlier snippet of the page failed: {self.failed.id}")
+            missing = _missing(current)
             try:
-                exec(compile(current.code, current.id, "exec"), self.namespace)
+                if missing is None:
+                    exec(compile(current.code, current.id, "exec"), self.namespace)
+                else:
+                    with pytest.raises(ConfigError, match=missing):
+                        exec(compile(current.code, current.id, "exec"), self.namespace)
             except BaseException:
                 self.failed = current
                 raise

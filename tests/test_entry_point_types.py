@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession as ClassicSession
 from pyspark.sql import types as T
 from pyspark.sql.connect.session import SparkSession as ConnectSession
 from pyspark.sql.connect.udtf import UserDefinedTableFunction as ConnectTableFunction
+from pyspark.sql.datasource import DataSource
 from pyspark.sql.udtf import UserDefinedTableFunction as ClassicTableFunction
 
 from cache import LookupCache
@@ -40,6 +41,7 @@ NAMES = {
     "ClassicTableFunction": ClassicTableFunction, "ConnectTableFunction": ConnectTableFunction,
     "DataFrame": DataFrame, "StorageLevel": StorageLevel, "Source": Source,
     "CacheReloadTrigger": CacheReloadTrigger, "Observation": Observation, "T": T,
+    "DataSource": DataSource,
     "UserDefinedFunctionLike": Any,  # a Protocol of PySpark's stubs only
 }
 

@@ -53,12 +53,13 @@ def arrow_to_spark(arrow_type: Any, where: str) -> T.DataType:
     """
     import pyarrow as pa
     from pyspark.errors import PySparkException
-    from pyspark.sql.pandas.types import from_arrow_type
+
+    from spark_lookup._compat import arrow_to_spark_type
 
     if arrow_type == pa.null():
         raise ConfigError(f"{where} holds only nulls, so its type is unknown; pass schema")
     try:
-        return from_arrow_type(arrow_type, prefer_timestamp_ntz=True)
+        return arrow_to_spark_type(arrow_type, prefer_timestamp_ntz=True)
     except (PySparkException, TypeError) as exc:
         raise ConfigError(
             f"{where} has Arrow type {arrow_type} with no Spark type here; pass schema"

@@ -151,6 +151,7 @@ class ContractMixin:
             assert handle.metrics.num_bad_values == 0
 
     @pytest.mark.spark
+    @pytest.mark.needs("PYTHON_DATA_SOURCE", "SESSION_TAGS")  # refreshed views
     def test_values_and_types_of_a_refreshed_view(self, backend: Backend, spark: Any) -> None:
         names = ["id", *(c.name for c in backend.cases)]
         rows = view_rows(spark, backend.source(), backend.schema)
@@ -183,6 +184,7 @@ class ContractMixin:
             assert handle.metrics.num_bad_values == 1
 
     @pytest.mark.spark
+    @pytest.mark.needs("PYTHON_DATA_SOURCE", "SESSION_TAGS")  # refreshed views
     @pytest.mark.parametrize("policy", POLICIES)
     def test_bad_values_in_a_refreshed_view(self, backend: Backend, spark: Any, policy: str
                                             ) -> None:
@@ -210,6 +212,7 @@ class ContractMixin:
             assert handle.metrics.num_bad_values == 1
 
     @pytest.mark.spark
+    @pytest.mark.needs("PYTHON_DATA_SOURCE", "SESSION_TAGS")  # refreshed views
     def test_values_no_type_reads_are_bad_values_in_a_refreshed_view(
             self, backend: Backend, spark: Any) -> None:
         """Every bad case of the backend in one view (a column each: a view's load is a

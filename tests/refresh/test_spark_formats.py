@@ -9,12 +9,20 @@ from typing import Any
 
 import pytest
 from pyspark.errors import PySparkException
+
+from spark_lookup._compat import PYTHON_DATA_SOURCE, pyspark_version
+
+if not PYTHON_DATA_SOURCE.available():
+    pytest.skip(f"PySpark {pyspark_version()} lacks {PYTHON_DATA_SOURCE.mechanism} "
+                f"({PYTHON_DATA_SOURCE.since}+), which refreshed views read through",
+                allow_module_level=True)
+
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from lookup.refresh import _cached_size, _retryable, _summary, _worker_error_line
 from spark_lookup import errors
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.needs("PYTHON_DATA_SOURCE", "SESSION_TAGS")]
 
 
 class _FailingReader(DataSourceReader):

@@ -24,7 +24,7 @@ from lookup import ScheduledTableRefresh
 from tests.refresh.support import countries, execute, names
 from triggers import PeriodicCacheReloadTrigger
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.needs("PYTHON_DATA_SOURCE", "SESSION_TAGS")]
 
 HOUR = timedelta(hours=1)
 LOAD_TIMEOUT = 120

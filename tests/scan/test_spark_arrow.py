@@ -13,7 +13,7 @@ import pytest
 from scan import CollectionSource, FileSource, plan_splits, register_data_source
 from tests.scan.test_files import _corrupt_columns_except, _wide
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.needs("PYTHON_DATA_SOURCE")]
 
 
 def partitions(df: Any) -> int:

@@ -1,6 +1,11 @@
-"""A lookup join job on ``local-cluster[2,1,1024]`` (two executor JVMs), run by
-test_local_cluster.py in its own process: a process can hold one SparkContext, and the
-test session already has its local[2] one. Prints one JSON line of results."""
+"""A lookup join job on ``local-cluster[2,1,1024]`` (two executor JVMs), deployed as a
+user deploys one: ``spark-submit --py-files spark_lookup.zip cluster_job.py``, with
+executors whose Python does not have spark-lookup installed (test_local_cluster.py
+makes that interpreter and the archive, and runs this script by its path, so that
+nothing of the checkout is on any path). Prints one JSON line of results.
+
+It imports nothing of the test suite: the executors must not find the checkout.
+"""
 
 from __future__ import annotations
 
@@ -13,11 +18,16 @@ import tempfile
 from datetime import timedelta
 from pathlib import Path
 
-from tests.env import JVM_FAST_START
+
+def _where(_: object) -> list[tuple[int, str, str]]:
+    """In an executor's Python worker: its parent (the executor's daemon), where
+    ``lookup`` was imported from, and the interpreter."""
+    import lookup
+
+    return [(os.getppid(), str(lookup.__file__), sys.executable)]
 
 
 def main() -> None:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
     from cache import DefaultLookupCache
@@ -46,34 +56,30 @@ def main() -> None:
         SqlTableSource(connect, "customers", schema="id BIGINT, name STRING"),
         PeriodicCacheReloadTrigger(timedelta(hours=1)), ["id"],
     )
-    spark = (SparkSession.builder.master("local-cluster[2,1,1024]")
-             .config("spark.ui.enabled", "false")
-             .config("spark.executor.memory", "512m")
-             # Three JVMs start on 2 CPUs: these options start them about a third
-             # faster (the job checks values, not speed).
-             .config("spark.driver.extraJavaOptions", JVM_FAST_START)
-             .config("spark.executor.extraJavaOptions", JVM_FAST_START)
-             .getOrCreate())
+    spark = SparkSession.builder.getOrCreate()  # master and options: spark-submit's
     try:
         spark.sparkContext.setLogLevel("ERROR")
         stream = spark.range(0, 4000, numPartitions=8).selectExpr("id AS order_id",
                                                                   "id % 120 AS customer_id")
-        results = {}
+        results: dict[str, object] = {}
         for name, provider in (("partial", partial), ("full", full)):
-            joined = lookup_join(stream, provider, on={"customer_id": "id"}, metrics=True)
-            rows = joined.collect()
-            matched = sum(1 for r in rows if r["name"] is not None)
-            wrong = sum(1 for r in rows
-                        if r["name"] is not None and r["name"] != f"customer-{r['customer_id']}")
-            # Each executor JVM forks its Python workers from a daemon of its own, so the
-            # workers' parent processes tell the executors apart.
-            executors = joined.rdd.mapPartitions(
-                lambda _: [os.getppid()]).distinct().collect()
-            results[name] = {
-                "rows": len(rows), "matched": matched, "wrong": wrong,
-                "executors": sorted(executors),
-                "metrics": lookup_metrics(provider).snapshot(),
-            }
+            for engine in ("arrow", "pandas"):
+                joined = lookup_join(stream, provider, on={"customer_id": "id"},
+                                     engine=engine, metrics=True)
+                rows = joined.collect()
+                matched = sum(1 for r in rows if r["name"] is not None)
+                wrong = sum(1 for r in rows if r["name"] is not None
+                            and r["name"] != f"customer-{r['customer_id']}")
+                # Each executor JVM forks its Python workers from a daemon of its own, so
+                # the workers' parent processes tell the executors apart.
+                workers = joined.rdd.mapPartitions(_where).distinct().collect()
+                results[f"{name}-{engine}"] = {
+                    "rows": len(rows), "matched": matched, "wrong": wrong,
+                    "executors": sorted({w[0] for w in workers}),
+                    "imported_from": sorted({w[1] for w in workers}),
+                    "pythons": sorted({w[2] for w in workers}),
+                    "metrics": lookup_metrics(provider).snapshot(),
+                }
         print("RESULT " + json.dumps(results))
     finally:
         spark.stop()

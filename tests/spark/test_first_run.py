@@ -93,6 +93,7 @@ for kind in sys.argv[1:]:
 
 
 @pytest.mark.slow
+@pytest.mark.connect_server
 def test_a_plain_batch_job_stops_without_an_error_log(tmp_path: Path) -> None:
     """Issue 27: ``spark.stop()`` after a batch job logged ``ERROR ErrorUtils: Spark
     Connect RPC error during: releaseExecute``; no ERROR line may come from our code.

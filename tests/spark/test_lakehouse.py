@@ -54,6 +54,7 @@ def test_full_caches_over_delta_and_iceberg_tables_join(spark: Any, tmp_path: Pa
 
 
 @pytest.mark.classic_only
+@pytest.mark.needs("PYTHON_DATA_SOURCE", "SESSION_TAGS")
 def test_a_refreshed_view_skips_the_reload_of_an_unchanged_table(spark: Any,
                                                                  tmp_path: Path) -> None:
     path = str(tmp_path / "countries")
