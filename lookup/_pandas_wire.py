@@ -35,7 +35,7 @@ class _Wire:
     """The position of the boolean column saying where its nulls were, if any."""
     text: pa.DataType | None = None
     """The Arrow type it travels as when the integers in its arrays travel as text
-    (see :func:`_integers_in_arrays_as_text`), else None."""
+    (see `_integers_in_arrays_as_text`), else None."""
 
 
 def pandas_input(df: DataFrame, stream: T.StructType) -> tuple[DataFrame, tuple[_Wire, ...]]:

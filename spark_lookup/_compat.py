@@ -1,10 +1,10 @@
 """What the installed PySpark can do: one gate per Spark mechanism the library uses that
 not every supported line (PySpark 3.5 to 4.3) has, in one place.
 
-Each gate is a :class:`Capability` named for what it tests; its probe looks at the
+Each gate is a [`Capability`][] named for what it tests; its probe looks at the
 installed PySpark itself (a module, a class, a parameter), never at a version number,
 so a backport counts. The version in a gate is only what its error message names. An
-entry point that needs a mechanism calls :func:`require` first, which raises a
+entry point that needs a mechanism calls [`require`][] first, which raises a
 ``ConfigError`` naming the feature, the PySpark version that has it and the alternative;
 nothing fails later with PySpark's ``ImportError``, ``AttributeError`` or
 ``TypeError``. Where the lines differ only in how a call is spelled (the Arrow type
@@ -198,31 +198,31 @@ def _classic_observed_metrics() -> bool:
 ARROW_UDTF_ANALYZE = Capability("Arrow UDTFs with an analyze method", "4.1",
                                 _arrow_udtf_analyze)
 """An Arrow (vectorized) Python UDTF whose output schema ``analyze`` decides:
-:func:`lookup.register_lookup_join`."""
+[`register_lookup_join`][lookup.register_lookup_join]."""
 
 UDTF_ANALYZE = Capability("Python UDTFs with an analyze method", "4.0", _udtf_analyze)
 """A Python UDTF whose ``analyze`` checks its arguments when a query is analyzed:
-:func:`lookup.register_lookup_table_function` checks key types then (without it, when
+[`register_lookup_table_function`][lookup.register_lookup_table_function] checks key types then (without it, when
 the first row is looked up)."""
 
 ARROW_UDF = Capability("Arrow UDFs (pyspark.sql.functions.arrow_udf)", "4.1", _arrow_udf)
 """A scalar Arrow UDF returning a struct, NULL for no match:
-:func:`lookup.register_lookup_function`."""
+[`register_lookup_function`][lookup.register_lookup_function]."""
 
 PYTHON_DATA_SOURCE = Capability("the Python data source API (pyspark.sql.datasource)", "4.0",
                                 _python_data_source)
-"""``spark.dataSource.register``: :func:`scan.register_data_source` and the loads of
-:class:`lookup.ScheduledTableRefresh`."""
+"""``spark.dataSource.register``: [`register_data_source`][scan.register_data_source] and the loads of
+[`ScheduledTableRefresh`][lookup.ScheduledTableRefresh]."""
 
 SESSION_TAGS = Capability("SparkSession.addTag and interruptTag", "4.0",
                           _classic_session_tags, connect_since="3.5",
                           connect_probe=_connect_session_tags)
 """Tagging a thread's Spark jobs and interrupting them: how
-:meth:`lookup.ScheduledTableRefresh.close` stops a load in progress."""
+[`close`][lookup.ScheduledTableRefresh.close] stops a load in progress."""
 
 OBSERVATION_FILLED_BY_ACTION = Capability(
     "an Observation filled before its action returns", "4.0", _observation_filled_by_action)
-"""Not a refusal: where it lacks, :func:`lookup.lookup_metrics` waits longer for a
+"""Not a refusal: where it lacks, [`lookup_metrics`][lookup.lookup_metrics] waits longer for a
 classic observation that its action has not filled yet."""
 
 CONNECT_OBSERVED_METRICS = Capability(
@@ -287,7 +287,7 @@ class _NoAnalyzeResult:
 
 def analyze_result_class() -> type[Any]:
     """``pyspark.sql.udtf.AnalyzeResult``, or where PySpark lacks UDTF ``analyze``
-    (:data:`UDTF_ANALYZE`) a stand-in with its ``schema`` field, so that a module
+    ([`UDTF_ANALYZE`][]) a stand-in with its ``schema`` field, so that a module
     subclassing it imports on every line (its entry point refuses first)."""
     if not UDTF_ANALYZE.available():
         return _NoAnalyzeResult
