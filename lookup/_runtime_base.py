@@ -19,7 +19,7 @@ import pyarrow as pa
 from cache._string_views import StringViews
 from cache.base import Key, Row, answers_to_arrow, expand, key_tuples
 from cache.metrics import CacheMetrics
-from connectors.keys import has_null
+from connectors.keys import EncodedKeys, KeyCodec, has_null
 from connectors.rows import python_values
 from lookup.providers import LookupProvider
 from spark_lookup._shown import shown
@@ -136,6 +136,8 @@ class LookupRuntime:
         self.metrics = CacheMetrics()
         self._arity = len(provider.key_columns)
         self._width = len(provider.schema.fields)
+        self._codec = KeyCodec(list(provider.key_columns), provider.key_types,
+                               provider.describe())
 
     def open(self) -> None:
         """Open the function, cache or trigger; called once, by
@@ -149,15 +151,28 @@ class LookupRuntime:
         return self._lookup_keys(self._checked(keys))
 
     def _lookup_keys(self, keys: list[Key]) -> dict[Key, tuple[Row, ...]]:
-        """Rows of each of ``keys`` (checked tuples, repeats possible). This default
-        sets null keys apart and answers the distinct others by `_lookup_distinct`."""
-        valid: list[Key] = []
-        nulls: list[Key] = []
-        for key in dict.fromkeys(keys):
-            (nulls if has_null(key) else valid).append(key)
-        found = self._lookup_distinct(valid)
-        found.update(dict.fromkeys(nulls, EMPTY))
-        return found
+        """Rows of each of ``keys`` (checked tuples, repeats possible), in every kind of
+        runtime alike: keys are values of their columns' types (``True`` is no key of a
+        STRING column and is refused, ``1.0`` is the BIGINT 1), checked and made
+        distinct as Arrow values by the provider's key codec, never by Python equality
+        (``True == 1``); a key holding a null never matches.
+
+        Raises
+        ------
+        KeyKindError
+            For a value of a kind its column never holds, naming the key and column.
+        """
+        encoded = self._codec.encode(keys, skip_null_keys=True, shapes_checked=True)
+        answers = self._answers(encoded) if len(encoded) else [EMPTY]
+        # Every key given, in order, with its distinct key's rows, in C loops.
+        return dict(zip(keys, map(answers.__getitem__, encoded.positions), strict=True))
+
+    def _answers(self, encoded: EncodedKeys) -> list[tuple[Row, ...]]:
+        """The rows of each distinct encoded key, in order, then none (for position
+        -1): by `_lookup_distinct` of the keys as Python tuples."""
+        distinct = encoded.distinct
+        found = self._lookup_distinct(distinct)
+        return [*map(found.__getitem__, distinct), EMPTY]
 
     def _lookup_distinct(self, keys: list[Key]) -> dict[Key, tuple[Row, ...]]:
         """Rows of distinct, null-free keys."""

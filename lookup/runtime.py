@@ -35,7 +35,7 @@ from cache.base import (
 )
 from cache.default import DefaultLookupCache
 from cache.metrics import CacheMetrics
-from connectors.keys import KeyCodec
+from connectors.keys import EncodedKeys, KeyCodec
 from lookup._invalidation import CacheInvalidation
 from lookup._listener import Subscription, subscribe
 from lookup._loaders import Loader, PartialLoad, loader_for
@@ -327,24 +327,13 @@ class _LoadingRuntime(LookupRuntime):
 
     # --- the per-key API
 
-    def _lookup_keys(self, keys: list[Key]) -> dict[Key, tuple[Row, ...]]:
-        # Keys are values of their columns' types: True is no key of a STRING column,
-        # 1.0 is the BIGINT 1, np.uint64(7) the BIGINT 7; the cache and the function see
-        # the encoded key, never the Python object as given. The keys are checked and
-        # encoded as Arrow arrays (in C for plain values), answered as a join's are, and
-        # only the answer is turned into Python rows.
-        encoded = self._codec.encode(keys, skip_null_keys=True, shapes_checked=True)
-        # The rows of each distinct key by position, then none (position -1).
-        answers: list[tuple[Row, ...]] = [EMPTY]
-        if self._arrow_native and len(encoded):
+    def _answers(self, encoded: EncodedKeys) -> list[tuple[Row, ...]]:
+        # A function answering in Arrow is asked as a join's probe asks it (the cache's
+        # get_arrow/put_arrow); only the answer is turned into Python rows.
+        if self._arrow_native:
             assert self._arrow_function is not None
-            answers = self._python_answer(self._arrow_function, encoded.arrays)
-        elif len(encoded):
-            distinct = encoded.distinct
-            found = self._lookup_distinct(distinct)
-            answers = [*map(found.__getitem__, distinct), EMPTY]
-        # Every key given, in order, with its distinct key's rows, in C loops.
-        return dict(zip(keys, map(answers.__getitem__, encoded.positions), strict=True))
+            return self._python_answer(self._arrow_function, encoded.arrays)
+        return super()._answers(encoded)
 
     def _lookup_distinct(self, keys: list[Key]) -> dict[Key, tuple[Row, ...]]:
         """Rows of distinct encoded keys (values of their columns' types), in Python:

@@ -176,3 +176,32 @@ def test_a_full_cache_never_answers_null_key_rows(name: str, shared: bool,
                           if tuple(row[p] for p in positions) == probe)
             got = sorted(row[2] for row in found[probe])
             assert got == want, f"{name} keyed by {key}: {probe!r} found ids {got}, not {want}"
+
+
+@pytest.mark.parametrize("mode", ["none", "partial", "full"])
+def test_every_mode_refuses_a_key_of_the_wrong_kind_alike(mode: str) -> None:
+    """A str is no key of a BIGINT column: every mode refuses it (a full cache answered
+    it with no rows where the others raised), and 1.0 is the BIGINT 1 in every mode."""
+    from lookup import FullCachingLookupProvider
+    from scan import CollectionSource
+    from spark_lookup.errors import KeyKindError
+    from triggers import PeriodicCacheReloadTrigger
+
+    rows = [(1, "a"), (2, "b")]
+    if mode == "full":
+        provider: Any = FullCachingLookupProvider.of(
+            CollectionSource(rows, schema="id BIGINT, v STRING"),
+            PeriodicCacheReloadTrigger(timedelta(hours=1)), ["id"],
+            share_across_workers=False)
+    else:
+        fn = DictLookup(rows, schema="id BIGINT, v STRING", key_columns=["id"])
+        provider = cached(fn) if mode == "partial" else LookupFunctionProvider.of(fn)
+    with open_lookup(provider) as handle:
+        for key in [("1",), (True,)]:
+            with pytest.raises(KeyKindError):
+                handle.lookup(key)
+            with pytest.raises(KeyKindError):
+                handle.lookup_batch([(1,), key])
+        assert handle.lookup((1.0,)) == ((1, "a"),)
+        assert handle.lookup_batch([(1,), (np.int64(1),), (None,)]) == {
+            (1,): ((1, "a"),), (None,): ()}
