@@ -202,8 +202,8 @@ ARROW_UDTF_ANALYZE = Capability("Arrow UDTFs with an analyze method", "4.1",
 
 UDTF_ANALYZE = Capability("Python UDTFs with an analyze method", "4.0", _udtf_analyze)
 """A Python UDTF whose ``analyze`` checks its arguments when a query is analyzed:
-[`register_lookup_table_function`][lookup.register_lookup_table_function] checks key types then (without it, when
-the first row is looked up)."""
+[`register_lookup_table_function`][lookup.register_lookup_table_function] checks key
+types then (without it, when the first row is looked up)."""
 
 ARROW_UDF = Capability("Arrow UDFs (pyspark.sql.functions.arrow_udf)", "4.1", _arrow_udf)
 """A scalar Arrow UDF returning a struct, NULL for no match:
@@ -211,8 +211,8 @@ ARROW_UDF = Capability("Arrow UDFs (pyspark.sql.functions.arrow_udf)", "4.1", _a
 
 PYTHON_DATA_SOURCE = Capability("the Python data source API (pyspark.sql.datasource)", "4.0",
                                 _python_data_source)
-"""``spark.dataSource.register``: [`register_data_source`][scan.register_data_source] and the loads of
-[`ScheduledTableRefresh`][lookup.ScheduledTableRefresh]."""
+"""``spark.dataSource.register``: [`register_data_source`][scan.register_data_source]
+and the loads of [`ScheduledTableRefresh`][lookup.ScheduledTableRefresh]."""
 
 SESSION_TAGS = Capability("SparkSession.addTag and interruptTag", "4.0",
                           _classic_session_tags, connect_since="3.5",
