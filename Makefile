@@ -5,13 +5,14 @@
 #                  as root) if missing
 #   make test-matrix -- the Spark tests on every other supported PySpark line (noxfile.py)
 #   make test-spark VERSION=3.5.7 -- the Spark tests on one PySpark release
+#   make test-extras -- each extra's docs example in a virtualenv with only that extra
 #   make docs   -- the documentation site (docs/, mkdocs.yml) into site/, warnings as errors
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-matrix test-spark lint docs browser bench clean
+.PHONY: setup demo test test-matrix test-extras test-spark lint docs browser bench clean
 
 setup: $(STAMP)
 
@@ -58,7 +59,13 @@ browser:
 MATRIX ?= 3.5 4.0 4.1 4.2
 
 test-matrix: $(STAMP)
-	$(BIN)/nox $(foreach line,$(MATRIX),-s spark-$(line))
+	$(BIN)/nox -s $(addprefix spark-,$(MATRIX))
+
+# Each extra with an example in docs/extras.md (noxfile.py: EXTRA_EXAMPLES).
+EXTRAS ?= postgres adbc mysql redis delta iceberg
+
+test-extras: $(STAMP)
+	$(BIN)/nox -s $(addprefix extras-,$(EXTRAS))
 
 test-spark: $(STAMP)
 	test -n "$(VERSION)" || (echo "usage: make test-spark VERSION=3.5.7"; exit 2)

@@ -10,6 +10,11 @@ keeps a fresh clone's first run to seconds a line, once PySpark's wheels are cac
 
 ``make test-spark VERSION=3.5.7`` runs one line with another patch release
 (``PYSPARK_VERSION`` overrides the session's default patch).
+
+``make test-extras`` runs one session per extra (``extras-postgres``, ...): a virtualenv
+with PySpark, the library (installed, not editable) and that extra alone runs the
+extra's example of docs/extras.md (tests/extras_examples.py), so an extra that lacks
+what its docs use fails.
 """
 
 from __future__ import annotations
@@ -64,3 +69,21 @@ for _line in LINES:
     # One session per line, named for it: spark-3.5, spark-4.0, ...
     nox.session(name=f"spark-{_line}")(
         lambda session, line=_line: _spark(session, line))
+
+
+EXTRA_EXAMPLES = ("postgres", "adbc", "mysql", "redis", "delta", "iceberg")
+"""The extras with an example in docs/extras.md (tests/test_docs_site.py keeps them in
+step with the page)."""
+
+
+def _extra(session: nox.Session, extra: str) -> None:
+    wheel = _pyspark_wheel(session, LINES["4.3"])
+    session.install(f".[{extra}]", f"pyspark @ {wheel.as_uri()}")
+    script = Path(__file__).resolve().parent / "tests" / "extras_examples.py"
+    session.chdir(session.create_tmp())  # the library as installed, not the checkout
+    session.run("python", str(script), extra)
+
+
+for _name in EXTRA_EXAMPLES:
+    nox.session(name=f"extras-{_name}")(
+        lambda session, extra=_name: _extra(session, extra))
