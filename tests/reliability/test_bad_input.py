@@ -34,7 +34,7 @@ from lookup import (
 from lookup._assemble import join_batch
 from lookup.join import plan_join
 from scan import CollectionSource, SqlTableSource, read_arrow
-from spark_lookup.errors import ConfigError, LookupLoadError
+from spark_lookup.errors import ConfigError, KeyKindError, LookupLoadError
 from tests.connectors.conftest import PgFactory
 from tests.lookup.functions import DictLookup
 from tests.reliability import dimensions as dims
@@ -160,16 +160,18 @@ def test_keys_that_can_never_match_are_empty_and_malformed_keys_are_type_errors(
             h.lookup_batch([([1],)])
 
 
-def test_a_full_cache_never_matches_a_key_of_another_type() -> None:
-    """A full cache has no source to ask: a key of another kind is simply absent (as in
-    SQL, "1" is not 1 and True is not 1), while a partial cache's SQL function raises
-    ConfigError. 1.0 is the BIGINT 1 in every mode (one value, one answer)."""
+def test_a_full_cache_refuses_a_key_of_another_type() -> None:
+    """A full cache checks keys as the other modes do: a key of another kind ("1", b"1",
+    True for a BIGINT) raises KeyKindError naming the column, 1.5 equals no BIGINT and
+    answers no rows, and 1.0 is the BIGINT 1 in every mode (one value, one answer)."""
     source = CollectionSource(dims.CUSTOMERS, schema="id BIGINT, name STRING")
     provider = FullCachingLookupProvider.of(source, HOUR, ["id"], share_across_workers=False,
                                             initial_load_timeout=30)
     with open_lookup(provider) as h:
-        for value in ("1", b"1", True, 1.5):
-            assert h.lookup((value,)) == (), value
+        for value in ("1", b"1", True):
+            with pytest.raises(KeyKindError, match="column 'id'"):
+                h.lookup((value,))
+        assert h.lookup((1.5,)) == ()
         for value in (np.int32(1), 1.0, np.float64(1.0)):
             assert h.lookup((value,)) == h.lookup((1,)) == ((1, "c1"),), value
         assert h.metrics.num_load_failures == 0
