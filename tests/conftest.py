@@ -57,10 +57,22 @@ _STATIC_CONFIG = {
 }
 
 
+MATRIX_LINE = os.environ.get("SPARK_LOOKUP_MATRIX_LINE") == "1"
+"""Set by the test matrix (noxfile.py) on the PySpark lines other than the one the whole
+suite runs on: there the Spark tests run on classic sessions, and on Spark Connect only
+those marked ``connect_on_every_line``; the contract runs on one backend (what a backend
+hands over is Arrow whatever the line; what the line changes is Spark's side)."""
+
+MATRIX_CONTRACT = "TestPostgresPsycopg"
+"""The contract's backend on the matrix's other lines: the one with the most types."""
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "spark" in metafunc.fixturenames:
-        kinds = ["classic"] if metafunc.definition.get_closest_marker("classic_only") else list(
-            SPARK_KINDS)
+        definition = metafunc.definition
+        classic = definition.get_closest_marker("classic_only") is not None or (
+            MATRIX_LINE and definition.get_closest_marker("connect_on_every_line") is None)
+        kinds = ["classic"] if classic else list(SPARK_KINDS)
         # Session scope: pytest runs every test of one kind before any of the other, so
         # one session of each kind serves the whole run, one after the other.
         metafunc.parametrize("spark", kinds, indirect=True, scope="session")
@@ -76,9 +88,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         kind = callspec.params.get("spark") if callspec is not None else None
         if kind is not None:
             item.add_marker(pytest.mark.xdist_group(f"spark-{kind}"))
-        reason = _not_on_this_pyspark(item, kind)
+        reason = _not_on_this_pyspark(item, kind) or _not_on_this_matrix_line(item)
         if reason is not None:
             item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def _not_on_this_matrix_line(item: pytest.Item) -> str | None:
+    cls = getattr(item, "cls", None)
+    if (MATRIX_LINE and cls is not None and item.module is not None
+            and item.module.__name__.endswith("test_contract")
+            and cls.__name__ != MATRIX_CONTRACT):
+        return (f"the matrix runs the contract on {MATRIX_CONTRACT} only "
+                "(tests/conftest.py: MATRIX_LINE)")
+    return None
 
 
 def _not_on_this_pyspark(item: pytest.Item, kind: str | None) -> str | None:

@@ -37,7 +37,7 @@ from spark_lookup.errors import ConfigError
 from tests.sql.support import customers_provider
 from triggers import PeriodicCacheReloadTrigger
 
-pytestmark = pytest.mark.matrix  # every PySpark line: noxfile.py
+pytestmark = [pytest.mark.matrix, pytest.mark.connect_on_every_line]  # noxfile.py
 
 
 def test_arrow_types_are_the_same_on_every_line() -> None:

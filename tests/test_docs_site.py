@@ -30,7 +30,6 @@ from typing import Any
 from urllib.parse import unquote
 
 import pytest
-import yaml
 
 from tests.conftest import unavailable
 
@@ -71,6 +70,8 @@ def _directives(page: Path) -> list[tuple[str, list[str] | None]]:
                 if following and not following.startswith(" "):
                     break
                 body.append(following)
+            import yaml  # the docs extra's (not in the matrix's test extra)
+
             options = (yaml.safe_load("\n".join(body)) or {}).get("options", {})
             blocks.append((line[4:].strip(), options.get("members")))
     return blocks

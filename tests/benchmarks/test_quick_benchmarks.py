@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import MATRIX_LINE
 from tests.env import child_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
@@ -37,6 +38,30 @@ HEADLINE = (
 )
 
 
+LINE_SCRIPTS = ("join_throughput",)
+"""What the test matrix's other PySpark lines run (tests/conftest.py: MATRIX_LINE): the
+join against a mapInPandas pass-through, the ratios that depend on the Spark line."""
+LINE_HEADLINE = ("join_full_cache_vs_mapInPandas", "join_partial_100pct_vs_mapInPandas",
+                 "join_partial_90pct_vs_mapInPandas")
+
+
+@pytest.mark.skipif(not MATRIX_LINE, reason="the matrix's other lines only")
+@pytest.mark.timeout(600)
+def test_quick_join_benchmark_on_this_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "benchmarks/run_all.py", "--quick", "--only", ",".join(LINE_SCRIPTS),
+         "--out", str(tmp_path)],
+        cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=540, check=False,
+    )
+    assert done.returncode == 0, (done.stdout[-4000:], done.stderr[-4000:])
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    for name in LINE_SCRIPTS:
+        assert summary["benchmarks"][name]["status"] == "ok", summary["benchmarks"][name]
+    missing = [key for key in LINE_HEADLINE if summary["headline"].get(key) is None]
+    assert not missing, missing
+
+
+@pytest.mark.skipif(MATRIX_LINE, reason="on the matrix's other lines: the join benchmark only")
 @pytest.mark.timeout(900)
 def test_quick_benchmarks_run_and_summarize(postgres_dsn: str, redis_url: str,
                                             tmp_path: Path) -> None:

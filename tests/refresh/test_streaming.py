@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 
 from lookup import ScheduledTableRefresh
+from lookup._session import is_connect
+from spark_lookup import _compat
 from tests.refresh.support import countries, execute, names
 from triggers import PeriodicCacheReloadTrigger
 
@@ -134,8 +136,11 @@ def test_in_foreach_batch_the_query_session_sees_the_version_of_the_query_start(
         assert "Belgium" in names(spark.table("rv_clone"))
         query.stop()
     got = spark.read.parquet(out).collect()
+    # On PySpark 4.0's Connect server the micro-batch's session sees the live temp views,
+    # not the clone's copies, so the batch after the reload sees it (docs/refreshed-views.md).
+    live = is_connect(spark) and _compat._version_tuple() < (4, 1)
     assert by_order([tuple(r) for r in got]) == {1: "Netherlands", 2: None, 3: "Netherlands",
-                                                  4: None}
+                                                  4: "Belgium" if live else None}
 
 
 def test_a_stream_static_join_keeps_the_local_version_it_was_defined_with(

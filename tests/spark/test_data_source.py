@@ -17,7 +17,8 @@ import pytest
 from scan import CollectionSource, FileSource, SqlTableSource, plan_splits, register_data_source
 from spark_lookup.errors import ConfigError
 
-pytestmark = [pytest.mark.spark, pytest.mark.needs("PYTHON_DATA_SOURCE")]
+pytestmark = [pytest.mark.spark, pytest.mark.needs("PYTHON_DATA_SOURCE"),
+              pytest.mark.connect_on_every_line]
 
 
 def partitions(df: Any) -> int:

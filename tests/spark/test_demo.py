@@ -17,6 +17,7 @@ import pytest
 
 from lookup.__main__ import main
 from lookup.demo import BATCH_TIME, CHANGES, BatchPrinter, split_batches
+from tests.conftest import MATRIX_LINE
 from tests.env import child_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,6 +27,9 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 @pytest.mark.parametrize("session", [[], ["--connect"]], ids=["classic", "connect"])
 def test_demo_shows_the_updated_values_and_ends_by_itself(session: list[str]) -> None:
+    if session and MATRIX_LINE:
+        pytest.skip("the matrix's other lines run the demo on a classic session "
+                    "(tests/conftest.py: MATRIX_LINE)")
     started = time.monotonic()
     result = subprocess.run(
         # A generous limit: on a loaded 2-CPU machine the first batch can take a minute.

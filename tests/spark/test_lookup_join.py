@@ -25,7 +25,7 @@ from spark_lookup.errors import ConfigError
 from tests.lookup.functions import DictLookup
 from triggers import PeriodicCacheReloadTrigger
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.connect_on_every_line]
 
 CUSTOMERS = [(1, "Ada"), (2, "Grace"), (2, "Grace2"), (3, "Edsger")]
 

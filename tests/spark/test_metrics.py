@@ -32,7 +32,7 @@ from tests.snapshots.helpers import make_db
 from tests.snapshots.helpers import provider as counting_provider
 from triggers import PeriodicCacheReloadTrigger
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.connect_on_every_line]
 
 HOUR = timedelta(hours=1)
 TABLE = [(i, f"n{i}") for i in range(20)]
