@@ -1,8 +1,8 @@
 # Two entry points, each of which sets up a virtualenv on a fresh clone first:
 #   make demo   -- the streaming enrichment demo on local Spark (no servers needed)
-#   make test   -- ruff, mypy, the docs build and the whole pytest suite on PySpark 4.3 (what
-#                  .ci/run calls); installs Chromium for the docs site's browser test (apt,
-#                  as root) if missing
+#   make test   -- ruff, mypy, the docs build, the whole pytest suite on PySpark 4.3, then the
+#                  test matrix (what .ci/run calls); installs Chromium for the docs site's
+#                  browser test (apt, as root) if missing
 #   make test-matrix -- the Spark tests on every other supported PySpark line (noxfile.py)
 #   make test-spark VERSION=3.5.7 -- the Spark tests on one PySpark release
 #   make test-extras -- each extra's docs example in a virtualenv with only that extra
@@ -40,6 +40,7 @@ XDIST ?= -n 2 --dist loadgroup
 
 test: lint docs browser
 	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory test-matrix
 
 # tests/test_docs_site.py opens the built site in the system's headless Chromium (through
 # chromedriver). Installed here when missing, where apt-get runs as root; elsewhere (or if
