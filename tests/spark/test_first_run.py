@@ -21,6 +21,7 @@ import pytest
 from lookup import FullCachingLookupProvider, lookup_join
 from scan import CollectionSource
 from spark_lookup.errors import ConfigError
+from tests.conftest import MATRIX_LINE
 from tests.env import child_env
 from triggers import PeriodicCacheReloadTrigger
 
@@ -94,6 +95,8 @@ for kind in sys.argv[1:]:
 
 @pytest.mark.slow
 @pytest.mark.connect_server
+@pytest.mark.skipif(MATRIX_LINE, reason="two Sparks of its own, a minute a line on 2 CPUs: "
+                    "the whole suite's line only (tests/conftest.py: MATRIX_LINE)")
 def test_a_plain_batch_job_stops_without_an_error_log(tmp_path: Path) -> None:
     """Issue 27: ``spark.stop()`` after a batch job logged ``ERROR ErrorUtils: Spark
     Connect RPC error during: releaseExecute``; no ERROR line may come from our code.
