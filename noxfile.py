@@ -1,10 +1,12 @@
 """The PySpark test matrix: the suite's Spark tests on every supported PySpark line.
 
 ``make test`` runs the whole suite on PySpark 4.3 in ``.venv``, then one session here
-per other line (``make test-matrix``): the tests marked ``spark`` (classic sessions, and
-Spark Connect ones where the line ships a Connect server: not 3.5), which include the
-SQL tests, the local-cluster job and the quick benchmarks, plus those marked ``matrix``
-(the README and docs snippets, the PySpark gates of ``tests/test_compat.py``). Each line
+per other line (``make test-matrix``): the tests marked ``spark`` on classic sessions
+(the joins, metrics, SQL, refreshed views, data source, streaming, the contract on
+PostgreSQL, the README and docs snippets, the join benchmark; the demo and the
+local-cluster job on 3.5), on Spark Connect those marked ``connect_on_every_line`` where
+the line ships a Connect server (not 3.5), plus those marked ``matrix`` (the PySpark
+gates of ``tests/test_compat.py``): tests/conftest.py, ``MATRIX_LINE``. Each line
 gets a virtualenv of its own under ``.nox/``, made by uv (its cache under ``~/.cache/uv``
 keeps a fresh clone's first run to seconds a line, once PySpark's wheels are cached).
 

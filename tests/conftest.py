@@ -60,8 +60,10 @@ _STATIC_CONFIG = {
 MATRIX_LINE = os.environ.get("SPARK_LOOKUP_MATRIX_LINE") == "1"
 """Set by the test matrix (noxfile.py) on the PySpark lines other than the one the whole
 suite runs on: there the Spark tests run on classic sessions, and on Spark Connect only
-those marked ``connect_on_every_line``; the contract runs on one backend (what a backend
-hands over is Arrow whatever the line; what the line changes is Spark's side)."""
+those marked ``connect_on_every_line`` (the join, its metrics, the version gates); the
+contract runs on one backend (what a backend hands over is Arrow whatever the line; what
+the line changes is Spark's side). The demo and the local-cluster job run on 3.5 there,
+the benchmarks' join alone (``.ci/run`` must end within 35 minutes on 2 CPUs)."""
 
 MATRIX_CONTRACT = "TestPostgresPsycopg"
 """The contract's backend on the matrix's other lines: the one with the most types."""

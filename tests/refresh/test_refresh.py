@@ -19,8 +19,7 @@ from tests.polling import wait_until
 from tests.refresh.support import countries, execute, names
 from triggers import PeriodicCacheReloadTrigger
 
-pytestmark = [pytest.mark.spark, pytest.mark.needs("PYTHON_DATA_SOURCE", "SESSION_TAGS"),
-              pytest.mark.connect_on_every_line]
+pytestmark = [pytest.mark.spark, pytest.mark.needs("PYTHON_DATA_SOURCE", "SESSION_TAGS")]
 
 HOUR = timedelta(hours=1)  # a trigger that only loads on open: reloads are driven explicitly
 FAST_RETRY = RetryPolicy(max_retries=1, initial_backoff=timedelta(milliseconds=10))

@@ -17,8 +17,7 @@ import pytest
 from scan import CollectionSource, FileSource, SqlTableSource, plan_splits, register_data_source
 from spark_lookup.errors import ConfigError
 
-pytestmark = [pytest.mark.spark, pytest.mark.needs("PYTHON_DATA_SOURCE"),
-              pytest.mark.connect_on_every_line]
+pytestmark = [pytest.mark.spark, pytest.mark.needs("PYTHON_DATA_SOURCE")]
 
 
 def partitions(df: Any) -> int:

@@ -29,7 +29,7 @@ from tests.sql.support import (
     rows,
 )
 
-pytestmark = [pytest.mark.spark, pytest.mark.connect_on_every_line]
+pytestmark = pytest.mark.spark
 NEEDS_ARROW_UDF = pytest.mark.needs("ARROW_UDF")  # register_lookup_function: PySpark 4.1+
 
 

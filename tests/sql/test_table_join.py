@@ -21,8 +21,7 @@ from spark_lookup.errors import ConfigError
 from tests.lookup.functions import DictLookup
 from tests.sql.support import CUSTOMERS, customers_provider, hourly, places_provider, rows
 
-pytestmark = [pytest.mark.spark, pytest.mark.needs("ARROW_UDTF_ANALYZE"),
-              pytest.mark.connect_on_every_line]
+pytestmark = [pytest.mark.spark, pytest.mark.needs("ARROW_UDTF_ANALYZE")]
 
 
 @pytest.fixture(params=["none", "partial", "full"])
