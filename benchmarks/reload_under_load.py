@@ -4,7 +4,7 @@ A full cache reloads on a background thread whose scan needs the GIL back after 
 I/O wait (fetcher hand-offs, driver socket waits, SQLite row steps). A lookup thread
 that is CPU-bound gives the GIL up only every switch interval (5 ms), so each of those
 waits can cost 5 ms or more. While a load runs, lookups therefore take turns and hand
-the GIL over after each (``spark_lookup._load_priority``). This script times reloads
+the GIL over after each (``spark_lookup.load_priority``). This script times reloads
 side by side:
 
     a. no lookup thread (the floor)

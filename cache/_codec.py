@@ -15,7 +15,7 @@ from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
 
-from spark_lookup._shown import shown
+from spark_lookup.shown import shown
 
 __all__ = ["FORMAT_PREFIX", "CodecError", "decode_rows", "encode_key", "encode_rows"]
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from spark_lookup._shown import shown
+from spark_lookup.shown import shown
 
 __all__ = ["misfit_check"]
 

@@ -19,8 +19,8 @@ import pyarrow as pa
 
 from cache.base import Key
 from connectors.keys import KeyCodec
-from spark_lookup._shown import shown
 from spark_lookup.errors import ConfigError, KeyKindError
+from spark_lookup.shown import shown
 
 __all__ = ["CacheKeys", "matchable"]
 

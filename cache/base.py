@@ -10,8 +10,8 @@ import numpy as np
 import pyarrow as pa
 
 from cache.metrics import CacheMetrics
-from spark_lookup._shown import shown
 from spark_lookup.errors import KeyKindError
+from spark_lookup.shown import shown
 
 __all__ = ["CachedAnswers", "Key", "LookupCache", "Row", "Rows", "answers_to_arrow", "expand",
            "key_tuples", "row_ranges", "rows_to_table"]

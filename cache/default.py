@@ -38,9 +38,9 @@ from cache.base import (
 from cache.metrics import CacheMetrics
 from connectors.rows import python_values
 from spark_lookup import options as opts
-from spark_lookup._shown import shown
 from spark_lookup.errors import ConfigError, KeyKindError
 from spark_lookup.options import check_bool, check_callable, check_int
+from spark_lookup.shown import shown
 
 __all__ = ["DefaultLookupCache", "DefaultLookupCacheBuilder"]
 

@@ -34,9 +34,9 @@ from cache._string_views import StringViews
 from cache.base import Key, LookupCache, Row, Rows, check_key, expand
 from cache.metrics import CacheMetrics
 from connectors.rows import python_values
-from spark_lookup._load_priority import loading, lookup_turn
-from spark_lookup._per_process import PerProcess
 from spark_lookup.errors import ConfigError, SnapshotUnavailableError
+from spark_lookup.load_priority import loading, lookup_turn
+from spark_lookup.per_process import PerProcess
 
 __all__ = ["FullSnapshot", "LookupFullCache"]
 
@@ -178,7 +178,7 @@ class FullSnapshot:
                           source_version=source_version)
 
     @classmethod
-    @loading()  # lookups of this process take turns meanwhile (spark_lookup._load_priority)
+    @loading()  # lookups of this process take turns meanwhile (spark_lookup.load_priority)
     def stream(
         cls,
         batches: Iterable[pa.RecordBatch],
@@ -230,7 +230,7 @@ class FullSnapshot:
                                source_version=source_version)
 
     @classmethod
-    @loading()  # lookups of this process take turns meanwhile (spark_lookup._load_priority)
+    @loading()  # lookups of this process take turns meanwhile (spark_lookup.load_priority)
     def _build(
         cls,
         holder: list[pa.Table],

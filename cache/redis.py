@@ -19,8 +19,8 @@ from cache.base import Key, LookupCache, Rows, check_key, freeze_rows, key_tuple
 from cache.metrics import CacheMetrics
 from connectors.redis.client import SharedClient, check_redis_url, redact_url, redis_client_from_url
 from spark_lookup import options as opts
-from spark_lookup._per_process import PerProcess
 from spark_lookup.errors import ConfigError
+from spark_lookup.per_process import PerProcess
 
 __all__ = ["RedisLookupCache"]
 

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors.policy import BadValue, BadValuePolicy, BadValueStats
-from spark_lookup._shown import shown
+from spark_lookup.shown import shown
 
 __all__ = ["Conformer", "cast_column", "castable"]
 

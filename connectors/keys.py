@@ -28,9 +28,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import types as T
 
-from spark_lookup._shown import shown
 from spark_lookup.errors import ConfigError, KeyKindError
 from spark_lookup.schema import to_arrow_type
+from spark_lookup.shown import shown
 from spark_lookup.type_families import FLOAT_TYPES, STRING_TYPES
 
 __all__ = ["NO_MATCH", "EncodedKeys", "KeyCodec", "KeyKindError", "has_null", "key_spark_type"]
@@ -280,7 +280,7 @@ def key_spark_type(arrow_type: pa.DataType) -> T.DataType:
     """
     from pyspark.errors import PySparkException
 
-    from spark_lookup._compat import arrow_to_spark_type
+    from spark_lookup.compat import arrow_to_spark_type
 
     for arrow, spark in _WIDER:
         if arrow_type == arrow:

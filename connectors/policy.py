@@ -13,8 +13,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from spark_lookup._shown import shown
 from spark_lookup.errors import BadValueError, ConfigError
+from spark_lookup.shown import shown
 
 __all__ = ["BadValue", "BadValuePolicy", "BadValueStats", "CountsBadValues"]
 

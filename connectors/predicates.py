@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spark_lookup._shown import shown
 from spark_lookup.errors import ConfigError
 from spark_lookup.identifiers import validate_identifier
+from spark_lookup.shown import shown
 
 __all__ = [
     "OPERATORS",

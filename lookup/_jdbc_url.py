@@ -20,7 +20,7 @@ from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 
 from connectors.sql.flavor import MYSQL, POSTGRES, SQLITE
 from lookup._secret import Secret
-from spark_lookup._credentials import redact_credentials
+from spark_lookup.credentials import redact_credentials
 from spark_lookup.errors import ConfigError
 
 __all__ = ["DATABASES", "JdbcUrl", "parse_jdbc_url", "redact_jdbc_url"]
@@ -39,7 +39,7 @@ _MYSQL_IGNORED = frozenset({"serverTimezone", "characterEncoding", "useUnicode",
 
 def redact_jdbc_url(url: str) -> str:
     """``url`` without what may be a credential (``user:password@``, ``password=``):
-    `spark_lookup._credentials.redact_credentials`."""
+    `spark_lookup.credentials.redact_credentials`."""
     return redact_credentials(url)
 
 

@@ -10,9 +10,9 @@ from pyspark.sql import types as T
 
 from lookup._assemble import JoinShape
 from lookup.providers import LookupProvider
-from spark_lookup._shown import shown
 from spark_lookup.errors import ConfigError
 from spark_lookup.schema import to_arrow_type
+from spark_lookup.shown import shown
 from spark_lookup.type_families import EQUALITY_FAMILIES
 
 __all__ = ["JoinPlan", "keys_compatible", "plan_join"]

@@ -22,9 +22,9 @@ from cache.metrics import CacheMetrics
 from connectors.keys import EncodedKeys, KeyCodec, has_null
 from connectors.rows import python_values
 from lookup.providers import LookupProvider
-from spark_lookup._shown import shown
 from spark_lookup.errors import KeyKindError, LookupLoadError
 from spark_lookup.schema import to_arrow_schema
+from spark_lookup.shown import shown
 
 __all__ = ["EMPTY", "LookupRuntime", "Probe", "add_rows", "close_each", "counting_bad_values",
            "has_null", "place_probe_answers", "probe_answers"]

@@ -6,7 +6,7 @@ import hmac
 from typing import Any
 from urllib.parse import quote, quote_plus
 
-from spark_lookup._credentials import HIDDEN
+from spark_lookup.credentials import HIDDEN
 
 __all__ = ["HIDDEN", "Secret"]
 

@@ -40,8 +40,8 @@ from lookup._runtime_base import (
     probe_answers,
 )
 from lookup.providers import FullCachingLookupProvider
-from spark_lookup._load_priority import loading, lookup_turn
 from spark_lookup.errors import LookupLoadError
+from spark_lookup.load_priority import loading, lookup_turn
 from spark_lookup.schema import to_arrow_schema
 from triggers.scheduler import Scheduled, process_scheduler
 

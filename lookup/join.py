@@ -14,7 +14,7 @@ from lookup._pandas_wire import PandasJoin, pandas_input
 from lookup._session import is_connect
 from lookup.metrics import REPORT_COLUMN, metrics_enabled, observe_metrics
 from lookup.providers import LookupProvider
-from spark_lookup._compat import CONNECT_OBSERVED_METRICS, require
+from spark_lookup.compat import CONNECT_OBSERVED_METRICS, require
 from spark_lookup.errors import ConfigError
 from spark_lookup.options import check_bool
 

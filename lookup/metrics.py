@@ -24,10 +24,10 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 from cache.metrics import FIELDS, GAUGES, CacheMetrics, MetricsAsOf
 from lookup._session import is_connect
 from lookup.providers import FullCachingLookupProvider, LookupProvider
-from spark_lookup._compat import OBSERVATION_FILLED_BY_ACTION
-from spark_lookup._shown import shown
-from spark_lookup._spark_types import AnySparkSession
+from spark_lookup.compat import OBSERVATION_FILLED_BY_ACTION
 from spark_lookup.errors import ConfigError, MetricsUnavailableError
+from spark_lookup.shown import shown
+from spark_lookup.spark_types import AnySparkSession
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Observation

@@ -35,11 +35,11 @@ from connectors.errors import should_retry
 from lookup._session import is_connect, is_session
 from lookup.retry import RetryPolicy
 from spark_lookup import errors
-from spark_lookup._compat import PYTHON_DATA_SOURCE, SESSION_TAGS, require
-from spark_lookup._spark_types import AnySparkSession
+from spark_lookup.compat import PYTHON_DATA_SOURCE, SESSION_TAGS, require
 from spark_lookup.errors import ConfigError, LookupLoadError, SnapshotUnavailableError
 from spark_lookup.options import as_timedelta, check_callable, check_enum, check_instance, check_int
 from spark_lookup.schema import parse_schema
+from spark_lookup.spark_types import AnySparkSession
 from triggers.scheduler import Scheduled, process_scheduler
 
 if TYPE_CHECKING:

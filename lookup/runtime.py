@@ -59,9 +59,9 @@ from lookup.providers import (
     LookupProvider,
 )
 from lookup.retry import Retries
-from spark_lookup._shown import shown
 from spark_lookup.errors import ConfigError, LookupLoadError
 from spark_lookup.schema import to_arrow_schema
+from spark_lookup.shown import shown
 
 __all__ = ["LookupHandle", "LookupRuntime", "Probe", "has_null", "open_lookup"]
 

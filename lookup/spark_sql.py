@@ -23,10 +23,10 @@ from lookup._session import is_connect
 from lookup._worker import worker_runtime
 from lookup.providers import LookupProvider
 from lookup.runtime import LookupRuntime
-from spark_lookup._compat import ARROW_UDF, UDTF_ANALYZE, require
-from spark_lookup._spark_types import AnySparkSession, AnyTableFunction
+from spark_lookup.compat import ARROW_UDF, UDTF_ANALYZE, require
 from spark_lookup.errors import ConfigError, KeyKindError
 from spark_lookup.schema import to_arrow_type
+from spark_lookup.spark_types import AnySparkSession, AnyTableFunction
 
 if TYPE_CHECKING:
     from pyspark.sql._typing import UserDefinedFunctionLike
@@ -138,7 +138,7 @@ class _StructLookup:
             yield self.lookup_batch(arrays, runtime)
 
     def _check_arguments(self, arrays: Sequence[pa.Array]) -> None:
-        from spark_lookup._compat import arrow_to_spark_type
+        from spark_lookup.compat import arrow_to_spark_type
 
         problem = _arity_error(self.name, self.provider, len(arrays))
         for position, array in enumerate(arrays):

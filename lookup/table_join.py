@@ -30,9 +30,9 @@ from lookup._session import is_connect
 from lookup._worker import worker_runtime
 from lookup.providers import LookupProvider
 from lookup.spark_sql import _checked
-from spark_lookup._compat import ARROW_UDTF_ANALYZE, analyze_result_class, require
-from spark_lookup._spark_types import AnySparkSession, AnyTableFunction
+from spark_lookup.compat import ARROW_UDTF_ANALYZE, analyze_result_class, require
 from spark_lookup.errors import ConfigError
+from spark_lookup.spark_types import AnySparkSession, AnyTableFunction
 
 if TYPE_CHECKING:
     from pyspark.sql.udtf import AnalyzeResult

@@ -29,12 +29,12 @@ from lookup._jdbc_url import parse_jdbc_url
 from lookup._secret import Secret
 from lookup.function import LookupFunction
 from spark_lookup import options as opts
-from spark_lookup._credentials import redact_credentials
-from spark_lookup._shown import shown
+from spark_lookup.credentials import redact_credentials
 from spark_lookup.errors import ConfigError
 from spark_lookup.identifiers import qualified_name, validate_identifier
 from spark_lookup.options import ConfigOption
 from spark_lookup.schema import SchemaLike
+from spark_lookup.shown import shown
 
 __all__ = [
     "CONNECTORS",

@@ -1,7 +1,7 @@
 """The PySpark data source classes behind
 [`register_data_source`][scan.register_data_source] (PySpark 4.0+:
 ``pyspark.sql.datasource``; imported only once the gate has passed, see
-``spark_lookup._compat.PYTHON_DATA_SOURCE``). This is the only module of ``scan`` that
+``spark_lookup.compat.PYTHON_DATA_SOURCE``). This is the only module of ``scan`` that
 imports Spark's data source API.
 """
 

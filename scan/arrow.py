@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from connectors.convert import cast_column, castable
 from connectors.rows import python_rows
-from spark_lookup._shown import shown
 from spark_lookup.errors import SourceError
+from spark_lookup.shown import shown
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -19,8 +19,8 @@ from abc import ABC, abstractmethod
 from decimal import Decimal
 from typing import Any, Generic, TypeVar
 
-from spark_lookup._shown import shown
 from spark_lookup.errors import SourceError
+from spark_lookup.shown import shown
 
 __all__ = [
     "JsonVersionedSerializer",

@@ -17,11 +17,11 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from scan.source import Source, check_bounded
-from spark_lookup._compat import PYTHON_DATA_SOURCE, require
-from spark_lookup._spark_types import AnySparkSession
+from spark_lookup.compat import PYTHON_DATA_SOURCE, require
 from spark_lookup.errors import ConfigError
 from spark_lookup.options import check_int
 from spark_lookup.schema import parse_schema
+from spark_lookup.spark_types import AnySparkSession
 
 if TYPE_CHECKING:
     from pyspark.sql.datasource import DataSource

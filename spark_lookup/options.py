@@ -23,8 +23,8 @@ from datetime import time, timedelta, timezone
 from decimal import Decimal, InvalidOperation
 from typing import Any, Generic, TypeVar
 
-from spark_lookup._shown import shown
 from spark_lookup.errors import ConfigError, ConfigWarning
+from spark_lookup.shown import shown
 
 T = TypeVar("T")
 E = TypeVar("E", bound=enum.Enum)

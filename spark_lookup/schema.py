@@ -220,7 +220,7 @@ def to_arrow_type(data_type: T.DataType) -> pa.DataType:
     """
     from pyspark.errors import PySparkException
 
-    from spark_lookup._compat import spark_to_arrow_type
+    from spark_lookup.compat import spark_to_arrow_type
 
     try:
         return spark_to_arrow_type(_plain_strings(data_type))

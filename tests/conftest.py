@@ -108,10 +108,10 @@ def _not_on_this_matrix_line(item: pytest.Item) -> str | None:
 def _not_on_this_pyspark(item: pytest.Item, kind: str | None) -> str | None:
     """Why ``item`` cannot run on the installed PySpark, or None (the test matrix runs
     the suite on every supported line: noxfile.py). A test marked
-    ``needs("CAPABILITY", ...)`` tests a mechanism gated in ``spark_lookup._compat``;
+    ``needs("CAPABILITY", ...)`` tests a mechanism gated in ``spark_lookup.compat``;
     where the line lacks it, ``tests/test_compat.py`` checks the entry point's refusal
     instead."""
-    from spark_lookup import _compat
+    from spark_lookup import compat as _compat
 
     if kind == "connect" or item.get_closest_marker("connect_server") is not None:
         missing = connect_server_missing()

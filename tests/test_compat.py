@@ -1,4 +1,4 @@
-"""The PySpark gates (``spark_lookup._compat``): on every supported line (the test
+"""The PySpark gates (``spark_lookup.compat``): on every supported line (the test
 matrix runs this module on each: noxfile.py), an entry point either works or refuses at
 once with a ``ConfigError`` naming the mechanism, the line that has it and the
 alternative; never PySpark's ``ImportError``, ``AttributeError`` or ``TypeError``."""
@@ -20,8 +20,8 @@ from lookup import (
     register_lookup_join,
 )
 from scan import CollectionSource, register_data_source
-from spark_lookup import _compat
-from spark_lookup._compat import (
+from spark_lookup import compat as _compat
+from spark_lookup.compat import (
     ARROW_UDF,
     ARROW_UDTF_ANALYZE,
     CONNECT_OBSERVED_METRICS,

@@ -10,7 +10,7 @@ comments, invisible on GitHub and in the built site, steer a block:
   next block (after the last block, if none follows), for the data an example assumes
   and for cleaning up after it;
 - ``<!-- needs: GATE[, GATE] -->`` on the line before a block: it uses a mechanism of
-  ``spark_lookup._compat`` that not every PySpark line has. Where the installed one
+  ``spark_lookup.compat`` that not every PySpark line has. Where the installed one
   lacks it, the block must stop at its first call with the ``ConfigError`` that names
   the line that has it (the test matrix runs the pages on every line: noxfile.py).
 
@@ -40,7 +40,7 @@ _PAGES = {p.name: p for p in _PARSED}
 def _missing(snippet: Snippet) -> str | None:
     """The refusal a snippet must stop at on this PySpark (a pattern of its message), or
     None when the line has every gate it needs."""
-    from spark_lookup import _compat
+    from spark_lookup import compat as _compat
 
     for name in snippet.needs:
         gate = getattr(_compat, name)

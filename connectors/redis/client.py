@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
-from spark_lookup._credentials import redact_credentials
+from spark_lookup.credentials import redact_credentials
 from spark_lookup.errors import ConfigError
 
 __all__ = ["SharedClient", "check_redis_url", "redact_url", "redis_client_from_url"]
@@ -58,7 +58,7 @@ def _parts(url: str) -> SplitResult | None:
 
 def redact_url(url: str) -> str:
     """``url`` without what may be a credential, for messages and logs
-    (`spark_lookup._credentials.redact_credentials`)."""
+    (`spark_lookup.credentials.redact_credentials`)."""
     return redact_credentials(url)
 
 

@@ -26,11 +26,11 @@ from connectors.redis.client import SharedClient, check_redis_url, redact_url, r
 from connectors.redis.template import KeyTemplate
 from connectors.redis.values import json_wire, parse_json, text_wire
 from spark_lookup import options as opts
-from spark_lookup._per_process import PerProcess
-from spark_lookup._shown import shown
 from spark_lookup.errors import ConfigError, raise_from
 from spark_lookup.options import check_int
+from spark_lookup.per_process import PerProcess
 from spark_lookup.schema import SchemaLike, parse_schema, to_arrow_schema
+from spark_lookup.shown import shown
 
 __all__ = ["VALUE_TYPES", "RedisTable", "cast_key_parts"]
 

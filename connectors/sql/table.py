@@ -28,12 +28,12 @@ from connectors.sql.dialects.base import KeyBinding
 from connectors.sql.flavor import SQLITE
 from connectors.sql.pool import POOL_LOCK, ConnectionPool
 from connectors.sql.types import ColumnRead, check_read
-from spark_lookup._per_process import PerProcess
-from spark_lookup._shown import shown
 from spark_lookup.errors import ConfigError
 from spark_lookup.identifiers import qualified_name, validate_identifier
 from spark_lookup.options import as_timedelta
+from spark_lookup.per_process import PerProcess
 from spark_lookup.schema import SchemaLike, parse_schema, to_arrow_schema
+from spark_lookup.shown import shown
 
 __all__ = ["KeyBinding", "SqlPlan", "SqlTable", "check_factory"]
 

@@ -16,9 +16,9 @@ from connectors.policy import BadValuePolicy
 from connectors.predicates import Predicate
 from connectors.sql import SqlConnection, SqlTable
 from lookup.stores._keyed import KeyedLookupFunction
-from spark_lookup._per_process import PerProcess
 from spark_lookup.errors import TransientConnectorError
 from spark_lookup.options import check_int
+from spark_lookup.per_process import PerProcess
 from spark_lookup.schema import SchemaLike
 
 __all__ = ["SqlLookupFunction"]

@@ -16,7 +16,6 @@ from connectors.policy import BadValuePolicy, BadValueStats
 from connectors.predicates import Predicate, predicates_mask
 from scan.sources._pull import PullSource, QueueSplitReader
 from scan.split import SplitT
-from spark_lookup._per_process import PerProcess
 from spark_lookup.errors import (
     ConfigError,
     ConnectorError,
@@ -25,6 +24,7 @@ from spark_lookup.errors import (
     TransientConnectorError,
     raise_from,
 )
+from spark_lookup.per_process import PerProcess
 from spark_lookup.schema import to_arrow_schema
 
 if TYPE_CHECKING:

@@ -17,8 +17,8 @@ from scan.serializers import (
     unpack_versioned,
 )
 from scan.source import SplitT
-from spark_lookup._shown import shown
 from spark_lookup.errors import SourceError
+from spark_lookup.shown import shown
 
 
 class SplitPlanner(ABC, Generic[SplitT]):

@@ -11,8 +11,8 @@ from typing import Any
 from connectors.sql import SqlConnection, SqlTable
 from scan.sources._enumerator import SplitPlanner
 from scan.split import SourceSplit
-from spark_lookup._shown import shown
 from spark_lookup.errors import SourceError
+from spark_lookup.shown import shown
 
 EVEN_FACTOR_LOWER = 0.05
 EVEN_FACTOR_UPPER = 1000.0

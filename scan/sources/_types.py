@@ -54,7 +54,7 @@ def arrow_to_spark(arrow_type: Any, where: str) -> T.DataType:
     import pyarrow as pa
     from pyspark.errors import PySparkException
 
-    from spark_lookup._compat import arrow_to_spark_type
+    from spark_lookup.compat import arrow_to_spark_type
 
     if arrow_type == pa.null():
         raise ConfigError(f"{where} holds only nulls, so its type is unknown; pass schema")

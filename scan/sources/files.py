@@ -30,9 +30,9 @@ from scan.sources._row_groups import row_group_batches
 from scan.sources._side_by_side import SideBySideReader
 from scan.sources._types import arrow_to_spark
 from scan.split import SourceSplit
-from spark_lookup._shown import shown
 from spark_lookup.errors import ConfigError, SourceError, SparkLookupError
 from spark_lookup.schema import SchemaLike, parse_schema, to_arrow_schema
+from spark_lookup.shown import shown
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -24,7 +24,6 @@ from scan.sources._enumerator import SplitPlanner, VersionListPlanner
 from scan.sources._pull import SplitFieldsSerializer
 from scan.sources._types import table_columns
 from scan.split import SourceSplit
-from spark_lookup._shown import shown
 from spark_lookup.errors import (
     ConfigError,
     ConnectorError,
@@ -33,6 +32,7 @@ from spark_lookup.errors import (
     raise_from,
 )
 from spark_lookup.schema import SchemaLike
+from spark_lookup.shown import shown
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -25,10 +25,10 @@ from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
 from scan.sources._enumerator import PullEnumeratorState, PullSplitEnumerator, SplitPlanner
 from scan.sources._pull import PullSource, QueueSplitReader
 from scan.sources._sql_chunks import ChunkPlan, SqlChunkPlanner, SqlChunkSplit, chunk_conditions
-from spark_lookup._per_process import PerProcess
 from spark_lookup.errors import ConfigError
 from spark_lookup.identifiers import validate_identifier
 from spark_lookup.options import check_int
+from spark_lookup.per_process import PerProcess
 from spark_lookup.schema import SchemaLike
 from spark_lookup.type_families import INTEGER_TYPES
 

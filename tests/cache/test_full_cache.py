@@ -225,7 +225,7 @@ def test_concurrent_lookups_never_see_a_half_loaded_table() -> None:
         for reader in readers:
             reader.start()
         # Built while four readers spin: builds are loads, and readers take turns while
-        # one runs (spark_lookup._load_priority), so this no longer starves.
+        # one runs (spark_lookup.load_priority), so this no longer starves.
         for version in range(1, 40):
             cache.swap(snapshot([(i, f"v{version}") for i in range(500)], version=version))
     finally:

@@ -2,7 +2,7 @@
 
 A full cache over a 1,000-row SQLite table read in 20 chunks reloads on a short
 FIXED_DELAY schedule while eight threads look up without pause (half single keys, half
-batches). Before lookups took turns during loads (``spark_lookup._load_priority``),
+batches). Before lookups took turns during loads (``spark_lookup.load_priority``),
 such threads left the loader's many threads a small share of the interpreter: 9-10
 reloads where 13 were due, each several times its idle length. The test counts
 reloads, with a tolerance for a loaded machine; the lateness of each start is measured

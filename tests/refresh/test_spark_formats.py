@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pyspark.errors import PySparkException
 
-from spark_lookup._compat import PYTHON_DATA_SOURCE, pyspark_version
+from spark_lookup.compat import PYTHON_DATA_SOURCE, pyspark_version
 
 if not PYTHON_DATA_SOURCE.available():
     pytest.skip(f"PySpark {pyspark_version()} lacks {PYTHON_DATA_SOURCE.mechanism} "

@@ -22,7 +22,7 @@ import pytest
 
 from lookup import ScheduledTableRefresh
 from lookup._session import is_connect
-from spark_lookup import _compat
+from spark_lookup import compat as _compat
 from tests.refresh.support import countries, execute, names
 from triggers import PeriodicCacheReloadTrigger
 

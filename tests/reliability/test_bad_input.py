@@ -384,7 +384,7 @@ def test_hash_values_that_do_not_convert_name_the_key_and_field(
 def test_values_in_messages_never_hide_the_error() -> None:
     """An integer past Python's digit limit has no repr; messages show its size instead,
     inside keys and rows too, and normal values as their repr."""
-    from spark_lookup._shown import shown
+    from spark_lookup.shown import shown
 
     huge = 10**5000
     assert shown((huge, 1)) == f"(<an integer of {huge.bit_length()} bits>, 1)"

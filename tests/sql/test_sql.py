@@ -18,7 +18,7 @@ from lookup import (
     register_lookup_table_function,
 )
 from scan import CollectionSource
-from spark_lookup._compat import ARROW_UDF, UDTF_ANALYZE
+from spark_lookup.compat import ARROW_UDF, UDTF_ANALYZE
 from spark_lookup.errors import ConfigError, MetricsUnavailableError
 from tests.sql.support import (
     CUSTOMERS,
