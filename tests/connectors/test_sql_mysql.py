@@ -408,40 +408,48 @@ def test_a_connection_killed_mid_result_under_connectorx_is_retried(
     rows = 400_000
     execute(mysql_url, mysql_db, "CREATE TABLE big (id BIGINT PRIMARY KEY, s VARCHAR(100))",
             *inserts("big", [f"({n}, REPEAT('x', 90))" for n in range(1, rows + 1)], 20_000))
-    killed: list[int] = []
-    done = threading.Event()
-
-    def kill_the_first_read() -> None:
-        import pymysql
-
-        with pymysql.connect(**mysql_params(mysql_url, mysql_db), autocommit=True) as conn, \
-                conn.cursor() as cursor:
-            while not done.is_set() and not killed:
-                cursor.execute("SELECT id FROM information_schema.processlist "
-                               "WHERE db = %s AND info LIKE 'SELECT%%big%%' "
-                               "AND info NOT LIKE '%%processlist%%'", (mysql_db,))
-                for (pid,) in cursor.fetchall():
-                    cursor.execute(f"KILL CONNECTION {int(pid)}")
-                    killed.append(pid)
-                done.wait(0.002)
-
-    killer = threading.Thread(target=kill_the_first_read, daemon=True)
-    killer.start()
     connect = factory(mysql_url, mysql_db, "pymysql")
-    try:
-        with open_lookup(FullCachingLookupProvider.of(
-                SqlTableSource(connect, "big", schema="id BIGINT, s STRING"),
-                PeriodicCacheReloadTrigger(timedelta(hours=1)), ["id"],
-                share_across_workers=False, parallelism=1,
-                initial_load_timeout=timedelta(seconds=60))) as handle:
-            assert handle.lookup_batch([(1,), (rows,)]) == {
-                (1,): ((1, "x" * 90),), (rows,): ((rows, "x" * 90),)}
-            assert killed, "the read was not killed (it ended before the killer saw it)"
-            assert handle.metrics.num_retries >= 1
-            assert handle.metrics.num_cached_records == rows
-    finally:
-        done.set()
-        killer.join(10)
+    retried = []
+    # A kill can land on one of the load's short queries after it has answered, which
+    # costs no retry: up to three loads, until one is killed mid-result.
+    for _ in range(3):
+        killed: list[int] = []
+        done = threading.Event()
+
+        def kill_the_first_read(killed: list[int] = killed,
+                                done: threading.Event = done) -> None:
+            import pymysql
+
+            with pymysql.connect(**mysql_params(mysql_url, mysql_db),
+                                 autocommit=True) as conn, conn.cursor() as cursor:
+                while not done.is_set() and not killed:
+                    cursor.execute("SELECT id FROM information_schema.processlist "
+                                   "WHERE db = %s AND info LIKE 'SELECT%%big%%' "
+                                   "AND info NOT LIKE '%%processlist%%'", (mysql_db,))
+                    for (pid,) in cursor.fetchall():
+                        cursor.execute(f"KILL CONNECTION {int(pid)}")
+                        killed.append(pid)
+                    done.wait(0.002)
+
+        killer = threading.Thread(target=kill_the_first_read, daemon=True)
+        killer.start()
+        try:
+            with open_lookup(FullCachingLookupProvider.of(
+                    SqlTableSource(connect, "big", schema="id BIGINT, s STRING"),
+                    PeriodicCacheReloadTrigger(timedelta(hours=1)), ["id"],
+                    share_across_workers=False, parallelism=1,
+                    initial_load_timeout=timedelta(seconds=60))) as handle:
+                assert handle.lookup_batch([(1,), (rows,)]) == {
+                    (1,): ((1, "x" * 90),), (rows,): ((rows, "x" * 90),)}
+                assert killed, "the read was not killed (it ended before the killer saw it)"
+                assert handle.metrics.num_cached_records == rows
+                retried.append(handle.metrics.num_retries)
+        finally:
+            done.set()
+            killer.join(10)
+        if retried[-1] >= 1:
+            break
+    assert retried[-1] >= 1, f"no load was killed mid-result: retries {retried}"
 
 
 def test_connectorx_failures_are_classified_by_what_they_say() -> None:
