@@ -80,7 +80,7 @@ def test_the_gates_agree_with_the_lines_they_name() -> None:
     assert SESSION_TAGS.available(connect=True)
     assert CONNECT_OBSERVED_METRICS.available()
     assert _compat.OBSERVATION_FILLED_BY_ACTION.available() == (line >= (4, 0))
-    assert CONNECT_OBSERVED_METRICS.available(connect=True) == (line >= (4, 0))
+    assert CONNECT_OBSERVED_METRICS.available(connect=True) == (line >= (4, 1))
 
 
 def _refresh(spark: Any) -> Any:

@@ -131,6 +131,7 @@ def test_integer_widths_are_compatible(spark: Any) -> None:
     assert rows_of(lookup_join(df, full(), on="id")) == [(1, "Ada"), (3, "Edsger")]
 
 
+@pytest.mark.needs("CONNECT_OBSERVED_METRICS")
 def test_metrics_are_summed_on_the_driver(spark: Any) -> None:
     provider = partial([(i, f"n{i}") for i in range(100)])
     df = spark.range(0, 1000, numPartitions=2).selectExpr("id % 120 AS id")

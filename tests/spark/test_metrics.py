@@ -32,7 +32,8 @@ from tests.snapshots.helpers import make_db
 from tests.snapshots.helpers import provider as counting_provider
 from triggers import PeriodicCacheReloadTrigger
 
-pytestmark = [pytest.mark.spark, pytest.mark.connect_on_every_line]
+pytestmark = [pytest.mark.spark, pytest.mark.connect_on_every_line,
+              pytest.mark.needs("CONNECT_OBSERVED_METRICS")]
 
 HOUR = timedelta(hours=1)
 TABLE = [(i, f"n{i}") for i in range(20)]
@@ -72,22 +73,6 @@ def wait_for(condition: Callable[[], Any], what: str, timeout: float = 60.0) -> 
             return value
         assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
         time.sleep(0.2)
-
-
-@pytest.fixture(autouse=True)
-def _metrics_may_be_lost_on_connect_40(request: pytest.FixtureRequest) -> None:
-    """On PySpark 4.0's Connect server an action's observed metrics sometimes never reach
-    the client (two actions of about forty in two matrix runs, 2026-11-28; never on 4.1+
-    or classic): there a test may fail with MetricsUnavailableError, and only so
-    (docs/spark-versions.md)."""
-    from spark_lookup import compat
-
-    callspec = getattr(request.node, "callspec", None)
-    kind = callspec.params.get("spark") if callspec is not None else None
-    if kind == "connect" and compat._version_tuple() < (4, 1):
-        request.applymarker(pytest.mark.xfail(
-            raises=MetricsUnavailableError, strict=False,
-            reason="PySpark 4.0's Connect server may deliver no observed metrics"))
 
 
 # --- batch: exact figures, the same on both kinds -------------------------------------
