@@ -190,6 +190,7 @@ def test_streaming_file_source_available_now(spark: Any, tmp_path: Path) -> None
     assert len(query.recentProgress) >= 3  # one file per micro-batch
 
 
+@pytest.mark.needs("CONNECT_OBSERVED_METRICS")
 def test_streaming_rate_source_processing_time(spark: Any, tmp_path: Path) -> None:
     stream = (spark.readStream.format("rate").option("rowsPerSecond", 50)
               .option("numPartitions", 2).load()
