@@ -547,37 +547,40 @@ def _patch_step6(root: Path) -> list[str]:
         done.append("tests/conftest.py: pytest_plugins")
     return done
 
-def _patch_step4(root: Path) -> list[str]:
-    done = []
-    one_name = root / "tests/test_one_name.py"
-    text = one_name.read_text()
-    old = ('    assert named_sql == {"connectors/sql/lookup_function.py", '
-           '"connectors/sql/source.py"}\n')
+def _replace_in(path: Path, old: str, new: str, what: str, done: list[str]) -> None:
+    """Replace ``old`` by ``new`` in ``path`` if it is there, and say so in ``done``."""
+    text = path.read_text()
     if old in text:
-        one_name.write_text(text.replace(old, (
-            "    # A database's modules live in connectors/sql/, none of them named sql.\n"
-            "    assert named_sql == set()\n"
-            '    assert (ROOT / "connectors" / "sql" / "__init__.py").is_file()\n')))
-        done.append("tests/test_one_name.py: test_sql_names_a_database_module")
-    docs_test = root / "tests/connectors/test_docs.py"
-    text = docs_test.read_text()
-    long = ('    ["connectors.sql.lookup_function", "connectors.redis.lookup_function", '
-            '"cache.redis", "cache.tiered",\n')
-    if long in text:
-        docs_test.write_text(text.replace(long, (
-            '    ["connectors.sql.lookup_function", "connectors.redis.lookup_function",\n'
-            '     "cache.redis", "cache.tiered",\n')))
-        done.append("tests/connectors/test_docs.py: a line rewrapped")
-    url = root / "connectors/sql/jdbc/url.py"
-    text = url.read_text()
-    said = ("# Connector/J parameters whose effect the Python sessions already have: they pin the\n"
-            "# session's time zone to UTC (values are instants either way) and speak utf8mb4.\n")
-    if said in text:  # in connectors/, "session" means a Spark session (test_one_name)
-        url.write_text(text.replace(said, (
-            "# Connector/J parameters whose effect our MySQL connections already have: they pin\n"
-            "# the connection's time zone to UTC (values are instants either way) and speak\n"
-            "# utf8mb4.\n")))
-        done.append("connectors/sql/jdbc/url.py: a database session is a connection")
+        path.write_text(text.replace(old, new))
+        done.append(what)
+
+
+def _patch_step4(root: Path) -> list[str]:
+    done: list[str] = []
+    _replace_in(
+        root / "tests/test_one_name.py",
+        '    assert named_sql == {"connectors/sql/lookup_function.py", '
+        '"connectors/sql/source.py"}\n',
+        "    # A database's modules live in connectors/sql/, none of them named sql.\n"
+        "    assert named_sql == set()\n"
+        '    assert (ROOT / "connectors" / "sql" / "__init__.py").is_file()\n',
+        "tests/test_one_name.py: test_sql_names_a_database_module", done)
+    _replace_in(
+        root / "tests/connectors/test_docs.py",
+        '    ["connectors.sql.lookup_function", "connectors.redis.lookup_function", '
+        '"cache.redis", "cache.tiered",\n',
+        '    ["connectors.sql.lookup_function", "connectors.redis.lookup_function",\n'
+        '     "cache.redis", "cache.tiered",\n',
+        "tests/connectors/test_docs.py: a line rewrapped", done)
+    # In connectors/, "session" means a Spark session (test_one_name).
+    _replace_in(
+        root / "connectors/sql/jdbc/url.py",
+        "# Connector/J parameters whose effect the Python sessions already have: they pin the\n"
+        "# session's time zone to UTC (values are instants either way) and speak utf8mb4.\n",
+        "# Connector/J parameters whose effect our MySQL connections already have: they pin\n"
+        "# the connection's time zone to UTC (values are instants either way) and speak\n"
+        "# utf8mb4.\n",
+        "connectors/sql/jdbc/url.py: a database session is a connection", done)
     return done
 
 
