@@ -242,6 +242,8 @@ class BatchPrinter:
         self.applied_at: dict[Change, float] = {}
         self.first_new: dict[Change, tuple[int, float]] = {}
         self.last_old: dict[Change, int] = {}
+        # Per change: whether the latest batch with its key served the new value only.
+        self.settled: dict[Change, bool] = {}
 
     def elapsed(self) -> float:
         """Seconds since the printer was created (the query's start)."""
@@ -264,6 +266,13 @@ class BatchPrinter:
         """Whether every change has been applied and shown its new value in a batch."""
         with self.lock:
             return all(c in self.first_new for c in self.changes)
+
+    def all_settled(self) -> bool:
+        """Whether, for every change, the latest batch with its key served only the new
+        value (each Python worker has a partial cache of its own, so one worker may show
+        the new value while another still serves its cached old one)."""
+        with self.lock:
+            return all(self.settled.get(c, False) for c in self.changes)
 
     def _mark(self, change: Change, value: object) -> str:
         text = _format(value)
@@ -297,6 +306,8 @@ class BatchPrinter:
                 self.first_new[change] = (batch_id, now - applied)
             if change.old in values:
                 self.last_old[change] = batch_id
+            if values:
+                self.settled[change] = values == {change.new}
 
     def __call__(self, batch: Sequence[dict[str, Any]], batch_id: int) -> None:
         """Print micro-batch ``batch_id`` of enriched rows (dicts by column name)."""
@@ -626,8 +637,9 @@ def _drive(query: Any, reader: SinkReader, settings: DemoSettings, database: Pat
            give_up_at: float) -> None:
     """Wait while the query runs: apply the UPDATEs once a third of the time has passed
     and two batches have shown the old values; return after ``settings.seconds`` once
-    the new values have shown, or at the latest at ``give_up_at`` (the printer's clock;
-    a loaded machine may take half a minute for the first batch)."""
+    a batch has served only the new values (every worker's cache has them), or at the
+    latest at ``give_up_at`` (the printer's clock; a loaded machine may take half a
+    minute for the first batch)."""
     printer = reader.printer
     applied = False
     while True:
@@ -642,7 +654,7 @@ def _drive(query: Any, reader: SinkReader, settings: DemoSettings, database: Pat
             connection.close()
             applied = True
         if printer.clock() >= give_up_at or (elapsed >= settings.seconds
-                                             and printer.all_seen()):
+                                             and printer.all_settled()):
             return
 
 

@@ -119,6 +119,9 @@ def test_batch_printer_marks_new_and_cached_values() -> None:
     printer.apply(CHANGES, _Connection())  # type: ignore[arg-type]
     now[0] = 6.0
     printer([_order(2, 3, "bronze", 2, 19.5), _order(3, 3, "platinum", 2, 19.5)], 1)
+    # One worker's cache has the new tier, another's the old: seen, but not settled.
+    assert printer.first_new == {CHANGES[0]: (1, 1.0)}
+    assert not printer.all_settled()
     now[0] = 9.0
     printer([_order(4, 3, "platinum", 2, 17.0)], 2)
     printer([], 3)  # empty batches are not printed
@@ -135,6 +138,7 @@ def test_batch_printer_marks_new_and_cached_values() -> None:
     assert printer.first_new == {CHANGES[0]: (1, 1.0), CHANGES[1]: (2, 4.0)}
     assert printer.last_old == {CHANGES[0]: 1, CHANGES[1]: 1}
     assert printer.all_seen()
+    assert printer.all_settled()
 
 
 def test_rows_of_the_memory_table_split_into_micro_batches_by_their_time() -> None:
