@@ -16,7 +16,7 @@ from lookup.providers import (
 )
 from lookup.refresh import Materialization, RefreshStatus, ScheduledTableRefresh
 from lookup.retry import MissRetry, RetryPolicy
-from lookup.runtime import LookupHandle, open_lookup
+from lookup.runtime.registry import LookupHandle, open_lookup
 from lookup.spark_sql import register_lookup_function, register_lookup_table_function
 from lookup.stores import (
     PostgresChanges,

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cache.base import expand
-from lookup.runtime import LookupRuntime
+from lookup.runtime.base import LookupRuntime
 
 __all__ = ["JoinShape", "factorize", "join_batch"]
 

@@ -21,10 +21,10 @@ from cache._overlay import Overlay
 from connectors.keys import KeyCodec
 from lookup._change_reload import ChangeReloads
 from lookup._changed_keys import ChangedKeys
-from lookup._runtime_base import counting_bad_values
 from lookup.changes import Change, ChangeFeed
 from lookup.function import LookupFunction
 from lookup.providers import FullCachingLookupProvider
+from lookup.runtime.base import counting_bad_values
 from spark_lookup.errors import LookupLoadError
 
 __all__ = ["ChangeOverlay"]

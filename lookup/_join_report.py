@@ -8,9 +8,9 @@ from decimal import Decimal
 
 import pyarrow as pa
 
-from lookup._worker import metrics_report
 from lookup.metrics import NOTE_PREFIX, REPORT_COLUMN
 from lookup.providers import LookupProvider
+from lookup.runtime.worker import metrics_report
 
 __all__ = ["attach_report", "placeholder", "with_report"]
 

@@ -10,8 +10,8 @@ import pyarrow as pa
 
 from lookup._assemble import JoinShape, join_batch
 from lookup._join_report import attach_report, placeholder, with_report
-from lookup._worker import metrics_report, worker_runtime
 from lookup.providers import LookupProvider
+from lookup.runtime.worker import metrics_report, worker_runtime
 
 __all__ = ["JoinFunction"]
 

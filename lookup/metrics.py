@@ -108,7 +108,7 @@ class WorkerReport:
 
 
 def parse_report(text: object) -> WorkerReport | None:
-    """Read one report written by `lookup._worker.metrics_report`; None (and a
+    """Read one report written by `lookup.runtime.worker.metrics_report`; None (and a
     debug log) for anything else, so a damaged report never fails the reader."""
     if not isinstance(text, str):
         return None

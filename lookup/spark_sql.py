@@ -20,9 +20,9 @@ from connectors.keys import KeyCodec
 from lookup._assemble import JoinShape, factorize
 from lookup._join_plan import keys_compatible
 from lookup._session import is_connect
-from lookup._worker import worker_runtime
 from lookup.providers import LookupProvider
-from lookup.runtime import LookupRuntime
+from lookup.runtime.base import LookupRuntime
+from lookup.runtime.worker import worker_runtime
 from spark_lookup.compat import ARROW_UDF, UDTF_ANALYZE, require
 from spark_lookup.errors import ConfigError, KeyKindError
 from spark_lookup.schema import to_arrow_type

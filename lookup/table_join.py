@@ -27,8 +27,8 @@ import pyarrow as pa
 from lookup._assemble import JoinShape, join_batch
 from lookup._join_plan import plan_join
 from lookup._session import is_connect
-from lookup._worker import worker_runtime
 from lookup.providers import LookupProvider
+from lookup.runtime.worker import worker_runtime
 from lookup.spark_sql import _checked
 from spark_lookup.compat import ARROW_UDTF_ANALYZE, analyze_result_class, require
 from spark_lookup.errors import ConfigError

@@ -17,7 +17,7 @@ from cache.full import FullSnapshot
 from cache.shared_full import SharedFullCache
 from cache.snapshot_store import SnapshotStore
 from lookup._assemble import JoinShape, join_batch
-from lookup._runtime_base import Probe
+from lookup.runtime.base import Probe
 
 
 def _values(count: int) -> list[str | None]:

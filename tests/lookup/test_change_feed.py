@@ -34,7 +34,7 @@ from lookup._change_reload import SETTLE_SECONDS, ChangeReloads
 from lookup._host_listeners import HostListeners
 from lookup._listener import listener_thread
 from lookup.changes import Change, InProcessChanges
-from lookup.full_caching import FullCachingRuntime
+from lookup.runtime.full import FullCachingRuntime
 from spark_lookup.errors import ConfigError
 from spark_lookup.schema import to_arrow_schema
 from tests.lookup.functions import AsyncDictLookup

@@ -21,9 +21,9 @@ from cache.base import Key, expand
 from cache.full import FullSnapshot
 from cache.snapshot_store import SnapshotStore
 from lookup import FullCachingLookupProvider, LookupFunction, open_lookup
-from lookup._runtime_base import Probe
 from lookup.changes import InProcessChanges
-from lookup.full_caching import FullCachingRuntime
+from lookup.runtime.base import Probe
+from lookup.runtime.full import FullCachingRuntime
 from scan import SqlTableSource, read_arrow
 from spark_lookup.errors import ConfigError
 from tests.lookup.test_change_feed import TIMEOUT, set_name

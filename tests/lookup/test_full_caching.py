@@ -18,8 +18,8 @@ import pytest
 
 import scan.connector.fetcher as fetcher_module
 from lookup import FullCachingLookupProvider, LookupOptions, RetryPolicy, open_lookup
-from lookup.full_caching import FullCachingRuntime
-from lookup.runtime import REGISTRY
+from lookup.runtime.full import FullCachingRuntime
+from lookup.runtime.registry import REGISTRY
 from scan import CollectionSource, SqlTableSource
 from spark_lookup.errors import SnapshotUnavailableError
 from triggers import PeriodicCacheReloadTrigger

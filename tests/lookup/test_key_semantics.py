@@ -98,7 +98,7 @@ def test_a_probe_answer_past_the_dimension_is_refused_not_gathered() -> None:
     import pyarrow as pa
 
     from lookup._assemble import JoinShape, join_batch
-    from lookup._runtime_base import Probe
+    from lookup.runtime.base import Probe
 
     class Broken:
         probes_rows = True

@@ -11,7 +11,6 @@ import pyarrow as pa
 import pytest
 
 from cache.metrics import FIELDS, GAUGES
-from lookup import _worker
 from lookup._join_report import placeholder
 from lookup._join_worker import JoinFunction
 from lookup.join import plan_join
@@ -25,6 +24,7 @@ from lookup.metrics import (
     parse_report,
 )
 from lookup.refresh import _parse_size
+from lookup.runtime import worker as _worker
 from tests.lookup.functions import DictLookup
 
 

@@ -20,10 +20,10 @@ from lookup import (
     PartialCachingAsyncLookupProvider,
     PartialCachingLookupProvider,
     RetryPolicy,
-    _worker,
     open_lookup,
 )
-from lookup.runtime import REGISTRY
+from lookup.runtime import worker as _worker
+from lookup.runtime.registry import REGISTRY
 from spark_lookup.errors import ConfigError, KeyKindError, LookupLoadError
 from tests.lookup.functions import AsyncDictLookup, DictLookup, RecordingSleep
 

@@ -31,7 +31,7 @@ from lookup import (
     PartialCachingLookupProvider,
     open_lookup,
 )
-from lookup.full_caching import FullCachingRuntime
+from lookup.runtime.full import FullCachingRuntime
 from scan import SqlTableSource
 from triggers import PeriodicCacheReloadTrigger
 

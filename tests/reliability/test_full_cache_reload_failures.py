@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from lookup import FullCachingLookupProvider, RetryPolicy, open_lookup
-from lookup.full_caching import FullCachingRuntime
+from lookup.runtime.full import FullCachingRuntime
 from scan import SqlTableSource
 from tests.connectors.conftest import pg_exec
 from tests.polling import wait_until

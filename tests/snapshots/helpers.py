@@ -27,7 +27,7 @@ from typing import Any
 
 from cache.snapshot_store import SnapshotStore
 from lookup import FullCachingLookupProvider, LookupFunction, RetryPolicy
-from lookup.full_caching import FullCachingRuntime
+from lookup.runtime.full import FullCachingRuntime
 from scan import SqlTableSource
 from triggers import CacheReloadTrigger, ReloadContext
 

@@ -18,7 +18,7 @@ import pytest
 import cache.snapshot_store as store_module
 from cache.full import FullSnapshot
 from cache.snapshot_store import SnapshotStore, sweep
-from lookup.full_caching import FullCachingRuntime
+from lookup.runtime.full import FullCachingRuntime
 from tests.snapshots.helpers import ManualTrigger, count_lines, make_db, provider, store_for
 
 

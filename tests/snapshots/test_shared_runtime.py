@@ -31,7 +31,7 @@ from cache.full import FullSnapshot
 from cache.shared_full import SharedFullCache
 from cache.snapshot_store import SnapshotStore
 from lookup import FullCachingLookupProvider
-from lookup.full_caching import FullCachingRuntime
+from lookup.runtime.full import FullCachingRuntime
 from scan import CollectionSource, read_arrow
 from spark_lookup.errors import ConfigError, LookupLoadError, SnapshotUnavailableError
 from tests.snapshots.helpers import (

@@ -245,10 +245,10 @@ def test_registration_is_validated_on_the_driver(
 
 
 def test_sql_and_lookup_join_share_the_worker_runtime(spark: Any, orders: str) -> None:
-    from lookup import _worker
     from lookup._join_worker import JoinFunction
     from lookup.join import plan_join
     from lookup.metrics import REPORT_COLUMN, parse_report
+    from lookup.runtime import worker as _worker
     from lookup.spark_sql import _StructLookup
 
     provider = customers_provider("partial")

@@ -1,22 +1,12 @@
-"""The lookup runtime of one Python worker: caching, batched loads, retries, sharing.
-
-This is Flink's ``CachingLookupFunction`` and ``LookupCacheManager`` in one place: the
-function-backed runtime, and the process's one registry of runtimes (of every kind).
-[`open_lookup`][] returns a handle on the runtime of a provider, creating and opening
-it on first use and sharing it (reference counted) with every later ``open_lookup`` of
-the same provider in the process, and with the worker's joins and SQL functions
-(``lookup._worker``); the last reference released closes it.
-"""
+"""The function-backed lookup runtime of one Python worker: caching, batched loads,
+retries (Flink's ``CachingLookupFunction``). `lookup.runtime.registry` shares it."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -34,36 +24,31 @@ from cache.base import (
     row_ranges,
 )
 from cache.default import DefaultLookupCache
-from cache.metrics import CacheMetrics
 from connectors.keys import EncodedKeys, KeyCodec
 from lookup._invalidation import CacheInvalidation
 from lookup._listener import Subscription, subscribe
-from lookup._loaders import Loader, PartialLoad, loader_for
-from lookup._runtime_base import (
+from lookup.changes import ChangeFeed
+from lookup.function import LookupFunction
+from lookup.providers import (
+    AsyncLookupFunctionProvider,
+    LookupFunctionProvider,
+)
+from lookup.retry import Retries
+from lookup.runtime.base import (
     EMPTY,
     LookupRuntime,
     Probe,
     add_rows,
     close_each,
     counting_bad_values,
-    has_null,
     place_probe_answers,
 )
-from lookup.changes import ChangeFeed
-from lookup.full_caching import FullCachingRuntime
-from lookup.function import LookupFunction
-from lookup.providers import (
-    AsyncLookupFunctionProvider,
-    FullCachingLookupProvider,
-    LookupFunctionProvider,
-    LookupProvider,
-)
-from lookup.retry import Retries
+from lookup.runtime.loaders import Loader, PartialLoad, loader_for
 from spark_lookup.errors import ConfigError, LookupLoadError
 from spark_lookup.schema import to_arrow_schema
 from spark_lookup.shown import shown
 
-__all__ = ["LookupHandle", "LookupRuntime", "Probe", "has_null", "open_lookup"]
+__all__ = ["LoadingRuntime"]
 
 log = logging.getLogger("lookup")
 
@@ -74,7 +59,7 @@ def _preview(keys: Sequence[Key], limit: int = 3) -> str:
     return f"[{first}{more}]"
 
 
-class _LoadingRuntime(LookupRuntime):
+class LoadingRuntime(LookupRuntime):
     """Function-backed runtime: optional partial cache, batched loads, retries."""
 
     def __init__(self, provider: LookupFunctionProvider | AsyncLookupFunctionProvider) -> None:
@@ -446,7 +431,7 @@ class _LoadingRuntime(LookupRuntime):
 
 
 class _Fetched(NamedTuple):
-    """What `_LoadingRuntime._fetch` found: the cache's answer in the form of a
+    """What `LoadingRuntime._fetch` found: the cache's answer in the form of a
     `Probe` (-1 for a miss), the positions of the missed keys, and the rows
     loaded for them (``None``: nothing was loaded) with ``row_keys``, the position
     among the misses of each row's key."""
@@ -464,166 +449,3 @@ def _as_table(data: Any, schema: pa.Schema) -> pa.Table:
     may differ from the provider's only in nullability or metadata)."""
     table = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
     return table if table.schema.equals(schema) else table.cast(schema)
-
-
-def _new_runtime(provider: LookupProvider) -> LookupRuntime:
-    if isinstance(provider, FullCachingLookupProvider):
-        return FullCachingRuntime(provider)
-    if isinstance(provider, (LookupFunctionProvider, AsyncLookupFunctionProvider)):
-        return _LoadingRuntime(provider)
-    raise ConfigError(f"expected a lookup provider, got {type(provider).__name__}")
-
-
-@dataclass
-class _Entry:
-    runtime: LookupRuntime
-    references: int = 0
-    pinned: bool = False  # one of the references is the process's own
-
-
-class _RuntimeRegistry:
-    """Process-wide runtimes by provider id, reference counted (Flink's LookupCacheManager).
-
-    A reference is held by every open [`LookupHandle`][], and by a Spark worker once
-    a task used the provider (its *pin*, one at most, released at exit), so later tasks
-    find the cache warm. Reads take no lock: it is held while a runtime opens.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._entries: dict[str, _Entry] = {}
-
-    def acquire(self, provider: LookupProvider, *, pin: bool = False) -> LookupRuntime:
-        """``provider``'s runtime, opened on first use, with one more reference (``pin``:
-        the process's own, taken once)."""
-        entry = self._entries.get(provider.provider_id)
-        if pin and entry is not None and entry.pinned:  # every task of a worker asks
-            return entry.runtime
-        with self._lock:
-            entry = self._entries.get(provider.provider_id)
-            if entry is None:
-                runtime = _new_runtime(provider)
-                runtime.open()
-                entry = self._entries[provider.provider_id] = _Entry(runtime)
-            if not (pin and entry.pinned):
-                entry.references += 1
-                entry.pinned |= pin
-            return entry.runtime
-
-    def release(self, provider_id: str, *, pin: bool = False) -> None:
-        """Drop a reference (``pin``: the process's own, if held); the last closes it."""
-        with self._lock:
-            entry = self._entries.get(provider_id)
-            if entry is None or (pin and not entry.pinned):
-                return
-            entry.pinned &= not pin
-            entry.references -= 1
-            if entry.references:
-                return
-            del self._entries[provider_id]
-        entry.runtime.close()
-
-    def unpin_all(self) -> None:
-        """Release every pin: at exit, and for tests that need a cold process."""
-        for provider_id in [key for key, entry in list(self._entries.items()) if entry.pinned]:
-            with contextlib.suppress(Exception):  # at exit there is no one left to tell
-                self.release(provider_id, pin=True)
-
-    def runtime(self, provider_id: str) -> LookupRuntime | None:
-        """The open runtime of ``provider_id``, if any (no reference taken)."""
-        entry = self._entries.get(provider_id)
-        return None if entry is None else entry.runtime
-
-    def references(self, provider_id: str) -> int:
-        """How many references the runtime of ``provider_id`` has (0: not open)."""
-        entry = self._entries.get(provider_id)
-        return 0 if entry is None else entry.references
-
-
-REGISTRY = _RuntimeRegistry()
-
-
-class LookupHandle:
-    """A handle on the shared runtime of a provider in this process.
-
-    Returned by [`open_lookup`][]; a context manager. ``close`` is idempotent and
-    releases this handle's reference only.
-    """
-
-    def __init__(self, provider: LookupProvider) -> None:
-        self._provider_id = provider.provider_id
-        self._runtime: LookupRuntime | None = REGISTRY.acquire(provider)
-        self._close_lock = threading.Lock()
-
-    @property
-    def runtime(self) -> LookupRuntime:
-        """The shared runtime (raises once this handle is closed)."""
-        runtime = self._runtime
-        if runtime is None:
-            raise RuntimeError("this lookup handle is closed")
-        return runtime
-
-    @property
-    def metrics(self) -> CacheMetrics:
-        """Metrics of the shared runtime: cache hits and misses, loads, failures, sizes."""
-        return self.runtime.metrics
-
-    def lookup(self, key: Key) -> tuple[Row, ...]:
-        """The rows of ``key`` (a tuple in key-column order); empty when none match.
-
-        Raises
-        ------
-        TypeError
-            When ``key`` is not a tuple of as many values as there are key columns.
-        LookupLoadError
-            When loading from the source failed after all retries.
-        """
-        return self.runtime.lookup(key)
-
-    def lookup_batch(self, keys: Iterable[Key]) -> dict[Key, tuple[Row, ...]]:
-        """The rows of every distinct key of ``keys``: cache first, then one batched load
-        of the misses (chunked above the provider's ``batch_size``)."""
-        return self.runtime.lookup_batch(keys)
-
-    def close(self) -> None:
-        """Release this handle; the last handle of a provider closes its runtime."""
-        with self._close_lock:
-            if self._runtime is None:
-                return
-            self._runtime = None
-        REGISTRY.release(self._provider_id)
-
-    def __enter__(self) -> LookupHandle:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def open_lookup(provider: LookupProvider) -> LookupHandle:
-    """Open (or join) this process's runtime of ``provider`` and return a handle.
-
-    Runs where lookups run: in each Spark Python worker (the join does this), or in any
-    Python process. Two ``open_lookup`` calls on the same provider (or on copies of it
-    unpickled in one process) share one cache; the last ``close`` releases it.
-
-    Examples
-    --------
-    >>> from lookup import LookupFunction, LookupFunctionProvider
-    >>> class Squares(LookupFunction):
-    ...     schema, key_columns = "n BIGINT, square BIGINT", ["n"]
-    ...     def lookup(self, key):
-    ...         return [(key[0], key[0] ** 2)]
-    >>> with open_lookup(LookupFunctionProvider.of(Squares())) as handle:
-    ...     handle.lookup_batch([(2,), (3,), (2,), (None,)])
-    {(2,): ((2, 4),), (3,): ((3, 9),), (None,): ()}
-
-    Raises
-    ------
-    ConfigError
-        If ``provider`` is not a lookup provider.
-    """
-    if not isinstance(provider, LookupProvider):
-        raise ConfigError(f"expected a lookup provider, got {type(provider).__name__}")
-    return LookupHandle(provider)
-

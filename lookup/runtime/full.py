@@ -1,6 +1,6 @@
 """Full caching at run time: load a ``scan.Source`` whole, on the trigger's schedule.
 
-Design notes: DESIGN.md, lookup/ ``lookup/full_caching.py``.
+Design notes: DESIGN.md, lookup/ ``lookup/runtime/full.py``.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from cache.snapshot_store import SnapshotStore, StoredSnapshot
 from connectors.errors import should_retry
 from lookup._change_overlay import ChangeOverlay
 from lookup._change_reload import ChangeReloads
-from lookup._full_load import load_snapshot
 from lookup._host_listeners import HostListeners
 from lookup._listener import Subscription, subscribe
-from lookup._runtime_base import (
+from lookup.providers import FullCachingLookupProvider
+from lookup.runtime.base import (
     LookupRuntime,
     Probe,
     add_rows,
@@ -39,7 +39,7 @@ from lookup._runtime_base import (
     counting_bad_values,
     probe_answers,
 )
-from lookup.providers import FullCachingLookupProvider
+from lookup.runtime.full_load import load_snapshot
 from spark_lookup.errors import LookupLoadError
 from spark_lookup.load_priority import loading, lookup_turn
 from spark_lookup.schema import to_arrow_schema
@@ -304,7 +304,7 @@ class FullCachingRuntime(LookupRuntime):
                     return
                 with loading(), counting_bad_values(provider.source, lambda grown: self._record(
                         partial(self.metrics.inc_bad_values, grown))):
-                    # The loaded table is never held here (lookup._full_load: streamed
+                    # The loaded table is never held here (lookup.runtime.full_load: streamed
                     # into the store when shared, else combined while released).
                     snapshot = load_snapshot(provider, self._shared, version=version,
                                              loaded_at=loaded_at, source_version=source_version)

@@ -1,7 +1,7 @@
 """What every lookup runtime is: the base class the partial and full caching runtimes
 extend, and the Arrow answer to a batch of keys (`Probe`) joins assemble from.
 
-A module of its own so that the runtimes (``lookup.runtime``, ``lookup.full_caching``)
+A module of its own so that the runtimes (``lookup.runtime.partial``, ``lookup.runtime.full``)
 and the registry that builds them all import it, and none imports another's module.
 """
 

@@ -2,7 +2,7 @@
 
 Spark reuses a Python worker process across tasks (and micro-batches) and keeps its
 module globals, so a worker pins the runtime of each provider it used in the process's
-registry (`lookup.runtime.REGISTRY`): the cache stays warm and a full cache loads
+registry (`lookup.runtime.registry.REGISTRY`): the cache stays warm and a full cache loads
 once per worker, not once per task. The pins are released when the process exits.
 """
 
@@ -17,7 +17,8 @@ import time
 import uuid
 
 from lookup.providers import LookupProvider
-from lookup.runtime import REGISTRY, LookupRuntime
+from lookup.runtime.base import LookupRuntime
+from lookup.runtime.registry import REGISTRY
 
 __all__ = ["WORKER_ID", "metrics_report", "worker_runtime"]
 
