@@ -191,7 +191,7 @@ class _TimingSink:
 
 def _lag_reader(args: dict[str, Any], inbox: Any, outbox: Any) -> None:
     from lookup import open_lookup
-    from lookup._listener import subscribe
+    from lookup.changes.listener import subscribe
 
     feed, partial, _ = _providers(args["dsn"], args["schema"], args["min_interval"],
                                   args["store"])

@@ -1,7 +1,7 @@
 """Lookup joins: functions, providers, the caching runtime, connectors, change feeds,
 Spark joins and SQL."""
 
-from lookup.changes import ChangeFeed
+from lookup.changes.feed import ChangeFeed
 from lookup.function import AsyncLookupFunction, LookupFunction, LookupFunctionBase
 from lookup.join import lookup_join
 from lookup.metrics import lookup_metrics

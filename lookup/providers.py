@@ -24,7 +24,7 @@ from pyspark import TaskContext
 from pyspark.sql.types import StructType
 
 from cache.base import LookupCache
-from lookup.changes import ChangeFeed
+from lookup.changes.feed import ChangeFeed
 from lookup.function import (
     AsyncLookupFunction,
     LookupFunction,

@@ -26,10 +26,10 @@ from cache.full import FullSnapshot, LookupFullCache
 from cache.shared_full import SharedFullCache
 from cache.snapshot_store import SnapshotStore, StoredSnapshot
 from connectors.errors import should_retry
-from lookup._change_overlay import ChangeOverlay
-from lookup._change_reload import ChangeReloads
-from lookup._host_listeners import HostListeners
-from lookup._listener import Subscription, subscribe
+from lookup.changes.host_listeners import HostListeners
+from lookup.changes.listener import Subscription, subscribe
+from lookup.changes.overlay import ChangeOverlay
+from lookup.changes.reload import ChangeReloads
 from lookup.providers import FullCachingLookupProvider
 from lookup.runtime.base import (
     LookupRuntime,

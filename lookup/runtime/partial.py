@@ -25,9 +25,9 @@ from cache.base import (
 )
 from cache.default import DefaultLookupCache
 from connectors.keys import EncodedKeys, KeyCodec
-from lookup._invalidation import CacheInvalidation
-from lookup._listener import Subscription, subscribe
-from lookup.changes import ChangeFeed
+from lookup.changes.feed import ChangeFeed
+from lookup.changes.listener import Subscription, subscribe
+from lookup.changes.partial import CacheInvalidation
 from lookup.function import LookupFunction
 from lookup.providers import (
     AsyncLookupFunctionProvider,
@@ -91,7 +91,7 @@ class LoadingRuntime(LookupRuntime):
         # itself (the connectors); one that answers in Python tuples is asked for them.
         self._arrow_native = self._arrow_function is not None and (
             type(self._arrow_function).lookup_arrow is not LookupFunction.lookup_arrow)
-        # With a change feed, loads put through its guard (see lookup._invalidation).
+        # With a change feed, loads put through its guard (see lookup.changes.partial).
         self._feed: ChangeFeed | None = getattr(provider, "changes", None)
         feed = self._feed
         self._guard: CacheInvalidation | None = None

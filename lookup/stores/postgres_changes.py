@@ -34,7 +34,7 @@ from decimal import Decimal
 from typing import Any
 
 from connectors.errors import translate
-from lookup.changes import (
+from lookup.changes.feed import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_MIN_INTERVAL,
     Change,

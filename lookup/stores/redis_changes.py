@@ -7,7 +7,7 @@ subscribes (``PSUBSCRIBE``) to the keys its key template can make, reads every c
 Redis key back through the template into the key's values, typed as the key columns,
 and hands them to its caches. Pub/Sub delivers at most once: a connection that drops
 loses what was published meanwhile, which the listener makes up for by flushing after
-it has subscribed again (see `lookup.changes`).
+it has subscribed again (see `lookup.changes.feed`).
 
 The server setting: ``K`` (keyspace channels) and the classes of the commands that
 write the table: ``g`` (``DEL``, ``EXPIRE``, ``RENAME``...), ``$`` (strings), ``h``
@@ -32,7 +32,7 @@ from pyspark.sql import types as T
 from connectors.redis.client import check_redis_url, redact_url, redis_client_from_url
 from connectors.redis.table import cast_key_parts
 from connectors.redis.template import KeyTemplate
-from lookup.changes import (
+from lookup.changes.feed import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_MIN_INTERVAL,
     Change,

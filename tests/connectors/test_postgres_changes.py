@@ -27,7 +27,7 @@ from lookup import (
     SqlLookupFunction,
     open_lookup,
 )
-from lookup.changes import Change
+from lookup.changes.feed import Change
 from lookup.stores.postgres_changes import parse_payload
 from scan import SqlTableSource
 from spark_lookup.errors import ConfigError, ConnectorError

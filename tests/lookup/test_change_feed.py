@@ -1,7 +1,7 @@
-"""Change feeds without a database: :class:`lookup.changes.InProcessChanges` (a real feed,
-LISTEN/NOTIFY within one process) drives partial caches (exact invalidation, the race
-with loads in flight, flushes after a lost connection) and full caches (debounced
-reloads, one load per change for a host's shared store)."""
+"""Change feeds without a database: ``InProcessChanges`` (a real feed, LISTEN/NOTIFY
+within one process, tests/lookup/in_process_changes.py) drives partial caches (exact
+invalidation, the race with loads in flight, flushes after a lost connection) and full
+caches (debounced reloads, one load per change for a host's shared store)."""
 
 from __future__ import annotations
 
@@ -30,14 +30,15 @@ from lookup import (
     PartialCachingLookupProvider,
     open_lookup,
 )
-from lookup._change_reload import SETTLE_SECONDS, ChangeReloads
-from lookup._host_listeners import HostListeners
-from lookup._listener import listener_thread
-from lookup.changes import Change, InProcessChanges
+from lookup.changes.feed import Change
+from lookup.changes.host_listeners import HostListeners
+from lookup.changes.listener import listener_thread
+from lookup.changes.reload import SETTLE_SECONDS, ChangeReloads
 from lookup.runtime.full import FullCachingRuntime
 from spark_lookup.errors import ConfigError
 from spark_lookup.schema import to_arrow_schema
 from tests.lookup.functions import AsyncDictLookup
+from tests.lookup.in_process_changes import InProcessChanges
 from tests.polling import wait_until
 from tests.snapshots.helpers import CountingSqlSource, ManualTrigger, count_lines, make_db
 

@@ -1,4 +1,4 @@
-"""Full caches applying a change feed key by key (``lookup._change_overlay``): changed
+"""Full caches applying a change feed key by key (``lookup.changes.overlay``): changed
 keys read from a SQLite ``SqlTableSource`` by key into an overlay in front of the
 snapshot, with no reload; the races with reloads and with newer changes; what still
 reloads; and the join's probe answering exactly as a fresh full load would."""
@@ -21,11 +21,11 @@ from cache.base import Key, expand
 from cache.full import FullSnapshot
 from cache.snapshot_store import SnapshotStore
 from lookup import FullCachingLookupProvider, LookupFunction, open_lookup
-from lookup.changes import InProcessChanges
 from lookup.runtime.base import Probe
 from lookup.runtime.full import FullCachingRuntime
 from scan import SqlTableSource, read_arrow
 from spark_lookup.errors import ConfigError
+from tests.lookup.in_process_changes import InProcessChanges
 from tests.lookup.test_change_feed import TIMEOUT, set_name
 from tests.polling import wait_until
 from tests.snapshots.helpers import SCHEMA, CountingSqlSource, ManualTrigger, count_lines, make_db

@@ -1,7 +1,7 @@
 """A change feed applied to a full cache key by key: the changed keys read from the
 source by key, into an overlay served in front of the snapshot.
 
-Design notes: DESIGN.md, lookup/ ``lookup/_change_overlay.py``.
+Design notes: DESIGN.md, lookup/ ``lookup/changes/overlay.py``.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import pyarrow as pa
 from cache._key_hash import hash_keys
 from cache._overlay import Overlay
 from connectors.keys import KeyCodec
-from lookup._change_reload import ChangeReloads
-from lookup._changed_keys import ChangedKeys
-from lookup.changes import Change, ChangeFeed
+from lookup.changes.feed import Change, ChangeFeed
+from lookup.changes.keys import ChangedKeys
+from lookup.changes.reload import ChangeReloads
 from lookup.function import LookupFunction
 from lookup.providers import FullCachingLookupProvider
 from lookup.runtime.base import counting_bad_values

@@ -4,7 +4,7 @@ every Python worker that looks it up, so that caches stay fresh without reloadin
 A feed is configuration ([`ChangeFeed`][]), built on the driver and pickled into the
 provider that takes it (``changes=``). Where a runtime of that provider opens, the
 feed's listener starts: one daemon thread per feed and process, shared by every runtime
-using it (``lookup._listener``), that holds one `ChangeConnection` and hands
+using it (``lookup.changes.listener``), that holds one `ChangeConnection` and hands
 what it receives (`Change`) to the runtimes. A partial cache drops exactly the
 changed keys; a full cache reloads soon after (debounced by ``min_interval``). A lookup
 never touches the feed.
@@ -12,16 +12,15 @@ never touches the feed.
 Nothing is lost: a connection that drops cannot say what it missed, so once the
 listener has connected again (listening first, so that nothing falls between), every
 runtime is told that everything may have changed: partial caches are flushed, full
-caches reload. A feed backend only implements [`ChangeFeed.connect`][];
-`InProcessChanges` is the smallest one (and the one tests use).
+caches reload. A feed backend only implements [`ChangeFeed.connect`][] (the tests' in-process feed,
+``tests/lookup/in_process_changes.py``, is the smallest one).
 """
 
 from __future__ import annotations
 
-import threading
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -30,7 +29,7 @@ from spark_lookup.errors import ConfigError
 from spark_lookup.identifiers import validate_identifier
 from spark_lookup.options import as_timedelta
 
-__all__ = ["Change", "ChangeConnection", "ChangeFeed", "InProcessChanges"]
+__all__ = ["Change", "ChangeConnection", "ChangeFeed"]
 
 Key = tuple[Any, ...]
 
@@ -155,137 +154,3 @@ def _key_columns(value: Sequence[str] | str) -> tuple[str, ...]:
     if len(set(columns)) != len(columns):
         raise ConfigError(f"key_columns names a column twice: {list(columns)}")
     return columns
-
-
-# --- in-process feed -----------------------------------------------------------------
-
-
-class _Bus:
-    """The live connections of one in-process feed in this process."""
-
-    def __init__(self) -> None:
-        self.condition = threading.Condition()
-        self.connections: list[_InProcessConnection] = []
-        self.refusing = False
-        self.connects = 0
-
-
-_buses: dict[str, _Bus] = {}
-_buses_lock = threading.Lock()
-
-
-def _bus(feed_id: str) -> _Bus:
-    with _buses_lock:
-        return _buses.setdefault(feed_id, _Bus())
-
-
-class _InProcessConnection(ChangeConnection):
-    def __init__(self, bus: _Bus) -> None:
-        self._bus = bus
-        self.queue: list[Change] = []
-        self.dropped = False
-        self.interrupted = False
-
-    def receive(self, timeout: float) -> list[Change]:
-        with self._bus.condition:
-            self._bus.condition.wait_for(
-                lambda: self.queue or self.dropped or self.interrupted, timeout)
-            if self.dropped:
-                raise ConnectionError("the in-process change feed dropped this connection")
-            self.interrupted = False
-            received, self.queue = self.queue, []
-            return received
-
-    def interrupt(self) -> None:
-        with self._bus.condition:
-            self.interrupted = True
-            self._bus.condition.notify_all()
-
-    def close(self) -> None:
-        with self._bus.condition:
-            if self in self._bus.connections:
-                self._bus.connections.remove(self)
-
-
-class InProcessChanges(ChangeFeed):
-    """A change feed within one Python process, as ``LISTEN``/``NOTIFY`` within one
-    database: `publish` delivers to the connections open at that moment, and a
-    change published while no connection is open is lost (the listener's flush after
-    reconnecting makes up for it).
-
-    For tests, and for an application that changes its dimension data in the process
-    that looks it up. Copies unpickled in another process publish there only.
-
-    Examples
-    --------
-    >>> feed = InProcessChanges(["id"])
-    >>> feed.publish([(1,), (2,)])  # no connection open: nobody hears it
-    0
-    """
-
-    def connect(self) -> ChangeConnection:
-        bus = _bus(self.feed_id)
-        with bus.condition:
-            if bus.refusing:
-                raise ConnectionRefusedError("the in-process change feed refuses connections")
-            connection = _InProcessConnection(bus)
-            bus.connections.append(connection)
-            bus.connects += 1
-            bus.condition.notify_all()
-            return connection
-
-    def publish(self, keys: Iterable[Key]) -> int:
-        """Deliver one change of ``keys`` (tuples in ``key_columns`` order) to every open
-        connection; returns how many there were."""
-        return self._deliver(Change(tuple(keys)))
-
-    def publish_everything(self, reason: str = "everything changed") -> int:
-        """Deliver one "everything may have changed"; returns the connections reached."""
-        return self._deliver(Change(everything=True, reason=reason))
-
-    def _deliver(self, change: Change) -> int:
-        bus = _bus(self.feed_id)
-        with bus.condition:
-            for connection in bus.connections:
-                connection.queue.append(change)
-            bus.condition.notify_all()
-            return len(bus.connections)
-
-    def drop_connections(self, *, refuse: bool = False) -> None:
-        """Break every open connection (their listeners reconnect); with ``refuse``, also
-        refuse new connections until `accept_connections`."""
-        bus = _bus(self.feed_id)
-        with bus.condition:
-            bus.refusing = refuse
-            for connection in bus.connections:
-                connection.dropped = True
-            bus.connections = []
-            bus.condition.notify_all()
-
-    def accept_connections(self) -> None:
-        """Accept connections again (after ``drop_connections(refuse=True)``)."""
-        bus = _bus(self.feed_id)
-        with bus.condition:
-            bus.refusing = False
-
-    @property
-    def connections(self) -> int:
-        """How many connections are open in this process now."""
-        bus = _bus(self.feed_id)
-        with bus.condition:
-            return len(bus.connections)
-
-    @property
-    def connects(self) -> int:
-        """How many connections were opened in this process so far."""
-        bus = _bus(self.feed_id)
-        with bus.condition:
-            return bus.connects
-
-    def wait_for_connects(self, count: int, timeout: float) -> bool:
-        """Wait (at most ``timeout`` seconds) until ``count`` connections were opened
-        here in all and one is open; whether that happened."""
-        bus = _bus(self.feed_id)
-        with bus.condition:
-            return bus.condition.wait_for(
-                lambda: bus.connects >= count and bool(bus.connections), timeout)

@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from connectors.json_keys import decode_json_keys
 from connectors.keys import KeyCodec
-from lookup.changes import ChangeFeed
+from lookup.changes.feed import ChangeFeed
 
 __all__ = ["ChangedKeys"]
 

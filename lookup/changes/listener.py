@@ -19,7 +19,7 @@ import threading
 from collections.abc import Sequence
 from typing import Protocol
 
-from lookup.changes import Change, ChangeConnection, ChangeFeed
+from lookup.changes.feed import Change, ChangeConnection, ChangeFeed
 
 __all__ = ["ChangeSink", "Subscription", "listener_thread", "subscribe"]
 

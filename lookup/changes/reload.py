@@ -1,7 +1,7 @@
 """A change feed applied to a full cache: reload soon after a change, debounced (a
-source without a keyed lookup, or what ``lookup._change_overlay`` cannot apply by key).
+source without a keyed lookup, or what ``lookup.changes.overlay`` cannot apply by key).
 
-Design notes: DESIGN.md, lookup/ ``lookup/_change_reload.py``.
+Design notes: DESIGN.md, lookup/ ``lookup/changes/reload.py``.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from concurrent.futures import Future
 from typing import Final
 
 from cache.metrics import CacheMetrics
-from lookup._host_listeners import HostListeners
-from lookup.changes import Change
+from lookup.changes.feed import Change
+from lookup.changes.host_listeners import HostListeners
 
 __all__ = ["SETTLE_SECONDS", "ChangeReloads"]
 
@@ -49,7 +49,7 @@ class ChangeReloads:
     host
         The listening marks of the host's shared store (None: not shared): a listener
         that connects reloads only when no other process of the host has been covering
-        the snapshot served (``lookup._host_listeners``).
+        the snapshot served (``lookup.changes.host_listeners``).
 
     Attributes
     ----------

@@ -1,7 +1,7 @@
 """A change feed applied to a partial cache: the changed keys dropped, and no load that
 raced a change left in the cache.
 
-`CacheInvalidation` is the runtime's subscriber (``lookup._listener``): the keys
+`CacheInvalidation` is the runtime's subscriber (``lookup.changes.listener``): the keys
 of each batch of changes are read as values of the key columns' types (JSON values
 through `connectors.json_keys.decode_json_keys`, then the provider's
 [`KeyCodec`][], exactly as lookup keys are) and removed from the
@@ -31,8 +31,8 @@ from cache._key_hash import hash_keys
 from cache.base import Key, LookupCache, Row
 from cache.metrics import CacheMetrics
 from connectors.keys import KeyCodec
-from lookup._changed_keys import ChangedKeys
-from lookup.changes import Change, ChangeFeed
+from lookup.changes.feed import Change, ChangeFeed
+from lookup.changes.keys import ChangedKeys
 
 __all__ = ["CacheInvalidation"]
 
