@@ -55,7 +55,7 @@ def main() -> None:
 
     from cache import DefaultLookupCache
     from lookup import PartialCachingLookupProvider, SqlLookupFunction, open_lookup
-    from lookup._assemble import factorize
+    from lookup.spark.assemble import factorize
 
     with tempfile.TemporaryDirectory() as tmp:
         database = Path(tmp) / "dim.db"

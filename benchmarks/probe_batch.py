@@ -63,7 +63,7 @@ def measure(keys: int, batch: int, repeats: int, key_column: str, workdir: Path
     import pyarrow as pa
 
     from lookup import open_lookup
-    from lookup._assemble import factorize
+    from lookup.spark.assemble import factorize
 
     full, partial = _providers(keys, key_column, workdir / "dim.db")
     rng = np.random.default_rng(7)

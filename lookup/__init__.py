@@ -3,8 +3,6 @@ Spark joins and SQL."""
 
 from lookup.changes.feed import ChangeFeed
 from lookup.function import AsyncLookupFunction, LookupFunction, LookupFunctionBase
-from lookup.join import lookup_join
-from lookup.metrics import lookup_metrics
 from lookup.options import LookupOptions
 from lookup.providers import (
     AsyncLookupFunctionProvider,
@@ -14,17 +12,19 @@ from lookup.providers import (
     PartialCachingAsyncLookupProvider,
     PartialCachingLookupProvider,
 )
-from lookup.refresh import Materialization, RefreshStatus, ScheduledTableRefresh
 from lookup.retry import MissRetry, RetryPolicy
 from lookup.runtime.registry import LookupHandle, open_lookup
-from lookup.spark_sql import register_lookup_function, register_lookup_table_function
+from lookup.spark.join import lookup_join
+from lookup.spark.metrics import lookup_metrics
+from lookup.spark.refresh import Materialization, RefreshStatus, ScheduledTableRefresh
+from lookup.spark.sql_functions import register_lookup_function, register_lookup_table_function
+from lookup.spark.table_join import register_lookup_join
 from lookup.stores import (
     PostgresChanges,
     RedisKeyspaceChanges,
     RedisLookupFunction,
     SqlLookupFunction,
 )
-from lookup.table_join import register_lookup_join
 
 __all__ = [
     "AsyncLookupFunction",

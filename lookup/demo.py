@@ -626,7 +626,7 @@ def run_demo(settings: DemoSettings | None = None, out: TextIO | None = None) ->
         if query is not None:
             query.stop()
         if spark is not None:
-            from lookup.metrics import stop_metrics_listener
+            from lookup.spark.metrics import stop_metrics_listener
 
             stop_metrics_listener(spark)
             spark.stop()

@@ -217,7 +217,7 @@ def spark(request: pytest.FixtureRequest) -> Iterator[Any]:
     try:
         yield session
     finally:
-        from lookup.metrics import stop_metrics_listener
+        from lookup.spark.metrics import stop_metrics_listener
 
         stop_metrics_listener(session)  # spares the Connect server's log an error
         session.stop()

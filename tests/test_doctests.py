@@ -50,7 +50,7 @@ def test_the_examples_run(name: str) -> None:
     _run(name, {})
 
 
-NEEDS = {"lookup.refresh": ("PYTHON_DATA_SOURCE", "SESSION_TAGS")}
+NEEDS = {"lookup.spark.refresh": ("PYTHON_DATA_SOURCE", "SESSION_TAGS")}
 """The modules whose examples use a mechanism of spark_lookup.compat (where a PySpark
 line lacks it, tests/test_compat.py checks the refusal)."""
 

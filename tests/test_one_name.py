@@ -39,7 +39,7 @@ def test_session_means_a_spark_session() -> None:
 
 
 def test_sql_names_a_database_module() -> None:
-    # Spark SQL lives in lookup/spark_sql.py, identifier quoting in
+    # Spark SQL lives in lookup/spark/sql_functions.py, identifier quoting in
     # spark_lookup/identifiers.py: a module called sql talks to a database.
     named_sql = {str(p.relative_to(ROOT)) for p in _library() if p.stem == "sql"}
     assert named_sql == {"lookup/stores/sql.py", "scan/sources/sql.py"}

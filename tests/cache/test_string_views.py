@@ -16,8 +16,8 @@ from cache._string_views import StringViews
 from cache.full import FullSnapshot
 from cache.shared_full import SharedFullCache
 from cache.snapshot_store import SnapshotStore
-from lookup._assemble import JoinShape, join_batch
 from lookup.runtime.base import Probe
+from lookup.spark.assemble import JoinShape, join_batch
 
 
 def _values(count: int) -> list[str | None]:

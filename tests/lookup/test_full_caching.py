@@ -336,7 +336,7 @@ def test_close_during_the_first_load_returns_without_waiting_for_it(db: Path) ->
 @pytest.mark.parametrize("repeat", [False, True])
 def test_the_sql_function_answers_the_first_row_from_a_full_snapshot(repeat: bool) -> None:
     # One row a key: the snapshot keeps no row offsets, a group is its row.
-    from lookup.spark_sql import _StructLookup
+    from lookup.spark.sql_functions import _StructLookup
 
     rows = [(3, "c"), (1, "a"), (2, "b")] + ([(1, "0")] if repeat else [])
     p = FullCachingLookupProvider.of(CollectionSource(rows, schema="id BIGINT, v STRING"),

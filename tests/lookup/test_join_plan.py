@@ -7,7 +7,7 @@ import pytest
 from pyspark.sql import types as T
 
 from lookup import LookupFunctionProvider
-from lookup.join import plan_join
+from lookup.spark.join import plan_join
 from spark_lookup.errors import ConfigError
 from tests.lookup.functions import DictLookup
 

@@ -15,8 +15,8 @@ from pyspark.sql import types as T
 
 from cache import DefaultLookupCache
 from lookup import LookupFunctionProvider, PartialCachingLookupProvider, open_lookup
-from lookup._assemble import join_batch
-from lookup.join import plan_join
+from lookup.spark.assemble import join_batch
+from lookup.spark.join import plan_join
 from spark_lookup.errors import ConfigError
 from tests.lookup.functions import DictLookup
 
@@ -97,8 +97,8 @@ def test_a_probe_answer_past_the_dimension_is_refused_not_gathered() -> None:
     import numpy as np
     import pyarrow as pa
 
-    from lookup._assemble import JoinShape, join_batch
     from lookup.runtime.base import Probe
+    from lookup.spark.assemble import JoinShape, join_batch
 
     class Broken:
         probes_rows = True

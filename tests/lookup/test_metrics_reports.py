@@ -11,20 +11,20 @@ import pyarrow as pa
 import pytest
 
 from cache.metrics import FIELDS, GAUGES
-from lookup._join_report import placeholder
-from lookup._join_worker import JoinFunction
-from lookup.join import plan_join
-from lookup.metrics import (
-    _NOTE,
+from lookup.runtime import worker as _worker
+from lookup.spark.join import plan_join
+from lookup.spark.join_worker import JoinFunction
+from lookup.spark.metrics import _Channel, _ProviderReports
+from lookup.spark.refresh import _parse_size
+from lookup.spark.report import (
     NOTE_PREFIX,
     REPORT_COLUMN,
     WorkerReport,
-    _Channel,
-    _ProviderReports,
+    metrics_report,
     parse_report,
+    placeholder,
+    report_notes,
 )
-from lookup.refresh import _parse_size
-from lookup.runtime import worker as _worker
 from tests.lookup.functions import DictLookup
 
 
@@ -36,11 +36,11 @@ def test_a_worker_report_carries_every_metric_by_name() -> None:
     from lookup import LookupFunctionProvider
 
     provider = LookupFunctionProvider.of(DictLookup([(1, "a")]))
-    assert _worker.metrics_report(provider) is None  # not opened in this process
+    assert metrics_report(provider) is None  # not opened in this process
     try:
         _worker.worker_runtime(provider).lookup_batch([(1,), (2,)])
-        first = parse_report(_worker.metrics_report(provider))
-        second = parse_report(_worker.metrics_report(provider))
+        first = parse_report(metrics_report(provider))
+        second = parse_report(metrics_report(provider))
     finally:
         _worker._reset_for_tests()
     assert first is not None
@@ -202,7 +202,7 @@ def test_a_failing_task_notes_its_report_on_the_error() -> None:
     assert len(notes) == 1
     assert notes[0].startswith(NOTE_PREFIX)
     # What the driver finds in the error text of the query's termination event.
-    found = [parse_report(text) for text in _NOTE.findall("Traceback...\n" + notes[0] + "\n")]
+    found = [parse_report(text) for text in report_notes("Traceback...\n" + notes[0] + "\n")]
     assert found
     assert found[0] is not None
     assert found[0].values["num_load_failures"] == 1

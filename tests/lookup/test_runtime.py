@@ -24,6 +24,7 @@ from lookup import (
 )
 from lookup.runtime import worker as _worker
 from lookup.runtime.registry import REGISTRY
+from lookup.spark.report import metrics_report
 from spark_lookup.errors import ConfigError, KeyKindError, LookupLoadError
 from tests.lookup.functions import AsyncDictLookup, DictLookup, RecordingSleep
 
@@ -237,10 +238,10 @@ def test_the_worker_pins_the_runtime_open_lookup_shares() -> None:
     (one reference, kept until exit); metrics reports read any open runtime."""
     fn = DictLookup(ROWS)
     provider = partial(fn)
-    assert _worker.metrics_report(provider) is None
+    assert metrics_report(provider) is None
     try:
         with open_lookup(provider) as handle:
-            assert _worker.metrics_report(provider) is not None
+            assert metrics_report(provider) is not None
             runtime = _worker.worker_runtime(provider)
             assert _worker.worker_runtime(provider) is runtime is handle.runtime
             assert REGISTRY.references(provider.provider_id) == 2
@@ -253,7 +254,7 @@ def test_the_worker_pins_the_runtime_open_lookup_shares() -> None:
         _worker._reset_for_tests()  # as at exit
     assert REGISTRY.references(provider.provider_id) == 0
     assert fn.closed == 1
-    assert _worker.metrics_report(provider) is None
+    assert metrics_report(provider) is None
 
 
 def test_releasing_the_pin_leaves_open_handles_open() -> None:

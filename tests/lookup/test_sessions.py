@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lookup._session import is_connect, is_session
+from lookup.spark.session import is_connect, is_session
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("spark_lookup", "cache", "triggers", "scan", "lookup")

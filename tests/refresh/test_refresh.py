@@ -30,7 +30,7 @@ LOAD_TIMEOUT = 120
 def short_close_waits(monkeypatch: pytest.MonkeyPatch) -> PeriodicCacheReloadTrigger:
     """A trigger like ``HOUR``'s, with the waits of ``close()`` for a held load cut from
     10 s to 1 s each (the tests that hold a load open would spend them all)."""
-    monkeypatch.setattr("lookup.refresh._LOAD_STOP_WAIT", 1.0)
+    monkeypatch.setattr("lookup.spark.refresh._LOAD_STOP_WAIT", 1.0)
     return PeriodicCacheReloadTrigger(HOUR, close_timeout=1.0)
 
 
@@ -420,8 +420,8 @@ def test_an_unbounded_or_schemaless_source_is_refused(spark: Any) -> None:
 def test_docstring_examples_run(spark: Any) -> None:
     import doctest
 
-    import lookup.refresh
+    import lookup.spark.refresh
 
-    result = doctest.testmod(lookup.refresh, extraglobs={"spark": spark})
+    result = doctest.testmod(lookup.spark.refresh, extraglobs={"spark": spark})
     assert result.attempted > 0
     assert result.failed == 0

@@ -19,7 +19,7 @@ if not PYTHON_DATA_SOURCE.available():
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from lookup.refresh import _cached_size, _retryable, _summary, _worker_error_line
+from lookup.spark.refresh import _cached_size, _retryable, _summary, _worker_error_line
 from spark_lookup import errors
 
 pytestmark = [pytest.mark.spark, pytest.mark.needs("PYTHON_DATA_SOURCE", "SESSION_TAGS")]

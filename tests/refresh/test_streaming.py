@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from lookup import ScheduledTableRefresh
-from lookup._session import is_connect
+from lookup.spark.session import is_connect
 from spark_lookup import compat as _compat
 from tests.refresh.support import countries, execute, names
 from triggers import PeriodicCacheReloadTrigger

@@ -31,8 +31,8 @@ from lookup import (
     SqlLookupFunction,
     open_lookup,
 )
-from lookup._assemble import join_batch
-from lookup.join import plan_join
+from lookup.spark.assemble import join_batch
+from lookup.spark.join import plan_join
 from scan import CollectionSource, SqlTableSource, read_arrow
 from spark_lookup.errors import ConfigError, KeyKindError, LookupLoadError
 from tests.connectors.conftest import PgFactory

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from lookup import FullCachingLookupProvider, lookup_join
-from lookup.metrics import worker_reports
+from lookup.spark.metrics import worker_reports
 from scan import CollectionSource
 from tests.snapshots.helpers import count_lines, make_db, provider
 from triggers import PeriodicCacheReloadTrigger

@@ -19,7 +19,7 @@ from lookup import (
     lookup_join,
     lookup_metrics,
 )
-from lookup.metrics import worker_reports
+from lookup.spark.metrics import worker_reports
 from scan import CollectionSource
 from spark_lookup.errors import ConfigError
 from tests.lookup.functions import DictLookup

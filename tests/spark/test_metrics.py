@@ -24,7 +24,7 @@ from lookup import (
     lookup_join,
     lookup_metrics,
 )
-from lookup.metrics import METRICS_ENABLED, REPORT_COLUMN, worker_reports
+from lookup.spark.metrics import METRICS_ENABLED, REPORT_COLUMN, worker_reports
 from scan import CollectionSource
 from spark_lookup.errors import ConfigError, MetricsUnavailableError
 from tests.lookup.functions import DictLookup
@@ -390,7 +390,7 @@ def test_metrics_after_a_second_action_are_its_or_say_they_are_not(
     Spark Connect every action is observed: the metrics after the second include it. A
     classic session observes the first only: the metrics say so (``as_of``), and asking
     again for the same numbers warns."""
-    from lookup.metrics import StaleMetricsWarning
+    from lookup.spark.metrics import StaleMetricsWarning
 
     provider = partial()
     df = spark.range(0, 100, numPartitions=1).selectExpr("id % 10 AS id")

@@ -245,11 +245,11 @@ def test_registration_is_validated_on_the_driver(
 
 
 def test_sql_and_lookup_join_share_the_worker_runtime(spark: Any, orders: str) -> None:
-    from lookup._join_worker import JoinFunction
-    from lookup.join import plan_join
-    from lookup.metrics import REPORT_COLUMN, parse_report
     from lookup.runtime import worker as _worker
-    from lookup.spark_sql import _StructLookup
+    from lookup.spark.join import plan_join
+    from lookup.spark.join_worker import JoinFunction
+    from lookup.spark.report import REPORT_COLUMN, metrics_report, parse_report
+    from lookup.spark.sql_functions import _StructLookup
 
     provider = customers_provider("partial")
     function = provider.function  # type: ignore[attr-defined]
@@ -261,7 +261,7 @@ def test_sql_and_lookup_join_share_the_worker_runtime(spark: Any, orders: str) -
         handler = register_lookup_table_function(spark, "customer_rows", provider).func
         table_function = handler()
         lateral = [table_function.eval(2), table_function.eval(None), table_function.eval(2)]
-        last = parse_report(_worker.metrics_report(provider))
+        last = parse_report(metrics_report(provider))
     finally:
         _worker._reset_for_tests()
     assert function.batch_calls == [[(1,), (2,), (4,)]]  # one load, for all three users

@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from lookup._assemble import JoinShape, join_batch
-from lookup._join_plan import plan_join
-from lookup._session import is_connect
 from lookup.providers import LookupProvider
 from lookup.runtime.worker import worker_runtime
-from lookup.spark_sql import _checked
+from lookup.spark.assemble import JoinShape, join_batch
+from lookup.spark.join_plan import plan_join
+from lookup.spark.session import is_connect
+from lookup.spark.sql_functions import _checked
 from spark_lookup.compat import ARROW_UDTF_ANALYZE, analyze_result_class, require
 from spark_lookup.errors import ConfigError
 from spark_lookup.spark_types import AnySparkSession, AnyTableFunction
@@ -176,7 +176,7 @@ def register_lookup_join(
         raise ConfigError(f"metrics must be None or False, got {metrics!r}")
     # Checked now too, as far as the argument's schema is not needed: bad options fail
     # the registration, not each query.
-    from lookup._join_plan import _join_kind
+    from lookup.spark.join_plan import _join_kind
 
     _join_kind(how)
     if prefix is not None and (not isinstance(prefix, str) or not prefix):

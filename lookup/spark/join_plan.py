@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from pyspark.sql import types as T
 
-from lookup._assemble import JoinShape
 from lookup.providers import LookupProvider
+from lookup.spark.assemble import JoinShape
 from spark_lookup.errors import ConfigError
 from spark_lookup.schema import to_arrow_type
 from spark_lookup.shown import shown

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import threading
 import time
 import uuid
@@ -21,9 +20,15 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
-from cache.metrics import FIELDS, GAUGES, CacheMetrics, MetricsAsOf
-from lookup._session import is_connect
+from cache.metrics import GAUGES, CacheMetrics, MetricsAsOf
 from lookup.providers import FullCachingLookupProvider, LookupProvider
+from lookup.spark.report import (
+    REPORT_COLUMN,
+    WorkerReport,
+    parse_report,
+    report_notes,
+)
+from lookup.spark.session import is_connect
 from spark_lookup.compat import OBSERVATION_FILLED_BY_ACTION
 from spark_lookup.errors import ConfigError, MetricsUnavailableError
 from spark_lookup.shown import shown
@@ -54,16 +59,7 @@ METRICS_ENABLED = "spark.lookup.metrics.enabled"
 METRICS_COST = "about 10-25% of a full-cache join's throughput"
 """What the channel costs, measured by ``benchmarks/join_throughput.py`` (in messages)."""
 
-REPORT_COLUMN = "__spark_lookup_metrics"
-"""The column of the report rows between the map and the filter; a stream DataFrame
-must not have a column of this name."""
-
-NOTE_PREFIX = "spark-lookup metrics report: "
-"""Starts the line of a failed task's error that carries the worker's report."""
-
 _NAME_PREFIX = "spark_lookup_metrics_"
-_NOTE = re.compile(re.escape(NOTE_PREFIX) + r"(\{.*?\})\s*$", re.MULTILINE)
-
 _CLASSIC_WAIT_SECONDS = 1.0
 """How long [`lookup_metrics`][] waits for classic observations to be read back.
 
@@ -79,48 +75,6 @@ _CLASSIC_LATE_WAIT_SECONDS = 10.0
 _MAX_PENDING = 256
 """Classic observations kept per provider until read (the oldest unread are dropped
 beyond this: their workers' later reports make good what they held)."""
-
-
-@dataclass(frozen=True)
-class WorkerReport:
-    """One Python worker's cumulative metrics of one provider, as read on the driver.
-
-    Attributes
-    ----------
-    provider_id : str
-        The provider's ``provider_id``.
-    worker : str
-        The worker process (``host:pid:random``).
-    sequence : int
-        Increases with every report of the worker.
-    at : int
-        When the worker made the report (epoch milliseconds, the worker's clock).
-    values : dict
-        The metrics by name (the fields of [`cache.CacheMetrics.snapshot`][] that this
-        version knows; others are ignored).
-    """
-
-    provider_id: str
-    worker: str
-    sequence: int
-    at: int
-    values: Mapping[str, int]
-
-
-def parse_report(text: object) -> WorkerReport | None:
-    """Read one report written by `lookup.runtime.worker.metrics_report`; None (and a
-    debug log) for anything else, so a damaged report never fails the reader."""
-    if not isinstance(text, str):
-        return None
-    try:
-        data = json.loads(text)
-        values = data["m"]
-        return WorkerReport(provider_id=str(data["p"]), worker=str(data["w"]),
-                            sequence=int(data["s"]), at=int(data["t"]),
-                            values={name: int(values[name]) for name in FIELDS if name in values})
-    except (ValueError, TypeError, KeyError) as exc:
-        log.debug("ignoring a malformed metrics report %.200r: %s", text, exc)
-        return None
 
 
 @dataclass(frozen=True)
@@ -381,7 +335,7 @@ class _ProgressListener(StreamingQueryListener):
     def onQueryTerminated(self, event: Any) -> None:
         exception = getattr(event, "exception", None)
         if exception:
-            self._store.receive(_NOTE.findall(str(exception)),
+            self._store.receive(report_notes(str(exception)),
                                 _Channel("failed query", str(getattr(event, "id", ""))))
 
 

@@ -1,7 +1,7 @@
 """Lookups from Spark SQL: a scalar function (first matching row as a struct) and a table
 function (every matching row, for ``LATERAL`` joins).
 
-Design notes: DESIGN.md, lookup/ ``lookup/spark_sql.py``.
+Design notes: DESIGN.md, lookup/ ``lookup/spark/sql_functions.py``.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from pyspark.sql import types as T
 
 from cache.base import Key, Row
 from connectors.keys import KeyCodec
-from lookup._assemble import JoinShape, factorize
-from lookup._join_plan import keys_compatible
-from lookup._session import is_connect
 from lookup.providers import LookupProvider
 from lookup.runtime.base import LookupRuntime
 from lookup.runtime.worker import worker_runtime
+from lookup.spark.assemble import JoinShape, factorize
+from lookup.spark.join_plan import keys_compatible
+from lookup.spark.session import is_connect
 from spark_lookup.compat import ARROW_UDF, UDTF_ANALYZE, require
 from spark_lookup.errors import ConfigError, KeyKindError
 from spark_lookup.schema import to_arrow_type
@@ -227,7 +227,7 @@ def register_lookup_function(spark: AnySparkSession, name: str, provider: Lookup
     ``SELECT d.* FROM (SELECT name(key) AS d FROM t)``. ``name(key).column`` works.
 
     Works on classic and Spark Connect sessions. Its lookups are not reported to
-    [`lookup.lookup_metrics`][] (see `lookup.spark_sql`).
+    [`lookup.lookup_metrics`][] (see `lookup.spark.sql_functions`).
 
     Examples
     --------
@@ -354,7 +354,7 @@ def register_lookup_table_function(spark: AnySparkSession, name: str,
     rows without a match (or with a null key) are dropped.
 
     Works on classic and Spark Connect sessions. Its lookups are not reported to
-    [`lookup.lookup_metrics`][] (see `lookup.spark_sql`).
+    [`lookup.lookup_metrics`][] (see `lookup.spark.sql_functions`).
 
     ``eval`` is called once per row, so each row costs a Python call and pickling
     (roughly 10-20 microseconds per row where the scalar function costs a few); for

@@ -17,7 +17,7 @@ import sys
 from functools import lru_cache
 from typing import Any
 
-from lookup._session import is_connect
+from lookup.spark.session import is_connect
 from spark_lookup.errors import ConfigError
 
 __all__ = ["check_worker_python"]

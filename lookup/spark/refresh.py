@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from connectors.errors import should_retry
-from lookup._session import is_connect, is_session
 from lookup.retry import RetryPolicy
+from lookup.spark.session import is_connect, is_session
 from spark_lookup import errors
 from spark_lookup.compat import PYTHON_DATA_SOURCE, SESSION_TAGS, require
 from spark_lookup.errors import ConfigError, LookupLoadError, SnapshotUnavailableError

@@ -1,6 +1,6 @@
 """The function a lookup join runs in executors' Python workers: each Arrow batch of
 the stream joined by the worker's runtime of the provider (and, with metrics, the
-worker's report written into the output; see `lookup._join_report`)."""
+worker's report written into the output; see `lookup.spark.report`)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from lookup._assemble import JoinShape, join_batch
-from lookup._join_report import attach_report, placeholder, with_report
 from lookup.providers import LookupProvider
-from lookup.runtime.worker import metrics_report, worker_runtime
+from lookup.runtime.worker import worker_runtime
+from lookup.spark.assemble import JoinShape, join_batch
+from lookup.spark.report import attach_report, metrics_report, placeholder, with_report
 
 __all__ = ["JoinFunction"]
 
@@ -19,8 +19,8 @@ class JoinFunction:
     """The function ``mapInArrow`` runs in executors' Python workers (picklable).
 
     With ``report_nullable`` (the nullability of each added dimension column), the
-    output has one more column, `lookup.metrics.REPORT_COLUMN`, holding the
-    worker's cumulative metrics (see `lookup.metrics`) as of each batch, on the
+    output has one more column, `lookup.spark.metrics.REPORT_COLUMN`, holding the
+    worker's cumulative metrics (see `lookup.spark.metrics`) as of each batch, on the
     batch's *first* row, null in every other: an action that reads only part of the
     output (``show``, ``limit``) still reads a report. A left join writes it on the
     first joined row of each batch. An inner join may have none, so it writes a *report

@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql import types as T
 
-from lookup._interpreter import check_worker_python
-from lookup._join_plan import JoinPlan, keys_compatible, plan_join
-from lookup._join_worker import JoinFunction
-from lookup._pandas_wire import PandasJoin, pandas_input
-from lookup._session import is_connect
-from lookup.metrics import REPORT_COLUMN, metrics_enabled, observe_metrics
 from lookup.providers import LookupProvider
+from lookup.spark.interpreter import check_worker_python
+from lookup.spark.join_plan import JoinPlan, keys_compatible, plan_join
+from lookup.spark.join_worker import JoinFunction
+from lookup.spark.metrics import REPORT_COLUMN, metrics_enabled, observe_metrics
+from lookup.spark.pandas_wire import PandasJoin, pandas_input
+from lookup.spark.session import is_connect
 from spark_lookup.compat import CONNECT_OBSERVED_METRICS, require
 from spark_lookup.errors import ConfigError
 from spark_lookup.options import check_bool

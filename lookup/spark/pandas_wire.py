@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from pyspark.sql import types as T
 
-from lookup._join_worker import JoinFunction
+from lookup.spark.join_worker import JoinFunction
 from spark_lookup.errors import ConfigError
 from spark_lookup.schema import to_arrow_type
 from spark_lookup.type_families import FLOAT_TYPES, INTEGER_TYPES

@@ -1,0 +1,2 @@
+"""Spark integration: lookup_join (plan, worker, assembly, the pandas wire, the metrics report),
+Spark SQL functions and table joins, metrics, refreshed temp views, sessions."""
