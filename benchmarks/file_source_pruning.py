@@ -93,7 +93,7 @@ def main() -> None:
               f"planned", flush=True)
 
         def no_statistics() -> Any:
-            return mock.patch("scan.sources.files.predicates_to_pruning", return_value=None)
+            return mock.patch("connectors.files.source.predicates_to_pruning", return_value=None)
 
         # A bulk load's row groups come side by side, in no set order: compared by id.
         reference = pq.read_table(path)

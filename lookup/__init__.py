@@ -1,6 +1,8 @@
 """Lookup joins: functions, providers, the caching runtime, connectors, change feeds,
 Spark joins and SQL."""
 
+from typing import TYPE_CHECKING
+
 from lookup.changes.feed import ChangeFeed
 from lookup.function import AsyncLookupFunction, LookupFunction, LookupFunctionBase
 from lookup.options import LookupOptions
@@ -19,12 +21,13 @@ from lookup.spark.metrics import lookup_metrics
 from lookup.spark.refresh import Materialization, RefreshStatus, ScheduledTableRefresh
 from lookup.spark.sql_functions import register_lookup_function, register_lookup_table_function
 from lookup.spark.table_join import register_lookup_join
-from lookup.stores import (
-    PostgresChanges,
-    RedisKeyspaceChanges,
-    RedisLookupFunction,
-    SqlLookupFunction,
-)
+from spark_lookup.lazy import lazy_attributes
+
+if TYPE_CHECKING:
+    from connectors.redis.keyspace_changes import RedisKeyspaceChanges
+    from connectors.redis.lookup_function import RedisLookupFunction
+    from connectors.sql.lookup_function import SqlLookupFunction
+    from connectors.sql.postgres_changes import PostgresChanges
 
 __all__ = [
     "AsyncLookupFunction",
@@ -55,3 +58,12 @@ __all__ = [
     "register_lookup_join",
     "register_lookup_table_function",
 ]
+
+# Backends import this package's modules, so they load on first use (PEP 562), not
+# here (a cycle); the TYPE_CHECKING imports above give mypy and the docs their types.
+__getattr__ = lazy_attributes(__name__, {
+    "PostgresChanges": "connectors.sql.postgres_changes",
+    "RedisKeyspaceChanges": "connectors.redis.keyspace_changes",
+    "RedisLookupFunction": "connectors.redis.lookup_function",
+    "SqlLookupFunction": "connectors.sql.lookup_function",
+})

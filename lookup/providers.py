@@ -474,7 +474,7 @@ class FullCachingLookupProvider(LookupProvider):
 def _source_lookup(source: Any, key_columns: Sequence[str]) -> LookupFunction | None:
     """The keyed lookup of a source that has one (a SQL table: the same table, columns,
     filters, schema and bad-value mode), else None."""
-    from lookup.stores.sql import SqlLookupFunction
+    from connectors.sql.lookup_function import SqlLookupFunction
     from scan import SqlTableSource
 
     if not isinstance(source, SqlTableSource):

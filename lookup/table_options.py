@@ -24,9 +24,9 @@ from typing import Any, ClassVar, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from connectors.redis.client import check_redis_url
-from lookup._jdbc_drivers import JdbcConnect, choose_driver
-from lookup._jdbc_url import parse_jdbc_url
-from lookup._secret import Secret
+from connectors.sql.jdbc.drivers import JdbcConnect, choose_driver
+from connectors.sql.jdbc.secret import Secret
+from connectors.sql.jdbc.url import parse_jdbc_url
 from lookup.function import LookupFunction
 from spark_lookup import options as opts
 from spark_lookup.credentials import redact_credentials
@@ -287,7 +287,7 @@ class JdbcTableOptions(TableOptions):
         return list(primary_key)
 
     def function(self, key_columns: Keys, schema: SchemaLike | None) -> LookupFunction:
-        from lookup.stores.sql import SqlLookupFunction
+        from connectors.sql.lookup_function import SqlLookupFunction
 
         connect, table = self._table()
         return SqlLookupFunction(connect, table, self.key_columns(key_columns, schema),
@@ -463,7 +463,7 @@ class RedisTableOptions(TableOptions):
         return schema
 
     def function(self, key_columns: Keys, schema: SchemaLike | None) -> LookupFunction:
-        from lookup.stores.redis import RedisLookupFunction
+        from connectors.redis.lookup_function import RedisLookupFunction
 
         extra: dict[str, Any] = {name: value for name, value in (
             ("socket_timeout", self.socket_timeout), ("connect_timeout", self.connect_timeout),

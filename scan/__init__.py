@@ -13,20 +13,24 @@ does (plan on the driver, read on executors).
 Depends on nothing of ours but the shared base ``spark_lookup``; no JVM is needed.
 """
 
+from typing import TYPE_CHECKING
+
 from scan.enumerator import SplitEnumerator, SplitEnumeratorContext
 from scan.reader import InputStatus, ReaderOptions, ReaderOutput, SourceReader, SourceReaderContext
 from scan.runner import LocalSourceRunner, read_arrow
 from scan.source import Boundedness, Source
-from scan.sources import (
-    CollectionSource,
-    DeltaSource,
-    FileSource,
-    IcebergSource,
-    RedisScanSource,
-    SqlTableSource,
-)
+from scan.sources import CollectionSource
 from scan.split import SourceSplit
 from scan.standalone import plan_splits, read_split, read_split_arrow
+from spark_lookup.lazy import lazy_attributes
+
+if TYPE_CHECKING:
+    from connectors.files.delta import DeltaSource
+    from connectors.files.iceberg import IcebergSource
+    from connectors.files.source import FileSource
+    from connectors.redis.source import RedisScanSource
+    from connectors.sql.source import SqlTableSource
+    from scan.spark import register_data_source
 
 # What a user of sources needs. Writing a connector: ``scan.connector`` (split readers,
 # fetchers, emitters); the built-in splits: ``scan.sources``; split serializers:
@@ -56,12 +60,13 @@ __all__ = [
     "register_data_source",
 ]
 
-
-def __getattr__(name: str) -> object:
-    # The Spark data source adapter imports PySpark's data source API; load it only when
-    # asked for, so the scan layer stays importable and usable without Spark.
-    if name == "register_data_source":
-        from scan.spark import register_data_source
-
-        return register_data_source
-    raise AttributeError(f"module 'scan' has no attribute {name!r}")
+# Backends import this package's modules, so they load on first use (PEP 562), not
+# here (a cycle); the TYPE_CHECKING imports above give mypy and the docs their types.
+__getattr__ = lazy_attributes(__name__, {
+    "DeltaSource": "connectors.files.delta",
+    "FileSource": "connectors.files.source",
+    "IcebergSource": "connectors.files.iceberg",
+    "RedisScanSource": "connectors.redis.source",
+    "SqlTableSource": "connectors.sql.source",
+    "register_data_source": "scan.spark",
+})

@@ -13,9 +13,9 @@ Arrow table a full cache or Spark receives.
 Writing a connector: a frozen [`SourceSplit`][], its versioned serializer, a
 mutable split state with ``to_split()``, a `SplitReader`, a
 `RecordEmitter`, and a [`Source`][] whose ``create_reader`` returns a
-`PullingSourceReader` of them. ``scan/sources/collection.py`` is the smallest
-complete example (Arrow records); ``scan/sources/files.py`` reads Arrow from files;
-``scan/sources/sql.py`` has a lazy split planner and a client (row records).
+`PullingSourceReader` of them. ``scan/collection.py`` is the smallest
+complete example (Arrow records); ``connectors/files/source.py`` reads Arrow from files;
+``connectors/sql/source.py`` has a lazy split planner and a client (row records).
 """
 
 from scan.connector.arrow_records import ArrowRecordsBySplits

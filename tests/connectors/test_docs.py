@@ -22,7 +22,8 @@ def test_public_names_are_exported() -> None:
 
 @pytest.mark.parametrize(
     "module",
-    ["lookup.stores.sql", "lookup.stores.redis", "cache.redis", "cache.tiered",
+    ["connectors.sql.lookup_function", "connectors.redis.lookup_function",
+     "cache.redis", "cache.tiered",
      "cache._codec", "connectors.predicates", "connectors.keys", "connectors.convert",
      "connectors.sql.table", "connectors.redis.template"],
 )

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pytest
 
 from cache import DefaultLookupCache
+from connectors.sql.postgres_changes import parse_payload
 from lookup import (
     FullCachingLookupProvider,
     LookupFunction,
@@ -28,7 +29,6 @@ from lookup import (
     open_lookup,
 )
 from lookup.changes.feed import Change
-from lookup.stores.postgres_changes import parse_payload
 from scan import SqlTableSource
 from spark_lookup.errors import ConfigError, ConnectorError
 from tests.connectors.conftest import PgFactory, pg_exec

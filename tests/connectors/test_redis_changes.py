@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 
 from cache import DefaultLookupCache
+from connectors.redis.keyspace_changes import keyspace_flags_missing
 from lookup import (
     PartialCachingLookupProvider,
     RedisKeyspaceChanges,
     RedisLookupFunction,
     open_lookup,
 )
-from lookup.stores.redis_changes import keyspace_flags_missing
 from spark_lookup.errors import ConfigError
 from tests.polling import wait_until
 

@@ -18,11 +18,11 @@ from pyiceberg.catalog import load_catalog
 
 from cache import CacheMetrics
 from cache.snapshot_store import SnapshotStore
+from connectors.files import delta
 from lookup import FullCachingLookupProvider, RetryPolicy, open_lookup
 from lookup.runtime.full import FullCachingRuntime
 from lookup.spark.metrics import parse_report
 from scan import CollectionSource, DeltaSource, IcebergSource
-from scan.sources import delta
 from tests.snapshots.helpers import ManualTrigger
 from triggers import PeriodicCacheReloadTrigger
 

@@ -17,10 +17,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from connectors.sql.flavor import MYSQL, POSTGRES
+from connectors.sql.jdbc.drivers import JdbcConnect, choose_driver
+from connectors.sql.jdbc.secret import Secret
+from connectors.sql.jdbc.url import parse_jdbc_url, redact_jdbc_url
 from lookup import LookupOptions, SqlLookupFunction, open_lookup
-from lookup._jdbc_drivers import JdbcConnect, choose_driver
-from lookup._jdbc_url import parse_jdbc_url, redact_jdbc_url
-from lookup._secret import Secret
 from lookup.table_options import JdbcTableOptions
 from scan import CollectionSource, DeltaSource, FileSource, SqlTableSource
 from spark_lookup.errors import ConfigError, ConnectorError

@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from cache import RedisLookupCache
+from connectors.sql.jdbc.url import parse_jdbc_url
 from lookup import LookupOptions, RedisKeyspaceChanges, RedisLookupFunction, open_lookup
-from lookup._jdbc_url import parse_jdbc_url
 from scan import RedisScanSource
 from spark_lookup.errors import ConfigError, SparkLookupError
 

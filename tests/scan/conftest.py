@@ -74,7 +74,7 @@ def _collection_case(monkeypatch: pytest.MonkeyPatch) -> Case:
         return ROWS[split.start : split.end]
 
     def break_source() -> type[Exception]:
-        from scan.sources import collection
+        from scan import collection
 
         def fail(self: Any) -> Any:
             raise RuntimeError("injected: the collection cannot be read")

@@ -46,13 +46,13 @@ from scan.connector import (
     SplitsChange,
 )
 from scan.enumerator import ReaderInfo
-from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
-from scan.sources._enumerator import (
+from scan.planners import (
     ListPlanner,
     PullEnumeratorState,
     PullEnumeratorStateSerializer,
     PullSplitEnumerator,
 )
+from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
 
 Row = tuple[Any, ...]
 

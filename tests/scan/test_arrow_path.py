@@ -15,6 +15,7 @@ import pytest
 
 import scan.outputs
 import scan.reader
+from connectors.files import row_groups as _row_groups
 from scan import (
     CollectionSource,
     FileSource,
@@ -35,7 +36,6 @@ from scan.connector import (
     SingleThreadFetcherManager,
 )
 from scan.serializers import unpack_versioned
-from scan.sources import _row_groups
 from spark_lookup.errors import SourceError
 from tests.scan.helpers import (
     ArrowListState,

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from connectors.redis import source as redis_scan
 from scan import (
     LocalSourceRunner,
     ReaderOptions,
@@ -19,7 +20,7 @@ from scan import (
     read_arrow,
     read_split,
 )
-from scan.sources import RedisKeysSplit, redis_scan
+from scan.sources import RedisKeysSplit
 from spark_lookup.errors import BadValueError, ConfigError, ConnectorError
 from tests.scan.helpers import bag, run_all
 
@@ -190,7 +191,7 @@ def test_keys_returned_twice_by_scan_are_read_once(monkeypatch: pytest.MonkeyPat
 
 
 def test_dedupe_survives_a_restore(monkeypatch: pytest.MonkeyPatch) -> None:
-    from scan.sources._enumerator import PullEnumeratorState
+    from scan.planners import PullEnumeratorState
 
     monkeypatch.setattr(redis_scan, "_connect", lambda url: _FakeRedis())
     source = RedisScanSource("redis://fake", "*", "string", "v STRING")

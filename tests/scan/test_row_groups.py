@@ -1,4 +1,4 @@
-"""How FileSource decodes a Parquet row group (scan/sources/_row_groups.py): units of a
+"""How FileSource decodes a Parquet row group (connectors/files/row_groups.py): units of a
 bounded size in bytes, the last one flagged by counting rows; and restores that land
 anywhere among several units of a row group."""
 
@@ -14,14 +14,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from connectors import Predicate
+from connectors.files import row_groups as _row_groups
+from connectors.files.row_groups import decode_rows, row_group_batches
+from connectors.files.side_by_side import SideBySideReader
+from connectors.files.source import FileSplit
 from scan import FileSource, LocalSourceRunner, ReaderOptions, read_arrow
 from scan.connector.fetcher import SplitFetcher
 from scan.connector.queue import ElementQueue
 from scan.connector.records import RecordsWithSplitIds
-from scan.sources import _row_groups
-from scan.sources._row_groups import decode_rows, row_group_batches
-from scan.sources._side_by_side import SideBySideReader
-from scan.sources.files import FileSplit
 from spark_lookup.errors import SourceError, SparkLookupError
 from tests.scan.helpers import wait_done
 

@@ -22,8 +22,8 @@ from scan import (
 )
 from scan._runtime import EnumeratorContext, Mailbox
 from scan.checkpoint import decode_checkpoint
+from scan.planners import PullEnumeratorState
 from scan.serializers import unpack_versioned
-from scan.sources._enumerator import PullEnumeratorState
 from spark_lookup.errors import ConfigError, SourceError
 from tests.scan.helpers import ListSplit, MockSource, RecordingSource, bag, run_all
 
@@ -271,7 +271,7 @@ def test_call_async_errors_reach_the_handler() -> None:
 
 
 def test_source_events_travel_both_ways() -> None:
-    from scan.sources._enumerator import ListPlanner, PullSplitEnumerator
+    from scan.planners import ListPlanner, PullSplitEnumerator
 
     seen: list[tuple[str, Any]] = []
 

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scan.checkpoint import CheckpointData, decode_checkpoint, encode_checkpoint
+from scan.planners import PullEnumeratorState
 from scan.serializers import (
     JsonVersionedSerializer,
     decode_value,
@@ -21,7 +22,6 @@ from scan.serializers import (
     unpack_versioned,
 )
 from scan.sources import CollectionSplit, FileSplit, RedisKeysSplit, SqlChunkSplit
-from scan.sources._enumerator import PullEnumeratorState
 from spark_lookup.errors import SourceError
 from tests.scan.conftest import ROWS, SCHEMA
 

@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
+from connectors.sql import chunks as _sql_chunks
+from connectors.sql.chunks import MIN_CHUNK_ROWS, chunk_conditions
 from scan import LocalSourceRunner, ReaderOptions, SqlTableSource, plan_splits, read_arrow
 from scan.connector.split_reader import SplitsAddition
-from scan.sources import SqlChunkSplit, _sql_chunks
-from scan.sources._sql_chunks import MIN_CHUNK_ROWS, chunk_conditions
+from scan.sources import SqlChunkSplit
 from spark_lookup.errors import ConfigError
 from tests.scan.helpers import bag, run_all
 

@@ -14,7 +14,7 @@ from pyspark.sql import types as T
 from connectors.convert import Conformer, castable
 from connectors.policy import BadValuePolicy, BadValueStats
 from connectors.predicates import Predicate, predicates_mask
-from scan.sources._pull import PullSource, QueueSplitReader
+from scan.pull import PullSource, QueueSplitReader
 from scan.split import SplitT
 from spark_lookup.errors import (
     ConfigError,

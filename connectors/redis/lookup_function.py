@@ -14,7 +14,7 @@ from connectors.policy import BadValuePolicy
 from connectors.predicates import Predicate
 from connectors.redis import RedisTable
 from connectors.redis.client import redact_url
-from lookup.stores._keyed import KeyedLookupFunction
+from lookup.keyed import KeyedLookupFunction
 from spark_lookup.schema import SchemaLike
 
 __all__ = ["RedisLookupFunction"]

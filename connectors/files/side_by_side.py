@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any, Generic
 
+from connectors.files.batches import BatchStreamReader
 from scan.connector.arrow_records import ArrowRecordsBySplits
-from scan.sources._batches import BatchStreamReader
 from scan.split import SplitT
 from spark_lookup.errors import SparkLookupError, raise_from
 

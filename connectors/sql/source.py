@@ -16,15 +16,15 @@ from pyspark.sql import types as T
 from connectors.policy import BadValuePolicy, CountsBadValues
 from connectors.predicates import Predicate
 from connectors.sql import SqlConnection, SqlPlan, SqlTable
+from connectors.sql.chunks import ChunkPlan, SqlChunkPlanner, SqlChunkSplit, chunk_conditions
 from connectors.sql.connection import POSTGRES
 from scan.connector.emitter import RecordEmitter
 from scan.connector.pulling import PullingSourceReader
 from scan.enumerator import SplitEnumeratorContext
+from scan.planners import PullEnumeratorState, PullSplitEnumerator, SplitPlanner
+from scan.pull import PullSource, QueueSplitReader
 from scan.reader import ReaderOutput, SourceReader, SourceReaderContext
 from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
-from scan.sources._enumerator import PullEnumeratorState, PullSplitEnumerator, SplitPlanner
-from scan.sources._pull import PullSource, QueueSplitReader
-from scan.sources._sql_chunks import ChunkPlan, SqlChunkPlanner, SqlChunkSplit, chunk_conditions
 from spark_lookup.errors import ConfigError
 from spark_lookup.identifiers import validate_identifier
 from spark_lookup.options import check_int
@@ -165,7 +165,7 @@ def _check_bounds(bounds: object, chunk_count: int | None) -> None:
 
 class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
     """A SQL table read in chunks of split-column ranges, as Flink CDC chunks a snapshot
-    (see `scan.sources._sql_chunks`): PostgreSQL or SQLite over ADBC (Arrow end to
+    (see `connectors.sql.chunks`): PostgreSQL or SQLite over ADBC (Arrow end to
     end) or DB-API (psycopg, sqlite3), or another DB-API database given a schema.
 
     Built on the driver and picklable: it holds the connection factory and names, no

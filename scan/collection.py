@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import types as T
 
 from scan.arrow import conform_to_schema, record_batch_to_rows, rows_to_record_batch
+from scan.planners import ListPlanner, SplitPlanner
+from scan.pull import PullSource, QueueSplitReader, SplitFieldsSerializer
 from scan.serializers import SimpleVersionedSerializer
-from scan.sources._enumerator import ListPlanner, SplitPlanner
-from scan.sources._pull import PullSource, QueueSplitReader, SplitFieldsSerializer
-from scan.sources._types import arrow_to_spark, infer_python_type
 from scan.split import SourceSplit
+from scan.types import arrow_to_spark, infer_python_type
 from spark_lookup.errors import ConfigError
 from spark_lookup.options import check_int
 from spark_lookup.schema import SchemaLike, parse_schema, to_arrow_schema

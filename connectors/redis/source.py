@@ -15,9 +15,9 @@ from connectors.policy import BadValuePolicy, CountsBadValues
 from connectors.predicates import Predicate
 from connectors.redis import RedisTable
 from connectors.redis.client import redact_url, redis_client_from_url
+from scan.planners import SplitPlanner
+from scan.pull import PullSource, QueueSplitReader
 from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
-from scan.sources._enumerator import SplitPlanner
-from scan.sources._pull import PullSource, QueueSplitReader
 from scan.split import SourceSplit
 from spark_lookup.errors import ConfigError, ConnectorError, SourceError
 from spark_lookup.options import check_int

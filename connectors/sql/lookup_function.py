@@ -15,7 +15,7 @@ from connectors.keys import EncodedKeys, KeyCodec
 from connectors.policy import BadValuePolicy
 from connectors.predicates import Predicate
 from connectors.sql import SqlConnection, SqlTable
-from lookup.stores._keyed import KeyedLookupFunction
+from lookup.keyed import KeyedLookupFunction
 from spark_lookup.errors import TransientConnectorError
 from spark_lookup.options import check_int
 from spark_lookup.per_process import PerProcess

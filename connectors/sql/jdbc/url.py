@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 
 from connectors.sql.flavor import MYSQL, POSTGRES, SQLITE
-from lookup._secret import Secret
+from connectors.sql.jdbc.secret import Secret
 from spark_lookup.credentials import redact_credentials
 from spark_lookup.errors import ConfigError
 
@@ -31,8 +31,9 @@ DATABASES = {"postgresql": POSTGRES, "mysql": MYSQL, "mariadb": MYSQL, "sqlite":
 _DEFAULT_PORTS = {POSTGRES: 5432, MYSQL: 3306}
 _NAMES = {POSTGRES: "PostgreSQL", MYSQL: "MySQL/MariaDB", SQLITE: "SQLite"}
 _SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
-# Connector/J parameters whose effect the Python sessions already have: they pin the
-# session's time zone to UTC (values are instants either way) and speak utf8mb4.
+# Connector/J parameters whose effect our MySQL connections already have: they pin
+# the connection's time zone to UTC (values are instants either way) and speak
+# utf8mb4.
 _MYSQL_IGNORED = frozenset({"serverTimezone", "characterEncoding", "useUnicode",
                             "connectionTimeZone"})
 

@@ -23,15 +23,15 @@ from scan.connector.emitter import ArrowRecordEmitter
 from scan.connector.pulling import PullingSourceReader
 from scan.connector.split_reader import SplitReader, SplitsChange
 from scan.enumerator import SplitEnumerator, SplitEnumeratorContext
-from scan.reader import SourceReader, SourceReaderContext
-from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
-from scan.source import Boundedness, Source
-from scan.sources._enumerator import (
+from scan.planners import (
     PullEnumeratorState,
     PullEnumeratorStateSerializer,
     PullSplitEnumerator,
     SplitPlanner,
 )
+from scan.reader import SourceReader, SourceReaderContext
+from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
+from scan.source import Boundedness, Source
 from scan.split import SplitT
 
 __all__ = ["PullSource", "QueueSplitReader", "RowsState", "SplitFieldsSerializer"]

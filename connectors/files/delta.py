@@ -15,6 +15,13 @@ from urllib.parse import unquote
 
 from pyspark.sql import types as T
 
+from connectors.files.batches import (
+    BatchReading,
+    BatchReadingSource,
+    BatchStreamReader,
+    lake_error,
+    skip_rows,
+)
 from connectors.policy import BadValuePolicy
 from connectors.predicates import (
     Predicate,
@@ -23,18 +30,11 @@ from connectors.predicates import (
     predicates_to_pruning,
     statistics_decide,
 )
+from scan.planners import SplitPlanner, VersionListPlanner
+from scan.pull import SplitFieldsSerializer
 from scan.serializers import SimpleVersionedSerializer
-from scan.sources._batches import (
-    BatchReading,
-    BatchReadingSource,
-    BatchStreamReader,
-    lake_error,
-    skip_rows,
-)
-from scan.sources._enumerator import SplitPlanner, VersionListPlanner
-from scan.sources._pull import SplitFieldsSerializer
-from scan.sources._types import table_columns
 from scan.split import SourceSplit
+from scan.types import table_columns
 from spark_lookup.errors import (
     ConfigError,
     ConnectorError,

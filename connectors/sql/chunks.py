@@ -1,6 +1,6 @@
 """Chunking a table by ranges of its split column, as Flink CDC's snapshot splitter does.
 
-Design notes: DESIGN.md, scan/ ``scan/sources/_sql_chunks.py``.
+Design notes: DESIGN.md, scan/ ``connectors/sql/chunks.py``.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from connectors.sql import SqlConnection, SqlTable
-from scan.sources._enumerator import SplitPlanner
+from scan.planners import SplitPlanner
 from scan.split import SourceSplit
 from spark_lookup.errors import SourceError
 from spark_lookup.shown import shown

@@ -12,24 +12,24 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import types as T
 
-from connectors.policy import BadValuePolicy
-from connectors.predicates import Predicate, check_predicates, predicates_to_pruning
-from scan.connector.pulling import PullingSourceReader
-from scan.reader import SourceReader, SourceReaderContext
-from scan.serializers import SimpleVersionedSerializer
-from scan.sources._batches import (
+from connectors.files.batches import (
     BatchReading,
     BatchReadingSource,
     io_error,
     with_last,
 )
-from scan.sources._enumerator import SplitPlanner
-from scan.sources._footers import Footer, read_footer
-from scan.sources._pull import SplitFieldsSerializer
-from scan.sources._row_groups import row_group_batches
-from scan.sources._side_by_side import SideBySideReader
-from scan.sources._types import arrow_to_spark
+from connectors.files.footers import Footer, read_footer
+from connectors.files.row_groups import row_group_batches
+from connectors.files.side_by_side import SideBySideReader
+from connectors.policy import BadValuePolicy
+from connectors.predicates import Predicate, check_predicates, predicates_to_pruning
+from scan.connector.pulling import PullingSourceReader
+from scan.planners import SplitPlanner
+from scan.pull import SplitFieldsSerializer
+from scan.reader import SourceReader, SourceReaderContext
+from scan.serializers import SimpleVersionedSerializer
 from scan.split import SourceSplit
+from scan.types import arrow_to_spark
 from spark_lookup.errors import ConfigError, SourceError, SparkLookupError
 from spark_lookup.schema import SchemaLike, parse_schema, to_arrow_schema
 from spark_lookup.shown import shown
@@ -40,14 +40,14 @@ if TYPE_CHECKING:
 __all__ = ["FileSource", "FileSplit"]
 
 _FORMATS = ("parquet", "csv")
-# A row group is decoded in units of about 8 MB (scan/sources/_row_groups.py), of which
+# A row group is decoded in units of about 8 MB (connectors/files/row_groups.py), of which
 # readers emit slices. A column chunk is read through a buffer of this size, not whole
 # (nor all the chunks of a row group at once, pyarrow's pre-buffering): a 128 MB row
 # group costs 1 MB a column.
 _READ_BUFFER = 1 << 20
 # Row groups a bulk load decodes at once, over all its readers, per core: a row group's
 # units are decoded a column per core, waiting for the slowest column, and other row
-# groups fill the idle time (scan/sources/_side_by_side.py). One reader on 2 cores
+# groups fill the idle time (connectors/files/side_by_side.py). One reader on 2 cores
 # reads 4 side by side: 0.80x of pq.read_table with 1, 0.89x with 2, 1.00x with 4
 # (benchmarks/README.md, "Row groups side by side"). Each costs about one decode unit.
 _ROW_GROUPS_PER_CORE = 2

@@ -10,20 +10,20 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import types as T
 
-from connectors.policy import BadValuePolicy
-from connectors.predicates import Predicate, check_predicates
-from scan.serializers import SimpleVersionedSerializer
-from scan.sources._batches import (
+from connectors.files.batches import (
     BatchReading,
     BatchReadingSource,
     BatchStreamReader,
     lake_error,
     skip_rows,
 )
-from scan.sources._enumerator import SplitPlanner, VersionListPlanner
-from scan.sources._pull import SplitFieldsSerializer
-from scan.sources._types import table_columns
+from connectors.policy import BadValuePolicy
+from connectors.predicates import Predicate, check_predicates
+from scan.planners import SplitPlanner, VersionListPlanner
+from scan.pull import SplitFieldsSerializer
+from scan.serializers import SimpleVersionedSerializer
 from scan.split import SourceSplit
+from scan.types import table_columns
 from spark_lookup.errors import (
     ConfigError,
     ConnectorError,
