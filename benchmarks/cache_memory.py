@@ -94,7 +94,7 @@ def child(kind: str, n: int) -> dict[str, Any]:
     """One measurement, in this process."""
     import pyarrow as pa
 
-    from cache.full import FullSnapshot
+    from cache.full.snapshot import FullSnapshot
 
     gc.collect()
     tracemalloc.start()

@@ -41,7 +41,7 @@ def main() -> None:
     import adbc_driver_postgresql.dbapi
     import psycopg
 
-    from cache.full import FullSnapshot
+    from cache.full.snapshot import FullSnapshot
     from connectors import Predicate
     from scan import SqlTableSource, read_arrow
 

@@ -10,7 +10,7 @@ side by side:
     a. no lookup thread (the floor)
     b. N threads calling ``lookup_batch`` (1-50 random keys) in a loop, taking turns
     c. the same, turns disabled (``lookup_turn`` replaced by a no-op in
-       ``lookup.runtime.full`` and ``cache.full`` for this case only): no priority at all
+       ``lookup.runtime.full`` and ``cache.full.snapshot`` for this case only): no priority at all
 
 Rounds run a, b, c in turn (``--repeats`` rounds); a case's figure is the median of its
 reload times.
@@ -75,7 +75,7 @@ def _postgres_table(rows: int) -> Iterator[tuple[Callable[[], Any], str]]:
 
 def _time_reload(handle: Any, threads: int, keys: int, yield_gil: bool) -> float:
     """Seconds of one reload with ``threads`` busy lookup threads."""
-    import cache.full as full_cache
+    import cache.full.snapshot as full_cache
     import lookup.runtime.full as full_caching
 
     stop = threading.Event()

@@ -37,8 +37,8 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._util import median, write_result
-from cache.full import FullSnapshot
-from cache.snapshot_store import SnapshotStore
+from cache.full.snapshot import FullSnapshot
+from cache.full.store import SnapshotStore
 
 
 def table(rows: int) -> pa.Table:

@@ -122,7 +122,7 @@ def _read(source: Any, parallelism: int, ordered: bool = False) -> Callable[[], 
 def make_cases(table: str, rows: int, sqlite_path: str | None) -> dict[str, Case]:
     import psycopg
 
-    from cache.full import FullSnapshot
+    from cache.full.snapshot import FullSnapshot
     from scan import SqlTableSource, read_arrow
 
     adbc = adbc_connect()
@@ -202,7 +202,7 @@ def loaders(table: str, rows: int) -> dict[str, Callable[[], Any]]:
     catalog read, so only the load itself is measured); default settings."""
     import psycopg
 
-    from cache.full import FullSnapshot
+    from cache.full.snapshot import FullSnapshot
     from scan import SqlTableSource, read_arrow
 
     adbc = SqlTableSource(adbc_connect, table)

@@ -14,8 +14,8 @@ from typing import Any, Final, TypeVar
 import pyarrow as pa
 
 from cache._codec import CodecError, decode_rows, encode_key, encode_rows
-from cache._fit import misfit_check
 from cache.base import Key, LookupCache, Rows, check_key, freeze_rows, key_tuples
+from cache.fit import misfit_check
 from cache.metrics import CacheMetrics
 from connectors.redis.client import SharedClient, check_redis_url, redact_url, redis_client_from_url
 from spark_lookup import options as opts
@@ -83,7 +83,7 @@ class RedisLookupCache(PerProcess, LookupCache):
     or written by someone else decodes to nothing, is served as a miss, and counts as a
     cache error. Once bound to a schema (the lookup runtime binds it), an entry whose
     rows are not exactly values of the schema's types (``1.5`` or ``True`` in a BIGINT,
-    an integer beyond its range, ``55`` in a STRING; see ``cache._fit``) is a miss and a
+    an integer beyond its range, ``55`` in a STRING; see ``cache.fit``) is a miss and a
     cache error too, on every path, so the runtime loads the key again and overwrites it.
     A row holding a type without a safe encoding is not cached (the old entry is
     removed, so no stale rows survive) and counts as a cache error.

@@ -12,7 +12,7 @@ from typing import Any
 from pyspark.sql.types import StructType
 
 from cache.base import LookupCache
-from cache.default import DefaultLookupCache
+from cache.default.cache import DefaultLookupCache
 from lookup import providers  # builds whichever provider the options name
 from lookup._flink_ddl import read_create_table
 from lookup.function import AsyncLookupFunction, LookupFunction

@@ -332,7 +332,7 @@ class FullCachingLookupProvider(LookupProvider):
     def snapshot_directory(self) -> Path:
         """The store directory of this table on this host:
         ``<snapshot_dir or tmp/spark-lookup-snapshots>/<snapshot_name or provider_id>``."""
-        from cache.snapshot_store import default_snapshot_root
+        from cache.full.store import default_snapshot_root
 
         root = Path(self.snapshot_dir) if self.snapshot_dir else default_snapshot_root()
         return root / (self.snapshot_name or self.provider_id)
@@ -433,7 +433,7 @@ class FullCachingLookupProvider(LookupProvider):
             For an invalid argument, or ``snapshot_dir``/``snapshot_name`` together with
             ``share_across_workers=False``.
         """
-        from cache.snapshot_store import check_store_name
+        from cache.full.store import check_store_name
         from scan import Source
         from triggers import CacheReloadTrigger
 

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from cache._key_hash import hash_keys
-from cache._overlay import Overlay
+from cache.full.overlay import Overlay
+from cache.key_hash import hash_keys
 from connectors.keys import KeyCodec
 from lookup.changes.feed import Change, ChangeFeed
 from lookup.changes.keys import ChangedKeys

@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from cache._key_hash import hash_keys
 from cache.base import Key, LookupCache, Row
+from cache.key_hash import hash_keys
 from cache.metrics import CacheMetrics
 from connectors.keys import KeyCodec
 from lookup.changes.feed import Change, ChangeFeed

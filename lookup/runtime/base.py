@@ -16,8 +16,8 @@ from typing import Protocol
 import numpy as np
 import pyarrow as pa
 
-from cache._string_views import StringViews
 from cache.base import Key, Row, answers_to_arrow, expand, key_tuples
+from cache.full.string_views import StringViews
 from cache.metrics import CacheMetrics
 from connectors.keys import EncodedKeys, KeyCodec, has_null
 from connectors.rows import python_values

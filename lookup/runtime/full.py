@@ -19,12 +19,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from cache._keys import CacheKeys
-from cache._overlay import Overlay
 from cache.base import Key, Row
-from cache.full import FullSnapshot, LookupFullCache
-from cache.shared_full import SharedFullCache
-from cache.snapshot_store import SnapshotStore, StoredSnapshot
+from cache.full.overlay import Overlay
+from cache.full.shared import SharedFullCache
+from cache.full.snapshot import FullSnapshot, LookupFullCache
+from cache.full.store import SnapshotStore, StoredSnapshot
+from cache.keys import CacheKeys
 from connectors.errors import should_retry
 from lookup.changes.host_listeners import HostListeners
 from lookup.changes.listener import Subscription, subscribe

@@ -1,10 +1,10 @@
 """One load of a full cache: the source read whole, built into a snapshot.
 
 Shared across the processes of a host, the loading process streams the source into the
-host's snapshot store as it is read (`cache.shared_full.SharedFullCache.stage`),
+host's snapshot store as it is read (`cache.full.shared.SharedFullCache.stage`),
 so its memory does not grow with the table; if the store's directory cannot take it (a
 full disk), the table is loaded in memory instead and served by this process alone. A
-cache of one process loads in memory (`cache.full.FullSnapshot.load`).
+cache of one process loads in memory (`cache.full.snapshot.FullSnapshot.load`).
 
 Either way the readers hand the memory they free back to the system as they go
 (`scan.ReaderOptions.release_memory`): a load's peak is what it holds, not what
@@ -19,9 +19,9 @@ from functools import partial
 
 import pyarrow as pa
 
-from cache._spool import SpoolError
-from cache.full import FullSnapshot
-from cache.shared_full import SharedFullCache
+from cache.full.shared import SharedFullCache
+from cache.full.snapshot import FullSnapshot
+from cache.full.spool import SpoolError
 from lookup.providers import FullCachingLookupProvider
 from scan import LocalSourceRunner, ReaderOptions, read_arrow
 from spark_lookup.schema import to_arrow_schema

@@ -13,7 +13,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cache._fit import misfit_check
 from cache.base import (
     CachedAnswers,
     Key,
@@ -23,7 +22,8 @@ from cache.base import (
     key_tuples,
     row_ranges,
 )
-from cache.default import DefaultLookupCache
+from cache.default.cache import DefaultLookupCache
+from cache.fit import misfit_check
 from connectors.keys import EncodedKeys, KeyCodec
 from lookup.changes.feed import ChangeFeed
 from lookup.changes.listener import Subscription, subscribe

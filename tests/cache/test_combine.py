@@ -9,7 +9,7 @@ import decimal
 import pyarrow as pa
 import pytest
 
-from cache._combine import combine_releasing
+from cache.full.combine import combine_releasing
 
 
 def chunked(values: list[object], kind: pa.DataType) -> pa.ChunkedArray:

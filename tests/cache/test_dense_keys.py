@@ -10,8 +10,8 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from cache._dense_keys import DenseKeys
-from cache.full import FullSnapshot
+from cache.full.dense_keys import DenseKeys
+from cache.full.snapshot import FullSnapshot
 
 INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)
@@ -91,7 +91,7 @@ def test_a_snapshot_answers_the_same_whichever_index_it_chose(keys: np.ndarray) 
 
 
 def test_keys_in_any_order_find_their_rows() -> None:
-    from cache._dense_keys import dense_rows
+    from cache.full.dense_keys import dense_rows
 
     keys = pa.array([7, 3, 5, 4, 6], pa.int64())  # fill 3..7, shuffled: a position array
     dense, unique = dense_rows(keys)

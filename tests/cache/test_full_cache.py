@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from cache import CacheMetrics
-from cache.full import FullSnapshot, LookupFullCache
+from cache.full.snapshot import FullSnapshot, LookupFullCache
 from spark_lookup.errors import ConfigError, SnapshotUnavailableError
 from tests.clock import FakeTimer
 
@@ -243,7 +243,7 @@ def test_first_lookups_from_many_threads_at_once() -> None:
 
     import pyarrow as pa
 
-    from cache.full import FullSnapshot
+    from cache.full.snapshot import FullSnapshot
 
     for _ in range(5):
         table = pa.table({"id": pa.array(range(20_000), pa.int64()),

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from cache import DefaultLookupCache
-from cache._key_hash import hash_keys
+from cache.key_hash import hash_keys
 
 
 def test_a_keys_hash_does_not_depend_on_its_neighbours() -> None:

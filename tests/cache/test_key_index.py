@@ -12,10 +12,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-import cache._key_index as key_index_module
-from cache._index_file import map_arrays, write_arrays
-from cache._key_index import KeyIndex
-from cache.full import FullSnapshot
+import cache.full.index as key_index_module
+from cache.full.index import KeyIndex
+from cache.full.index_file import map_arrays, write_arrays
+from cache.full.snapshot import FullSnapshot
 
 D = decimal.Decimal
 

@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-import cache._spool as spool_module
-from cache._spool import ColumnSpool, SpoolError
+import cache.full.spool as spool_module
+from cache.full.spool import ColumnSpool, SpoolError
 
 COLUMNS: dict[str, tuple[pa.DataType, list[Any]]] = {
     "int64": (pa.int64(), [1, None, 3, 4, 5, None, 7, 8, 9, 10]),

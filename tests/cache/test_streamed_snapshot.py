@@ -15,9 +15,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-import cache._spool as spool_module
-from cache._spool import ColumnSpool
-from cache.full import FullSnapshot
+import cache.full.spool as spool_module
+from cache.full.snapshot import FullSnapshot
+from cache.full.spool import ColumnSpool
 from spark_lookup.errors import ConfigError
 
 RNG = np.random.default_rng(7)

@@ -12,10 +12,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from cache._string_views import StringViews
-from cache.full import FullSnapshot
-from cache.shared_full import SharedFullCache
-from cache.snapshot_store import SnapshotStore
+from cache.full.shared import SharedFullCache
+from cache.full.snapshot import FullSnapshot
+from cache.full.store import SnapshotStore
+from cache.full.string_views import StringViews
 from lookup.runtime.base import Probe
 from lookup.spark.assemble import JoinShape, join_batch
 
@@ -133,7 +133,7 @@ def test_views_are_published_and_mapped_with_the_snapshot(tmp_path: Path) -> Non
 
 
 def test_a_computed_array_must_be_as_long_as_it_says(tmp_path: Path) -> None:
-    from cache._index_file import ComputedArray, map_arrays, write_arrays
+    from cache.full.index_file import ComputedArray, map_arrays, write_arrays
 
     pieces = [np.arange(3, dtype=np.uint64), np.arange(3, 5, dtype=np.uint64)]
     write_arrays(tmp_path / "ok", {}, {"a": ComputedArray(np.dtype(np.uint64), 5,

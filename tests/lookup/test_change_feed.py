@@ -20,8 +20,8 @@ import pytest
 
 from cache import DefaultLookupCache, LookupCache
 from cache.base import Key, Rows
+from cache.full.store import SnapshotStore
 from cache.metrics import CacheMetrics
-from cache.snapshot_store import SnapshotStore
 from lookup import (
     ChangeFeed,
     FullCachingLookupProvider,

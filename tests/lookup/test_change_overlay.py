@@ -16,10 +16,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from cache._overlay import Overlay
 from cache.base import Key, expand
-from cache.full import FullSnapshot
-from cache.snapshot_store import SnapshotStore
+from cache.full.overlay import Overlay
+from cache.full.snapshot import FullSnapshot
+from cache.full.store import SnapshotStore
 from lookup import FullCachingLookupProvider, LookupFunction, open_lookup
 from lookup.runtime.base import Probe
 from lookup.runtime.full import FullCachingRuntime

@@ -17,7 +17,7 @@ from deltalake import write_deltalake
 from pyiceberg.catalog import load_catalog
 
 from cache import CacheMetrics
-from cache.snapshot_store import SnapshotStore
+from cache.full.store import SnapshotStore
 from connectors.files import delta
 from lookup import FullCachingLookupProvider, RetryPolicy, open_lookup
 from lookup.runtime.full import FullCachingRuntime

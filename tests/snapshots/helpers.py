@@ -25,7 +25,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from cache.snapshot_store import SnapshotStore
+from cache.full.store import SnapshotStore
 from lookup import FullCachingLookupProvider, LookupFunction, RetryPolicy
 from lookup.runtime.full import FullCachingRuntime
 from scan import SqlTableSource

@@ -15,9 +15,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-import cache.snapshot_store as store_module
-from cache.full import FullSnapshot
-from cache.snapshot_store import SnapshotStore, sweep
+import cache.full.store as store_module
+from cache.full.snapshot import FullSnapshot
+from cache.full.store import SnapshotStore, sweep
 from lookup.runtime.full import FullCachingRuntime
 from tests.snapshots.helpers import ManualTrigger, count_lines, make_db, provider, store_for
 

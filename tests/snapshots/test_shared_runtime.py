@@ -26,10 +26,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from cache._spool import ColumnSpool, SpoolError
-from cache.full import FullSnapshot
-from cache.shared_full import SharedFullCache
-from cache.snapshot_store import SnapshotStore
+from cache.full.shared import SharedFullCache
+from cache.full.snapshot import FullSnapshot
+from cache.full.spool import ColumnSpool, SpoolError
+from cache.full.store import SnapshotStore
 from lookup import FullCachingLookupProvider
 from lookup.runtime.full import FullCachingRuntime
 from scan import CollectionSource, read_arrow
@@ -213,7 +213,7 @@ def test_a_worker_maps_the_published_index_and_builds_none(
             writer.publish(built)
     finally:
         writer.close()
-    import cache._key_index as key_index
+    import cache.full.index as key_index
 
     def no_building(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a reader of a published index built one")

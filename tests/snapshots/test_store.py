@@ -14,9 +14,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-import cache.snapshot_store as store_module
-from cache.full import FullSnapshot
-from cache.snapshot_store import SnapshotStore, StoredSnapshot, sweep
+import cache.full.store as store_module
+from cache.full.snapshot import FullSnapshot
+from cache.full.store import SnapshotStore, StoredSnapshot, sweep
 from spark_lookup.errors import ConfigError
 from tests.snapshots.helpers import LockHolder, publish_and_get_killed
 

@@ -4,7 +4,7 @@ served without reloading the table.
 
 An `Overlay` is immutable (copy-on-write: each batch of changes makes a new one)
 and small next to the snapshot. Its distinct keys are indexed by a
-`cache._key_index.KeyIndex` of their own, so they match exactly as the
+`cache.full.index.KeyIndex` of their own, so they match exactly as the
 snapshot's keys do (as values of the key types; a null never matches); key ``j``'s rows
 are ``rows[offsets[j]:offsets[j + 1]]``, ordered as a snapshot orders a key's rows, and
 each key carries when its latest change was notified (the cache's clock). A snapshot
@@ -19,9 +19,9 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from cache._key_index import KeyIndex
 from cache.base import expand, row_ranges
-from cache.full import FullSnapshot, _orderable
+from cache.full.index import KeyIndex
+from cache.full.snapshot import FullSnapshot, _orderable
 
 __all__ = ["Answer", "Overlay"]
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
-from cache._index_file import ComputedArray
+from cache.full.index_file import ComputedArray
 
 __all__ = ["StringViews"]
 

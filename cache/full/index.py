@@ -1,6 +1,6 @@
 """The key index of a full snapshot: flat numpy arrays, built once, mapped by every reader.
 
-Design notes: DESIGN.md, cache/ ``cache/_key_index.py``.
+Design notes: DESIGN.md, cache/ ``cache/full/index.py``.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cache._dense_keys import DenseKeys, dense_rows
-from cache._hash_table import HashTable
-from cache._key_hash import hash_keys, is_exact
+from cache.full.dense_keys import DenseKeys, dense_rows
+from cache.hash_table import HashTable
+from cache.key_hash import hash_keys, is_exact
 
 __all__ = ["FORMAT", "HASH_VERSION", "KeyIndex"]
 
@@ -22,7 +22,7 @@ FORMAT = 1
 """Version of the index's header and arrays; another one is rebuilt, never guessed."""
 
 HASH_VERSION = 1
-"""Version of `cache._key_hash.hash_keys`: an index hashed otherwise is rebuilt."""
+"""Version of `cache.key_hash.hash_keys`: an index hashed otherwise is rebuilt."""
 
 _INTEGER_LIKE = (pa.types.is_integer, pa.types.is_temporal)
 # Keys hashed or checked at once: the temporaries (a dozen words a key) stay a few MB,

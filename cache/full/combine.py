@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from cache._release import give_back
+from cache.full.release import give_back
 
 __all__ = ["combine_releasing"]
 

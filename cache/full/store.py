@@ -1,6 +1,6 @@
 """A host-level store of full-cache snapshots: Arrow IPC files every process maps.
 
-Design notes: DESIGN.md, cache/ ``cache/snapshot_store.py``.
+Design notes: DESIGN.md, cache/ ``cache/full/store.py``.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from cache._index_file import ComputedArray, map_arrays, write_arrays
-from cache._spool import ColumnSpool, Span
+from cache.full.index_file import ComputedArray, map_arrays, write_arrays
+from cache.full.spool import ColumnSpool, Span
 from spark_lookup.errors import ConfigError
 from spark_lookup.options import check_int
 
@@ -495,7 +495,7 @@ class SnapshotStore:
         spool: ColumnSpool | None = None,
     ) -> StoredSnapshot:
         """Write ``table`` (and its key ``index``: header and arrays, see
-        `cache._index_file`) as ``version`` and make it the published one,
+        `cache.full.index_file`) as ``version`` and make it the published one,
         crash-safely; then delete every other version and any temporary file left by a
         dead writer.
 

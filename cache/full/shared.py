@@ -23,12 +23,12 @@ from typing import NoReturn
 
 import pyarrow as pa
 
-from cache._key_index import KeyIndex
-from cache._spool import ColumnSpool
-from cache._string_views import StringViews
-from cache.full import FullSnapshot, LookupFullCache
+from cache.full.index import KeyIndex
+from cache.full.snapshot import FullSnapshot, LookupFullCache
+from cache.full.spool import ColumnSpool
+from cache.full.store import Mapped, SnapshotStore, StoredSnapshot
+from cache.full.string_views import StringViews
 from cache.metrics import CacheMetrics
-from cache.snapshot_store import Mapped, SnapshotStore, StoredSnapshot
 from spark_lookup import options as opts
 
 __all__ = ["DEFAULT_CHECK_INTERVAL", "SharedFullCache"]
@@ -180,7 +180,7 @@ class SharedFullCache(LookupFullCache):
 
         Raises
         ------
-        cache._spool.SpoolError
+        cache.full.spool.SpoolError
             When the store's directory cannot take the table (a full disk): the source
             was read fine, the caller may load it in memory instead.
         """

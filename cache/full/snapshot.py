@@ -2,12 +2,12 @@
 
 A `FullSnapshot` holds the table (rows with a null key dropped: they can never
 match; sorted by key when a key has several rows) and its key index
-(`cache._key_index`: flat numpy arrays, built here or mapped from a published
+(`cache.full.index`: flat numpy arrays, built here or mapped from a published
 snapshot), so a batch of probe keys is matched in a few vectorized passes.
 `LookupFullCache` serves lookups from the current snapshot and swaps in a new
 one atomically: a lookup sees the old table or the new one, never a half-loaded one.
 Loading (which scan, which trigger) is the lookup runtime's business. Python keys are
-read as values of the key columns' types by the connectors' rules (`cache._keys`),
+read as values of the key columns' types by the connectors' rules (`cache.keys`),
 so a key that is no such value (``1.5`` for an integer column) matches nothing.
 """
 
@@ -24,14 +24,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cache._combine import combine_releasing
-from cache._index_file import ComputedArray
-from cache._key_index import KeyIndex, key_starts
-from cache._keys import CacheKeys
-from cache._release import give_back
-from cache._spool import ArraySpool, ColumnSpool
-from cache._string_views import StringViews
 from cache.base import Key, LookupCache, Row, Rows, check_key, expand
+from cache.full.combine import combine_releasing
+from cache.full.index import KeyIndex, key_starts
+from cache.full.index_file import ComputedArray
+from cache.full.release import give_back
+from cache.full.spool import ArraySpool, ColumnSpool
+from cache.full.string_views import StringViews
+from cache.keys import CacheKeys
 from cache.metrics import CacheMetrics
 from connectors.rows import python_values
 from spark_lookup.errors import ConfigError, SnapshotUnavailableError
@@ -55,7 +55,7 @@ class FullSnapshot:
     order it was loaded in (``offsets`` is empty); otherwise ``table`` is sorted by the
     key columns (a key's rows by their other columns) and the rows of the ``i``-th
     group are ``table[offsets[i]:offsets[i + 1]]``. The key index
-    (`cache._key_index.KeyIndex`) may be built here or mapped from a published
+    (`cache.full.index.KeyIndex`) may be built here or mapped from a published
     snapshot: nothing else held per process grows with the table.
 
     Attributes
@@ -114,7 +114,7 @@ class FullSnapshot:
 
     @property
     def views(self) -> StringViews:
-        """The views of the table's short-string columns (`cache._string_views`),
+        """The views of the table's short-string columns (`cache.full.string_views`),
         built by the first join that probes this snapshot: a snapshot only published
         from here (and served mapped) never builds them in memory."""
         views = self._views
@@ -206,7 +206,7 @@ class FullSnapshot:
             When a key column is missing from the spool's schema.
         ValueError
             When a batch is not of the spool's schema or not valid Arrow data.
-        cache._spool.SpoolError
+        cache.full.spool.SpoolError
             When the spool cannot be written.
         """
         keys = _key_columns_of(spool.schema, key_columns)
@@ -266,11 +266,11 @@ class FullSnapshot:
     ) -> FullSnapshot:
         """Index a table sorted by ``key_columns``, with no null key (what `build`
         makes of a table where a key has several rows; a table of one row a key, in any
-        order, is indexed by `cache._key_index.KeyIndex.of_unique`).
+        order, is indexed by `cache.full.index.KeyIndex.of_unique`).
 
         Nothing is copied or sorted, so a memory-mapped table stays shared with the other
         processes mapping it; the key index is built here (a published snapshot comes
-        with its own: see `cache.shared_full.SharedFullCache`).
+        with its own: see `cache.full.shared.SharedFullCache`).
 
         Parameters
         ----------
@@ -279,7 +279,7 @@ class FullSnapshot:
             the pass that finds where each key's rows start. None: find out.
         build_views
             Whether to build the views of short-string columns (16 bytes a row each) that
-            make a join's gathers faster (`cache._string_views`).
+            make a join's gathers faster (`cache.full.string_views`).
 
         Raises
         ------

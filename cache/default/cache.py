@@ -1,8 +1,8 @@
 """DefaultLookupCache: Flink's partial lookup cache (size and TTL eviction), columnar.
 
 Entries live in Arrow and numpy, not in Python objects: a batch of keys is hashed and
-probed in bulk (`cache._hash_table`), hits are gathered with ``take`` from the
-rows' Arrow segments (`cache._segments`), expiry is a comparison of timestamp
+probed in bulk (`cache.hash_table`), hits are gathered with ``take`` from the
+rows' Arrow segments (`cache.default.segments`), expiry is a comparison of timestamp
 arrays, and size eviction picks the least recently used entries of a batch with one
 ``argpartition``. The per-key API (``get_if_present`` / ``put``) runs on the same store.
 """
@@ -20,10 +20,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cache._hash_table import HashTable
-from cache._key_hash import hash_keys, is_exact
-from cache._keys import CacheKeys, matchable
-from cache._segments import Segments
 from cache.base import (
     CachedAnswers,
     Key,
@@ -35,6 +31,10 @@ from cache.base import (
     row_ranges,
     rows_to_table,
 )
+from cache.default.segments import Segments
+from cache.hash_table import HashTable
+from cache.key_hash import hash_keys, is_exact
+from cache.keys import CacheKeys, matchable
 from cache.metrics import CacheMetrics
 from connectors.rows import python_values
 from spark_lookup import options as opts

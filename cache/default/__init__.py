@@ -1,0 +1,1 @@
+"""DefaultLookupCache: Flink's partial cache (size, bytes and TTL eviction), columnar."""
