@@ -6,7 +6,7 @@ per other line (``make test-matrix``): the tests marked ``spark`` on classic ses
 PostgreSQL, the README and docs snippets, the join benchmark; the demo and the
 local-cluster job on 3.5), on Spark Connect those marked ``connect_on_every_line`` where
 the line ships a Connect server (not 3.5), plus those marked ``matrix`` (the PySpark
-gates of ``tests/test_compat.py``): tests/conftest.py, ``MATRIX_LINE``. Each line
+gates of ``tests/spark_lookup/test_compat.py``): tests/conftest.py, ``MATRIX_LINE``. Each line
 gets a virtualenv of its own under ``.nox/``, made by uv (its cache under ``~/.cache/uv``
 keeps a fresh clone's first run to seconds a line, once PySpark's wheels are cached).
 

@@ -22,6 +22,9 @@ import pytest
 
 from tests.env import JVM_FAST_START
 
+# Fixtures of more than one folder (a test finds them wherever it lives).
+pytest_plugins = ["tests.fixtures.refresh", "tests.fixtures.scan"]
+
 ROOT = Path(__file__).resolve().parents[1]
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 POSTGRES_DSN = os.environ.get("POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
@@ -109,7 +112,7 @@ def _not_on_this_pyspark(item: pytest.Item, kind: str | None) -> str | None:
     """Why ``item`` cannot run on the installed PySpark, or None (the test matrix runs
     the suite on every supported line: noxfile.py). A test marked
     ``needs("CAPABILITY", ...)`` tests a mechanism gated in ``spark_lookup.compat``;
-    where the line lacks it, ``tests/test_compat.py`` checks the entry point's refusal
+    where the line lacks it, ``tests/spark_lookup/test_compat.py`` checks the entry point's refusal
     instead."""
     from spark_lookup import compat as _compat
 
@@ -123,7 +126,7 @@ def _not_on_this_pyspark(item: pytest.Item, kind: str | None) -> str | None:
             if not capability.available(connect=kind == "connect"):
                 return (f"PySpark {_compat.pyspark_version()} lacks {capability.mechanism} "
                         f"({capability.first_line(connect=kind == 'connect')}+); "
-                        "tests/test_compat.py checks the refusal")
+                        "tests/spark_lookup/test_compat.py checks the refusal")
     return None
 
 

@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("cache", "connectors", "lookup", "scan", "spark_lookup", "triggers")
-SKIP = {"lookup.demo", "lookup.__main__"}  # a program, run by tests/spark/test_demo*
+SKIP = {"lookup.demo", "lookup.__main__"}  # a program, run by tests/integration/test_demo.py
 
 
 def _examples() -> tuple[list[str], list[str]]:
@@ -52,7 +52,7 @@ def test_the_examples_run(name: str) -> None:
 
 NEEDS = {"lookup.spark.refresh": ("PYTHON_DATA_SOURCE", "SESSION_TAGS")}
 """The modules whose examples use a mechanism of spark_lookup.compat (where a PySpark
-line lacks it, tests/test_compat.py checks the refusal)."""
+line lacks it, tests/spark_lookup/test_compat.py checks the refusal)."""
 
 
 @pytest.mark.spark

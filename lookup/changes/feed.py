@@ -13,7 +13,7 @@ Nothing is lost: a connection that drops cannot say what it missed, so once the
 listener has connected again (listening first, so that nothing falls between), every
 runtime is told that everything may have changed: partial caches are flushed, full
 caches reload. A feed backend only implements [`ChangeFeed.connect`][] (the tests' in-process feed,
-``tests/lookup/in_process_changes.py``, is the smallest one).
+``tests/lookup/changes/in_process_changes.py``, is the smallest one).
 """
 
 from __future__ import annotations

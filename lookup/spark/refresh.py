@@ -708,7 +708,7 @@ def _cached_size(spark: AnySparkSession, df: DataFrame) -> int | None:
     reads), or None if Spark does not say."""
     # PySpark has no API for a cached relation's statistics on either kind of session
     # (classic would need the JVM): EXPLAIN COST prints them, to three significant
-    # digits ("15.5 KiB"); tests/refresh/test_spark_formats.py pins the format on both.
+    # digits ("15.5 KiB"); tests/lookup/spark/test_refresh_formats.py pins the format on both.
     # A fresh query, as a plan's statistics are computed once (maybe before the cache
     # was built), over a projection: a classic session passes df to spark.sql as a temp
     # view that it drops afterwards, and dropping a view of df's own plan uncaches it.
@@ -784,7 +784,7 @@ def _worker_error_line(exc: BaseException) -> str | None:
     # worker's traceback, text. A classic session gives the traceback as a message
     # parameter ("traceback" of PYTHON_EXCEPTION, "msg" of PYTHON_DATA_SOURCE_ERROR); a
     # Connect PythonException carries no parameters, only the message.
-    # tests/refresh/test_spark_formats.py pins both.
+    # tests/lookup/spark/test_refresh_formats.py pins both.
     parameters = exc.getMessageParameters() or {}
     text = parameters.get("traceback") or parameters.get("msg") or str(exc)
     _, header, tail = text.rpartition("Traceback (most recent call last):")

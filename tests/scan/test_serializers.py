@@ -23,7 +23,7 @@ from scan.serializers import (
 )
 from scan.sources import CollectionSplit, FileSplit, RedisKeysSplit, SqlChunkSplit
 from spark_lookup.errors import SourceError
-from tests.scan.conftest import ROWS, SCHEMA
+from tests.fixtures.scan import ROWS, SCHEMA
 
 scalars = st.one_of(
     st.none(),

@@ -19,7 +19,7 @@ from scan import (
     read_split_arrow,
 )
 from spark_lookup.errors import SourceError
-from tests.scan.conftest import Case
+from tests.fixtures.scan import Case
 from tests.scan.helpers import (
     ListOutput,
     RecordingSource,

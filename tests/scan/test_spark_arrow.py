@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from scan import CollectionSource, FileSource, plan_splits, register_data_source
-from tests.scan.test_files import _corrupt_columns_except, _wide
+from tests.connectors.files.test_source import _corrupt_columns_except, _wide
 
 pytestmark = [pytest.mark.spark, pytest.mark.needs("PYTHON_DATA_SOURCE")]
 
