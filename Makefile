@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m lookup demo
+	$(BIN)/python -m examples demo
 
 lint: $(STAMP)
 	$(BIN)/python -m ruff check .

@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("cache", "connectors", "lookup", "scan", "spark_lookup", "triggers")
-SKIP = {"lookup.demo", "lookup.__main__"}  # a program, run by tests/integration/test_demo.py
+SKIP = {"examples.demo", "examples.__main__"}  # a program, run by tests/integration/test_demo.py
 
 
 def _examples() -> tuple[list[str], list[str]]:

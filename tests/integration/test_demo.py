@@ -1,4 +1,4 @@
-"""The demo: ``python -m lookup demo`` runs end to end in a subprocess (it starts its own
+"""The demo: ``python -m examples demo`` runs end to end in a subprocess (it starts its own
 SparkSession, and a process holds one), on a classic session and with ``--connect`` on
 a local Spark Connect server, and shows the updated dimension values reaching the
 stream; the command line and the per-batch marking are checked without Spark."""
@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from lookup.__main__ import main
-from lookup.demo import BATCH_TIME, CHANGES, BatchPrinter, split_batches
+from examples.__main__ import main
+from examples.demo import BATCH_TIME, CHANGES, BatchPrinter, split_batches
 from tests.conftest import MATRIX_LINE
 from tests.env import child_env
 
@@ -36,7 +36,7 @@ def test_demo_shows_the_updated_values_and_ends_by_itself(session: list[str]) ->
     started = time.monotonic()
     result = subprocess.run(
         # A generous limit: on a loaded 2-CPU machine the first batch can take a minute.
-        [sys.executable, "-m", "lookup", "demo", "--seconds", "10", "--time-limit", "240",
+        [sys.executable, "-m", "examples", "demo", "--seconds", "10", "--time-limit", "240",
          *session],
         cwd=ROOT,
         # SPARK_TESTING: a local Connect server binds an ephemeral port instead of 15002,

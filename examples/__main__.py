@@ -1,10 +1,8 @@
-"""Command line: ``python -m lookup demo [--connect | --remote URL]`` (also installed as
-``spark-lookup demo``)."""
+"""Command line: ``python -m examples demo [--connect | --remote URL]``."""
 
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -26,9 +24,8 @@ def _seconds(low: float, high: float) -> Callable[[str], float]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    invoked_as = os.path.basename(sys.argv[0]) if sys.argv else ""
     parser = argparse.ArgumentParser(
-        prog="spark-lookup" if invoked_as == "spark-lookup" else "python -m lookup",
+        prog="python -m examples",
         description="spark-lookup: Flink-style lookup joins for PySpark.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -86,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "demo":
-        from lookup.demo import DemoSettings, run_demo
+        from examples.demo import DemoSettings, run_demo
 
         if args.time_limit < args.seconds + 20:
             parser.error(f"--time-limit {args.time_limit:g} leaves no time to start and "

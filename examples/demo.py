@@ -1,4 +1,4 @@
-"""The streaming enrichment demo behind ``python -m lookup demo`` (and ``make demo``).
+"""The streaming enrichment demo behind ``python -m examples demo`` (and ``make demo``).
 
 A Structured Streaming query on local Spark enriches order events with two SQLite
 dimension tables: ``customers`` through a partial cache (keys looked up on demand, each
@@ -560,7 +560,7 @@ def run_demo(settings: DemoSettings | None = None, out: TextIO | None = None) ->
 
     Runs on the driver and starts (and stops) its own SparkSession (classic ``local[2]``,
     or Spark Connect: ``settings.remote``), so call it in a process without one
-    (``python -m lookup demo`` does).
+    (``python -m examples demo`` does).
 
     Parameters
     ----------

@@ -1,0 +1,1 @@
+"""Programs that use spark-lookup as a user does; not part of the library."""
