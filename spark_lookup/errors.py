@@ -9,6 +9,20 @@ from __future__ import annotations
 
 from typing import NoReturn
 
+__all__ = [
+    "BadValueError",
+    "ConfigError",
+    "ConfigWarning",
+    "ConnectorError",
+    "KeyKindError",
+    "LookupLoadError",
+    "MetricsUnavailableError",
+    "SnapshotUnavailableError",
+    "SourceError",
+    "SparkLookupError",
+    "TransientConnectorError",
+]
+
 
 class SparkLookupError(Exception):
     """Base class of every error raised by spark-lookup."""

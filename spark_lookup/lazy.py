@@ -16,7 +16,8 @@ from collections.abc import Callable, Mapping
 
 def lazy_attributes(package: str, table: Mapping[str, str]) -> Callable[[str], object]:
     """A module ``__getattr__`` for ``package``: ``table`` maps each lazily exported
-    name to the module that defines it."""
+    name to the module that defines it. Also gives ``package`` a ``__dir__`` that lists
+    those names before their first use (completion in a notebook or shell)."""
 
     def __getattr__(name: str) -> object:
         module = table.get(name)
@@ -26,4 +27,9 @@ def lazy_attributes(package: str, table: Mapping[str, str]) -> Callable[[str], o
         setattr(sys.modules[package], name, value)
         return value
 
+    def __dir__() -> list[str]:
+        return sorted(set(vars(sys.modules[package])) | set(table))
+
+    sys.modules[package].__dir__ = __dir__  # type: ignore[method-assign]
     return __getattr__
+

@@ -1,5 +1,6 @@
 """Each package's exported names, pinned: a name added to or dropped from the public
-API is a deliberate change of this list (``scan``'s own test pins its 22)."""
+API is a deliberate change of this list (``scan``'s own test pins its names).
+``spark_lookup`` exports its errors and, as one namespace, every other package's names."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ EXPORTS = {
         "SqlLookupFunction", "lookup_join", "lookup_metrics", "open_lookup",
         "register_lookup_function", "register_lookup_join", "register_lookup_table_function",
     },
-    "spark_lookup": {
+    "spark_lookup.errors": {
         "BadValueError", "ConfigError", "ConfigWarning", "ConnectorError", "KeyKindError",
         "LookupLoadError",
         "MetricsUnavailableError", "SnapshotUnavailableError", "SourceError",
@@ -37,6 +38,33 @@ EXPORTS = {
         "TimedCacheReloadTrigger", "reload_trigger_from_options",
     },
 }
+
+
+def test_spark_lookup_is_the_whole_api_in_one_namespace() -> None:
+    import scan
+    import spark_lookup
+
+    everything = set().union(*EXPORTS.values(), scan.__all__)
+    assert set(spark_lookup.__all__) == everything
+    assert len(spark_lookup.__all__) == len(everything)  # no name in two packages
+    for name in spark_lookup.__all__:
+        package = next((p for p, names in EXPORTS.items() if name in names), "scan")
+        package = "spark_lookup" if package == "spark_lookup.errors" else package
+        # The same object as where the docs show it, not a copy.
+        assert getattr(spark_lookup, name) is getattr(importlib.import_module(package), name)
+    assert set(spark_lookup.__all__) <= set(dir(spark_lookup))  # completion sees them
+
+
+def test_importing_spark_lookup_loads_no_other_package() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, spark_lookup; "
+            "print(sorted(m for m in ('lookup', 'cache', 'scan', 'connectors', 'triggers', "
+            "'pyspark', 'pandas') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"
 
 
 @pytest.mark.parametrize("package", sorted(EXPORTS))
@@ -63,3 +91,14 @@ def test_the_public_api_stays_small() -> None:
     # + MetricsAsOf and ConfigWarning (the category of a likely mistaken option value)
     # (issue 42)
     assert total <= 79
+
+
+def test_the_namespace_page_links_every_name() -> None:
+    from pathlib import Path
+
+    import spark_lookup
+
+    page = (Path(__file__).resolve().parents[1] / "docs/api/spark_lookup.md").read_text()
+    errors = EXPORTS["spark_lookup.errors"]
+    missing = [n for n in spark_lookup.__all__ if n not in errors and f"[`{n}`](" not in page]
+    assert missing == [], "docs/api/spark_lookup.md must link each name to its page"
