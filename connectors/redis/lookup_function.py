@@ -123,16 +123,17 @@ class RedisLookupFunction(KeyedLookupFunction):
         max_keys_per_command: int = 1000,
         client_options: Mapping[str, Any] | None = None,
     ) -> None:
-        self.schema = schema
-        self.key_columns = [key_columns] if isinstance(key_columns, str) else list(key_columns)
+        # The table checks every argument; the function keeps the checked values.
         self._redis = RedisTable(
-            url, schema, value_type, key_template=key_template, key_columns=self.key_columns,
+            url, schema, value_type, key_template=key_template, key_columns=key_columns,
             escape=escape, filters=filters, mode=mode, socket_timeout=socket_timeout,
             connect_timeout=connect_timeout, retries=retries,
             max_keys_per_command=max_keys_per_command, client_options=client_options,
         )
+        self.schema = schema
+        self.key_columns = list(self._redis.key_columns)
         self._struct = self._redis.schema
-        keys = self.key_fields()
+        keys = self.key_fields()  # what every lookup function's keys must be: some, distinct
         self._codec = KeyCodec(keys, [self._struct[k].dataType for k in keys], "Redis")
 
     def __repr__(self) -> str:

@@ -253,10 +253,9 @@ class RedisScanSource(CountsBadValues, PullSource[RedisKeysSplit]):
         if schema is None:
             raise ConfigError("RedisScanSource needs a schema (Redis values carry no types)")
         check_int(keys_per_split, "keys_per_split")
-        columns = [key_columns] if isinstance(key_columns, str) else list(key_columns)
         self._table = RedisTable(
             url, parse_schema(schema, "RedisScanSource schema"), value_type,
-            key_template=key_template, key_columns=columns, escape=escape,
+            key_template=key_template, key_columns=key_columns, escape=escape,
             key_field=key_column, filters=filters, mode=mode, client_options=client_options,
             socket_timeout=socket_timeout,
         )

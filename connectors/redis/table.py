@@ -20,11 +20,11 @@ from pyspark.sql import types as T
 from connectors.convert import Conformer, castable
 from connectors.errors import translate
 from connectors.keys import EncodedKeys
-from connectors.policy import BadValue, BadValuePolicy, BadValueStats
-from connectors.predicates import Predicate, check_predicates, predicates_mask
+from connectors.policy import BadValuePolicy, BadValueStats
+from connectors.predicates import Predicate, check_predicates
 from connectors.redis.client import SharedClient, check_redis_url, redact_url, redis_client_from_url
 from connectors.redis.template import KeyTemplate
-from connectors.redis.values import json_wire, parse_json, text_wire
+from connectors.redis.values import conform_rows, reply_rows
 from spark_lookup import options as opts
 from spark_lookup.errors import ConfigError, raise_from
 from spark_lookup.options import check_int
@@ -60,8 +60,8 @@ class RedisTable(PerProcess):
         ``"json"`` (an object is a row, an array of objects many rows) or ``"string"``
         (the value is the schema's one non-key, non-``key_field`` column).
     key_template, key_columns
-        How lookup keys name Redis keys (``"user:{id}"``); optional for a table only
-        scanned by ``match``.
+        How lookup keys name Redis keys (``"user:{id}"``; one key column or several);
+        optional for a table only scanned by ``match``.
     escape
         Percent-encode separators inside key parts (see `connectors.redis.template`).
     key_field
@@ -88,7 +88,7 @@ class RedisTable(PerProcess):
         value_type: str = "hash",
         *,
         key_template: str | None = None,
-        key_columns: Sequence[str] = (),
+        key_columns: str | Sequence[str] = (),
         escape: bool = False,
         key_field: str | None = None,
         filters: Sequence[Predicate] | None = None,
@@ -107,7 +107,7 @@ class RedisTable(PerProcess):
         self.schema = parse_schema(schema, "Redis schema")
         names = self.schema.fieldNames()
         self.value_type = value_type
-        self.key_columns = tuple(key_columns)
+        self.key_columns = (key_columns,) if isinstance(key_columns, str) else tuple(key_columns)
         missing = [k for k in self.key_columns if k not in names]
         if missing:
             raise ConfigError(f"key column(s) {missing}: not a column of the schema {names}")
@@ -225,157 +225,6 @@ class RedisTable(PerProcess):
         assert self.template is not None
         return self.template.format(values)
 
-    # --- values to rows
-
-    def _rows(
-        self, names: Sequence[str | bytes], replies: Sequence[Any]
-    ) -> tuple[list[int], dict[str, pa.Array], dict[str, list[str | None] | None],
-               dict[int, str]]:
-        """Rows of the replies: the reply each row came from, the wire column of each
-        stored column, their flags, and the replies whose document was malformed (with
-        why)."""
-        owners: list[int] = []
-        malformed: dict[int, str] = {}
-        if self.value_type == "hash":
-            # HMGET answers every field; a hash holding none of them is no row.
-            columns: list[list[Any]] = [[] for _ in self.stored]
-            for i, reply in enumerate(replies):
-                if reply is None or all(v is None for v in reply):
-                    continue
-                owners.append(i)
-                for column, value in zip(columns, reply, strict=True):
-                    column.append(value)
-            wires, flags = {}, {}
-            for name, values in zip(self.stored, columns, strict=True):
-                wires[name], flags[name] = text_wire(values, self.schema[name].dataType)
-            return owners, wires, flags, malformed
-        if self.value_type == "string":
-            assert self.value_column is not None
-            values = []
-            for i, reply in enumerate(replies):
-                if reply is not None:
-                    owners.append(i)
-                    values.append(reply)
-            wire, flag = text_wire(values, self.schema[self.value_column].dataType)
-            wires = {self.value_column: wire}
-            flags = {self.value_column: flag}
-            for name in self.stored:
-                if name != self.value_column:
-                    wires[name] = pa.nulls(len(values), pa.string())
-                    flags[name] = None
-            return owners, wires, flags, malformed
-        objects: list[dict[str, Any]] = []
-        for i, reply in enumerate(replies):
-            if reply is None:
-                continue
-            try:
-                document = parse_json(reply)
-                why = "not a JSON object or array of objects"
-            except ValueError as exc:
-                document, why = None, f"not JSON ({exc})"
-            items = document if isinstance(document, list) else [document]
-            if document is None or not all(isinstance(item, dict) for item in items):
-                malformed[i] = f"{bytes(reply)[:60]!r}: {why}"
-                owners.append(i)
-                objects.append({})
-                continue
-            for item in items:
-                owners.append(i)
-                objects.append(item)
-        wires, flags = {}, {}
-        for name in self.stored:
-            wires[name], flags[name] = json_wire(
-                [o.get(name) for o in objects], self.schema[name].dataType
-            )
-        return owners, wires, flags, malformed
-
-    def _conform(self, names: Sequence[str | bytes], owners: list[int], wires: dict[str, pa.Array],
-                 flags: dict[str, list[str | None] | None], key_values: Mapping[str, pa.Array],
-                 key_present: Sequence[bool], malformed: dict[int, str],
-                 by_format: Sequence[int] = ()) -> tuple[pa.RecordBatch, pa.BooleanArray | None]:
-        """Conform the rows; ``key_values`` (aligned with the rows) fill or check the key
-        columns; rows whose stored key differs from theirs, or that cannot be checked
-        when the key is ambiguous (``key_present`` False), are dropped. The rows
-        ``by_format`` (of a Redis key that reads as several keys) keep their stored key
-        where it formats back to their Redis key, and are dropped otherwise."""
-        count = len(owners)
-
-        def describe(row: int) -> str:
-            name = names[owners[row]]
-            return repr(name.decode("utf-8", "replace") if isinstance(name, bytes) else name)
-
-        if malformed:
-            bad = [
-                BadValue(self.name, describe(owners.index(i)), "(document)", text,
-                         "a JSON object or array of objects")
-                for i, text in malformed.items()
-            ]
-            if self.mode is BadValuePolicy.FAILFAST:
-                self.stats.record(bad[:1], self.mode)
-                raise bad[0].error()
-            self.stats.record(bad, self.mode)
-        ordered_wires: list[pa.Array] = []
-        ordered_flags: list[pa.Array | None] = []
-        for field in self.schema.fields:
-            name = field.name
-            if name == self.key_field:
-                text = [names[i] for i in owners]
-                if isinstance(field.dataType, T.BinaryType):
-                    ordered_wires.append(pa.array(
-                        [t if isinstance(t, bytes) else t.encode() for t in text], pa.binary()))
-                else:
-                    ordered_wires.append(pa.array(
-                        [t.decode("utf-8", "replace") if isinstance(t, bytes) else t
-                         for t in text], pa.string()))
-                ordered_flags.append(None)
-                continue
-            ordered_wires.append(wires[name])
-            flag = flags.get(name)
-            ordered_flags.append(None if flag is None else pa.array(flag, pa.string()))
-        columns, keep = self.conformer.conform(
-            ordered_wires, describe,
-            ordered_flags if any(f is not None for f in ordered_flags) else None,
-        )
-        key_ok = pa.repeat(True, count)
-        names_list = self.schema.fieldNames()
-        for name, expected in key_values.items():
-            index = names_list.index(name)
-            stored = columns[index]
-            present = pc.is_valid(stored)
-            # A stored key part must be the looked-up (or parsed) one, compared as values of
-            # the column's type; where nothing is stored, the key fills it, unless the key
-            # is ambiguous (and so cannot be checked).
-            same = pc.fill_null(pc.equal(stored, expected), False)
-            verified = pc.if_else(present, same, pa.array(key_present, pa.bool_()))
-            key_ok = pc.and_(key_ok, verified)
-            columns[index] = pc.if_else(present, stored, expected)
-        if by_format:
-            key_ok = self._confirm_by_format(names, owners, columns, key_ok, by_format)
-        keep_mask = key_ok if keep is None else pc.and_(keep, key_ok)
-        batch = pa.RecordBatch.from_arrays(columns, schema=self.arrow_schema)
-        if self.filters:
-            keep_mask = pc.and_(keep_mask, predicates_mask(batch, self.filters))
-        if pc.all(keep_mask).as_py():
-            return batch, None
-        return batch.filter(keep_mask), keep_mask
-
-    def _confirm_by_format(self, names: Sequence[str | bytes], owners: list[int],
-                           columns: list[pa.Array], key_ok: pa.Array,
-                           rows: Sequence[int]) -> pa.Array:
-        """``key_ok`` with ``rows`` confirmed exactly where their stored key formats
-        back to their Redis key (only such rows: a Python value each)."""
-        assert self.template is not None
-        names_list = self.schema.fieldNames()
-        confirmed = key_ok.to_pylist()
-        for row in rows:
-            values = {name: columns[names_list.index(name)][row].as_py()
-                      for name in self.key_columns}
-            name = names[owners[row]]
-            text = name.decode("utf-8", "replace") if isinstance(name, bytes) else name
-            confirmed[row] = (None not in values.values()
-                              and self.template.format(values)[0] == text)
-        return pa.array(confirmed, pa.bool_())
-
     # --- reads
 
     def lookup(self, keys: EncodedKeys, key_names: Sequence[str]) -> tuple[pa.Int64Array,
@@ -408,13 +257,13 @@ class RedisTable(PerProcess):
         if not redis_keys:
             return pa.array([], pa.int64()), pa.RecordBatch.from_pylist([], self.arrow_schema)
         replies = self._fetch(redis_keys, "lookup")
-        owners, wires, flags, malformed = self._rows(redis_keys, replies)
+        owners, wires, flags, malformed = reply_rows(self, replies)
         owner_array = pa.array(owners, pa.int64())
         key_values = {
             name: keys.arrays[key_names.index(name)].take(owner_array)
             for name in self.key_columns
         }
-        batch, keep = self._conform(redis_keys, owners, wires, flags, key_values,
+        batch, keep = conform_rows(self, redis_keys, owners, wires, flags, key_values,
                                     [not ambiguous[i] for i in owners], malformed)
         return (owner_array if keep is None else owner_array.filter(keep)), batch
 
@@ -428,7 +277,7 @@ class RedisTable(PerProcess):
             If Redis fails; BadValueError under FAILFAST.
         """
         replies = self._fetch(redis_keys, "read", client)
-        owners, wires, flags, malformed = self._rows(redis_keys, replies)
+        owners, wires, flags, malformed = reply_rows(self, replies)
         key_values: dict[str, pa.Array] = {}
         parsed_ok = [True] * len(owners)
         by_format: list[int] = []
@@ -447,7 +296,7 @@ class RedisTable(PerProcess):
                 target = self.arrow_schema.field(column).type
                 key_values[column] = cast_key_parts(pa.array(parts[column], pa.string()),
                                                     target)
-        batch, _ = self._conform(redis_keys, owners, wires, flags, key_values, parsed_ok,
+        batch, _ = conform_rows(self, redis_keys, owners, wires, flags, key_values, parsed_ok,
                                  malformed, by_format)
         return batch
 

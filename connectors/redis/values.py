@@ -1,4 +1,4 @@
-"""Redis values to wire columns: hashes and strings hold text, JSON documents hold JSON.
+"""Redis values to rows: hashes and strings hold text, JSON documents hold JSON.
 
 Each schema column becomes a wire column of text (``string``; raw ``binary`` for BINARY
 columns), which `connectors.convert` casts to the column's type exactly as it casts
@@ -16,6 +16,9 @@ column takes any JSON value: a non-string as its JSON text (``{"a": 1}``, number
 written). A value nested deeper than `MAX_DEPTH` arrays and objects is a bad
 value of its column, as any unreadable one (reading it would recurse past Python's
 limit, an error that says nothing about Redis and would be retried).
+
+`reply_rows` reads a batch of replies into wire columns, and `conform_rows` makes them
+rows of the table's schema: cast, checked against the key they were read for, filtered.
 """
 
 from __future__ import annotations
@@ -23,21 +26,48 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import types as T
 
+from connectors.convert import Conformer
+from connectors.policy import BadValue, BadValuePolicy, BadValueStats
+from connectors.predicates import Predicate, predicates_mask
+from connectors.redis.template import KeyTemplate
 from spark_lookup.type_families import DATETIME_TYPES, FLOAT_TYPES, NUMBER_TYPES, STRING_TYPES
 
-__all__ = ["MAX_DEPTH", "json_text", "json_wire", "parse_json", "text_wire"]
+__all__ = [
+    "MAX_DEPTH", "conform_rows", "json_text", "json_wire", "parse_json", "reply_rows",
+    "text_wire",
+]
 
 MAX_DEPTH = 128
 """The deepest nesting of arrays and objects a JSON member's value may have."""
 
 _SPECIAL_FLOATS = frozenset({"NaN", "Infinity", "+Infinity", "-Infinity"})
+
+
+class _Table(Protocol):
+    """What reading rows needs of a `RedisTable` (a protocol: the table imports this
+    module, so this module may not import the table)."""
+
+    name: str
+    value_type: str
+    schema: T.StructType
+    arrow_schema: pa.Schema
+    stored: list[str]
+    value_column: str | None
+    key_field: str | None
+    key_columns: tuple[str, ...]
+    template: KeyTemplate | None
+    filters: tuple[Predicate, ...]
+    mode: BadValuePolicy
+    stats: BadValueStats
+    conformer: Conformer
 
 
 def parse_json(raw: bytes | str) -> Any:
@@ -115,6 +145,157 @@ def json_wire(
                 flags[row] = f"a JSON value nested deeper than {MAX_DEPTH} levels"
     array = _wire(values, target, flags)
     return array, flags if any(f is not None for f in flags) else None
+
+
+def reply_rows(
+    table: _Table, replies: Sequence[Any]
+) -> tuple[list[int], dict[str, pa.Array], dict[str, list[str | None] | None],
+           dict[int, str]]:
+    """Rows of the replies: the reply each row came from, the wire column of each
+    stored column, their flags, and the replies whose document was malformed (with
+    why)."""
+    owners: list[int] = []
+    malformed: dict[int, str] = {}
+    if table.value_type == "hash":
+        # HMGET answers every field; a hash holding none of them is no row.
+        columns: list[list[Any]] = [[] for _ in table.stored]
+        for i, reply in enumerate(replies):
+            if reply is None or all(v is None for v in reply):
+                continue
+            owners.append(i)
+            for column, value in zip(columns, reply, strict=True):
+                column.append(value)
+        wires, flags = {}, {}
+        for name, values in zip(table.stored, columns, strict=True):
+            wires[name], flags[name] = text_wire(values, table.schema[name].dataType)
+        return owners, wires, flags, malformed
+    if table.value_type == "string":
+        assert table.value_column is not None
+        values = []
+        for i, reply in enumerate(replies):
+            if reply is not None:
+                owners.append(i)
+                values.append(reply)
+        wire, flag = text_wire(values, table.schema[table.value_column].dataType)
+        wires = {table.value_column: wire}
+        flags = {table.value_column: flag}
+        for name in table.stored:
+            if name != table.value_column:
+                wires[name] = pa.nulls(len(values), pa.string())
+                flags[name] = None
+        return owners, wires, flags, malformed
+    objects: list[dict[str, Any]] = []
+    for i, reply in enumerate(replies):
+        if reply is None:
+            continue
+        try:
+            document = parse_json(reply)
+            why = "not a JSON object or array of objects"
+        except ValueError as exc:
+            document, why = None, f"not JSON ({exc})"
+        items = document if isinstance(document, list) else [document]
+        if document is None or not all(isinstance(item, dict) for item in items):
+            malformed[i] = f"{bytes(reply)[:60]!r}: {why}"
+            owners.append(i)
+            objects.append({})
+            continue
+        for item in items:
+            owners.append(i)
+            objects.append(item)
+    wires, flags = {}, {}
+    for name in table.stored:
+        wires[name], flags[name] = json_wire(
+            [o.get(name) for o in objects], table.schema[name].dataType
+        )
+    return owners, wires, flags, malformed
+
+def conform_rows(
+    table: _Table, names: Sequence[str | bytes], owners: list[int], wires: dict[str, pa.Array],
+    flags: dict[str, list[str | None] | None], key_values: Mapping[str, pa.Array],
+    key_present: Sequence[bool], malformed: dict[int, str], by_format: Sequence[int] = (),
+) -> tuple[pa.RecordBatch, pa.BooleanArray | None]:
+    """Conform the rows; ``key_values`` (aligned with the rows) fill or check the key
+    columns; rows whose stored key differs from theirs, or that cannot be checked
+    when the key is ambiguous (``key_present`` False), are dropped. The rows
+    ``by_format`` (of a Redis key that reads as several keys) keep their stored key
+    where it formats back to their Redis key, and are dropped otherwise."""
+    count = len(owners)
+
+    def describe(row: int) -> str:
+        name = names[owners[row]]
+        return repr(name.decode("utf-8", "replace") if isinstance(name, bytes) else name)
+
+    if malformed:
+        bad = [
+            BadValue(table.name, describe(owners.index(i)), "(document)", text,
+                     "a JSON object or array of objects")
+            for i, text in malformed.items()
+        ]
+        if table.mode is BadValuePolicy.FAILFAST:
+            table.stats.record(bad[:1], table.mode)
+            raise bad[0].error()
+        table.stats.record(bad, table.mode)
+    ordered_wires: list[pa.Array] = []
+    ordered_flags: list[pa.Array | None] = []
+    for field in table.schema.fields:
+        name = field.name
+        if name == table.key_field:
+            text = [names[i] for i in owners]
+            if isinstance(field.dataType, T.BinaryType):
+                ordered_wires.append(pa.array(
+                    [t if isinstance(t, bytes) else t.encode() for t in text], pa.binary()))
+            else:
+                ordered_wires.append(pa.array(
+                    [t.decode("utf-8", "replace") if isinstance(t, bytes) else t
+                     for t in text], pa.string()))
+            ordered_flags.append(None)
+            continue
+        ordered_wires.append(wires[name])
+        flag = flags.get(name)
+        ordered_flags.append(None if flag is None else pa.array(flag, pa.string()))
+    columns, keep = table.conformer.conform(
+        ordered_wires, describe,
+        ordered_flags if any(f is not None for f in ordered_flags) else None,
+    )
+    key_ok = pa.repeat(True, count)
+    names_list = table.schema.fieldNames()
+    for name, expected in key_values.items():
+        index = names_list.index(name)
+        stored = columns[index]
+        present = pc.is_valid(stored)
+        # A stored key part must be the looked-up (or parsed) one, compared as values of
+        # the column's type; where nothing is stored, the key fills it, unless the key
+        # is ambiguous (and so cannot be checked).
+        same = pc.fill_null(pc.equal(stored, expected), False)
+        verified = pc.if_else(present, same, pa.array(key_present, pa.bool_()))
+        key_ok = pc.and_(key_ok, verified)
+        columns[index] = pc.if_else(present, stored, expected)
+    if by_format:
+        key_ok = _confirm_by_format(table, names, owners, columns, key_ok, by_format)
+    keep_mask = key_ok if keep is None else pc.and_(keep, key_ok)
+    batch = pa.RecordBatch.from_arrays(columns, schema=table.arrow_schema)
+    if table.filters:
+        keep_mask = pc.and_(keep_mask, predicates_mask(batch, table.filters))
+    if pc.all(keep_mask).as_py():
+        return batch, None
+    return batch.filter(keep_mask), keep_mask
+
+def _confirm_by_format(table: _Table, names: Sequence[str | bytes], owners: list[int],
+                       columns: list[pa.Array], key_ok: pa.Array,
+                       rows: Sequence[int]) -> pa.Array:
+    """``key_ok`` with ``rows`` confirmed exactly where their stored key formats
+    back to their Redis key (only such rows: a Python value each)."""
+    assert table.template is not None
+    names_list = table.schema.fieldNames()
+    confirmed = key_ok.to_pylist()
+    for row in rows:
+        values = {name: columns[names_list.index(name)][row].as_py()
+                  for name in table.key_columns}
+        name = names[owners[row]]
+        text = name.decode("utf-8", "replace") if isinstance(name, bytes) else name
+        confirmed[row] = (None not in values.values()
+                          and table.template.format(values)[0] == text)
+    return pa.array(confirmed, pa.bool_())
 
 
 def _too_deep(value: Any) -> bool:
