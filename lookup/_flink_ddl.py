@@ -171,6 +171,12 @@ _ELEMENT_WORDS = ("WATERMARK", "PRIMARY", "CONSTRAINT", "UNIQUE")
 
 
 class _DdlReader:
+    """A recursive-descent parser of one CREATE TABLE statement, a method per grammar rule.
+
+    One job, so one class over 400 lines: the type rules (``data_type`` to ``row``) share
+    the token cursor and the error positions with the statement rules that call them.
+    """
+
     def __init__(self, sql: str) -> None:
         self.tokens = _tokens(sql)
         self.pos = 0
