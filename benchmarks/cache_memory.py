@@ -104,7 +104,7 @@ def child(kind: str, n: int) -> dict[str, Any]:
     keep: Any
     if kind.startswith("cache"):
         keep = fill_cache(kind, n)
-        snapshot = keep.metrics.snapshot()
+        snapshot = keep.metrics.as_dict()
         out["bytes"] = snapshot["num_cached_bytes"]
         out["records"] = snapshot["num_cached_records"]
     elif kind == "arrow":

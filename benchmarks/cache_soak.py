@@ -82,7 +82,7 @@ def main() -> None:
             while True:
                 now = time.perf_counter()
                 if now >= next_sample:
-                    snap = metrics.snapshot()
+                    snap = metrics.as_dict()
                     asked = snap["hit_count"] + snap["miss_count"]
                     samples.append({
                         "seconds": round(now - started, 1), "rss_bytes": rss(),

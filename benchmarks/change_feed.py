@@ -127,7 +127,7 @@ def _reader(args: dict[str, Any], inbox: Any, outbox: Any) -> None:
     with open_lookup(partial) as cached, open_lookup(full) as loaded:
         _warm(cached, args["rows"])
         loaded.lookup((1,))
-        before = cached.metrics.snapshot()
+        before = cached.metrics.as_dict()
         outbox.put("ready")
         pending: dict[str, dict[int, tuple[int, float]]] = {"partial": {}, "full": {}}
         stale: dict[str, list[float]] = {"partial": [], "full": []}
@@ -159,8 +159,8 @@ def _reader(args: dict[str, Any], inbox: Any, outbox: Any) -> None:
             if deadline is not None and time.monotonic() > deadline:
                 break  # reported as unseen
             time.sleep(POLL_SECONDS)
-        after_partial = cached.metrics.snapshot()
-        after_full = loaded.metrics.snapshot()
+        after_partial = cached.metrics.as_dict()
+        after_full = loaded.metrics.as_dict()
     outbox.put({
         "stale": stale, "unseen": {name: len(keys) for name, keys in pending.items()},
         "partial_keys_loaded": after_partial["miss_count"] - before["miss_count"],
@@ -207,7 +207,7 @@ def _lag_reader(args: dict[str, Any], inbox: Any, outbox: Any) -> None:
                 time.sleep(0.01)
         finally:
             subscription.close()
-        metrics = cached.metrics.snapshot()
+        metrics = cached.metrics.as_dict()
     outbox.put({"arrived": sink.arrived, "invalidated": metrics["num_keys_invalidated"],
                 "notifications": metrics["num_notifications"]})
 
@@ -455,7 +455,7 @@ def streaming(args: argparse.Namespace, shared: dict[str, Any]) -> dict[str, Any
             time.sleep(0.1)
         progress = query.recentProgress
         time.sleep(1.0)  # the latest micro-batches' reports
-        sources = {name: lookup_metrics(provider).snapshot()
+        sources = {name: lookup_metrics(provider).as_dict()
                    for name, provider in (("partial", partial), ("full", full))}
     finally:
         query.stop()

@@ -156,7 +156,7 @@ def main() -> None:
                 joined = lookup_join(stream, provider, on="k", metrics=True)
                 matched = joined.selectExpr("count(name) AS n").collect()[0]["n"]
                 seconds = time.perf_counter() - start
-                metrics = lookup_metrics(provider).snapshot()
+                metrics = lookup_metrics(provider).as_dict()
                 runs.append({"run": number + 1, "seconds": seconds, "matched": matched,
                              "loads": metrics["load_count"]})
                 print(f"run {number + 1}: {seconds:.1f} s, {matched:,} of {args.stream_rows:,} "

@@ -233,9 +233,9 @@ def main() -> None:
             print(f"Spark and data ready after {time.perf_counter() - started:.0f} s")
             interleaved(cases, 1)  # warm-up: JIT, Python workers, caches filled
             print(f"warm-up round done after {time.perf_counter() - started:.0f} s")
-            before = {n: lookup_metrics(p, spark).snapshot() for n, p in providers.items()}
+            before = {n: lookup_metrics(p, spark).as_dict() for n, p in providers.items()}
             rates = interleaved(cases, args.repeats)
-            after = {n: lookup_metrics(p, spark).snapshot() for n, p in providers.items()}
+            after = {n: lookup_metrics(p, spark).as_dict() for n, p in providers.items()}
         lookups = {
             name: {metric: after[name][metric] - before[name][metric]
                    for metric in ("hit_count", "miss_count", "load_count")}

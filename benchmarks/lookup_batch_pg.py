@@ -232,7 +232,7 @@ def main() -> None:
             for batch in run:  # untimed: case 1's cache learns every key of the round
                 all_hits.lookup_batch(batch)
             spent = dict.fromkeys(names, 0.0)
-            before = {name: handle.metrics.snapshot() for name, handle in metered.items()}
+            before = {name: handle.metrics.as_dict() for name, handle in metered.items()}
             for batch in run:
                 # Every case takes the same batch in turn, the order rotated each time, so
                 # the load of the (shared) machine falls on all cases alike.
@@ -249,7 +249,7 @@ def main() -> None:
             for name in names:
                 seconds[name].append(spent[name])
             for name, handle in metered.items():
-                after = handle.metrics.snapshot()
+                after = handle.metrics.as_dict()
                 hits = after["hit_count"] - before[name]["hit_count"]
                 misses = after["miss_count"] - before[name]["miss_count"]
                 hit_ratio[name].append(hits / (hits + misses))

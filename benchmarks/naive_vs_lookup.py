@@ -337,9 +337,9 @@ def main() -> None:
 
         def counts(fresh: Any) -> dict[str, int]:
             try:
-                return lookup_metrics(fresh).snapshot()
+                return lookup_metrics(fresh).as_dict()
             except MetricsUnavailableError:  # nothing has run with it yet
-                return CacheMetrics().snapshot()
+                return CacheMetrics().as_dict()
 
         def ours(cold: str, warm: str, source: str, record: bool) -> None:
             fresh = provider(source)

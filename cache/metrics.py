@@ -52,7 +52,7 @@ _COUNTERS = (
 )
 _GAUGES = ("num_cached_records", "num_cached_bytes")
 FIELDS: tuple[str, ...] = (*_COUNTERS, "latest_load_time", *_GAUGES)
-"""Every metric, in [`CacheMetrics.snapshot`][] order."""
+"""Every metric, in [`CacheMetrics.as_dict`][] order."""
 GAUGES: tuple[str, ...] = _GAUGES
 """The metrics that are a size now (not a count that only grows)."""
 
@@ -103,8 +103,8 @@ class CacheMetrics:
       estimate of the memory the cached rows hold.
 
     Metrics of several workers add up with ``+`` (counters and gauges are summed,
-    ``latest_load_time`` is the maximum); [`snapshot`][] gives a plain dict that
-    travels between processes and [`from_snapshot`][] reads it back.
+    ``latest_load_time`` is the maximum); [`as_dict`][] gives a plain dict that
+    travels between processes and [`from_dict`][] reads it back.
     """
 
     def __init__(self) -> None:
@@ -219,7 +219,7 @@ class CacheMetrics:
         """Estimated bytes held by the cache now."""
         return self._gauge(1)
 
-    def snapshot(self) -> dict[str, int]:
+    def as_dict(self) -> dict[str, int]:
         """All metrics as a plain dict (picklable, JSON-serializable)."""
         with self._lock:
             values = dict(self._values)
@@ -233,49 +233,55 @@ class CacheMetrics:
         return {name: values[name] for name in FIELDS}
 
     @classmethod
-    def from_snapshot(cls, snapshot: Mapping[str, Any]) -> CacheMetrics:
-        """Rebuild a (gauge-less) metrics object from [`snapshot`][] output."""
-        unknown = set(snapshot) - set(FIELDS)
+    def from_dict(cls, values: Mapping[str, Any]) -> CacheMetrics:
+        """Rebuild a (gauge-less) metrics object from [`as_dict`][] output."""
+        unknown = set(values) - set(FIELDS)
         if unknown:
-            raise ValueError(f"unknown metric names in snapshot: {sorted(unknown)}")
+            raise ValueError(f"unknown metric names: {sorted(unknown)}")
         metrics = cls()
         for name in FIELDS:
-            if name in snapshot:
-                value = int(snapshot[name])
+            if name in values:
+                value = int(values[name])
                 if name in _GAUGES:
                     metrics._fixed_gauges[name] = value
                 else:
                     metrics._values[name] = value
         return metrics
 
+    snapshot = as_dict
+    """The former name of [`as_dict`][] ("snapshot" now means a full cache's version)."""
+
+    from_snapshot = from_dict
+    """The former name of [`from_dict`][]."""
+
     @classmethod
     def sum(cls, parts: Iterable[CacheMetrics | Mapping[str, Any]]) -> CacheMetrics:
-        """Add up metrics (objects or snapshots) of several workers."""
+        """Add up metrics (objects or `as_dict` dicts) of several workers."""
         total = cls()
         for part in parts:
-            total = total + (part if isinstance(part, CacheMetrics) else cls.from_snapshot(part))
+            total = total + (part if isinstance(part, CacheMetrics) else cls.from_dict(part))
         return total
 
     def __add__(self, other: object) -> CacheMetrics:
         if not isinstance(other, CacheMetrics):
             return NotImplemented
-        mine, theirs = self.snapshot(), other.snapshot()
+        mine, theirs = self.as_dict(), other.as_dict()
         merged = {name: mine[name] + theirs[name] for name in FIELDS}
         merged["latest_load_time"] = max(mine["latest_load_time"], theirs["latest_load_time"])
-        return CacheMetrics.from_snapshot(merged)
+        return CacheMetrics.from_dict(merged)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, CacheMetrics):
             return NotImplemented
-        return self.snapshot() == other.snapshot()
+        return self.as_dict() == other.as_dict()
 
     __hash__ = None  # type: ignore[assignment]  # mutable
 
     def __repr__(self) -> str:
-        # Not a constructor call: values come from a cache, or from_snapshot(dict).
-        fields = " ".join(f"{k}={v}" for k, v in self.snapshot().items())
+        # Not a constructor call: values come from a cache, or from_dict(dict).
+        fields = " ".join(f"{k}={v}" for k, v in self.as_dict().items())
         return f"<CacheMetrics {fields}>"
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Ships as its current values; the lock and the gauge callback stay behind.
-        return (CacheMetrics.from_snapshot, (self.snapshot(),))
+        return (CacheMetrics.from_dict, (self.as_dict(),))

@@ -1,4 +1,4 @@
-"""The runtime of one opened trigger: a chain of one-shot jobs on the process scheduler.
+"""The run of one opened trigger: a chain of one-shot jobs on the process scheduler.
 
 A run is created by ``open`` and ended by ``close``; a trigger's configuration never
 holds one across pickling. The first job starts a load at the open; each later job is

@@ -102,14 +102,14 @@ class _ProviderReports:
 
     def total(self, snapshot_gauges: bool) -> CacheMetrics:
         reports = list(self.latest.values())
-        total = CacheMetrics.sum(r.values for r in reports).snapshot()
+        total = CacheMetrics.sum(r.values for r in reports).as_dict()
         newest = max(reports, key=lambda r: (r.at, r.sequence)) if reports else None
         if snapshot_gauges and newest is not None:
             # One table held by every worker: its size is that of the newest report,
             # not the sum over the workers that hold it.
             for name in GAUGES:
                 total[name] = newest.values.get(name, 0)
-        metrics = CacheMetrics.from_snapshot(total)
+        metrics = CacheMetrics.from_dict(total)
         if newest is not None:
             channel = self.channels[newest.worker]
             metrics.as_of = MetricsAsOf(
@@ -123,7 +123,7 @@ class _ClassicObservation:
     """A classic session's ``Observation`` of one batch lookup join, read on a thread
     of its own once [`lookup_metrics`][] asks (see ``_CLASSIC_WAIT_SECONDS``)."""
 
-    def __init__(self, store: _MetricsStore, name: str, observation: Observation) -> None:
+    def __init__(self, store: _Reports, name: str, observation: Observation) -> None:
         self.store = store
         self.name = name
         self.observation = observation
@@ -155,7 +155,7 @@ class _ConnectObservation:
     it after every action that runs it; it is read without waiting, and a last time
     when the DataFrames holding it are gone."""
 
-    def __init__(self, store: _MetricsStore, provider_id: str, name: str,
+    def __init__(self, store: _Reports, provider_id: str, name: str,
                  observation: Observation) -> None:
         self.store = store
         self.provider_id = provider_id
@@ -200,7 +200,7 @@ def _reports_in(result: Any) -> list[Any]:
     return texts if isinstance(texts, list) else []
 
 
-class _MetricsStore:
+class _Reports:
     """Everything the driver process knows about lookup-join metrics (thread-safe)."""
 
     def __init__(self) -> None:
@@ -304,7 +304,7 @@ class _MetricsStore:
             return reports if reports is not None and reports.latest else None
 
 
-_METRICS = _MetricsStore()
+_METRICS = _Reports()
 
 
 class _ProgressListener(StreamingQueryListener):
@@ -312,7 +312,7 @@ class _ProgressListener(StreamingQueryListener):
     queries' errors. Runs on the driver (classic: a callback thread; Connect: the
     client's listener thread)."""
 
-    def __init__(self, store: _MetricsStore) -> None:
+    def __init__(self, store: _Reports) -> None:
         super().__init__()
         self._store = store
 

@@ -55,7 +55,7 @@ def metrics_report(provider: LookupProvider) -> str | None:
     number (``s``, increasing within the worker, so the driver keeps each worker's
     latest report whatever order reports arrive in), the wall-clock time in epoch
     milliseconds (``t``, which orders the reports of different workers) and every
-    metric of [`cache.CacheMetrics.snapshot`][] by name (``m``). Runs in executors'
+    metric of [`cache.CacheMetrics.as_dict`][] by name (``m``). Runs in executors'
     Python workers; `parse_report` reads it on the driver.
     """
     runtime = REGISTRY.runtime(provider.provider_id)
@@ -67,7 +67,7 @@ def metrics_report(provider: LookupProvider) -> str | None:
             "w": WORKER_ID,
             "s": next(_sequence),
             "t": int(time.time() * 1000),
-            "m": runtime.metrics.snapshot(),
+            "m": runtime.metrics.as_dict(),
         },
         separators=(",", ":"),
     )
@@ -88,7 +88,7 @@ class WorkerReport:
     at : int
         When the worker made the report (epoch milliseconds, the worker's clock).
     values : dict
-        The metrics by name (the fields of [`cache.CacheMetrics.snapshot`][] that this
+        The metrics by name (the fields of [`cache.CacheMetrics.as_dict`][] that this
         version knows; others are ignored).
     """
 

@@ -13,7 +13,7 @@ from cache.metrics import FIELDS
 
 def test_fresh_metrics() -> None:
     m = CacheMetrics()
-    assert m.snapshot() == {
+    assert m.as_dict() == {
         "hit_count": 0, "miss_count": 0, "load_count": 0, "num_load_failures": 0,
         "num_retries": 0, "num_cache_errors": 0, "num_bad_values": 0, "reloads_skipped": 0,
         "num_notifications": 0, "num_keys_invalidated": 0, "num_reconnect_flushes": 0,
@@ -54,7 +54,7 @@ def test_sum_adds_counters_and_gauges_and_keeps_the_max_load_time() -> None:
     b.inc_hits(3)
     b.inc_misses(1)
     b.record_load_time(7)
-    total = CacheMetrics.sum([a, b.snapshot()])
+    total = CacheMetrics.sum([a, b.as_dict()])
     assert total.hit_count == 5
     assert total.miss_count == 1
     assert total.latest_load_time == 7
@@ -67,11 +67,12 @@ def test_snapshot_round_trip_and_pickle() -> None:
     m = CacheMetrics()
     m.inc_loads(4)
     m.register_gauges(lambda: (1, 2))
-    assert CacheMetrics.from_snapshot(m.snapshot()) == m
-    assert pickle.loads(pickle.dumps(m)).snapshot() == m.snapshot()
+    assert CacheMetrics.from_dict(m.as_dict()) == m
+    assert CacheMetrics.from_snapshot(m.snapshot()) == m  # the former names
+    assert pickle.loads(pickle.dumps(m)).as_dict() == m.as_dict()
     with pytest.raises(ValueError, match="unknown metric"):
-        CacheMetrics.from_snapshot({"bogus": 1})
-    assert set(m.snapshot()) == set(FIELDS)
+        CacheMetrics.from_dict({"bogus": 1})
+    assert set(m.as_dict()) == set(FIELDS)
 
 
 def test_counting_is_thread_safe() -> None:

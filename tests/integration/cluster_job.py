@@ -79,7 +79,7 @@ def main() -> None:
                 "executors": sorted({w[0] for w in workers}),
                 "imported_from": sorted({w[1] for w in workers}),
                 "pythons": sorted({w[2] for w in workers}),
-                "metrics": lookup_metrics(provider).snapshot(),
+                "metrics": lookup_metrics(provider).as_dict(),
             }
         print("RESULT " + json.dumps(results))
     finally:

@@ -191,7 +191,7 @@ def _serve(conn: Connection, p: FullCachingLookupProvider, directory: Path, cloc
                 pending.result(TIMEOUT)
                 result = runtime.cache.snapshot().version
             elif command == "metrics":
-                result = runtime.metrics.snapshot()
+                result = runtime.metrics.as_dict()
             elif command == "close":
                 runtime.close()
                 conn.send(("ok", None))
@@ -357,7 +357,7 @@ def _partial_lookups(p: Any, ids: list[int], conn: Connection) -> None:
 
     with open_lookup(p) as handle:
         found = handle.lookup_batch([(i,) for i in ids])
-        conn.send((found, handle.metrics.snapshot()))
+        conn.send((found, handle.metrics.as_dict()))
 
 
 def partial_lookups_in_new_process(p: Any, ids: list[int]) -> tuple[dict[Any, Any], Any]:

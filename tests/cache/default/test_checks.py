@@ -16,7 +16,7 @@ def test_the_repr_shows_every_metric_and_is_no_call() -> None:
     assert text.endswith(">")
     assert "hit_count=3" in text
     assert "num_cached_bytes=0" in text
-    rebuilt = CacheMetrics.from_snapshot(metrics.snapshot())  # what rebuilds one
+    rebuilt = CacheMetrics.from_dict(metrics.as_dict())  # what rebuilds one
     assert repr(rebuilt) == text
 
 

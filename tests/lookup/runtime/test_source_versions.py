@@ -236,9 +236,9 @@ def test_a_shared_snapshot_is_confirmed_not_republished(
 def test_reloads_skipped_travels_in_metrics_reports() -> None:
     metrics = CacheMetrics()
     metrics.inc_reloads_skipped(3)
-    assert metrics.snapshot()["reloads_skipped"] == 3
+    assert metrics.as_dict()["reloads_skipped"] == 3
     assert (metrics + metrics).reloads_skipped == 6
-    text = json.dumps({"p": "x", "w": "h:1:a", "s": 1, "t": 0, "m": metrics.snapshot()})
+    text = json.dumps({"p": "x", "w": "h:1:a", "s": 1, "t": 0, "m": metrics.as_dict()})
     report = parse_report(text)
     assert report is not None
     assert report.values["reloads_skipped"] == 3

@@ -88,7 +88,7 @@ def test_a_known_batch_job_reports_exact_counts(spark: Any, engine: str) -> None
 
     provider = full()
     assert lookup_join(df, provider, on="id", engine=engine).count() == 90
-    got = lookup_metrics(provider).snapshot()
+    got = lookup_metrics(provider).as_dict()
     # A full cache's index is probed once per stream row: 60 rows hit, 30 miss.
     assert {k: got[k] for k in expected} == {**expected, "hit_count": 60, "miss_count": 30}
     assert got["num_cached_bytes"] > 0
@@ -96,7 +96,7 @@ def test_a_known_batch_job_reports_exact_counts(spark: Any, engine: str) -> None
 
     provider = partial()
     assert lookup_join(df, provider, on="id", engine=engine, how="inner").count() == 60
-    got = lookup_metrics(provider).snapshot()
+    got = lookup_metrics(provider).as_dict()
     # A partial cache: 30 misses loaded in one batched load; the 10 absent keys are
     # cached as empty (cache-missing-key defaults to on), so 30 records.
     assert {k: got[k] for k in expected} == {**expected, "hit_count": 0, "miss_count": 30,
