@@ -6,10 +6,11 @@ key index are memory maps of the store's files (one copy of the pages for all
 processes), so a process that opens a published version builds nothing proportional to
 the table. A version published without an index (an older format) is indexed here. The
 process that loads writes the new version into the store as it is read
-(`SharedFullCache.stage`, then `SharedFullCache.publish`). Who loads and
-when is the caller's business (the full caching runtime); this class switches to a
-newer published version, at most one ``stat`` of the pointer per ``check_interval``, at
-the next lookup.
+(`SharedFullCache.stage`, then `SharedFullCache.publish`). When to reload is the
+caller's business (the full caching runtime); who loads is this class's
+(`SharedFullCache.reload`: the store's lock, then adopt, confirm or publish). It switches
+to a newer published version, at most one ``stat`` of the pointer per ``check_interval``,
+at the next lookup.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from functools import partial
 from typing import NoReturn
 
 import pyarrow as pa
@@ -30,13 +33,44 @@ from cache.full.store import Mapped, SnapshotStore, StoredSnapshot
 from cache.full.string_views import StringViews
 from cache.metrics import CacheMetrics
 from spark_lookup import options as opts
+from spark_lookup.errors import LookupLoadError
 
-__all__ = ["DEFAULT_CHECK_INTERVAL", "SharedFullCache"]
+__all__ = ["DEFAULT_CHECK_INTERVAL", "Install", "Loader", "SharedFullCache", "Unchanged"]
 
 log = logging.getLogger("cache")
 
 DEFAULT_CHECK_INTERVAL = dt.timedelta(milliseconds=100)
 """How often a lookup may look for a newer published version (one ``stat``)."""
+
+_LOCK_POLL_SECONDS = 0.05
+"""How often a process waiting for another's load looks for its publication."""
+
+Install = Callable[[FullSnapshot], object]
+"""Serves a snapshot just loaded (publishes it, here)."""
+
+Unchanged = tuple[str, Callable[[float], object]]
+"""The source version of what is served, and what to run (with the time of the check)
+when the source is still at it."""
+
+
+@dataclass(frozen=True)
+class Loader:
+    """What `SharedFullCache.reload` needs of the runtime that loads for it."""
+
+    describe: str
+    """The table, for messages."""
+    load: Callable[[int, Install, Unchanged | None, Callable[[BaseException], object]], None]
+    """Load the source as version N and install it, or run the unchanged action; on a
+    failure after every retry, run the last argument with the error, then raise it."""
+    due: Callable[[float], float | None]
+    """When a version loaded at a time comes due on the schedule (None: never)."""
+    record: Callable[..., bool]
+    """Run actions that record a reload's outcome unless the runtime is closed (atomic
+    with its close); whether they ran."""
+    closed: threading.Event
+    """Set when the runtime closes: nothing is waited for, adopted or loaded after it."""
+    min_interval: float | None = None
+    """The change feed's least interval between reloads, in seconds (None: no feed)."""
 
 
 class SharedFullCache(LookupFullCache):
@@ -95,7 +129,7 @@ class SharedFullCache(LookupFullCache):
         self._closed = False
         self.serve_from = -float("inf")
         """Published versions whose load started before this time are not switched to
-        (one that may lack a change this process never heard: see lookup/full_caching)."""
+        (one that may lack a change this process never heard: see lookup/runtime/full.py)."""
 
     def __reduce__(self) -> NoReturn:
         raise TypeError("a SharedFullCache holds open files and is built where it is used; "
@@ -244,6 +278,139 @@ class SharedFullCache(LookupFullCache):
                 latest.version != served.version):
             return None
         return latest
+
+    def newest_load(self) -> float | None:
+        """When the load of the newest version known here started: the one served, or
+        a newer one published (None: neither)."""
+        current = self.current()
+        since = None if current is None else current.loaded_at
+        try:
+            latest = self.store.latest()
+        except (OSError, ValueError):  # unreadable now: what is served is known
+            latest = None
+        if latest is not None and (since is None or latest.loaded_at > since):
+            since = latest.loaded_at
+        return since
+
+    # --- reloading: one load per host
+
+    def reload(self, loader: Loader, fired_at: float, *, strict: bool = False) -> None:
+        """Serve a version that is good for a firing at ``fired_at`` (``strict``: loaded
+        after it), loading it only if no process of the host has, and only in the one
+        process holding the store's lock; the others wait for its publication.
+
+        Raises
+        ------
+        LookupLoadError
+            When the process that loaded for this firing failed after its retries.
+        Exception
+            The error of this process's own load (see `Loader.load`).
+        """
+        waited = False
+        while not loader.closed.is_set():
+            if self._serve(loader, self.store.latest(), fired_at, strict):
+                return
+            if waited:
+                failure = self.store.last_failure()
+                if failure is not None and failure[0] >= fired_at:
+                    # The process that loaded for this firing failed after its retries:
+                    # this firing failed too (trying again here would multiply the load).
+                    error = LookupLoadError(
+                        f"{loader.describe}: the reload another process of this "
+                        f"host ran for this firing failed: {failure[1]}"
+                    )
+                    if not loader.record(partial(self.record_failure, error)):
+                        return
+                    raise error
+            with self.store.try_lock() as locked:
+                if locked:
+                    self._reload_locked(loader, fired_at, strict)
+                    return
+            waited = True
+            # Another process is loading; keep serving the current version meanwhile.
+            loader.closed.wait(_LOCK_POLL_SECONDS)
+
+    def _reload_locked(self, loader: Loader, fired_at: float, strict: bool) -> None:
+        # The process that held the lock before us may have just published.
+        record = self.store.latest()
+        if strict and self.current() is not None and self._loaded_lately(
+                loader, record, fired_at):
+            return  # the next reload for changes covers this one
+        if not self._serve(loader, record, fired_at, strict):
+            current = self.current()
+            version = max(0 if record is None else record.version,
+                          0 if current is None else current.version)
+            loader.load(version + 1, partial(self._install, loader.describe),
+                        self._unchanged(loader.describe), self._failed)
+
+    def _serve(self, loader: Loader, record: StoredSnapshot | None, fired_at: float,
+               strict: bool) -> bool:
+        """Serve the published ``record`` (or a newer version) if it satisfies a firing at
+        ``fired_at``: loaded after the firing, or (unless ``strict``) not yet due on the
+        schedule. False when it does not, or cannot be read."""
+        if record is None:
+            return False
+        if record.loaded_at < fired_at:
+            if strict:
+                return False
+            due = loader.due(record.loaded_at)
+            if due is None or due <= fired_at:
+                return False
+        # A no-op when it is the version served already; never once closed.
+        if not loader.record(self.adopt):
+            return False
+        current = self.current()
+        return current is not None and (current.loaded_at, current.version) >= (
+            record.loaded_at, record.version)
+
+    def _loaded_lately(self, loader: Loader, record: StoredSnapshot | None,
+                       since: float) -> bool:
+        """Whether ``record`` was loaded before ``since`` but less than the change
+        feed's ``min_interval`` ago: a reload for changes waits for the next round."""
+        if record is None or loader.min_interval is None or record.loaded_at >= since:
+            return False
+        return record.loaded_at + loader.min_interval > self.clock()
+
+    def _unchanged(self, describe: str) -> Unchanged | None:
+        """For the holder of the store's lock: the source version of the published
+        snapshot, if this process serves it (it read it whole), and how to confirm it
+        without publishing anything (the pointer's load time moves on; the others see it
+        at their next look and keep their table and index)."""
+        latest = self.store.latest()
+        if latest is None or not latest.source_version:
+            return None
+        if self.published() is None:
+            self.adopt()  # serve it first (a map, no scan): only what is served is confirmed
+        record = self.published()
+        if record is None:
+            return None
+
+        def confirm(loaded_at: float) -> None:
+            try:
+                self.store.confirm(record, loaded_at)
+            except (OSError, ValueError) as exc:  # the store cannot take it: load next time
+                log.warning("full cache of %s: could not confirm version %d in %s: %s",
+                            describe, record.version, self.store.directory, exc)
+                return
+            self.adopt()
+
+        return record.source_version, confirm
+
+    def _install(self, describe: str, snapshot: FullSnapshot) -> None:
+        try:
+            self.publish(snapshot)
+        except OSError as exc:
+            # The store cannot take it (disk full, read-only...): serve what was loaded
+            # here anyway; the other processes then load for themselves.
+            log.warning(
+                "full cache of %s: could not publish version %d to %s (%s); serving it "
+                "in this process only", describe, snapshot.version, self.store.directory, exc,
+            )
+            self.swap(snapshot)
+
+    def _failed(self, error: BaseException) -> None:
+        # For the processes waiting on this load: their firing failed too.
+        self.store.record_failure(self.clock(), repr(error))
 
     def _switch(self, *, blocking: bool) -> FullSnapshot | None:
         if not self._switch_lock.acquire(blocking=blocking):

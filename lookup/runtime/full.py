@@ -21,9 +21,9 @@ import pyarrow as pa
 
 from cache.base import Key, Row
 from cache.full.overlay import Overlay
-from cache.full.shared import SharedFullCache
+from cache.full.shared import Install, Loader, SharedFullCache, Unchanged
 from cache.full.snapshot import FullSnapshot, LookupFullCache
-from cache.full.store import SnapshotStore, StoredSnapshot
+from cache.full.store import SnapshotStore
 from cache.keys import CacheKeys
 from connectors.errors import should_retry
 from lookup.changes.host_listeners import HostListeners
@@ -40,7 +40,6 @@ from lookup.runtime.base import (
     probe_answers,
 )
 from lookup.runtime.full_load import load_snapshot
-from spark_lookup.errors import LookupLoadError
 from spark_lookup.load_priority import loading, lookup_turn
 from spark_lookup.schema import to_arrow_schema
 from triggers.scheduler import Scheduled, process_scheduler
@@ -48,9 +47,6 @@ from triggers.scheduler import Scheduled, process_scheduler
 __all__ = ["FullCachingRuntime"]
 
 log = logging.getLogger("lookup")
-
-_LOCK_POLL_SECONDS = 0.05
-"""How often a process waiting for another's load looks for its publication."""
 
 _DUE_MARGIN_SECONDS = 0.2
 """Lookups take turns from this long before a scheduled load (its threads must wake)."""
@@ -109,6 +105,11 @@ class FullCachingRuntime(LookupRuntime):
         self._change_overlay: ChangeOverlay | None = None
         self._overlay_keys: CacheKeys | None = None
         self._subscription: Subscription | None = None
+        feed = provider.changes
+        self._loader = Loader(
+            describe=provider.describe(), load=self._load, due=self._due, record=self._record,
+            closed=self._closed,
+            min_interval=None if feed is None else feed.min_interval.total_seconds())
 
     @property
     def shared(self) -> bool:
@@ -201,16 +202,9 @@ class FullCachingRuntime(LookupRuntime):
     def _served_since(self) -> float | None:
         """When the load of the snapshot served started, or of a newer one published
         in the host's store (None: none yet)."""
-        current = self.cache.current()
-        since = None if current is None else current.loaded_at
         if self._shared is not None:
-            try:
-                latest = self._shared.store.latest()
-            except (OSError, ValueError):  # unreadable now: what is served is known
-                latest = None
-            if latest is not None and (since is None or latest.loaded_at > since):
-                since = latest.loaded_at
-        return since
+            return self._shared.newest_load()
+        return self._served_at()
 
     def _served_at(self) -> float | None:
         """When the load of the snapshot served started (None: none yet)."""
@@ -244,7 +238,7 @@ class FullCachingRuntime(LookupRuntime):
                 unchanged = (current.source_version, partial(self._confirm, current))
             self._load(self._version() + 1, self.cache.swap, unchanged)
         else:
-            self._reload_shared(self._shared, fired_at, strict)
+            self._shared.reload(self._loader, fired_at, strict=strict)
             # Also when nothing was swapped: a firing just before the version came due
             # (that a timer's firing then joined) reloads nothing, and the timer must
             # still fire at the due time.
@@ -266,8 +260,8 @@ class FullCachingRuntime(LookupRuntime):
         found = self._provider.source.current_version()
         return None if found is None else repr(found)
 
-    def _load(self, version: int, install: Callable[[FullSnapshot], object],
-              unchanged: tuple[str, Callable[[float], object]] | None = None) -> None:
+    def _load(self, version: int, install: Install, unchanged: Unchanged | None = None,
+              failed: Callable[[BaseException], object] | None = None) -> None:
         """Scan the source, index it as ``version`` and ``install`` it (swap or publish),
         retrying with backoff.
 
@@ -277,8 +271,8 @@ class FullCachingRuntime(LookupRuntime):
         reload is counted as skipped (``reloads_skipped``), not as a load.
 
         Once the runtime is closed nothing is installed or counted: a load then in
-        flight is discarded. Raises the last error when every attempt failed (counted
-        and remembered; the current snapshot keeps serving).
+        flight is discarded. Raises the last error when every attempt failed (counted,
+        remembered and handed to ``failed``; the current snapshot keeps serving).
         """
         provider = self._provider
         policy = provider.retry_policy
@@ -324,7 +318,8 @@ class FullCachingRuntime(LookupRuntime):
                      elapsed_ms)
             return
         error = tries.error
-        if error is None or not self._record(partial(self._fail, error)):
+        if error is None or not self._record(partial(self._fail, error), *(
+                () if failed is None else (partial(failed, error),))):
             return  # closed while waiting to retry: nothing more is recorded
         current = self.cache.current()
         log.error("full cache reload of %s failed after %d attempt(s): %r; %s",
@@ -335,117 +330,6 @@ class FullCachingRuntime(LookupRuntime):
     def _fail(self, error: BaseException) -> None:
         self.metrics.inc_load_failures()
         self.cache.record_failure(error)
-        if self._shared is not None:
-            # For the processes waiting on this load: their firing failed too.
-            self._shared.store.record_failure(self.cache.clock(), repr(error))
-
-    # --- sharing across the processes of a host
-
-    def _reload_shared(self, shared: SharedFullCache, fired_at: float,
-                       strict: bool = False) -> None:
-        """Serve a version that is good for a firing at ``fired_at`` (``strict``: loaded
-        after it), loading it only if no process of the host has, and only in the one
-        process holding the lock."""
-        store = shared.store
-        waited = False
-        while not self._closed.is_set():
-            if self._serve(shared, store.latest(), fired_at, strict):
-                return
-            if waited:
-                failure = store.last_failure()
-                if failure is not None and failure[0] >= fired_at:
-                    # The process that loaded for this firing failed after its retries:
-                    # this firing failed too (trying again here would multiply the load).
-                    error = LookupLoadError(
-                        f"{self._provider.describe()}: the reload another process of this "
-                        f"host ran for this firing failed: {failure[1]}"
-                    )
-                    if not self._record(partial(self.cache.record_failure, error)):
-                        return
-                    raise error
-            with store.try_lock() as locked:
-                if locked:
-                    # The process that held the lock before us may have just published.
-                    record = store.latest()
-                    if (strict and self.cache.current() is not None
-                            and self._loaded_lately(record, fired_at)):
-                        return  # the next reload for changes covers this one
-                    if not self._serve(shared, record, fired_at, strict):
-                        version = max(0 if record is None else record.version, self._version())
-                        self._load(version + 1, partial(self._publish, shared),
-                                   self._unchanged_shared(shared))
-                    return
-            waited = True
-            # Another process is loading; keep serving the current version meanwhile.
-            self._closed.wait(_LOCK_POLL_SECONDS)
-
-    def _loaded_lately(self, record: StoredSnapshot | None, since: float) -> bool:
-        """Whether ``record`` was loaded before ``since`` but less than the change
-        feed's ``min_interval`` ago: a reload for changes waits for the next round."""
-        feed = self._provider.changes
-        if record is None or feed is None or record.loaded_at >= since:
-            return False
-        return record.loaded_at + feed.min_interval.total_seconds() > self.cache.clock()
-
-    def _unchanged_shared(self, shared: SharedFullCache
-                          ) -> tuple[str, Callable[[float], object]] | None:
-        """For the holder of the store's lock: the source version of the published
-        snapshot, if this process serves it (it read it whole), and how to confirm it
-        without publishing anything (the pointer's load time moves on; the others see it
-        at their next look and keep their table and index)."""
-        latest = shared.store.latest()
-        if latest is None or not latest.source_version:
-            return None
-        if shared.published() is None:
-            shared.adopt()  # serve it first (a map, no scan): only what is served is confirmed
-        record = shared.published()
-        if record is None:
-            return None
-
-        def confirm(loaded_at: float) -> None:
-            try:
-                shared.store.confirm(record, loaded_at)
-            except (OSError, ValueError) as exc:  # the store cannot take it: load next time
-                log.warning("full cache of %s: could not confirm version %d in %s: %s",
-                            self._provider.describe(), record.version, shared.store.directory,
-                            exc)
-                return
-            shared.adopt()
-
-        return record.source_version, confirm
-
-    def _publish(self, shared: SharedFullCache, snapshot: FullSnapshot) -> None:
-        try:
-            shared.publish(snapshot)
-        except OSError as exc:
-            # The store cannot take it (disk full, read-only...): serve what was loaded
-            # here anyway; the other processes then load for themselves.
-            log.warning(
-                "full cache of %s: could not publish version %d to %s (%s); serving it "
-                "in this process only", self._provider.describe(), snapshot.version,
-                shared.store.directory, exc,
-            )
-            shared.swap(snapshot)
-
-    def _serve(self, shared: SharedFullCache, record: StoredSnapshot | None, fired_at: float,
-               strict: bool = False) -> bool:
-        """Serve the published ``record`` (or a newer version) if it satisfies a firing at
-        ``fired_at``: loaded after the firing, or (unless ``strict``) not yet due on the
-        trigger's schedule. False when it does not, or cannot be read."""
-        if record is None:
-            return False
-        if record.loaded_at < fired_at:
-            if strict:
-                return False
-            due = self._due(record.loaded_at)
-            if due is None or due <= fired_at:
-                return False
-        # A no-op when it is the version served already; never once closed.
-        if not self._record(shared.adopt):
-            return False
-        current = shared.current()
-        return current is not None and (current.loaded_at, current.version) >= (
-            record.loaded_at, record.version)
 
     def _due(self, loaded_at: float) -> float | None:
         due = self._trigger.next_reload_after(datetime.fromtimestamp(loaded_at, timezone.utc))
