@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import copy
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import datetime, timezone
 from functools import partial
 from typing import Any
 
@@ -39,21 +37,15 @@ from lookup.runtime.base import (
     counting_bad_values,
     probe_answers,
 )
+from lookup.runtime.due import DueTimer
 from lookup.runtime.full_load import load_snapshot
 from spark_lookup.load_priority import loading, lookup_turn
 from spark_lookup.schema import to_arrow_schema
-from triggers.scheduler import Scheduled, process_scheduler
+from triggers.scheduler import process_scheduler
 
 __all__ = ["FullCachingRuntime"]
 
 log = logging.getLogger("lookup")
-
-_DUE_MARGIN_SECONDS = 0.2
-"""Lookups take turns from this long before a scheduled load (its threads must wake)."""
-
-_DUE_RECHECK_SECONDS = 0.05
-"""How often a lookup asks the trigger for its next load time (a lock and a clock)."""
-
 
 class FullCachingRuntime(LookupRuntime):
     """Per-worker runtime of a [`FullCachingLookupProvider`][].
@@ -79,6 +71,15 @@ class FullCachingRuntime(LookupRuntime):
             store = SnapshotStore(
                 provider.snapshot_directory(), fingerprint=provider.snapshot_fingerprint()
             )
+        # A private copy: the provider's trigger is configuration, and one provider may be
+        # opened, closed and opened again in a process.
+        self._trigger = copy.deepcopy(provider.reload_trigger)
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        # The cache's clock is read at each call: tests replace it after construction.
+        self._due = DueTimer(self._trigger, clock=lambda: self.cache.clock(),
+                             fire=self.trigger_reload, closed=self._closed,
+                             describe=provider.describe())
         bounds: dict[str, Any] = {"initial_load_timeout": provider.initial_load_timeout,
                                   "max_staleness": provider.max_staleness}
         self._shared: SharedFullCache | None = None
@@ -86,28 +87,20 @@ class FullCachingRuntime(LookupRuntime):
             self.cache = LookupFullCache(provider.key_columns, **bounds)
         else:
             self._shared = SharedFullCache(
-                provider.key_columns, store, on_swap=self._arm_due_timer, **bounds)
+                provider.key_columns, store, on_swap=self._due.arm, **bounds)
             self.cache = self._shared
-        # A private copy: the provider's trigger is configuration, and one provider may be
-        # opened, closed and opened again in a process.
-        self._trigger = copy.deepcopy(provider.reload_trigger)
-        self._lock = threading.Lock()
-        self._closed = threading.Event()
         # Held while a load's outcome is recorded (a swap, a publication, a count):
         # close() sets _closed under it, so nothing is recorded once close() returned.
         self._recording = threading.Lock()
         self._running: Future[None] | None = None
         self._executor: ThreadPoolExecutor | None = None
-        self._due_timer: Scheduled | None = None
-        self._due_checked_until = -math.inf
-        self._due_soon_from = math.inf
         self._change_reloads: ChangeReloads | None = None
         self._change_overlay: ChangeOverlay | None = None
         self._overlay_keys: CacheKeys | None = None
         self._subscription: Subscription | None = None
         feed = provider.changes
         self._loader = Loader(
-            describe=provider.describe(), load=self._load, due=self._due, record=self._record,
+            describe=provider.describe(), load=self._load, due=self._due.due, record=self._record,
             closed=self._closed,
             min_interval=None if feed is None else feed.min_interval.total_seconds())
 
@@ -157,15 +150,13 @@ class FullCachingRuntime(LookupRuntime):
         close_each(self._subscription, self._change_overlay, self._change_reloads)
         with self._lock:
             running, self._running = self._running, None
-            timer, self._due_timer = self._due_timer, None
         if running is not None:
             # Ends the firing's future now: the trigger's close() waits for it.
             running.cancel()
         try:
             self._trigger.close()
         finally:
-            if timer is not None:
-                timer.cancel()
+            self._due.cancel()
             executor = self._executor
             if executor is not None:
                 executor.shutdown(wait=False, cancel_futures=True)
@@ -244,7 +235,7 @@ class FullCachingRuntime(LookupRuntime):
             # still fire at the due time.
             current = self.cache.current()
             if current is not None:
-                self._arm_due_timer(current)
+                self._due.arm(current)
 
     def _version(self) -> int:
         current = self.cache.current()
@@ -331,45 +322,6 @@ class FullCachingRuntime(LookupRuntime):
         self.metrics.inc_load_failures()
         self.cache.record_failure(error)
 
-    def _due(self, loaded_at: float) -> float | None:
-        due = self._trigger.next_reload_after(datetime.fromtimestamp(loaded_at, timezone.utc))
-        return None if due is None else due.timestamp()
-
-    def _arm_due_timer(self, snapshot: FullSnapshot) -> None:
-        """Fire when the version now served comes due (``on_swap`` of the shared cache,
-        and after each firing that succeeded): the schedule follows the data's load
-        time, not this worker's start."""
-        try:
-            due = self._due(snapshot.loaded_at)
-        except Exception:  # a trigger's bug must not fail the lookup that switched
-            log.exception("%r.next_reload_after failed; no reload timer", self._trigger)
-            due = None
-        self._start_timer(due)
-
-    def _start_timer(self, due: float | None) -> None:
-        with self._lock:
-            if self._due_timer is not None:
-                self._due_timer.cancel()
-                self._due_timer = None
-            if due is None or self._closed.is_set():
-                return
-            # On the process scheduler, with the trigger's own reloads: one timer thread
-            # for every cache of the process.
-            self._due_timer = process_scheduler().call_later(
-                max(0.0, due - self.cache.clock()), partial(self._fire_due, due),
-                f"due reload of {self._provider.describe()}")
-
-    def _fire_due(self, due: float) -> None:
-        if self._closed.is_set():
-            return
-        if self.cache.clock() < due:
-            # The cache's clock is behind the scheduler's (an injected clock, or a step of
-            # the wall clock): wait for the rest (a firing before `due` would find the
-            # version not due and reload nothing).
-            self._start_timer(due)
-            return
-        self.trigger_reload()  # its outcome is logged by the load itself
-
     # --- lookups
 
     def _before_lookups(self) -> None:
@@ -383,28 +335,10 @@ class FullCachingRuntime(LookupRuntime):
             self.trigger_reload()
 
     def _load_coming(self) -> bool:
-        """Whether a load was submitted, or the trigger's next one starts within
-        `_DUE_MARGIN_SECONDS`: lookups take turns already (see
-        `lookup_turn`), so that the threads that
-        start it wake in time."""
+        """Whether a load was submitted, or the trigger's next one starts soon
+        (`DueTimer.soon`): lookups take turns already (see `lookup_turn`)."""
         running = self._running
-        if running is not None and not running.done():
-            return True
-        now = time.monotonic()
-        if now >= self._due_checked_until:
-            due = self._trigger_due()
-            self._due_checked_until = now + _DUE_RECHECK_SECONDS
-            self._due_soon_from = (math.inf if due is None
-                                   else now + due - _DUE_MARGIN_SECONDS)
-        return now >= self._due_soon_from
-
-    def _trigger_due(self) -> float | None:
-        """Seconds until the trigger's next load (None: none scheduled, or unknown)."""
-        next_time = getattr(self._trigger, "next_reload_time", None)
-        when = next_time() if callable(next_time) else None
-        if not isinstance(when, datetime):
-            return None
-        return (when - datetime.now(timezone.utc)).total_seconds()
+        return (running is not None and not running.done()) or self._due.soon()
 
     def probe(self, keys: Sequence[pa.Array], describe: str = "lookup") -> Probe:
         """The keys' groups in the snapshot's index (one vectorized probe; repeats and

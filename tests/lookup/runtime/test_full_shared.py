@@ -427,8 +427,8 @@ def test_a_due_timer_that_fires_early_waits_for_the_rest(
     runtime.trigger_reload().result(30)
     now = time.time()
     runtime.cache.clock = lambda: now
-    runtime._fire_due(now + 0.2)  # the monotonic clock says due, the wall clock does not
-    timer = runtime._due_timer
+    runtime._due._fire_at(now + 0.2)  # the monotonic clock says due, the wall clock does not
+    timer = runtime._due._timer
     assert timer is not None  # armed again for the rest
     assert timer.when > datetime.now(timezone.utc)
     assert count_lines(tmp_path / "scans") == 1  # nothing fired early
