@@ -18,9 +18,8 @@ import tempfile
 import threading
 import time
 import uuid
-import zlib
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -28,8 +27,18 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from cache.full.index_file import ComputedArray, map_arrays, write_arrays
-from cache.full.spool import ColumnSpool, Span
+from cache.full.index_file import ComputedArray, map_arrays
+from cache.full.spool import ColumnSpool
+from cache.full.store_format import (
+    CURRENT,
+    DAMAGED_PREFIX,
+    FORMAT_VERSION,
+    META_KEY,
+    StoredSnapshot,
+    as_embedded,
+    checksum,
+)
+from cache.full.store_write import SnapshotWriter
 from spark_lookup.errors import ConfigError
 from spark_lookup.options import check_int
 
@@ -46,29 +55,16 @@ __all__ = [
 
 log = logging.getLogger("cache")
 
-FORMAT_VERSION = 3
-"""Version of the pointer record and file layout; a newer one is refused, never guessed.
-Version 2 (no key index, no source version) is still read (its readers index the table
-themselves, and its source version is unknown); version 1, without a checksum, is
-ignored: the next load replaces it."""
-
 DEFAULT_RETENTION = timedelta(days=1)
 """How long a store nobody uses is kept before a sweep deletes it."""
 
-_CURRENT = "CURRENT"
 _LOCK = "lock"
 _USERS = "users"
 _FAILED = "FAILED"
-_TMP_PREFIX = ".tmp-"
-_SPOOL_PREFIX = ".spool-"
-_DAMAGED_PREFIX = ".damaged-"
 _MARKER = ".spark-lookup-store"
-_CHECKSUM_CHUNK = 1 << 20
 _TRASH_PREFIX = ".trash-"
 _VERIFIED = "VERIFIED"
-_VERSION_FILE = re.compile(r"^v\d{10}-\d+\.(arrow|index)$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
-_META_KEY = b"spark_lookup.snapshot"
 _READ_ATTEMPTS = 5
 
 _swept: set[str] = set()
@@ -93,96 +89,6 @@ def check_store_name(name: object, what: str = "snapshot_name") -> str:
         )
     return name
 
-
-@dataclass(frozen=True)
-class StoredSnapshot:
-    """The record of one published version: what ``CURRENT`` holds (JSON, versioned).
-
-    Attributes
-    ----------
-    version : int
-        Increases with every version published in the store.
-    loaded_at : float
-        Epoch seconds when the load that produced it started, or when a later reload
-        found the source still at ``source_version`` (`SnapshotStore.confirm`).
-    file : str
-        The data file's name in the store directory.
-    num_rows : int
-        Rows in the table.
-    unique : bool
-        Whether every key has exactly one row (readers skip a pass when it does).
-    fingerprint : str
-        What the table is (key columns and schema), as its writer saw it; a reader with
-        another fingerprint ignores the version.
-    checksum : str
-        CRC-32 of the data file (hex), checked before the file is mapped; empty in the
-        copy of the record the file itself carries.
-    source_version : str
-        The ``repr`` of the source's version the table was loaded at; empty when the
-        source cannot tell (see ``scan.Source.current_version``).
-    index : str
-        The key index file's name in the store directory; empty when the version has
-        none (written by format 2: readers index the table themselves).
-    index_checksum : str
-        CRC-32 of the key index file (hex), checked before it is mapped.
-    """
-
-    version: int
-    loaded_at: float
-    file: str
-    num_rows: int
-    unique: bool
-    fingerprint: str
-    checksum: str = ""
-    source_version: str = ""
-    index: str = ""
-    index_checksum: str = ""
-
-    def to_json(self) -> bytes:
-        """The record as JSON, with the format version."""
-        return json.dumps({"format": FORMAT_VERSION, **asdict(self)}, sort_keys=True).encode()
-
-    @classmethod
-    def from_json(cls, data: bytes) -> StoredSnapshot:
-        """Parse a record written by `to_json`.
-
-        Raises
-        ------
-        ValueError
-            For anything but a record of a known format with fields of the right types.
-        """
-        try:
-            raw = json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"not a snapshot record: {exc}") from None
-        if not isinstance(raw, dict):
-            raise ValueError("not a snapshot record: not a JSON object")
-        fmt = raw.pop("format", None)
-        if not isinstance(fmt, int) or fmt > FORMAT_VERSION:
-            raise ValueError(f"snapshot record format {fmt!r} is newer than the supported "
-                             f"{FORMAT_VERSION}: a newer spark-lookup wrote it")
-        if fmt < 2:
-            raise ValueError(f"snapshot record format {fmt} carries no checksum")
-        types: dict[str, type | tuple[type, ...]] = {
-            "version": int, "loaded_at": (int, float), "file": str, "num_rows": int,
-            "unique": bool, "fingerprint": str, "checksum": str, "source_version": str,
-        }
-        if fmt == 2:  # before source versions and key indexes: unknown, none
-            raw.setdefault("source_version", "")
-        if fmt >= 3:
-            types.update(index=str, index_checksum=str)
-        if set(raw) != set(types):
-            raise ValueError(f"snapshot record fields {sorted(raw)} != {sorted(types)}")
-        for name, kind in types.items():
-            if not isinstance(raw[name], kind) or (kind is int and isinstance(raw[name], bool)):
-                raise ValueError(f"snapshot record field {name!r} is {raw[name]!r}")
-        if not _VERSION_FILE.fullmatch(raw["file"]) or not raw["file"].endswith(".arrow"):
-            raise ValueError(f"snapshot record names no version file: {raw['file']!r}")
-        index = raw.get("index", "")
-        if index and (not _VERSION_FILE.fullmatch(index) or not index.endswith(".index")):
-            raise ValueError(f"snapshot record names no index file: {index!r}")
-        raw["loaded_at"] = float(raw["loaded_at"])
-        return cls(**raw)
 
 
 class Mapped(NamedTuple):
@@ -256,6 +162,8 @@ class SnapshotStore:
         if not isinstance(retention, timedelta) or retention <= timedelta(0):
             raise ConfigError(f"retention must be a positive timedelta, got {retention!r}")
         self._retention = retention
+        self._writer = SnapshotWriter(self._dir, fingerprint=fingerprint,
+                                      batch_rows=self._batch_rows, wrote_batch=self._wrote_batch)
         self._state_lock = threading.Lock()
         self._users_fd: int | None = None
         self._lock_fd: int | None = None
@@ -320,7 +228,7 @@ class SnapshotStore:
         milliseconds to notice a new version without reading anything.
         """
         try:
-            st = os.stat(self._dir / _CURRENT)
+            st = os.stat(self._dir / CURRENT)
         except FileNotFoundError:
             return None
         return (st.st_ino, st.st_mtime_ns)
@@ -329,13 +237,13 @@ class SnapshotStore:
         """The published version, or None (none yet, unreadable, of a newer format, or
         of another fingerprint; the reason is logged once)."""
         try:
-            data = (self._dir / _CURRENT).read_bytes()
+            data = (self._dir / CURRENT).read_bytes()
         except FileNotFoundError:
             return None
         try:
             record = StoredSnapshot.from_json(data)
         except ValueError as exc:
-            self._warn_once(f"{self._dir / _CURRENT} is ignored: {exc}")
+            self._warn_once(f"{self._dir / CURRENT} is ignored: {exc}")
             return None
         if record.fingerprint != self.fingerprint:
             self._warn_once(
@@ -371,7 +279,7 @@ class SnapshotStore:
         identities = [_identity(name) for name, _ in files]
         if not self._was_verified(record, identities):
             for name, expected in files:
-                found = _checksum(name)
+                found = checksum(name)
                 if found != expected:
                     self._set_aside(record)
                     log.error("snapshot %s is damaged (checksum %s, published %s): set aside; "
@@ -381,10 +289,10 @@ class SnapshotStore:
         with pa.memory_map(str(path), "r") as source:
             table = pa.ipc.open_file(source).read_all()
         metadata = dict(table.schema.metadata or {})
-        written = metadata.pop(_META_KEY, None)
+        written = metadata.pop(META_KEY, None)
         # The load time may have moved on since the file was written (confirm()).
         if written is None or replace(StoredSnapshot.from_json(written), loaded_at=0.0) != (
-                replace(_as_embedded(record), loaded_at=0.0)):
+                replace(as_embedded(record), loaded_at=0.0)):
             raise ValueError(f"{path} is not the version {record}")
         index = map_arrays(self._dir / record.index) if record.index else None
         # Our record stays in the file; the table served carries the source's metadata only.
@@ -416,7 +324,7 @@ class SnapshotStore:
         for name in (record.file, record.index):
             if name:
                 with contextlib.suppress(OSError):  # another reader may have moved it first
-                    os.replace(self._dir / name, self._dir / f"{_DAMAGED_PREFIX}{name}")
+                    os.replace(self._dir / name, self._dir / f"{DAMAGED_PREFIX}{name}")
 
     def _was_verified(self, record: StoredSnapshot, identities: list[list[int]]) -> bool:
         try:
@@ -427,8 +335,8 @@ class SnapshotStore:
 
     def _record_verified(self, record: StoredSnapshot, identities: list[list[int]]) -> None:
         try:
-            self._write_small(_VERIFIED, json.dumps(_verified_entry(record, identities)).encode(),
-                              durable=False)
+            entry = json.dumps(_verified_entry(record, identities)).encode()
+            self._writer.write_small(_VERIFIED, entry, durable=False)
         except OSError as exc:  # only a saving: the next reader checks again
             log.debug("could not record the check of %s: %s", record.file, exc)
 
@@ -440,7 +348,7 @@ class SnapshotStore:
         except (FileNotFoundError, ValueError, KeyError, TypeError):
             return None
 
-    # --- writing
+    # --- the lock, and writing (the files themselves: `SnapshotWriter`)
 
     @contextlib.contextmanager
     def try_lock(self) -> Iterator[bool]:
@@ -484,9 +392,7 @@ class SnapshotStore:
         """
         if self._lock_fd is None:
             raise RuntimeError(f"{self!r}: spool() needs the lock (use try_lock())")
-        self._remove_files(lambda name: name.startswith(_SPOOL_PREFIX))
-        prefix = f"{_SPOOL_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}-"
-        return ColumnSpool(self._dir, prefix, schema)
+        return self._writer.spool(schema)
 
     def publish(
         self, table: pa.Table, *, version: int, loaded_at: float, unique: bool,
@@ -515,49 +421,9 @@ class SnapshotStore:
         """
         if self._lock_fd is None:
             raise RuntimeError(f"{self!r}: publish() needs the lock (use try_lock())")
-        if spool is not None and spool.finish() is not table:
-            raise ValueError("publish(table, spool=...) takes the table the spool finished")
-        stem = f"v{version:010d}-{round(loaded_at * 1000)}"
-        record = StoredSnapshot(
-            version=version, loaded_at=loaded_at, num_rows=table.num_rows, unique=unique,
-            file=f"{stem}.arrow", fingerprint=self.fingerprint,
-            source_version=source_version, index=f"{stem}.index" if index is not None else "")
-        self._remove_files(lambda name: name.startswith((_TMP_PREFIX, _DAMAGED_PREFIX)) or (
-            name.startswith(_SPOOL_PREFIX) and (spool is None or not spool.holds(name))))
-        metadata = {**(table.schema.metadata or {}), _META_KEY: _as_embedded(record).to_json()}
-        data = self._dir / record.file
-        tmp = self._tmp_name(".arrow")
-        tmp_index = self._tmp_name(".index")
-        try:
-            try:
-                # A spooled table is not read whole here: its batches were checked in full.
-                table.validate(full=spool is None)
-            except (pa.ArrowInvalid, ValueError) as exc:
-                raise OSError(f"the table to publish as {record.file} is invalid: {exc}") from exc
-            with open(tmp, "wb", buffering=0) as raw:
-                sink = _ChecksummingSink(raw, () if spool is None else spool.spans())
-                with pa.ipc.new_file(pa.PythonFile(sink, mode="w"),
-                                     table.schema.with_metadata(metadata)) as writer:
-                    # Uncompressed (the default) so that readers can map it without a copy.
-                    for number, batch in enumerate(table.to_batches(self._batch_rows), 1):
-                        writer.write_batch(batch)
-                        self._wrote_batch(tmp, number)
-            _fsync(tmp)
-            record = replace(record, checksum=_checked_back(tmp, table, sink.checksum))
-            if index is not None:
-                write_arrays(tmp_index, *index)
-                record = replace(record, index_checksum=_checksum(tmp_index))
-                os.replace(tmp_index, self._dir / record.index)
-            os.replace(tmp, data)
-            _fsync(self._dir)
-            self._write_small(_CURRENT, record.to_json(), durable=True)
-        except BaseException:
-            for name in (tmp, tmp_index):
-                with contextlib.suppress(OSError):
-                    name.unlink()
-            raise
-        kept = {record.file, record.index}
-        self._remove_files(lambda name: bool(_VERSION_FILE.fullmatch(name)) and name not in kept)
+        record = self._writer.publish(table, version=version, loaded_at=loaded_at,
+                                      unique=unique, source_version=source_version,
+                                      index=index, spool=spool)
         # Just checked while writing: readers need not read every byte again.
         self._record_verified(record, [_identity(self._dir / name)
                                        for name in (record.file, record.index) if name])
@@ -584,16 +450,17 @@ class SnapshotStore:
         if current is None or replace(current, loaded_at=0.0) != replace(record, loaded_at=0.0):
             raise ValueError(f"{self!r}: {record} is not the published version")
         confirmed = replace(record, loaded_at=max(loaded_at, record.loaded_at))
-        self._write_small(_CURRENT, confirmed.to_json(), durable=True)
+        self._writer.point(confirmed)
         return confirmed
 
     def record_failure(self, at: float, error: str) -> None:
         """Remember that the load started at ``at`` failed (for processes waiting on it)."""
         body = json.dumps({"format": FORMAT_VERSION, "at": at, "error": error[:2000]})
-        self._write_small(_FAILED, body.encode(), durable=False)
+        self._writer.write_small(_FAILED, body.encode(), durable=False)
 
     def _wrote_batch(self, path: Path, batches: int) -> None:
-        """Called after each record batch written to the temporary file (a test hook)."""
+        """Called by the writer after each record batch written to a version's temporary file
+        (a test hook)."""
 
     # --- helpers
 
@@ -606,45 +473,12 @@ class SnapshotStore:
         if not marker.exists():
             marker.write_bytes(b"a spark-lookup snapshot store: swept when unused\n")
 
-    def _tmp_name(self, suffix: str) -> Path:
-        return self._dir / f"{_TMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}{suffix}"
-
-    def _write_small(self, name: str, data: bytes, *, durable: bool) -> None:
-        tmp = self._tmp_name("")
-        try:
-            with open(tmp, "wb") as file:
-                file.write(data)
-                if durable:
-                    file.flush()
-                    os.fsync(file.fileno())
-            os.replace(tmp, self._dir / name)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise
-        if durable:
-            _fsync(self._dir)
-
-    def _remove_files(self, wanted: Callable[[str], bool]) -> None:
-        for entry in os.scandir(self._dir):
-            if wanted(entry.name):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(entry.path)
-
     def _warn_once(self, message: str) -> None:
         if message not in self._warned:
             self._warned.add(message)
             log.warning("%s", message)
 
 
-def _fsync(path: Path) -> None:
-    # fsync flushes the inode's data whichever descriptor wrote it; a directory's fsync
-    # makes a rename in it durable.
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _check_private(path: Path) -> None:
@@ -659,18 +493,6 @@ def _check_private(path: Path) -> None:
         )
 
 
-def _checksum(path: Path) -> str:
-    """CRC-32 of a whole file, read in chunks into one buffer (not mapped: the pages
-    stay the page cache's, not this process's)."""
-    crc = 0
-    chunk = bytearray(_CHECKSUM_CHUNK)
-    view = memoryview(chunk)
-    with open(path, "rb", buffering=0) as file:
-        while size := file.readinto(chunk):
-            crc = zlib.crc32(view[:size], crc)
-    return f"{crc:08x}"
-
-
 def _identity(path: Path) -> list[int]:
     """What changes whenever a file is written through the file system."""
     st = os.stat(path)
@@ -681,98 +503,6 @@ def _verified_entry(record: StoredSnapshot, identities: list[list[int]]) -> dict
     return {"format": FORMAT_VERSION, "file": record.file, "checksum": record.checksum,
             "index": record.index, "index_checksum": record.index_checksum,
             "identities": identities}
-
-
-def _as_embedded(record: StoredSnapshot) -> StoredSnapshot:
-    """The copy of a record its data file carries (written before the checksums are
-    known)."""
-    return replace(record, checksum="", index_checksum="")
-
-
-class _ChecksummingSink:
-    """A binary file that keeps the CRC-32 of every byte written through it.
-
-    A buffer of the table that lies in one of ``spans`` (a spooled table's mapped
-    files) is copied from its file a chunk at a time instead of read through the map,
-    which would bring each of its pages into the writer's resident set: the same bytes,
-    read through the page cache.
-    """
-
-    def __init__(self, raw: Any, spans: tuple[Span, ...] | list[Span] = ()) -> None:
-        self._raw = raw
-        self._spans = spans
-        self._crc = 0
-        self._chunk: bytearray | None = None
-        self.closed = False
-
-    @property
-    def checksum(self) -> str:
-        return f"{self._crc:08x}"
-
-    def write(self, data: Any) -> int:
-        if self._spans and isinstance(data, pa.Buffer):
-            for span in self._spans:
-                start = data.address - span.address
-                if start >= 0 and start + data.size <= span.size:
-                    self._copy(span.path, start, data.size)
-                    return int(data.size)
-        view = memoryview(data).cast("B")
-        self._put(view)
-        return len(view)
-
-    def _put(self, view: memoryview) -> None:
-        self._crc = zlib.crc32(view, self._crc)
-        while view:  # an unbuffered write may take part of it (at most 2 GiB at once)
-            view = view[self._raw.write(view):]
-
-    def _copy(self, path: Path, start: int, size: int) -> None:
-        if self._chunk is None:
-            self._chunk = bytearray(_CHECKSUM_CHUNK)
-        chunk = memoryview(self._chunk)
-        with open(path, "rb", buffering=0) as source:
-            source.seek(start)
-            while size:
-                got = source.readinto(chunk[:min(size, len(chunk))])
-                if not got:
-                    raise OSError(f"{path} ends before the table's buffer it holds")
-                self._put(chunk[:got])
-                size -= got
-
-    def tell(self) -> int:
-        position: int = self._raw.tell()
-        return position
-
-    def flush(self) -> None:
-        self._raw.flush()
-
-    def close(self) -> None:
-        self.closed = True
-        self._raw.flush()
-
-
-def _checked_back(path: Path, table: pa.Table, written: str) -> str:
-    """Check that ``path`` holds the bytes written (``written``: their CRC-32) and is a
-    whole Arrow file of ``table``'s schema and rows; return its checksum.
-
-    Raises
-    ------
-    OSError
-        When it is not (nothing is published then).
-    """
-    found = _checksum(path)
-    if found != written:
-        raise OSError(f"{path} does not hold the bytes written (checksum {found}, {written})")
-    with pa.memory_map(str(path), "r") as source:
-        try:  # the footer and each batch's metadata only: no data page is read
-            reader = pa.ipc.open_file(source)
-            rows = sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
-            same = reader.schema.remove_metadata().equals(table.schema.remove_metadata())
-        except (pa.ArrowInvalid, ValueError) as exc:
-            raise OSError(f"{path} failed its check after writing: {exc}") from exc
-    if rows != table.num_rows or not same:
-        raise OSError(f"{path} holds {rows} rows (schema {'as' if same else 'unlike'} written), "
-                      f"not {table.num_rows}")
-    return found
 
 
 def _sweep_once(root: Path, *, keep: Path, retention: timedelta) -> None:

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 
 import cache.full.store as store_module
+import cache.full.store_write as store_write_module
 from cache.full.snapshot import FullSnapshot
 from cache.full.store import SnapshotStore, StoredSnapshot, sweep
 from spark_lookup.errors import ConfigError
@@ -203,13 +204,13 @@ def test_a_spooled_table_is_published_byte_for_byte_as_in_memory(
 def test_a_spooled_table_is_written_from_its_files_not_through_its_map(
         store: SnapshotStore, monkeypatch: pytest.MonkeyPatch) -> None:
     copied: list[int] = []
-    real = store_module._ChecksummingSink._copy
+    real = store_write_module._ChecksummingSink._copy
 
     def counting(self: Any, path: Path, start: int, size: int) -> None:
         copied.append(size)
         real(self, path, start, size)
 
-    monkeypatch.setattr(store_module._ChecksummingSink, "_copy", counting)
+    monkeypatch.setattr(store_write_module._ChecksummingSink, "_copy", counting)
     with store.try_lock():
         data, spool = spooled(store, table(1000))
         store.publish(data, version=1, loaded_at=5.0, unique=True, spool=spool)

@@ -185,13 +185,13 @@ def test_files_checked_once_are_trusted_until_they_change(
         store: SnapshotStore, monkeypatch: pytest.MonkeyPatch) -> None:
     data, index = published_with_index(store)
     checked: list[str] = []
-    real = store_module._checksum
+    real = store_module.checksum
 
     def counting(path: Path) -> str:
         checked.append(path.name)
         return real(path)
 
-    monkeypatch.setattr(store_module, "_checksum", counting)
+    monkeypatch.setattr(store_module, "checksum", counting)
     assert store.open_latest() is not None
     assert checked == []  # the publisher checked them as it wrote them
     os.utime(index)  # any write through the file system changes the identity
