@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from cache.answers import Answers
 from cache.metrics import CacheMetrics
 from spark_lookup.errors import KeyKindError
 from spark_lookup.shown import shown
@@ -24,19 +25,8 @@ Rows = Sequence[Row]
 """The rows stored for one key: empty (a cached miss), one, or many."""
 
 
-class CachedAnswers(NamedTuple):
-    """What [`LookupCache.get_arrow`][] found for ``n`` distinct keys; key ``i``'s
-    rows are ``rows[offsets[groups[i]] : offsets[groups[i] + 1]]``. A tuple, so
-    ``hit, groups, offsets, rows = cache.get_arrow(keys)`` unpacks it."""
-
-    hit: np.ndarray
-    """``bool[n]``: answered from the cache, an empty answer included."""
-    groups: np.ndarray
-    """``int64[n]``: each key's group of rows; -1 for none (a miss, or an empty answer)."""
-    offsets: np.ndarray
-    """``int64``: where each group's rows start in ``rows``, and the last one ends."""
-    rows: pa.Table
-    """Rows of the bound schema; may hold rows of other keys too."""
+CachedAnswers = Answers
+"""The former name of `cache.answers.Answers`, what [`LookupCache.get_arrow`][] returns."""
 
 
 class LookupCache(ABC):
@@ -121,9 +111,9 @@ class LookupCache(ABC):
             raise RuntimeError(f"{type(self).__name__}.bind() must come before its Arrow methods")
         return bound  # type: ignore[no-any-return]
 
-    def get_arrow(self, keys: Sequence[pa.Array]) -> CachedAnswers:
+    def get_arrow(self, keys: Sequence[pa.Array]) -> Answers:
         """The cached answers of ``n`` distinct keys (one array per key column, no
-        nulls), in the form of a lookup probe (see `CachedAnswers`).
+        nulls), as `cache.answers.Answers`.
 
         This default goes through [`get_all`][] (a Python tuple per key and row);
         [`DefaultLookupCache`][] answers in Arrow, without them.
@@ -178,7 +168,7 @@ def key_tuples(keys: Sequence[pa.Array]) -> list[Key]:
 
 def answers_to_arrow(
     keys: Sequence[Key], found: Mapping[Key, Rows], schema: pa.Schema
-) -> CachedAnswers:
+) -> Answers:
     """The answers of [`LookupCache.get_all`][] in the form of ``get_arrow``.
 
     Raises
@@ -193,7 +183,7 @@ def answers_to_arrow(
     np.cumsum(counts, out=offsets[1:])
     groups = np.where(counts > 0, np.arange(len(keys), dtype=np.int64), -1)
     rows = [row for key in keys for row in found.get(key, ())]
-    return CachedAnswers(hit, groups, offsets, rows_to_table(rows, schema))
+    return Answers(hit, groups, offsets, rows_to_table(rows, schema))
 
 
 def expand(groups: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

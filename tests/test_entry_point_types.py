@@ -20,6 +20,7 @@ from pyspark.sql.connect.udtf import UserDefinedTableFunction as ConnectTableFun
 from pyspark.sql.udtf import UserDefinedTableFunction as ClassicTableFunction
 
 from cache import LookupCache
+from cache.answers import Answers
 from cache.base import CachedAnswers
 from lookup import (
     ScheduledTableRefresh,
@@ -83,7 +84,8 @@ def test_a_refreshed_view_is_built_from_typed_parts() -> None:
 
 
 def test_get_arrow_names_the_parts_of_its_answer() -> None:
-    assert hints(LookupCache.get_arrow)["return"] is CachedAnswers
-    assert typing.get_type_hints(CachedAnswers) == {
-        "hit": np.ndarray, "groups": np.ndarray, "offsets": np.ndarray, "rows": pa.Table}
+    assert hints(LookupCache.get_arrow)["return"] is Answers is CachedAnswers
+    found = typing.get_type_hints(Answers)
+    assert {name: found[name] for name in ("hit", "groups", "offsets", "rows")} == {
+        "hit": np.ndarray | None, "groups": np.ndarray, "offsets": np.ndarray, "rows": pa.Table}
     assert hints(LookupCache.put_arrow)["rows"] == pa.Table | pa.RecordBatch

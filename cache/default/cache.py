@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from cache.base import CachedAnswers, Key, LookupCache, Rows, check_key, freeze_rows
+from cache.answers import Answers
+from cache.base import Key, LookupCache, Rows, check_key, freeze_rows
 from cache.default.entries import NEVER, Entries
 from cache.default.eviction import Eviction
 from cache.keys import CacheKeys, matchable
@@ -219,7 +220,7 @@ class DefaultLookupCache(LookupCache):
             self._eviction.expire(self._entries, self._now())
             return self._entries.live, self._entries.nbytes()
 
-    def get_arrow(self, keys: Sequence[pa.Array]) -> CachedAnswers:
+    def get_arrow(self, keys: Sequence[pa.Array]) -> Answers:
         """The cached answers of distinct keys given as arrays of the key types, found
         in bulk (see [`LookupCache.get_arrow`][]). While no put comes between reads,
         the rows are merged into one segment and answered in place: no row is copied."""
@@ -234,7 +235,7 @@ class DefaultLookupCache(LookupCache):
         hits = int(hit.sum())
         self._metrics.inc_hits(hits)
         self._metrics.inc_misses(len(hit) - hits)
-        return CachedAnswers(hit, groups, offsets,
+        return Answers(hit, groups, offsets,
                              table if table is not None else schema.empty_table())
 
     def put_arrow(self, keys: Sequence[pa.Array], index: pa.Array,

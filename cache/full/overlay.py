@@ -29,7 +29,7 @@ _NO_OFFSETS = np.zeros(0, dtype=np.int64)
 _NO_OFFSETS.flags.writeable = False
 
 Answer = tuple[np.ndarray, np.ndarray, pa.Table, bool]
-"""``(groups, offsets, rows, one_row_each)``, as a ``lookup.Probe`` holds them."""
+"""``(groups, offsets, rows, one_row_each)``, as `cache.answers.Answers` holds them."""
 
 
 class Overlay:

@@ -1,5 +1,5 @@
 """What every lookup runtime is: the base class the partial and full caching runtimes
-extend, and the Arrow answer to a batch of keys (`Probe`) joins assemble from.
+extend, and the Arrow answer to a batch of keys (`cache.answers.Answers`) joins assemble from.
 
 A module of its own so that the runtimes (``lookup.runtime.partial``, ``lookup.runtime.full``)
 and the registry that builds them all import it, and none imports another's module.
@@ -10,14 +10,13 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
 
+from cache.answers import Answers
 from cache.base import Key, Row, answers_to_arrow, expand, key_tuples
-from cache.full.string_views import StringViews
 from cache.metrics import CacheMetrics
 from connectors.keys import EncodedKeys, KeyCodec, has_null
 from connectors.rows import python_values
@@ -26,7 +25,7 @@ from spark_lookup.errors import KeyKindError, LookupLoadError
 from spark_lookup.schema import to_arrow_schema
 from spark_lookup.shown import shown
 
-__all__ = ["EMPTY", "LookupRuntime", "Probe", "add_rows", "close_each", "counting_bad_values",
+__all__ = ["EMPTY", "LookupRuntime", "add_rows", "close_each", "counting_bad_values",
            "has_null", "place_probe_answers", "probe_answers"]
 
 EMPTY: tuple[Row, ...] = ()
@@ -82,7 +81,7 @@ def add_rows(answers: dict[int, tuple[Row, ...]] | list[tuple[Row, ...]],
 
 def probe_answers(groups: np.ndarray, offsets: np.ndarray, rows: pa.Table
                   ) -> dict[int, tuple[Row, ...]]:
-    """The answer of a probe (in the form of `Probe`) as Python rows, by key
+    """The answer of a probe (in the form of `cache.answers.Answers`) as Python rows, by key
     position; keys without rows are left out (see `place_probe_answers`)."""
     answers: dict[int, tuple[Row, ...]] = {}
     place_probe_answers(answers, groups, offsets, rows)
@@ -92,7 +91,7 @@ def probe_answers(groups: np.ndarray, offsets: np.ndarray, rows: pa.Table
 def place_probe_answers(answers: dict[int, tuple[Row, ...]] | list[tuple[Row, ...]],
                         groups: np.ndarray, offsets: np.ndarray, rows: pa.Table) -> None:
     """Add to ``answers`` (as `add_rows`) the answer of a probe (in the form of
-    `Probe`) as Python rows. Only the matched rows are taken out of ``rows``
+    `cache.answers.Answers`) as Python rows. Only the matched rows are taken out of ``rows``
     (which may hold others) and turned into Python values."""
     positions, row_numbers = expand(groups, offsets)
     if len(positions):
@@ -100,24 +99,6 @@ def place_probe_answers(answers: dict[int, tuple[Row, ...]] | list[tuple[Row, ..
                 row_numbers, np.arange(len(row_numbers))):
             rows = rows.take(pa.array(row_numbers, type=pa.int64()))
         add_rows(answers, positions, rows)
-
-
-@dataclass(frozen=True)
-class Probe:
-    """The answer to a batch of distinct keys, as Arrow: key ``i``'s rows are
-    ``rows[offsets[groups[i]] : offsets[groups[i] + 1]]``; ``groups[i]`` is -1 when it
-    has none."""
-
-    groups: np.ndarray
-    offsets: np.ndarray
-    rows: pa.Table
-    """The dimension rows, every column of the schema."""
-    one_row_each: bool = False
-    """Every group has one row and group ``g``'s row is ``rows[g]``: a join takes
-    ``groups`` as row numbers (``offsets`` is then ``0, 1, ..., len(rows)``, or empty
-    when the answer comes from a full snapshot, which keeps none)."""
-    views: StringViews | None = None
-    """Faster gathers of ``rows``' short-string columns (a full snapshot's), if any."""
 
 
 class LookupRuntime:
@@ -178,7 +159,7 @@ class LookupRuntime:
         """Rows of distinct, null-free keys."""
         raise NotImplementedError
 
-    def probe(self, keys: Sequence[pa.Array], describe: str = "lookup") -> Probe:
+    def probe(self, keys: Sequence[pa.Array], describe: str = "lookup") -> Answers:
         """The rows of a batch of distinct keys, one Arrow array per key column (a key
         holding a null never matches): the one path of joins and SQL functions, for
         every kind of provider.
@@ -199,7 +180,7 @@ class LookupRuntime:
             _, groups, offsets, rows = answers_to_arrow(tuples, found, schema)
         except TypeError as exc:
             raise LookupLoadError(f"{describe}: {exc}") from exc
-        return Probe(groups, offsets, rows)
+        return Answers(None, groups, offsets, rows)
 
     def lookup(self, key: Key) -> tuple[Row, ...]:
         """Rows of one key."""

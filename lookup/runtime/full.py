@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from cache.answers import Answers
 from cache.base import Key, Row
 from cache.full.overlay import Overlay
 from cache.full.shared import Install, Loader, SharedFullCache, Unchanged
@@ -31,7 +32,6 @@ from lookup.changes.reload import ChangeReloads
 from lookup.providers import FullCachingLookupProvider
 from lookup.runtime.base import (
     LookupRuntime,
-    Probe,
     add_rows,
     close_each,
     counting_bad_values,
@@ -340,7 +340,7 @@ class FullCachingRuntime(LookupRuntime):
         running = self._running
         return (running is not None and not running.done()) or self._due.soon()
 
-    def probe(self, keys: Sequence[pa.Array], describe: str = "lookup") -> Probe:
+    def probe(self, keys: Sequence[pa.Array], describe: str = "lookup") -> Answers:
         """The keys' groups in the snapshot's index (one vectorized probe; repeats and
         nulls welcome), its offsets and rows; a hit or miss counted per non-null key."""
         self._before_lookups()
@@ -349,10 +349,10 @@ class FullCachingRuntime(LookupRuntime):
             groups = snapshot.groups(keys)
             answer = None if overlay is None else overlay.answer(snapshot, groups, keys)
         if answer is None:
-            probe = Probe(groups, snapshot.offsets, snapshot.table,
+            probe = Answers(None, groups, snapshot.offsets, snapshot.table,
                           one_row_each=snapshot.unique, views=snapshot.views)
         else:
-            probe = Probe(*answer)
+            probe = Answers(None, *answer)
         hits = int(np.count_nonzero(probe.groups >= 0))
         self.metrics.inc_hits(hits)
         self.metrics.inc_misses(len(groups) - hits - _null_keys(keys))

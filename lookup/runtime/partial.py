@@ -13,8 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cache.answers import Answers
 from cache.base import (
-    CachedAnswers,
     Key,
     LookupCache,
     Row,
@@ -37,7 +37,6 @@ from lookup.retry import Retries
 from lookup.runtime.base import (
     EMPTY,
     LookupRuntime,
-    Probe,
     add_rows,
     close_each,
     counting_bad_values,
@@ -132,7 +131,7 @@ class LoadingRuntime(LookupRuntime):
 
     # --- the batch path of joins and SQL functions, in Arrow
 
-    def probe(self, keys: Sequence[pa.Array], describe: str = "lookup") -> Probe:
+    def probe(self, keys: Sequence[pa.Array], describe: str = "lookup") -> Answers:
         """Distinct keys: cast to the key columns' types (a key that cannot be, or holds
         a null, never matches), then answered as `_answer` says."""
         function = self._arrow_function
@@ -146,7 +145,7 @@ class LoadingRuntime(LookupRuntime):
         else:
             groups = np.full(total, -1, dtype=np.int64)
             groups[encoded.kept.to_numpy(zero_copy_only=False)] = groups_kept
-        return Probe(groups, offsets, rows)
+        return Answers(None, groups, offsets, rows)
 
     def _fetch(self, function: LookupFunction, arrays: list[pa.Array]) -> _Fetched:
         """The answers of distinct keys of the key types: the cache's, in Arrow, and the
@@ -187,7 +186,7 @@ class LoadingRuntime(LookupRuntime):
     def _answer(self, function: LookupFunction, arrays: list[pa.Array]
                 ) -> tuple[np.ndarray, np.ndarray, pa.Table]:
         """The rows of distinct keys of the key types (see `_fetch`), in the form
-        of `Probe`: ``groups``, ``offsets``, ``rows``."""
+        of `cache.answers.Answers`: ``groups``, ``offsets``, ``rows``."""
         fetched = self._fetch(function, arrays)
         groups, offsets, rows, miss = fetched.groups, fetched.offsets, fetched.rows, fetched.miss
         loaded = fetched.loaded
@@ -230,7 +229,7 @@ class LoadingRuntime(LookupRuntime):
             add_rows(answers, fetched.miss[fetched.row_keys], fetched.loaded)
         return answers
 
-    def _cached(self, cache: LookupCache, arrays: list[pa.Array]) -> CachedAnswers:
+    def _cached(self, cache: LookupCache, arrays: list[pa.Array]) -> Answers:
         """The cache's answers in Arrow, checked unless the cache is the in-process one."""
         if not self._check_cached:
             return cache.get_arrow(arrays)
@@ -432,7 +431,7 @@ class LoadingRuntime(LookupRuntime):
 
 class _Fetched(NamedTuple):
     """What `LoadingRuntime._fetch` found: the cache's answer in the form of a
-    `Probe` (-1 for a miss), the positions of the missed keys, and the rows
+    `cache.answers.Answers` (-1 for a miss), the positions of the missed keys, and the rows
     loaded for them (``None``: nothing was loaded) with ``row_keys``, the position
     among the misses of each row's key."""
 

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from cache import CacheMetrics, LookupCache
-from cache.base import CachedAnswers
+from cache.answers import Answers
 
 MakeCache = Callable[..., LookupCache]
 Binding = tuple[pa.Schema, list[str]]
@@ -26,7 +26,7 @@ SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 BY_ID: Binding = (SCHEMA, ["id"])
 
 
-def per_key(answers: CachedAnswers) -> list[list[tuple[Any, ...]] | None]:
+def per_key(answers: Answers) -> list[list[tuple[Any, ...]] | None]:
     """Each key's rows in ``get_arrow``'s answer (None: a miss), read through the names
     of its parts."""
     table = answers.rows.to_pylist()
@@ -132,7 +132,7 @@ class LookupCacheContract:
         cache = make_cache(bind=BY_ID)
         cache.put_all({(1,): [(1, "a")], (2,): [], (3,): [(3, "c"), (3, "C")]})
         answers = cache.get_arrow([pa.array([1, 2, 3, 4], pa.int64())])
-        assert isinstance(answers, CachedAnswers)
+        assert isinstance(answers, Answers)
         assert answers.hit.tolist() == [True, True, True, False]
         assert answers.groups[1] == -1  # a cached empty answer: a hit without rows
         assert answers.groups[3] == -1  # a miss

@@ -12,11 +12,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+from cache.answers import Answers
 from cache.full.shared import SharedFullCache
 from cache.full.snapshot import FullSnapshot
 from cache.full.store import SnapshotStore
 from cache.full.string_views import StringViews
-from lookup.runtime.base import Probe
 from lookup.spark.assemble import JoinShape, join_batch
 
 
@@ -95,8 +95,8 @@ def test_a_join_over_a_snapshot_with_views_gives_takes_answer() -> None:
         def __init__(self, views: StringViews | None) -> None:
             self.views = views
 
-        def probe(self, keys: object, describe: str = "") -> Probe:
-            return Probe(groups, snapshot.offsets, snapshot.table, one_row_each=True,
+        def probe(self, keys: object, describe: str = "") -> Answers:
+            return Answers(None, groups, snapshot.offsets, snapshot.table, one_row_each=True,
                          views=self.views)
 
     with_views = join_batch(stream, shape, Runtime(snapshot.views))  # type: ignore[arg-type]

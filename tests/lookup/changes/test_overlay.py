@@ -16,12 +16,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from cache.answers import Answers
 from cache.base import Key, expand
 from cache.full.overlay import Overlay
 from cache.full.snapshot import FullSnapshot
 from cache.full.store import SnapshotStore
 from lookup import FullCachingLookupProvider, LookupFunction, open_lookup
-from lookup.runtime.base import Probe
 from lookup.runtime.full import FullCachingRuntime
 from scan import SqlTableSource, read_arrow
 from spark_lookup.errors import ConfigError
@@ -161,7 +161,7 @@ def items_db(path: Path) -> Path:
     return path
 
 
-def by_position(probe: Probe, count: int) -> list[list[dict[str, Any]]]:
+def by_position(probe: Answers, count: int) -> list[list[dict[str, Any]]]:
     """Each probe key's rows, as dicts, in the probe's order."""
     if probe.one_row_each:
         positions = np.flatnonzero(probe.groups >= 0)
@@ -175,10 +175,10 @@ def by_position(probe: Probe, count: int) -> list[list[dict[str, Any]]]:
     return found
 
 
-def fresh(source: SqlTableSource, key_columns: list[str], keys: list[pa.Array]) -> Probe:
+def fresh(source: SqlTableSource, key_columns: list[str], keys: list[pa.Array]) -> Answers:
     """What a full load of the table now answers."""
     snapshot = FullSnapshot.build(read_arrow(source, 1), key_columns, loaded_at=0.0)
-    return Probe(snapshot.groups(keys), snapshot.offsets, snapshot.table,
+    return Answers(None, snapshot.groups(keys), snapshot.offsets, snapshot.table,
                  one_row_each=snapshot.unique)
 
 

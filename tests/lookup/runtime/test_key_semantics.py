@@ -97,14 +97,14 @@ def test_a_probe_answer_past_the_dimension_is_refused_not_gathered() -> None:
     import numpy as np
     import pyarrow as pa
 
-    from lookup.runtime.base import Probe
+    from cache.answers import Answers
     from lookup.spark.assemble import JoinShape, join_batch
 
     class Broken:
         probes_rows = True
 
-        def probe(self, keys: Any, describe: str = "lookup") -> Probe:
-            return Probe(np.array([0, 7], dtype=np.int64), np.array([], dtype=np.int64),
+        def probe(self, keys: Any, describe: str = "lookup") -> Answers:
+            return Answers(None, np.array([0, 7], dtype=np.int64), np.array([], dtype=np.int64),
                          pa.table({"id": [1], "name": ["a"]}), one_row_each=True)
 
     shape = JoinShape(("id",), ("name",), ("name",), (pa.string(),), "left")
