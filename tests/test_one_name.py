@@ -57,3 +57,50 @@ def test_private_class_names_are_not_reused_across_modules() -> None:
                     and node.name not in per_source):
                 names[node.name] += 1
     assert [name for name, count in names.items() if count > 1] == []
+
+
+def _classes() -> list[tuple[Path, ast.ClassDef]]:
+    return [(path, node) for path in _library() for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ClassDef)]
+
+
+def test_one_type_answers_a_batch_of_keys() -> None:
+    # cache.answers.Answers; CachedAnswers is only its former name, an alias.
+    others = [f"{p.relative_to(ROOT)}:{c.lineno}" for p, c in _classes()
+              if c.name in {"Probe", "CachedAnswers", "ProbeAnswers"}]
+    assert others == []
+
+
+def test_refresh_names_only_the_refreshed_views() -> None:
+    # Re-reading a table is a reload; "refresh" is ScheduledTableRefresh, RefreshStatus
+    # and the refreshed views they make, all in lookup/spark/.
+    word = re.compile(r"\b[Rr]efresh(es|ing|ed)?\b")
+    allowed = re.compile(r"refreshed( (temp )?views?|$)|ScheduledTableRefresh|RefreshStatus"
+                         r"|lookup\.spark\.refresh\w*")
+    found = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}" for p in _library()
+             if p.parent != ROOT / "lookup" / "spark"
+             for n, line in enumerate(p.read_text().splitlines(), 1)
+             if word.search(allowed.sub("", line))]
+    assert found == []
+
+
+def test_a_store_is_the_snapshot_store() -> None:
+    stores = sorted(c.name for _, c in _classes() if "Store" in c.name)
+    assert stores == ["SnapshotStore", "StoredSnapshot"]
+
+
+def test_a_runtime_is_a_lookup_runtime() -> None:
+    # A table's per-process state is its reading; the runner's queues are mailboxes.
+    elsewhere = [f"{p.relative_to(ROOT)}:{c.name}" for p, c in _classes()
+                 if "Runtime" in c.name and p.parent != ROOT / "lookup" / "runtime"]
+    assert elsewhere == []
+
+
+def test_a_change_feed_is_named_for_its_source_and_lives_with_it() -> None:
+    feeds = {(p.relative_to(ROOT).parts[0], c.name) for p, c in _classes()
+             if c.name.endswith("Changes")}
+    assert feeds
+    assert {package for package, _ in feeds} == {"connectors"}
+    for _, node in _classes():
+        if node.name.endswith("Changes"):
+            assert [ast.unparse(base) for base in node.bases] == ["ChangeFeed"]

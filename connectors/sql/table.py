@@ -165,8 +165,8 @@ class SqlTable(PerProcess):
         [`SqlConnection`][]), or None.
     """
 
-    _PER_PROCESS = ("_runtime", "_pool")  # counters, the conformer, idle connections
-    _runtime: _Runtime | None
+    _PER_PROCESS = ("_reading", "_pool")  # counters, the conformer, idle connections
+    _reading: _TableReading | None
     _pool: ConnectionPool | None
 
     def __init__(
@@ -242,7 +242,7 @@ class SqlTable(PerProcess):
         ConnectorError
             If connecting fails.
         """
-        connection = self.runtime_pool().take()
+        connection = self.pool().take()
         return connection if connection is not None else self.connect()
 
     def release(self, connection: SqlConnection) -> None:
@@ -250,11 +250,11 @@ class SqlTable(PerProcess):
         (a broken one is closed, not pooled)."""
         flavor = connection.flavor
         if not connection.broken and (flavor.adbc or flavor.backend != SQLITE):
-            self.runtime_pool().give(connection)
+            self.pool().give(connection)
         else:
             connection.close()
 
-    def runtime_pool(self) -> ConnectionPool:
+    def pool(self) -> ConnectionPool:
         """This process's idle connections of the table."""
         pool = self._pool
         if pool is None:
@@ -383,18 +383,18 @@ class SqlTable(PerProcess):
 
     # --- the per-process part: counters and the conformer
 
-    def runtime(self) -> _Runtime:
+    def reading(self) -> _TableReading:
         """The per-process conversion state (built on first use after unpickling)."""
-        runtime = self._runtime
-        if runtime is None:
-            runtime = self._runtime = _Runtime(self.plan(), self.mode)
-        return runtime
+        reading = self._reading
+        if reading is None:
+            reading = self._reading = _TableReading(self.plan(), self.mode)
+        return reading
 
     @property
     def bad_value_count(self) -> int:
         """Bad values this process met reading the table."""
-        runtime = self._runtime
-        return 0 if runtime is None else runtime.stats.count
+        reading = self._reading
+        return 0 if reading is None else reading.stats.count
 
     # --- reads
 
@@ -420,7 +420,7 @@ class SqlTable(PerProcess):
             If the database fails; BadValueError under FAILFAST.
         """
         plan = self.plan(connection)
-        runtime = self.runtime()
+        reading = self.reading()
         flavor = connection.flavor
         filters, filter_values = plan.filter_sql(flavor.placeholder, len(values))
         where = [*conditions, *filters]
@@ -442,9 +442,9 @@ class SqlTable(PerProcess):
         sql, params = skipping(offset)
         # Without an order, the rows after the first n are not a statement.
         rest = (lambda n: skipping(offset + n)) if order_sql else None
-        for wires, built_flags in connection.arrays(sql, params, runtime.wire_types, "reading",
+        for wires, built_flags in connection.arrays(sql, params, reading.wire_types, "reading",
                                                  rest=rest):
-            yield runtime.to_batch(wires, built_flags, key_index)
+            yield reading.to_batch(wires, built_flags, key_index)
 
     def lookup(self, connection: SqlConnection, keys: EncodedKeys, max_keys: int | None = None
                ) -> tuple[pa.Int64Array, pa.RecordBatch]:
@@ -463,7 +463,7 @@ class SqlTable(PerProcess):
         plan = self.plan(connection)
         if not plan.key_columns:
             raise ConfigError(f"{self.what} has no key columns to look rows up by")
-        runtime = self.runtime()
+        reading = self.reading()
         positions = plan.dialect.sendable(plan.key_bindings, keys.arrays)
         arrays = keys.arrays if positions is None else [a.take(positions) for a in keys.arrays]
         count = len(arrays[0]) if arrays else 0
@@ -474,7 +474,7 @@ class SqlTable(PerProcess):
         batches: list[pa.RecordBatch] = []
         for start in range(0, count, per_statement):
             chunk = [array.slice(start, per_statement) for array in arrays]
-            for index, batch in self._lookup_chunk(connection, plan, runtime, chunk, keys, start,
+            for index, batch in self._lookup_chunk(connection, plan, reading, chunk, keys, start,
                                                    positions):
                 indices.append(index)
                 batches.append(batch)
@@ -482,17 +482,17 @@ class SqlTable(PerProcess):
             index = indices[0]
         else:
             index = pa.concat_arrays(indices) if indices else pa.array([], pa.int64())
-        return index, _one_batch(batches, runtime.schema)
+        return index, _one_batch(batches, reading.schema)
 
-    def _lookup_chunk(self, connection: SqlConnection, plan: SqlPlan, runtime: _Runtime,
+    def _lookup_chunk(self, connection: SqlConnection, plan: SqlPlan, reading: _TableReading,
                       chunk: list[pa.Array], keys: EncodedKeys, start: int,
                       positions: pa.Array | None) -> Iterator[tuple[pa.Int64Array, pa.RecordBatch]]:
         statement = plan.dialect.lookup_statement(plan, connection.flavor, chunk)
         sql, params, by_value = statement.sql, statement.params, statement.by_value
-        wire = runtime.wire_types if by_value else runtime.positioned_wire_types
+        wire = reading.wire_types if by_value else reading.positioned_wire_types
         first = start if positions is None else positions[start].as_py()
         purpose = f"lookup of {len(chunk[0])} key(s) (first key {shown(keys.key_at(first))})"
-        key_positions = runtime.key_positions
+        key_positions = reading.key_positions
 
         def to_sent(found: pa.Array) -> pa.Int64Array:
             """Positions in ``chunk`` as positions in ``keys.arrays``."""
@@ -509,7 +509,7 @@ class SqlTable(PerProcess):
                 def describe(row: int, key_wire: Any = key_wire) -> str:
                     return shown((key_wire[row].as_py(),))
 
-                batch, _ = runtime.conform(wires, built_flags, describe)
+                batch, _ = reading.conform(wires, built_flags, describe)
                 batch, found = _match_by_value(batch, key_positions, chunk)
                 yield to_sent(found), batch
                 continue
@@ -518,11 +518,11 @@ class SqlTable(PerProcess):
             def describe_sent(row: int, sent_index: Any = sent_index) -> str:
                 return shown(keys.key_at(sent_index[row].as_py()))
 
-            batch, keep = runtime.conform(wires[1:], built_flags[1:], describe_sent)
+            batch, keep = reading.conform(wires[1:], built_flags[1:], describe_sent)
             yield (sent_index if keep is None else sent_index.filter(keep)), batch
 
 
-class _Runtime:
+class _TableReading:
     """What a table needs in each process: its conformer (with the bad-value counter)
     and the wire types of the reads."""
 
