@@ -406,17 +406,17 @@ class FullCachingLookupProvider(LookupProvider):
             A name shares it across applications too (a restarted query starts warm):
             give one only to providers that read the same table.
         changes
-            A [`ChangeFeed`][] of the source's table (e.g.
-            [`PostgresChanges`][]). With a keyed lookup of the source
-            (``change_lookup``, or the source's own: a ``scan.SqlTableSource`` has one),
-            each worker reads the changed keys by key (one batched query per batch of
-            notifications) into an overlay served in front of the snapshot, so a change
-            is seen milliseconds after its notification and the source reads only the
-            changed keys. Without one (files, Delta, Iceberg), a change reloads the
-            cache soon after (at most once per the feed's ``min_interval``; shared, one
-            load for the host). "Everything changed" (a ``TRUNCATE``) and a lost
-            connection reload it either way. The trigger still reloads on its schedule,
-            which bounds staleness when no notification comes.
+            A [`ChangeFeed`][] of the source's table (e.g. [`PostgresChanges`][]). With a
+            keyed lookup of the source (``change_lookup``, or the source's own
+            ``keyed_lookup(key_columns)``: a ``scan.SqlTableSource`` has one), each worker
+            reads the changed keys by key (one batched query per batch of notifications)
+            into an overlay served in front of the snapshot, so a change is seen
+            milliseconds after its notification and the source reads only the changed keys.
+            Without one (files, Delta, Iceberg), a change reloads the cache soon after (at
+            most once per the feed's ``min_interval``; shared, one load for the host).
+            "Everything changed" (a ``TRUNCATE``) and a lost connection reload it either
+            way. The trigger still reloads on its schedule, which bounds staleness when no
+            notification comes.
         change_lookup
             A [`LookupFunction`][] reading rows of the source's table by key,
             with the provider's schema and key columns (in order): what ``changes``
@@ -434,7 +434,7 @@ class FullCachingLookupProvider(LookupProvider):
             ``share_across_workers=False``.
         """
         from cache.full.store import check_store_name
-        from scan import Source
+        from scan.source import Source
         from triggers import CacheReloadTrigger
 
         check_instance(source, Source, "source", "a scan.Source")
@@ -472,15 +472,10 @@ class FullCachingLookupProvider(LookupProvider):
 
 
 def _source_lookup(source: Any, key_columns: Sequence[str]) -> LookupFunction | None:
-    """The keyed lookup of a source that has one (a SQL table: the same table, columns,
-    filters, schema and bad-value mode), else None."""
-    from connectors.sql.lookup_function import SqlLookupFunction
-    from scan import SqlTableSource
-
-    if not isinstance(source, SqlTableSource):
-        return None
-    table = source.keyed_table(key_columns)
-    return None if table is None else SqlLookupFunction.over(table)
+    """The keyed lookup a source offers (``keyed_lookup(key_columns)``: a SQL table's reads
+    the same table, columns, filters, schema and bad-value mode), else None."""
+    keyed_lookup = getattr(source, "keyed_lookup", None)
+    return None if keyed_lookup is None else keyed_lookup(key_columns)
 
 
 def _check_change_lookup(function: object, schema: StructType,

@@ -8,7 +8,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql import types as T
@@ -31,6 +31,9 @@ from spark_lookup.options import check_int
 from spark_lookup.per_process import PerProcess
 from spark_lookup.schema import SchemaLike
 from spark_lookup.type_families import INTEGER_TYPES
+
+if TYPE_CHECKING:
+    from connectors.sql.lookup_function import SqlLookupFunction
 
 __all__ = ["SqlChunkSplit", "SqlTableSource"]
 
@@ -366,6 +369,16 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
         """
         return SqlTable(self._sql.factory, self._table, schema=self.schema,
                         key_columns=key_columns, filters=self._sql.filters, mode=self._sql.mode)
+
+    def keyed_lookup(self, key_columns: Sequence[str]) -> SqlLookupFunction | None:
+        """A lookup function over ``keyed_table(key_columns)`` (None when that is None):
+        what a full cache with a change feed reads its changed keys through.
+        """
+        # Imported here: a scan alone never loads the lookup package.
+        from connectors.sql.lookup_function import SqlLookupFunction
+
+        table = self.keyed_table(key_columns)
+        return None if table is None else SqlLookupFunction.over(table)
 
     def read_plan(self) -> ChunkPlan:
         """The resolved chunk plan (split column, ordering, resume), reading the catalog

@@ -23,7 +23,7 @@ from cache.full.snapshot import FullSnapshot
 from cache.full.store import SnapshotStore
 from lookup import FullCachingLookupProvider, LookupFunction, open_lookup
 from lookup.runtime.full import FullCachingRuntime
-from scan import SqlTableSource, read_arrow
+from scan import CollectionSource, SqlTableSource, read_arrow
 from spark_lookup.errors import ConfigError
 from tests.integration.processes import (
     SCHEMA,
@@ -508,6 +508,20 @@ def test_change_lookup_needs_a_feed_and_the_source_s_shape(tmp_path: Path) -> No
     provider = FullCachingLookupProvider.of(source, ManualTrigger(), ["id"], changes=feed)
     assert provider.change_lookup is not None  # the source's own
     assert FullCachingLookupProvider.of(source, ManualTrigger(), ["id"]).change_lookup is None
+
+
+def test_any_source_may_offer_its_keyed_lookup() -> None:
+    offered = Rows({1: "a"})
+
+    class Offering(CollectionSource):
+        def keyed_lookup(self, key_columns: Sequence[str]) -> LookupFunction:
+            assert list(key_columns) == ["id"]
+            return offered
+
+    source = Offering([(1, "a", "v1")], schema=SCHEMA)
+    feed = InProcessChanges(["id"])
+    provider = FullCachingLookupProvider.of(source, ManualTrigger(), ["id"], changes=feed)
+    assert provider.change_lookup is offered
 
 
 def test_a_probe_holding_a_snapshot_older_than_the_trim_takes_the_newer_one(
