@@ -13,12 +13,18 @@ from pyspark.sql.types import StructType
 
 from cache.base import LookupCache
 from cache.default.cache import DefaultLookupCache
-from lookup import providers  # builds whichever provider the options name
 from lookup._flink_ddl import read_create_table
 from lookup.function import AsyncLookupFunction, LookupFunction
-from lookup.providers import LookupProvider
+from lookup.providers import (
+    AsyncLookupFunctionProvider,
+    FullCachingLookupProvider,
+    LookupFunctionProvider,
+    LookupProvider,
+    PartialCachingAsyncLookupProvider,
+    PartialCachingLookupProvider,
+)
 from lookup.table_options import (
-    CONNECTORS,
+    CONNECTOR_MODULES,
     TableOptions,
     connector_hint,
     connector_of,
@@ -276,7 +282,7 @@ class LookupOptions:
             staleness = opts.FULL_CACHE_MAX_STALENESS.get(self.options)
             if staleness is not None:
                 kwargs.setdefault("max_staleness", staleness)
-            return providers.FullCachingLookupProvider.of(
+            return FullCachingLookupProvider.of(
                 target, self.build_trigger(), key_columns, max_retries=retries, **kwargs
             )
         if not isinstance(target, (LookupFunction, AsyncLookupFunction)):
@@ -299,15 +305,13 @@ class LookupOptions:
             kwargs.setdefault("capacity", opts.ASYNC_CAPACITY.get(self.options))
             kwargs.setdefault("timeout", opts.ASYNC_TIMEOUT.get(self.options))
             if cache is None:
-                return providers.AsyncLookupFunctionProvider.of(target, max_retries=retries,
-                                                                **kwargs)
-            return providers.PartialCachingAsyncLookupProvider.of(
+                return AsyncLookupFunctionProvider.of(target, max_retries=retries, **kwargs)
+            return PartialCachingAsyncLookupProvider.of(
                 target, cache, max_retries=retries, **kwargs
             )
         if cache is None:
-            return providers.LookupFunctionProvider.of(target, max_retries=retries, **kwargs)
-        return providers.PartialCachingLookupProvider.of(target, cache, max_retries=retries,
-                                                         **kwargs)
+            return LookupFunctionProvider.of(target, max_retries=retries, **kwargs)
+        return PartialCachingLookupProvider.of(target, cache, max_retries=retries, **kwargs)
 
     def _from_table(self, key_columns: Sequence[str] | str | None, schema: SchemaLike | None
                     ) -> tuple[Any, Sequence[str] | str | None]:
@@ -320,7 +324,7 @@ class LookupOptions:
                                   "delta or redis), or pass the lookup function or source")
             raise ConfigError(
                 f"connector {name!r} cannot build a provider here (supported: "
-                f"{', '.join(CONNECTORS)}){connector_hint(str(name))}: pass its lookup "
+                f"{', '.join(CONNECTOR_MODULES)}){connector_hint(str(name))}: pass its lookup "
                 "function or source")
         if self.cache_type == "FULL":
             keys = table.key_columns(key_columns, schema)

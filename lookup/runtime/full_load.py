@@ -23,7 +23,8 @@ from cache.full.shared import SharedFullCache
 from cache.full.snapshot import FullSnapshot
 from cache.full.spool import SpoolError
 from lookup.providers import FullCachingLookupProvider
-from scan import LocalSourceRunner, ReaderOptions, read_arrow
+from scan.reader import ReaderOptions
+from scan.runner import LocalSourceRunner, read_arrow
 from spark_lookup.schema import to_arrow_schema
 
 __all__ = ["load_snapshot"]

@@ -19,8 +19,8 @@ from urllib.parse import quote, urlencode
 
 from connectors.errors import is_transient
 from connectors.sql.flavor import MYSQL, POSTGRES, SQLITE
-from connectors.sql.jdbc.secret import Secret
 from connectors.sql.jdbc.url import JdbcUrl
+from spark_lookup.credentials import Secret
 from spark_lookup.errors import ConfigError, ConnectorError, TransientConnectorError
 
 __all__ = ["DRIVER_NAMES", "JdbcConnect", "choose_driver"]

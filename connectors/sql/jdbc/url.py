@@ -19,8 +19,7 @@ from dataclasses import dataclass, replace
 from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 
 from connectors.sql.flavor import MYSQL, POSTGRES, SQLITE
-from connectors.sql.jdbc.secret import Secret
-from spark_lookup.credentials import redact_credentials
+from spark_lookup.credentials import Secret, redact_credentials
 from spark_lookup.errors import ConfigError
 
 __all__ = ["DATABASES", "JdbcUrl", "parse_jdbc_url", "redact_jdbc_url"]

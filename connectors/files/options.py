@@ -1,0 +1,81 @@
+"""``'connector' = 'filesystem'`` and ``'connector' = 'delta'``: the options of tables
+read only whole, through a full cache (a `FileSource` or a `DeltaSource`)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+from urllib.parse import unquote, urlsplit
+
+from connectors.files.delta import DeltaSource
+from connectors.files.source import FileSource
+from lookup.table_options import TableOptions, non_empty_text, one_of
+from spark_lookup import options as opts
+from spark_lookup.errors import ConfigError
+from spark_lookup.options import ConfigOption
+from spark_lookup.schema import SchemaLike
+
+__all__ = ["DeltaTableOptions", "FileTableOptions"]
+
+
+def _local_path(value: object, key: str) -> str:
+    path = non_empty_text(value, key)
+    parts = urlsplit(path)
+    if parts.scheme == "file":
+        path = unquote(parts.path)
+    elif "://" in path:
+        raise ConfigError(f"option {key!r}: {path!r}: only local paths (or file:// URIs) are "
+                          "read by the filesystem connector; use 'delta' for object stores")
+    # Resolved here, on the driver: executors have working directories of their own.
+    return os.path.abspath(path)
+
+
+FILE_PATH: ConfigOption[str] = ConfigOption(
+    "path", _local_path, None, "a Parquet or CSV file or directory: a local path or file:// URI")
+FILE_FORMAT: ConfigOption[str] = ConfigOption(
+    "format", one_of("parquet", "csv"), None, "parquet or csv (with a header row)")
+
+
+@dataclass(frozen=True)
+class FileTableOptions(TableOptions):
+    """``'connector' = 'filesystem'``: Parquet or CSV files read by ``scan.FileSource``,
+    through a full cache."""
+
+    connector: ClassVar[str] = "filesystem"
+    OPTIONS: ClassVar[tuple[ConfigOption[Any], ...]] = (FILE_PATH, FILE_FORMAT)
+    IGNORED: ClassVar[Mapping[str, str]] = {
+        "sink.": "a lookup table is only read",
+        "source.monitor-interval": "each load lists the files present then",
+    }
+
+    path: str | None
+    format: str | None
+
+    def source(self, key_columns: list[str], schema: SchemaLike | None) -> FileSource:
+        return FileSource(self.required(self.path, FILE_PATH),
+                          self.required(self.format, FILE_FORMAT), schema=schema)
+
+
+DELTA_PATH: ConfigOption[str] = ConfigOption(
+    "table-path", non_empty_text, None, "the Delta table's directory or URI (s3://, abfss://...)")
+DELTA_VERSION: ConfigOption[int] = ConfigOption(
+    "versionAsOf", opts.non_negative_int, None,
+    "a table version to pin (default: the latest at each load)")
+
+
+@dataclass(frozen=True)
+class DeltaTableOptions(TableOptions):
+    """``'connector' = 'delta'``: a Delta Lake table read by ``scan.DeltaSource``,
+    through a full cache."""
+
+    connector: ClassVar[str] = "delta"
+    OPTIONS: ClassVar[tuple[ConfigOption[Any], ...]] = (DELTA_PATH, DELTA_VERSION)
+
+    table_path: str | None
+    version: int | None
+
+    def source(self, key_columns: list[str], schema: SchemaLike | None) -> DeltaSource:
+        return DeltaSource(self.required(self.table_path, DELTA_PATH), version=self.version,
+                           schema=schema)
