@@ -7,13 +7,16 @@
      "readers": [[{"version": v, "data": "<base64 of a split>"}, ...], ...]}
 
 The enumerator state and each split are written by the source's own versioned
-serializers; nothing is pickled, so reading a checkpoint back cannot run code.
+serializers; nothing is pickled, so reading a checkpoint back cannot run code. A
+checkpoint naming a built-in source by the path it had before the sources moved to
+``connectors`` (``scan.sources.sql.SqlTableSource``) reads as naming its current path.
 """
 
 from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +27,17 @@ __all__ = ["CHECKPOINT_VERSION", "CheckpointData", "decode_checkpoint", "encode_
 _MAGIC = b"SLSCAN"
 _HEADER = struct.Struct(">6sH")
 CHECKPOINT_VERSION = 1
+
+_FORMER_NAMES: Mapping[str, str] = {
+    "scan.sources.sql.SqlTableSource": "connectors.sql.source.SqlTableSource",
+    "scan.sources.files.FileSource": "connectors.files.source.FileSource",
+    "scan.sources.delta.DeltaSource": "connectors.files.delta.DeltaSource",
+    "scan.sources.iceberg.IcebergSource": "connectors.files.iceberg.IcebergSource",
+    "scan.sources.redis_scan.RedisScanSource": "connectors.redis.source.RedisScanSource",
+    "scan.sources.collection.CollectionSource": "scan.collection.CollectionSource",
+}
+"""The built-in sources by the names checkpoints gave them before issue 43's layout
+moved them, each to its current name: the format did not change, only the path."""
 
 
 @dataclass(frozen=True)
@@ -71,7 +85,8 @@ def decode_checkpoint(blob: bytes) -> CheckpointData:
         )
     try:
         payload = json.loads(blob[_HEADER.size :].decode("utf-8"))
-        data = CheckpointData(source=str(payload["source"]),
+        source = str(payload["source"])
+        data = CheckpointData(source=_FORMER_NAMES.get(source, source),
                               checkpoint_id=int(payload["checkpoint_id"]),
                               enumerator=dict(payload["enumerator"]),
                               readers=[list(splits) for splits in payload["readers"]])

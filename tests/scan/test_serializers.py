@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scan.checkpoint import CheckpointData, decode_checkpoint, encode_checkpoint
+from scan.checkpoint import _FORMER_NAMES, CheckpointData, decode_checkpoint, encode_checkpoint
 from scan.planners import PullEnumeratorState
 from scan.serializers import (
     JsonVersionedSerializer,
@@ -122,6 +122,38 @@ def test_packed_entries_carry_their_version() -> None:
 def test_checkpoint_envelope_round_trips() -> None:
     data = CheckpointData("a.B", 7, {"version": 1, "data": ""}, [[], [{"version": 1, "data": ""}]])
     assert decode_checkpoint(encode_checkpoint(data)) == data
+
+
+# Written by 9c4b7e9^ (before the sources moved): CollectionSource(rows 0-9 of
+# "id BIGINT, v STRING", num_splits=2) at parallelism 1, after run(3) emitted rows 0-4.
+_CHECKPOINT_BEFORE_THE_MOVE = (
+    b'SLSCAN\x00\x01{"source":"scan.sources.collection.CollectionSource","checkpoint_id":1,'
+    b'"enumerator":{"version":1,"data":"eyJwZW5kaW5nIjpbXSwicHJvZ3Jlc3MiOnsicG9zaXRpb24iOjF9fQ=="},'
+    b'"readers":[[{"version":1,"data":"WzAsNSw1XQ=="}]]}'
+)
+
+
+def test_a_checkpoint_written_before_the_sources_moved_restores() -> None:
+    from scan import CollectionSource, LocalSourceRunner
+
+    rows = [(i, f"v{i}") for i in range(10)]
+    source = CollectionSource(rows, num_splits=2, schema="id BIGINT, v STRING")
+    assert decode_checkpoint(_CHECKPOINT_BEFORE_THE_MOVE).source == (
+        "scan.collection.CollectionSource")
+    with LocalSourceRunner(source, 2, restore_from=_CHECKPOINT_BEFORE_THE_MOVE) as runner:
+        assert sorted(runner.run()) == rows[5:]
+
+
+@pytest.mark.parametrize("former", sorted(_FORMER_NAMES))
+def test_every_former_source_name_reads_as_its_class(former: str) -> None:
+    import importlib
+
+    data = CheckpointData(former, 1, {"version": 1, "data": ""}, [])
+    current = decode_checkpoint(encode_checkpoint(data)).source
+    module, _, name = current.rpartition(".")
+    cls = getattr(importlib.import_module(module), name)
+    assert f"{cls.__module__}.{cls.__qualname__}" == current
+    assert name == former.rpartition(".")[2]
 
 
 @pytest.mark.parametrize(
