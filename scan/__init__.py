@@ -10,16 +10,19 @@ fetched batch); [`read_arrow`][] is the bulk path a full cache loads through;
 [`plan_splits`][] and [`read_split`][] split the work the way a Spark data source
 does (plan on the driver, read on executors).
 
-Depends on nothing of ours but the shared base ``spark_lookup``; no JVM is needed.
+Builds on the shared base ``spark_lookup`` and on the connector engine's Arrow values
+(``connectors.convert``, ``connectors.rows``). The built-in sources but
+[`CollectionSource`][] are adapters in ``connectors`` that build on this package: it
+names them by module only, loaded on first use. No JVM is needed.
 """
 
 from typing import TYPE_CHECKING
 
+from scan.collection import CollectionSource
 from scan.enumerator import SplitEnumerator, SplitEnumeratorContext
 from scan.reader import InputStatus, ReaderOptions, ReaderOutput, SourceReader, SourceReaderContext
 from scan.runner import LocalSourceRunner, read_arrow
 from scan.source import Boundedness, Source
-from scan.sources import CollectionSource
 from scan.split import SourceSplit
 from scan.standalone import plan_splits, read_split, read_split_arrow
 from spark_lookup.lazy import lazy_attributes
@@ -61,7 +64,10 @@ __all__ = [
 ]
 
 # Backends import this package's modules, so they load on first use (PEP 562), not
-# here (a cycle); the TYPE_CHECKING imports above give mypy and the docs their types.
+# here (a cycle). register_data_source is lazy for another reason: it adapts a source to
+# PySpark's Python data source API (pyspark.sql.datasource, PySpark 4.0+), which
+# nothing else here needs, so reading a source never loads it. The TYPE_CHECKING
+# imports above give mypy and the docs their types.
 __getattr__ = lazy_attributes(__name__, {
     "DeltaSource": "connectors.files.delta",
     "FileSource": "connectors.files.source",

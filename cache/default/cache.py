@@ -1,4 +1,4 @@
-"""DefaultLookupCache: Flink's partial lookup cache (size and TTL eviction), columnar.
+"""DefaultLookupCache: Flink's partial lookup cache (size, bytes and TTL eviction), columnar.
 
 Entries live in Arrow and numpy, not in Python objects: a batch of keys is hashed and
 probed in bulk (`cache.hash_table`), hits are gathered with ``take`` from the

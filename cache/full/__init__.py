@@ -1,2 +1,3 @@
-"""The full cache: one immutable indexed snapshot of a whole table, shared by the processes of
-a host through a snapshot store."""
+"""The full cache: one immutable indexed snapshot of a whole table (its key index, its
+columns spooled and combined while loading), an overlay of changed keys in front of it,
+and the snapshot store through which the processes of a host can share it."""
