@@ -8,7 +8,8 @@ emits rows, or Arrow record batches with no Python object per row).
 exactly-once at any parallelism (a split's position is a row offset, also inside a
 fetched batch); [`read_arrow`][] is the bulk path a full cache loads through;
 [`plan_splits`][] and [`read_split`][] split the work the way a Spark data source
-does (plan on the driver, read on executors).
+does (plan on the driver, read on executors). A source of your own extends
+[`SplitListSource`][]: its schema, its splits and how one is read.
 
 Builds on the shared base ``spark_lookup`` and on the connector engine's Arrow values
 (``connectors.convert``, ``connectors.rows``). The built-in sources but
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from scan.collection import CollectionSource
 from scan.enumerator import SplitEnumerator, SplitEnumeratorContext
+from scan.pull import SplitListSource
 from scan.reader import InputStatus, ReaderOptions, ReaderOutput, SourceReader, SourceReaderContext
 from scan.runner import LocalSourceRunner, read_arrow
 from scan.source import Boundedness, Source
@@ -55,6 +57,7 @@ __all__ = [
     "SourceSplit",
     "SplitEnumerator",
     "SplitEnumeratorContext",
+    "SplitListSource",
     "SqlTableSource",
     "plan_splits",
     "read_arrow",

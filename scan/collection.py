@@ -3,15 +3,14 @@ Arrow record batches."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import types as T
 
 from scan.arrow import conform_to_schema, record_batch_to_rows, rows_to_record_batch
-from scan.planners import ListPlanner, SplitPlanner
-from scan.pull import PullSource, QueueSplitReader, SplitFieldsSerializer
+from scan.pull import SplitFieldsSerializer, SplitListSource
 from scan.serializers import SimpleVersionedSerializer
 from scan.split import SourceSplit
 from scan.types import arrow_to_spark, infer_python_type
@@ -49,35 +48,13 @@ class CollectionSplit(SourceSplit):
 _SPLITS = SplitFieldsSerializer(CollectionSplit, "a CollectionSource split", int, int, int)
 
 
-# Rows start..end of the collection as Arrow (a conversion, or a slice of a table).
-Chunk = Callable[[int, int], "pa.RecordBatch | pa.Table"]
-
-
-class _SplitReader(QueueSplitReader[CollectionSplit]):
-    def __init__(self, chunk: Chunk, fetch_rows: int) -> None:
-        super().__init__()
-        self._chunk = chunk
-        self._fetch_rows = fetch_rows
-        self._position = -1
-
-    def read_next(self, split: CollectionSplit) -> tuple[pa.RecordBatch | pa.Table | None, bool]:
-        if self._position < 0:
-            self._position = split.start
-        start = self._position
-        self._position = end = min(split.end, start + self._fetch_rows)
-        return (self._chunk(start, end) if end > start else None), end >= split.end
-
-    def split_done(self) -> None:
-        self._position = -1
-
-
 def _is_arrow(data: Any) -> bool:
     import pyarrow as pa
 
     return isinstance(data, (pa.Table, pa.RecordBatch))
 
 
-class CollectionSource(PullSource[CollectionSplit]):
+class CollectionSource(SplitListSource[CollectionSplit]):
     """Rows held in memory, or an Arrow table, cut into ``num_splits`` contiguous splits
     of near-equal size.
 
@@ -129,7 +106,7 @@ class CollectionSource(PullSource[CollectionSplit]):
     (('a', 1), ('b', 2))
     """
 
-    ROWS_FIELD = "start"
+    ROWS_FIELD = "start"  # a restored split reads on from its first row not emitted
 
     def __init__(
         self,
@@ -228,28 +205,20 @@ class CollectionSource(PullSource[CollectionSplit]):
         bounds = [count * i // parts for i in range(parts + 1)]
         return [CollectionSplit(i, bounds[i], bounds[i + 1]) for i in range(parts)]
 
-    def planner(self, progress: Any | None) -> SplitPlanner[CollectionSplit]:
-        position = 0 if progress is None else ListPlanner.position_of(progress)
-        return ListPlanner(self.splits(), position)
-
-    def split_reader(self) -> Callable[[], _SplitReader]:
+    def read(self, split: CollectionSplit) -> Iterator[pa.RecordBatch | pa.Table]:
+        """Rows ``split.start`` to ``split.end`` as Arrow: slices of the table, or the
+        rows converted a few thousand at a time."""
         table, rows = self._table, self._rows
-        chunk: Chunk
         if table is not None:
-            fetch_rows = _FETCH_TABLE_ROWS
-
-            def chunk(start: int, end: int) -> pa.Table:
-                return table.slice(start, end - start)
-
-        else:
-            assert rows is not None
-            fetch_rows = _FETCH_ROWS
-            schema = to_arrow_schema(self._schema)
-
-            def chunk(start: int, end: int) -> pa.RecordBatch:
-                return rows_to_record_batch(rows[start:end], schema, "CollectionSource")
-
-        return lambda: _SplitReader(chunk, fetch_rows)
+            for start in range(split.start, split.end, _FETCH_TABLE_ROWS):
+                yield table.slice(start, min(_FETCH_TABLE_ROWS, split.end - start))
+            return
+        assert rows is not None
+        schema = to_arrow_schema(self._schema)
+        for start in range(split.start, split.end, _FETCH_ROWS):
+            yield rows_to_record_batch(rows[start:min(split.end, start + _FETCH_ROWS)], schema,
+                                       "CollectionSource")
 
     def serializer(self) -> SimpleVersionedSerializer[CollectionSplit]:
+        """Its splits' serializer, which checks each field is an int."""
         return _SPLITS

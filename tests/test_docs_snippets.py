@@ -76,11 +76,14 @@ class _Run:
                 pytest.fail(f"an earlier snippet of the page failed: {self.failed.id}")
             missing = _missing(current)
             try:
+                # As a file of the reader's runs: without this module's __future__ import,
+                # which would make a snippet's dataclass look its module up by name.
+                code = compile(current.code, current.id, "exec", dont_inherit=True)
                 if missing is None:
-                    exec(compile(current.code, current.id, "exec"), self.namespace)
+                    exec(code, self.namespace)
                 else:
                     with pytest.raises(ConfigError, match=missing):
-                        exec(compile(current.code, current.id, "exec"), self.namespace)
+                        exec(code, self.namespace)
             except BaseException:
                 self.failed = current
                 raise

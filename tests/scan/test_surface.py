@@ -35,6 +35,8 @@ EXPECTED = {
     "read_split_arrow",
     # the PySpark data source adapter (scan/spark.py, loaded lazily)
     "register_data_source",
+    # the base of custom sources (scan/pull.py)
+    "SplitListSource",
     # the built-in sources
     "CollectionSource",
     "DeltaSource",
@@ -83,7 +85,7 @@ SOURCES = {
 
 def test_exported_names_are_pinned() -> None:
     assert set(scan.__all__) == EXPECTED
-    assert len(scan.__all__) == len(EXPECTED) <= 22
+    assert len(scan.__all__) == len(EXPECTED) <= 23
     for name in scan.__all__:
         assert getattr(scan, name) is not None
     assert set(scan.connector.__all__) == CONNECTOR
@@ -122,6 +124,7 @@ def test_the_main_entry_points_have_examples() -> None:
     for obj in (
         scan.LocalSourceRunner,
         scan.CollectionSource,
+        scan.SplitListSource,
         scan.SqlTableSource,
         scan.FileSource,
         scan.DeltaSource,
