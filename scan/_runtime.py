@@ -27,6 +27,11 @@ R = TypeVar("R")
 
 Message = tuple[Any, ...]
 
+WAIT_SLICE = 1.0
+"""Seconds a waiting runner or reader thread sleeps at most before it looks again; every
+wake-up is signalled, so this only bounds the cost of a missed signal, it is not a poll
+interval."""
+
 
 class Mailbox:
     """Actions waiting for one reader; thread-safe. ``wake`` is set on every put."""

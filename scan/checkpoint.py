@@ -18,11 +18,19 @@ import json
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from spark_lookup.errors import SourceError
 
-__all__ = ["CHECKPOINT_VERSION", "CheckpointData", "decode_checkpoint", "encode_checkpoint"]
+__all__ = [
+    "CHECKPOINT_VERSION",
+    "CheckpointData",
+    "decode_checkpoint",
+    "encode_checkpoint",
+    "spread_splits",
+]
+
+T = TypeVar("T")
 
 _MAGIC = b"SLSCAN"
 _HEADER = struct.Struct(">6sH")
@@ -93,3 +101,15 @@ def decode_checkpoint(blob: bytes) -> CheckpointData:
     except (ValueError, TypeError, KeyError) as exc:
         raise SourceError(f"the checkpoint is malformed: {exc}") from exc
     return data
+
+
+def spread_splits(saved: list[list[T]], parallelism: int) -> list[list[T]]:
+    """The splits each checkpointed reader held, for ``parallelism`` readers: each
+    reader's own at the same parallelism, else interleaved, so that the splits of a
+    reader that had several spread out."""
+    if len(saved) == parallelism:
+        return saved
+    flat: list[T] = []
+    for rank in range(max(map(len, saved), default=0)):
+        flat.extend(splits[rank] for splits in saved if rank < len(splits))
+    return [flat[i::parallelism] for i in range(parallelism)]

@@ -10,6 +10,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Generic
 
 from scan._runtime import (
+    WAIT_SLICE,
     EnumeratorContext,
     Mailbox,
     Message,
@@ -19,9 +20,10 @@ from scan._runtime import (
     deliver,
     run_async_handler,
 )
-from scan.checkpoint import CheckpointData, decode_checkpoint, encode_checkpoint
+from scan.bulk import BulkRead
+from scan.checkpoint import CheckpointData, decode_checkpoint, encode_checkpoint, spread_splits
 from scan.enumerator import SplitEnumerator
-from scan.outputs import ArrowBatchOutput, RowListOutput
+from scan.outputs import RowListOutput
 from scan.reader import InputStatus, ReaderOptions, SourceReader
 from scan.serializers import pack_versioned, unpack_versioned
 from scan.source import Boundedness, EnumStateT, Source, SplitT
@@ -37,11 +39,6 @@ __all__ = ["LocalSourceRunner", "read_arrow"]
 _log = logging.getLogger(__name__)
 
 Row = tuple[Any, ...]
-
-# Seconds a waiting runner sleeps at most before it looks again; every wake-up is
-# signalled, so this only bounds the cost of a missed signal, it is not a poll interval.
-_WAIT_SLICE = 1.0
-
 
 def _source_type(source: Source[Any, Any]) -> str:
     cls = type(source)
@@ -137,9 +134,7 @@ class LocalSourceRunner(Generic[SplitT, EnumStateT]):
         self._opened = False
         self._closed = False
         self._failure: BaseException | None = None
-        self._bulk_stop: threading.Event | None = None
-        self._bulk_threads: list[threading.Thread] = []
-        self._bulk_slots: threading.Semaphore | None = None
+        self._bulk: BulkRead[SplitT] | None = None
 
     # --- public API
 
@@ -295,7 +290,7 @@ class LocalSourceRunner(Generic[SplitT, EnumStateT]):
         if self._source.boundedness is not Boundedness.BOUNDED:
             raise ConfigError("read_arrow_batches() reads to the end: the source must be bounded")
         self._check_usable()
-        return self._bulk(max_batch_rows)
+        return self._bulk_read(max_batch_rows)
 
     def close(self) -> None:
         """Stop readers and fetchers and close the enumerator; idempotent.
@@ -309,7 +304,8 @@ class LocalSourceRunner(Generic[SplitT, EnumStateT]):
         if self._closed:
             return
         self._closed = True
-        self._stop_bulk_threads()
+        if self._bulk is not None:
+            self._bulk.stop()
         errors: list[BaseException] = []
         for reader in self._readers:
             try:
@@ -337,7 +333,7 @@ class LocalSourceRunner(Generic[SplitT, EnumStateT]):
     def _check_usable(self) -> None:
         if self._closed:
             raise SourceError(f"the runner of {self._what} is closed")
-        if self._bulk_stop is not None:
+        if self._bulk is not None:
             raise SourceError(f"read_arrow_batches() of {self._what} is still running")
         if self._failure is not None:
             raise SourceError(
@@ -389,13 +385,7 @@ class LocalSourceRunner(Generic[SplitT, EnumStateT]):
             [unpack_versioned(serializer, packed, "a checkpointed split") for packed in splits]
             for splits in restore.readers
         ]
-        if len(saved) == self._parallelism:
-            return saved
-        # Interleave so that the splits of a reader that had several spread out.
-        flat: list[SplitT] = []
-        for rank in range(max(map(len, saved), default=0)):
-            flat.extend(splits[rank] for splits in saved if rank < len(splits))
-        return [flat[i :: self._parallelism] for i in range(self._parallelism)]
+        return spread_splits(saved, self._parallelism)
 
     # --- coordination
 
@@ -426,57 +416,21 @@ class LocalSourceRunner(Generic[SplitT, EnumStateT]):
         for index, reader in enumerate(self._readers):
             if not self._finished[index]:
                 reader.is_available().add_done_callback(lambda _: self._wakeup.set())
-        self._wakeup.wait(_WAIT_SLICE)
+        self._wakeup.wait(WAIT_SLICE)
 
     # --- bulk path
 
-    def _bulk(self, max_batch_rows: int) -> Iterator[pa.RecordBatch]:
+    def _bulk_read(self, max_batch_rows: int) -> Iterator[pa.RecordBatch]:
         self._check_usable()
-        stop = threading.Event()
-        self._bulk_stop = stop
-        threads = self._bulk_threads
+        self._bulk = bulk = BulkRead(self._readers, self._mailboxes, self._finished,
+                                     self._coordinator, self._post,
+                                     self._handle_coordinator_message)
         completed = False
         try:
             self._open()
-            schema = to_arrow_schema(self._source.schema)
-            # The readers' first requests are answered and delivered here, before their
-            # threads start: a first split starts its fetcher now, and a reader told
-            # there are none is finished without a thread (3 of 4 readers of a file of
-            # one row group).
-            self._handle_coordinator_messages()
-            outputs: dict[int, ArrowBatchOutput] = {}
-            for index, reader in enumerate(self._readers):
-                if self._finished[index]:
-                    continue
-                deliver(reader, self._mailboxes[index])
-                output = ArrowBatchOutput(schema, max_batch_rows, self._what)
-                if reader.poll_next(output) is InputStatus.END_OF_INPUT:
-                    yield from output.flush()
-                    self._finished[index] = True
-                else:
-                    outputs[index] = output
-            slots = threading.Semaphore(2 * self._parallelism)
-            self._bulk_slots = slots
-            for index, output in outputs.items():
-                thread = threading.Thread(
-                    target=self._bulk_reader, args=(index, output, stop, slots),
-                    name=f"scan-reader-{index}", daemon=True)
-                threads.append(thread)
-                thread.start()
-            running = len(threads)
-            while running:
-                message = self._coordinator.get()
-                kind = message[0]
-                if kind == "batch":
-                    yield message[1]
-                    slots.release()
-                elif kind == "done":
-                    self._finished[message[1]] = True
-                    running -= 1
-                elif kind == "error":
-                    raise message[2]
-                else:
-                    self._handle_coordinator_message(message)
+            self._handle_coordinator_messages()  # the readers' first requests
+            yield from bulk.batches(to_arrow_schema(self._source.schema), max_batch_rows,
+                                    self._what)
             completed = True
         except GeneratorExit:
             raise
@@ -484,57 +438,10 @@ class LocalSourceRunner(Generic[SplitT, EnumStateT]):
             self._failure = exc
             raise
         finally:
-            self._stop_bulk_threads()
+            bulk.stop()
+            self._bulk = None
             if not completed and self._failure is None:
                 self._failure = SourceError("read_arrow_batches() was stopped before the end")
-
-    def _stop_bulk_threads(self) -> None:
-        if self._bulk_stop is None:
-            return
-        self._bulk_stop.set()
-        for mailbox in self._mailboxes:
-            mailbox.wake.set()
-        if self._bulk_slots is not None and self._bulk_threads:
-            # Readers blocked on a full hand-over take a slot, see the stop, and leave.
-            self._bulk_slots.release(len(self._bulk_threads))
-        self._bulk_slots = None
-        for thread in self._bulk_threads:
-            thread.join()
-        self._bulk_threads.clear()
-        self._bulk_stop = None
-
-    def _bulk_reader(self, index: int, output: ArrowBatchOutput, stop: threading.Event,
-                     slots: threading.Semaphore) -> None:
-        reader = self._readers[index]
-        mailbox = self._mailboxes[index]
-
-        def offer(batch: pa.RecordBatch) -> bool:
-            slots.acquire()
-            if stop.is_set():
-                return False
-            self._post(("batch", batch))
-            return True
-
-        try:
-            while not stop.is_set():
-                mailbox.wake.clear()
-                deliver(reader, mailbox)
-                status = reader.poll_next(output)
-                for batch in output.full_batches():
-                    if not offer(batch):
-                        return
-                if status is InputStatus.END_OF_INPUT:
-                    for batch in output.flush():
-                        if not offer(batch):
-                            return
-                    self._post(("done", index))
-                    return
-                if status is InputStatus.NOTHING_AVAILABLE:
-                    reader.is_available().add_done_callback(lambda _: mailbox.wake.set())
-                    mailbox.wake.wait(_WAIT_SLICE)
-        except BaseException as exc:
-            self._post(("error", index, exc))
-
 
 def read_arrow(
     source: Source[Any, Any],

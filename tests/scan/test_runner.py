@@ -457,7 +457,7 @@ def test_bulk_path_failure_is_raised_and_threads_stop() -> None:
     runner = LocalSourceRunner(source, 3)
     with pytest.raises(SourceError, match="split fetcher failed"):
         list(runner.read_arrow_batches())
-    assert not runner._bulk_threads
+    assert runner._bulk is None  # stopped: its threads joined
     with pytest.raises(SourceError, match="failed earlier"):
         runner.checkpoint()
     runner.close()
@@ -481,8 +481,10 @@ def test_close_during_the_bulk_path_stops_its_threads() -> None:
     runner = LocalSourceRunner(source, 2)
     batches = runner.read_arrow_batches(max_batch_rows=10)
     next(batches)
+    bulk = runner._bulk
     runner.close()
-    assert not runner._bulk_threads
+    assert bulk is not None
+    assert not bulk._threads
     batches.close()
 
 
