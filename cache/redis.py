@@ -180,12 +180,12 @@ class RedisLookupCache(PerProcess, LookupCache):
         self._timer = opts.check_callable(timer, "timer")
         self._max_keys = opts.check_int(max_keys_per_command, "max_keys_per_command")
         self._client_options = dict(client_options or {})
-        self._init_runtime()
+        self._init_per_process()
 
     # Configuration only travels: the client stays behind; the entries are in Redis.
     _PER_PROCESS = ("_client", "_skip_until", "_metrics", "_warn", "_misfit")
 
-    def _init_runtime(self) -> None:
+    def _init_per_process(self) -> None:
         bound = getattr(self, "_bound", None)
         self._misfit = None if bound is None else misfit_check(bound[0])
         self._client = SharedClient(lambda: redis_client_from_url(

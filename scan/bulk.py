@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Generic
 
-from scan._runtime import WAIT_SLICE, Mailbox, Message, deliver
+from scan._mailboxes import WAIT_SLICE, Mailbox, Message, deliver
 from scan.outputs import ArrowBatchOutput
 from scan.reader import InputStatus, SourceReader
 from scan.source import SplitT

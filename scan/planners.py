@@ -29,7 +29,7 @@ class SplitPlanner(ABC, Generic[SplitT]):
         """The next split, or None when there are no more."""
 
     @abstractmethod
-    def snapshot(self) -> Any:
+    def progress(self) -> Any:
         """The discovery progress as JSON-like data (tagged scalars allowed)."""
 
     def close(self) -> None:  # optional hook
@@ -73,7 +73,7 @@ class PullSplitEnumerator(SplitEnumerator[SplitT, PullEnumeratorState[SplitT]]):
         """Readers ask for splits themselves."""
 
     def snapshot_state(self, checkpoint_id: int) -> PullEnumeratorState[SplitT]:
-        return PullEnumeratorState(tuple(self._pending), self._planner.snapshot())
+        return PullEnumeratorState(tuple(self._pending), self._planner.progress())
 
     def close(self) -> None:
         self._planner.close()
@@ -123,7 +123,7 @@ class ListPlanner(SplitPlanner[SplitT]):
         self._position += 1
         return split
 
-    def snapshot(self) -> Any:
+    def progress(self) -> Any:
         return {"position": self._position}
 
     @staticmethod
@@ -163,9 +163,9 @@ class VersionListPlanner(SplitPlanner[SplitT]):
             self._splits = ListPlanner(splits, self._position)
         return self._splits.next_split()
 
-    def snapshot(self) -> Any:
+    def progress(self) -> Any:
         if self._version is None:
             return None
         position = (self._position if self._splits is None
-                    else ListPlanner.position_of(self._splits.snapshot()))
+                    else ListPlanner.position_of(self._splits.progress()))
         return {self._key: self._version, "position": position}

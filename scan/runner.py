@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Generic
 
-from scan._runtime import (
+from scan._mailboxes import (
     WAIT_SLICE,
     EnumeratorContext,
     Mailbox,

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, wait
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from scan._runtime import (
+from scan._mailboxes import (
     EnumeratorContext,
     Mailbox,
     Message,

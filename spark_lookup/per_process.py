@@ -9,11 +9,11 @@ __all__ = ["PerProcess"]
 
 class PerProcess:
     """Pickles without the attributes named in ``_PER_PROCESS`` (locks, clients,
-    counters), which `_init_runtime` builds again wherever the object arrives."""
+    counters), which `_init_per_process` builds again wherever the object arrives."""
 
     _PER_PROCESS: tuple[str, ...] = ()
 
-    def _init_runtime(self) -> None:
+    def _init_per_process(self) -> None:
         """Set every attribute of ``_PER_PROCESS`` to its fresh value."""
         for name in self._PER_PROCESS:
             setattr(self, name, None)
@@ -23,4 +23,4 @@ class PerProcess:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._init_runtime()
+        self._init_per_process()

@@ -104,3 +104,26 @@ def test_a_change_feed_is_named_for_its_source_and_lives_with_it() -> None:
     for _, node in _classes():
         if node.name.endswith("Changes"):
             assert [ast.unparse(base) for base in node.bases] == ["ChangeFeed"]
+
+
+def test_a_snapshot_is_a_full_caches_version() -> None:
+    # In memory (FullSnapshot) or in the store; a checkpoint's state keeps Flink's name
+    # (snapshot_state), a planner's discovery is its progress, metrics are a dict.
+    homes = ("cache/full/", "lookup/runtime/full", "lookup/runtime/due.py", "lookup/changes/",
+             "lookup/providers.py", "connectors/files/iceberg.py")
+    names = {"snapshot_state", "FullSnapshot", "SnapshotUnavailableError", "snapshot_gauges"}
+    former = {("cache/metrics.py", "snapshot"), ("cache/metrics.py", "from_snapshot")}
+    found = set()
+    for path in _library():
+        where = str(path.relative_to(ROOT))
+        if where.startswith(homes):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            ident = (node.id if isinstance(node, ast.Name) else
+                     node.attr if isinstance(node, ast.Attribute) else
+                     node.arg if isinstance(node, ast.arg) else
+                     getattr(node, "name", ""))
+            if ("snapshot" in str(ident).lower() and ident not in names
+                    and (where, ident) not in former):
+                found.add(f"{where}: {ident}")
+    assert sorted(found) == []

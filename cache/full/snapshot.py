@@ -422,11 +422,11 @@ class LookupFullCache(PerProcess, LookupCache):
         self.initial_load_timeout = initial_load_timeout
         self.max_staleness = max_staleness
         self.clock = clock
-        self._init_runtime()
+        self._init_per_process()
 
     _PER_PROCESS = ("_snapshot", "_settled", "_metrics", "last_error")
 
-    def _init_runtime(self) -> None:
+    def _init_per_process(self) -> None:
         self._snapshot: FullSnapshot | None = None
         self._settled = threading.Event()
         self._metrics = CacheMetrics()

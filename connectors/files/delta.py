@@ -506,7 +506,7 @@ class DeltaSource(BatchReadingSource[DeltaSplit, _Reading]):
         self._version = version
         self._options = None if storage_options is None else dict(storage_options)
         self._mode = BadValuePolicy.parse(mode)
-        self._init_runtime()
+        self._init_per_process()
         try:
             table = _open_table(uri, version, self._options)
         except ConnectorError as exc:

@@ -291,7 +291,7 @@ class IcebergSource(BatchReadingSource[IcebergSplit, BatchReading]):
         self.table = table
         self._catalog = catalog
         self._mode = BadValuePolicy.parse(mode)
-        self._init_runtime()
+        self._init_per_process()
         try:
             loaded = self._runtime_tables().load()
         except ConnectorError as exc:

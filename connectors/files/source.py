@@ -139,7 +139,7 @@ class _FilePlanner(SplitPlanner[FileSplit]):
             raise SourceError(f"malformed FileSource planner progress: {shown(progress, 120)}")
         self._state: dict[str, Any] = state
 
-    def snapshot(self) -> Any:
+    def progress(self) -> Any:
         state = self._state
         return {"paths": list(state["paths"]), "file": state["file"],
                 "row_groups": list(state["row_groups"])}
@@ -414,7 +414,7 @@ class FileSource(BatchReadingSource[FileSplit, BatchReading]):
             filters, self._schema.fieldNames() if self._schema is not None else
             [f.column for f in filters or []], "FileSource",
         )
-        self._init_runtime()
+        self._init_per_process()
 
     @property
     def paths(self) -> list[str]:

@@ -97,7 +97,7 @@ class _KeyPlanner(SplitPlanner[RedisKeysSplit]):
             except (KeyError, TypeError, ValueError) as exc:
                 raise SourceError(f"malformed Redis SCAN progress: {exc}") from exc
 
-    def snapshot(self) -> Any:
+    def progress(self) -> Any:
         return {"cursor": self._cursor, "done": self._done, "index": self._index,
                 "seen": sorted(_b64(k) for k in self._seen)}
 

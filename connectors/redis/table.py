@@ -165,9 +165,9 @@ class RedisTable(PerProcess):
                     )
         self.name = key_template or f"Redis at {redact_url(self.url)}"
         """What messages call the table: its key template."""
-        self._init_runtime()
+        self._init_per_process()
 
-    def _init_runtime(self) -> None:
+    def _init_per_process(self) -> None:
         self._client = SharedClient(self.new_client)
         self.stats = BadValueStats(f"Redis table {self.name!r}")
         self.conformer = Conformer(

@@ -124,7 +124,7 @@ class SqlChunkPlanner(SplitPlanner[SqlChunkSplit]):
             raise SourceError(f"malformed SQL chunk planner progress: {shown(progress, 120)}")
         self._state = state
 
-    def snapshot(self) -> Any:
+    def progress(self) -> Any:
         return dict(self._state)
 
     def close(self) -> None:

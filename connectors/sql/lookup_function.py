@@ -162,7 +162,7 @@ class SqlLookupFunction(PerProcess, KeyedLookupFunction):
         self._struct: T.StructType = struct
         self.key_fields()
         self._codec = KeyCodec(keys, [struct[name].dataType for name in keys], f"table {table!r}")
-        self._init_runtime()
+        self._init_per_process()
 
     @classmethod
     def over(cls, table: SqlTable) -> SqlLookupFunction:
@@ -172,7 +172,7 @@ class SqlLookupFunction(PerProcess, KeyedLookupFunction):
         return cls(table.factory, table.table, list(table.key_columns), schema=table.declared,
                    filters=table.filters, mode=table.mode, timeout=table.timeout)
 
-    def _init_runtime(self) -> None:
+    def _init_per_process(self) -> None:
         self._lock = threading.Lock()
         self._local = threading.local()
         self._open_connections: list[SqlConnection] = []

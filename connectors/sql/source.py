@@ -321,9 +321,9 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
                               else (split_bounds[0], split_bounds[1]))
         self._chunks: ChunkPlan | None = None
         self._version_query = version_query
-        self._init_runtime()
+        self._init_per_process()
 
-    def _init_runtime(self) -> None:
+    def _init_per_process(self) -> None:
         self._lock = threading.Lock()
 
     @property

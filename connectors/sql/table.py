@@ -210,7 +210,7 @@ class SqlTable(PerProcess):
         )
         self.mode = BadValuePolicy.parse(mode)
         self._plan: SqlPlan | None = None
-        self._init_runtime()
+        self._init_per_process()
 
     @property
     def what(self) -> str:

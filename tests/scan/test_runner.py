@@ -20,7 +20,7 @@ from scan import (
     plan_splits,
     read_arrow,
 )
-from scan._runtime import EnumeratorContext, Mailbox
+from scan._mailboxes import EnumeratorContext, Mailbox
 from scan.checkpoint import decode_checkpoint
 from scan.planners import PullEnumeratorState
 from scan.serializers import unpack_versioned

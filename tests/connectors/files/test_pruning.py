@@ -193,7 +193,7 @@ def test_planner_progress_of_a_checkpoint_without_pruned_row_groups_restores(
         FileSplit(str(path), 2), FileSplit(str(path), 3), None]
     planner = source.planner(None)
     assert planner.next_split() == FileSplit(str(path), 0)
-    assert planner.snapshot() == {"paths": [], "file": str(path), "row_groups": []}
+    assert planner.progress() == {"paths": [], "file": str(path), "row_groups": []}
 
 
 def test_in_and_not_in_follow_sql() -> None:

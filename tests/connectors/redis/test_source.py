@@ -199,7 +199,7 @@ def test_dedupe_survives_a_restore(monkeypatch: pytest.MonkeyPatch) -> None:
     assert planner.next_split() == RedisKeysSplit(0, (b"a", b"b"))
     serializer = source.enumerator_state_serializer
     state = serializer.deserialize(
-        1, serializer.serialize(PullEnumeratorState((), planner.snapshot()))
+        1, serializer.serialize(PullEnumeratorState((), planner.progress()))
     )
     restored = redis_scan._KeyPlanner("redis://fake", "*", 10, state.progress)
     assert [restored.next_split(), restored.next_split(), restored.next_split()] == [
