@@ -54,7 +54,7 @@ def served(refresh: ScheduledTableRefresh) -> Any:
     """The DataFrame of the version ``refresh`` serves now. (``spark.table(view)`` pins
     the version only on a classic session: a Connect DataFrame is resolved anew by
     every action.)"""
-    current = refresh._current
+    current = refresh._versions.current
     assert current is not None
     return current.df
 

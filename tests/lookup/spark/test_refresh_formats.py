@@ -19,7 +19,8 @@ if not PYTHON_DATA_SOURCE.available():
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from lookup.spark.refresh import _cached_size, _retryable, _summary, _worker_error_line
+from lookup.spark.refresh import _retryable, _summary, _worker_error_line
+from lookup.spark.view_versions import _cached_size
 from spark_lookup import errors
 
 pytestmark = [pytest.mark.spark, pytest.mark.needs("PYTHON_DATA_SOURCE", "SESSION_TAGS")]

@@ -15,7 +15,6 @@ from lookup.runtime import worker as _worker
 from lookup.spark.join import plan_join
 from lookup.spark.join_worker import JoinFunction
 from lookup.spark.metrics import _Channel, _ProviderReports
-from lookup.spark.refresh import _parse_size
 from lookup.spark.report import (
     NOTE_PREFIX,
     REPORT_COLUMN,
@@ -25,6 +24,7 @@ from lookup.spark.report import (
     placeholder,
     report_notes,
 )
+from lookup.spark.view_versions import _parse_size
 from tests.lookup.functions import DictLookup
 
 
