@@ -4,9 +4,10 @@ A full cache over a 1,000-row SQLite table read in 20 chunks reloads on a short
 FIXED_DELAY schedule while eight threads look up without pause (half single keys, half
 batches). Before lookups took turns during loads (``spark_lookup.load_priority``),
 such threads left the loader's many threads a small share of the interpreter: 9-10
-reloads where 13 were due, each several times its idle length. The test counts
-reloads, with a tolerance for a loaded machine; the lateness of each start is measured
-by ``benchmarks/reload_punctuality.py``.
+reloads where 13 were due, each several times its idle length. The test counts the
+reloads of a stretch without lookups, then of one with the eight threads, and compares
+the two rates: a machine busy with other work slows both alike. The lateness of each
+start is measured by ``benchmarks/reload_punctuality.py``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from triggers import PeriodicCacheReloadTrigger
 ROWS = 1000
 CHUNKS = 20
 INTERVAL = 0.25
+CALM = 3.0
 SOAK = 4.0
 THREADS = 8
 
@@ -46,7 +48,9 @@ def test_reloads_keep_their_schedule_while_eight_threads_look_up(tmp_path: Path)
 
     with open_lookup(provider) as handle:
         assert handle.lookup((1,)) == ((1, "v1"),)  # the first load
-        idle_load = handle.metrics.latest_load_time / 1000
+        before = handle.metrics.load_count
+        time.sleep(CALM)
+        calm = (handle.metrics.load_count - before) / CALM
 
         def look(seed: int) -> None:
             rng = random.Random(seed)
@@ -74,7 +78,9 @@ def test_reloads_keep_their_schedule_while_eight_threads_look_up(tmp_path: Path)
                 thread.join(timeout=30)
     assert errors == []
     assert not any(thread.is_alive() for thread in threads)
-    # Each reload waits INTERVAL after the end of the one before: with loads at twice
-    # their idle time (the target), SOAK holds this many.
-    due = SOAK / (INTERVAL + 2 * idle_load)
-    assert loads >= 0.8 * due, f"{loads} reloads in {SOAK} s where {due:.1f} were due"
+    # Each reload waits INTERVAL after the end of the one before, so slower loads mean
+    # fewer reloads: the lookups may cost the schedule a quarter at most (before the
+    # loads took turns with them, a third).
+    busy = loads / SOAK
+    assert busy >= 0.75 * calm, (
+        f"{busy:.2f} reloads/s while {THREADS} threads looked up, {calm:.2f}/s without")
