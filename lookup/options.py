@@ -13,16 +13,9 @@ from pyspark.sql.types import StructType
 
 from cache.base import LookupCache
 from cache.default.cache import DefaultLookupCache
+from lookup import providers
 from lookup._flink_ddl import read_create_table
 from lookup.function import AsyncLookupFunction, LookupFunction
-from lookup.providers import (
-    AsyncLookupFunctionProvider,
-    FullCachingLookupProvider,
-    LookupFunctionProvider,
-    LookupProvider,
-    PartialCachingAsyncLookupProvider,
-    PartialCachingLookupProvider,
-)
 from lookup.table_options import (
     CONNECTOR_MODULES,
     TableOptions,
@@ -220,7 +213,7 @@ class LookupOptions:
         *,
         schema: SchemaLike | None = None,
         **kwargs: Any,
-    ) -> LookupProvider:
+    ) -> providers.LookupProvider:
         """The provider these options describe: over ``target``, or, without one, over
         the lookup function (``NONE``/``PARTIAL``) or scan source (``FULL``) the
         connector options describe. Runs on the driver.
@@ -282,7 +275,7 @@ class LookupOptions:
             staleness = opts.FULL_CACHE_MAX_STALENESS.get(self.options)
             if staleness is not None:
                 kwargs.setdefault("max_staleness", staleness)
-            return FullCachingLookupProvider.of(
+            return providers.FullCachingLookupProvider.of(
                 target, self.build_trigger(), key_columns, max_retries=retries, **kwargs
             )
         if not isinstance(target, (LookupFunction, AsyncLookupFunction)):
@@ -305,13 +298,17 @@ class LookupOptions:
             kwargs.setdefault("capacity", opts.ASYNC_CAPACITY.get(self.options))
             kwargs.setdefault("timeout", opts.ASYNC_TIMEOUT.get(self.options))
             if cache is None:
-                return AsyncLookupFunctionProvider.of(target, max_retries=retries, **kwargs)
-            return PartialCachingAsyncLookupProvider.of(
+                return providers.AsyncLookupFunctionProvider.of(
+                    target, max_retries=retries, **kwargs
+                )
+            return providers.PartialCachingAsyncLookupProvider.of(
                 target, cache, max_retries=retries, **kwargs
             )
         if cache is None:
-            return LookupFunctionProvider.of(target, max_retries=retries, **kwargs)
-        return PartialCachingLookupProvider.of(target, cache, max_retries=retries, **kwargs)
+            return providers.LookupFunctionProvider.of(target, max_retries=retries, **kwargs)
+        return providers.PartialCachingLookupProvider.of(
+            target, cache, max_retries=retries, **kwargs
+        )
 
     def _from_table(self, key_columns: Sequence[str] | str | None, schema: SchemaLike | None
                     ) -> tuple[Any, Sequence[str] | str | None]:

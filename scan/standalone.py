@@ -13,15 +13,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, wait
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from scan._mailboxes import (
-    EnumeratorContext,
-    Mailbox,
-    Message,
-    ReaderContext,
-    bulk_options,
-    check_max_batch_rows,
-    run_async_handler,
-)
+from scan import _mailboxes
 from scan.outputs import ArrowBatchOutput, RowListOutput
 from scan.reader import InputStatus, ReaderOptions
 from scan.source import Boundedness, Source, SplitT
@@ -86,11 +78,11 @@ def plan_splits(source: Source[SplitT, Any], parallelism: int = 1) -> list[Split
     if source.boundedness is not Boundedness.BOUNDED:
         raise ConfigError("plan_splits() needs a bounded source")
     check_int(parallelism, "parallelism")
-    pending: queue.SimpleQueue[Message] = queue.SimpleQueue()
-    mailbox = Mailbox(lambda: None)
+    pending: queue.SimpleQueue[_mailboxes.Message] = queue.SimpleQueue()
+    mailbox = _mailboxes.Mailbox(lambda: None)
     # Reader 0 asks for every split; the others only count for the planning.
-    context: EnumeratorContext[SplitT] = EnumeratorContext(parallelism, [mailbox], pending.put,
-                                                           _InlineExecutor)
+    context: _mailboxes.EnumeratorContext[SplitT] = _mailboxes.EnumeratorContext(
+        parallelism, [mailbox], pending.put, _InlineExecutor)
     enumerator = source.create_enumerator(context)
     splits: list[SplitT] = []
     try:
@@ -100,7 +92,7 @@ def plan_splits(source: Source[SplitT, Any], parallelism: int = 1) -> list[Split
         while True:
             enumerator.handle_split_request(0)
             while not pending.empty():
-                run_async_handler(pending.get())
+                _mailboxes.run_async_handler(pending.get())
             answered = False
             finished = False
             for item in mailbox.drain():
@@ -125,7 +117,7 @@ def _drive(source: Source[SplitT, Any], splits: list[SplitT],
            output: RowListOutput | ArrowBatchOutput, options: ReaderOptions | None
            ) -> Iterator[None]:
     # A reader alone, subtask 0 of 1: its split requests and events have no one to go to.
-    context = ReaderContext(0, 1, lambda message: None, options or ReaderOptions())
+    context = _mailboxes.ReaderContext(0, 1, lambda message: None, options or ReaderOptions())
     reader = source.create_reader(context)
     try:
         reader.add_splits(splits)
@@ -206,8 +198,8 @@ def read_split_arrow(
     ConfigError
         For an invalid ``max_batch_rows``.
     """
-    check_max_batch_rows(max_batch_rows)
-    options = bulk_options(options, max_batch_rows)
+    _mailboxes.check_max_batch_rows(max_batch_rows)
+    options = _mailboxes.bulk_options(options, max_batch_rows)
     output = ArrowBatchOutput(to_arrow_schema(source.schema), max_batch_rows, type(source).__name__)
     for _ in _drive(source, [split], output, options):
         yield from output.full_batches()

@@ -12,23 +12,12 @@ import pyarrow.compute as pc
 from pyspark.sql import types as T
 
 from connectors.sql.catalog import ColumnInfo, TableInfo
-from connectors.sql.dialects.base import (
-    ConnectionLike,
-    Dialect,
-    KeyBinding,
-    LookupPlan,
-    LookupStatement,
-    kept_positions,
-)
+from connectors.sql.dialects import base
 from connectors.sql.flavor import POSTGRES, Flavor
 from connectors.sql.types import ColumnRead
 from spark_lookup.errors import ConnectorError
 from spark_lookup.schema import to_arrow_type
-from spark_lookup.type_families import (
-    FLOAT_TYPES,
-    INTEGER_TYPES,
-    STRING_TYPES,
-)
+from spark_lookup.type_families import FLOAT_TYPES, INTEGER_TYPES, STRING_TYPES
 
 __all__ = ["PostgresDialect"]
 
@@ -117,13 +106,13 @@ def _scalar(type_name: str, formatted: str) -> T.DataType:
     return T.StringType()  # text types, and everything read as text (json, uuid, enums...)
 
 
-class PostgresDialect(Dialect):
+class PostgresDialect(base.Dialect):
     """PostgreSQL through any of its drivers."""
 
     backend = POSTGRES
     discovers = True
 
-    def describe(self, connection: ConnectionLike, table: str, table_sql: str) -> TableInfo:
+    def describe(self, connection: base.ConnectionLike, table: str, table_sql: str) -> TableInfo:
         flavor = connection.flavor
         placeholder = flavor.placeholder(0)
         params = flavor.params([table_sql])
@@ -177,9 +166,9 @@ class PostgresDialect(Dialect):
             return ColumnRead(f"{quoted}::text", pa.string())
         return ColumnRead(quoted, to_arrow_type(direct))
 
-    def key_binding(self, column: ColumnInfo | None, spark: T.DataType) -> KeyBinding:
+    def key_binding(self, column: ColumnInfo | None, spark: T.DataType) -> base.KeyBinding:
         if column is None:
-            return KeyBinding()
+            return base.KeyBinding()
         if column.category == "N":
             # Numbers compare across types: the key's own type keeps its exact value.
             array_type = _KEY_TYPES.get(type(spark), column.cast_name)
@@ -189,11 +178,11 @@ class PostgresDialect(Dialect):
                  and isinstance(spark, INTEGER_TYPES)) or (
             (column.type_name, type(spark)) in _EXACT_PAIRS
         )
-        return KeyBinding(array_type=array_type, uuid=column.type_name == "uuid",
-                          enum_labels=column.enum_labels if column.type_kind == "e" else (),
-                          text=isinstance(spark, STRING_TYPES), exact=exact)
+        return base.KeyBinding(array_type=array_type, uuid=column.type_name == "uuid",
+                               enum_labels=column.enum_labels if column.type_kind == "e" else (),
+                               text=isinstance(spark, STRING_TYPES), exact=exact)
 
-    def sendable(self, bindings: Sequence[KeyBinding], arrays: Sequence[pa.Array]
+    def sendable(self, bindings: Sequence[base.KeyBinding], arrays: Sequence[pa.Array]
                  ) -> pa.Array | None:
         masks = []
         for binding, array in zip(bindings, arrays, strict=True):
@@ -203,13 +192,13 @@ class PostgresDialect(Dialect):
                 masks.append(pc.match_substring_regex(array, _UUID))
             if binding.enum_labels:
                 masks.append(pc.is_in(array, pa.array(binding.enum_labels)))
-        return kept_positions(masks)
+        return base.kept_positions(masks)
 
-    def max_keys(self, connection: ConnectionLike, width: int) -> int:
+    def max_keys(self, connection: base.ConnectionLike, width: int) -> int:
         return _MAX_KEYS
 
-    def lookup_statement(self, plan: LookupPlan, flavor: Flavor, chunk: list[pa.Array]
-                         ) -> LookupStatement:
+    def lookup_statement(self, plan: base.LookupPlan, flavor: Flavor, chunk: list[pa.Array]
+                         ) -> base.LookupStatement:
         # The text depends on the plan and the flavor only: built once, kept with the plan.
         sql, filter_values, by_value = plan.memo(
             ("postgres lookup", flavor), lambda: self._lookup_sql(plan, flavor))
@@ -221,9 +210,9 @@ class PostgresDialect(Dialect):
             params = pa.record_batch(arrays, names=[f"p{i}" for i in range(len(arrays))])
         else:
             params = flavor.params([a.to_pylist() for a in chunk] + filter_values)
-        return LookupStatement(sql, params, by_value)
+        return base.LookupStatement(sql, params, by_value)
 
-    def _lookup_sql(self, plan: LookupPlan, flavor: Flavor) -> tuple[str, list[object], bool]:
+    def _lookup_sql(self, plan: base.LookupPlan, flavor: Flavor) -> tuple[str, list[object], bool]:
         """A batched lookup's text, the values of the table's filters, and whether rows
         are matched back to their keys by value."""
         width = len(plan.key_columns)
@@ -256,7 +245,7 @@ class PostgresDialect(Dialect):
             sql += (" AND " if by_value else " WHERE ") + " AND ".join(filters)
         return self.finish(sql, flavor), list(filter_values), by_value
 
-    def row_estimate(self, connection: ConnectionLike, table_sql: str) -> int | None:
+    def row_estimate(self, connection: base.ConnectionLike, table_sql: str) -> int | None:
         flavor = connection.flavor
         estimate = connection.rows(
             "SELECT reltuples::bigint FROM pg_catalog.pg_class "
@@ -267,7 +256,7 @@ class PostgresDialect(Dialect):
             return int(estimate[0][0])
         return None
 
-    def bound_statements(self, connection: ConnectionLike, timeout: float) -> bool:
+    def bound_statements(self, connection: base.ConnectionLike, timeout: float) -> bool:
         """``statement_timeout`` for the connection (a lock wait counts; the error,
         SQLSTATE 57014, is transient)."""
         milliseconds = max(1, int(timeout * 1000))
