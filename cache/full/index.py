@@ -6,6 +6,7 @@ Design notes: DESIGN.md, cache/ ``cache/full/index.py``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,29 @@ def _combined(column: pa.Array | pa.ChunkedArray) -> pa.Array:
     return column
 
 
+@dataclass(frozen=True, eq=False)  # eq: numpy arrays do not compare to one bool
+class _HashedKeys:
+    """A hash index: each group's key hash (by group number) and the hash table finding
+    them. ``hashes_in_table``: the hashes are the key column's own bytes (one 64-bit
+    integer-like column, a key a row), neither stored in the index file nor copied by a
+    reader."""
+
+    hashes: np.ndarray
+    buckets: HashTable
+    hashes_in_table: bool
+
+    @classmethod
+    def of(cls, hashes: np.ndarray, hashes_in_table: bool) -> _HashedKeys:
+        buckets = HashTable()
+        buckets.rebuild(hashes)
+        return cls(hashes, buckets, hashes_in_table)
+
+    @property
+    def nbytes(self) -> int:
+        own = 0 if self.hashes_in_table else int(self.hashes.nbytes)
+        return self.buckets.nbytes + own
+
+
 class KeyIndex:
     """The groups of a sorted table's distinct keys (see the module's docstring).
 
@@ -49,24 +73,20 @@ class KeyIndex:
         ``int64``, ``num_keys + 1`` row offsets; None when every key has one row.
     """
 
-    __slots__ = ("_columns", "_dense", "_exact", "_hashes", "_hashes_in_table", "_table",
-                 "_types", "num_keys", "offsets")
+    __slots__ = ("_columns", "_dense", "_exact", "_hashed_keys", "_types", "num_keys",
+                 "offsets")
 
     def __init__(self, table: pa.Table, key_columns: Sequence[str], num_keys: int,
-                 offsets: np.ndarray | None, dense: DenseKeys | None,
-                 hashes: np.ndarray | None, buckets: HashTable | None,
-                 hashes_in_table: bool = False) -> None:
+                 offsets: np.ndarray | None = None, *, dense: DenseKeys | None = None,
+                 hashed: _HashedKeys | None = None) -> None:
         self._columns = [table.column(name) for name in key_columns]
         self._types = [column.type for column in self._columns]
         self._exact = is_exact(self._types)
         self.num_keys = num_keys
         self.offsets = offsets
+        # Keys are found by their dense range, or by their hashes; neither: no keys.
         self._dense = dense
-        self._hashes = hashes
-        self._table = buckets
-        # The hashes are the key column's own bytes (one 64-bit integer-like column, a
-        # key a row): neither stored in the index file nor copied by a reader.
-        self._hashes_in_table = hashes_in_table
+        self._hashed_keys = hashed
 
     @staticmethod
     def hashes_needed(types: Sequence[pa.DataType]) -> bool:
@@ -100,9 +120,9 @@ class KeyIndex:
             if unique is False:
                 return None
             if dense is not None:
-                return cls(table, key_columns, n, None, dense, None, None)
+                return cls(table, key_columns, n, dense=dense)
         if not n:
-            return cls(table, key_columns, 0, None, None, None, None)
+            return cls(table, key_columns, 0)
         in_table = _column_hashes([table.column(name) for name in key_columns])
         if in_table is not None:
             hashes = in_table
@@ -110,14 +130,13 @@ class KeyIndex:
             hashes = _hashes_of(arrays)
         elif len(hashes) != n:
             raise ValueError(f"{len(hashes)} key hashes for a table of {n} rows")
-        buckets = HashTable()
-        buckets.rebuild(hashes)
+        hashed = _HashedKeys.of(hashes, in_table is not None)
         exact = is_exact([a.type for a in arrays])
         for start in range(0, n, _CHUNK):
             # A key whose hash finds an earlier row repeats that row's hash: the same key
             # (exact hashes), or a collision, told apart by comparing the keys.
             stop = min(start + _CHUNK, n)
-            found, _ = buckets.find(hashes[start:stop], hashes)
+            found, _ = hashed.buckets.find(hashes[start:stop], hashes)
             again = np.flatnonzero(found != np.arange(start, stop))
             if not len(again):
                 continue
@@ -131,7 +150,7 @@ class KeyIndex:
                 same &= np.asarray(equal.to_numpy(zero_copy_only=False), dtype=bool)
             if same.any():
                 return None
-        return cls(table, key_columns, n, None, None, hashes, buckets, in_table is not None)
+        return cls(table, key_columns, n, hashed=hashed)
 
     # --- building
 
@@ -154,14 +173,12 @@ class KeyIndex:
             # Sorted surrogate keys filling most of their range need no hashing at all.
             dense = DenseKeys.of(arrays[0])
         if dense is not None or not num_keys:
-            return cls(table, key_columns, num_keys, offsets, dense, None, None)
+            return cls(table, key_columns, num_keys, offsets, dense=dense)
         in_table = _column_hashes(arrays) if offsets is None else None
         hashes = _hashes_of(arrays) if in_table is None else in_table
         del arrays, firsts
-        buckets = HashTable()
-        buckets.rebuild(hashes)
-        return cls(table, key_columns, num_keys, offsets, None, hashes, buckets,
-                   in_table is not None)
+        return cls(table, key_columns, num_keys, offsets,
+                   hashed=_HashedKeys.of(hashes, in_table is not None))
 
     def payload(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """The header (JSON-able) and arrays that `from_payload` reads back."""
@@ -176,12 +193,12 @@ class KeyIndex:
             header.update(mode="dense", lowest=self._dense.lowest, span=self._dense.span)
             if self._dense.positions is not None:
                 arrays["positions"] = self._dense.positions
-        elif self._table is not None and self._hashes is not None:
-            header.update(mode="hash", count=self._table.count,
-                          hashes="table" if self._hashes_in_table else "file")
-            if not self._hashes_in_table:
-                arrays["hashes"] = self._hashes
-            arrays["buckets"] = self._table.buckets
+        elif (hashed := self._hashed_keys) is not None:
+            header.update(mode="hash", count=hashed.buckets.count,
+                          hashes="table" if hashed.hashes_in_table else "file")
+            if not hashed.hashes_in_table:
+                arrays["hashes"] = hashed.hashes
+            arrays["buckets"] = hashed.buckets.buckets
         else:
             header.update(mode="empty")
         return header, arrays
@@ -216,7 +233,7 @@ class KeyIndex:
                 raise ValueError("bad dense key range")
             positions = _array(arrays, "positions", np.int32, span, optional=span == num_keys)
             dense = DenseKeys(lowest, span, positions)
-            return cls(table, key_columns, num_keys, offsets, dense, None, None)
+            return cls(table, key_columns, num_keys, offsets, dense=dense)
         if mode == "hash":
             if header.get("hashes") == "table":
                 hashes = _column_hashes([table.column(name) for name in key_columns])
@@ -229,10 +246,11 @@ class KeyIndex:
             if (buckets is None or buckets.dtype != np.int32 or len(buckets) < 16
                     or len(buckets) & (len(buckets) - 1) or count != num_keys):
                 raise ValueError("bad hash table buckets")
-            return cls(table, key_columns, num_keys, offsets, None, hashes,
-                       HashTable.over(buckets, num_keys), header.get("hashes") == "table")
+            hashed = _HashedKeys(hashes, HashTable.over(buckets, num_keys),
+                                 header.get("hashes") == "table")
+            return cls(table, key_columns, num_keys, offsets, hashed=hashed)
         if mode == "empty" and num_keys == 0:
-            return cls(table, key_columns, 0, offsets, None, None, None)
+            return cls(table, key_columns, 0, offsets)
         raise ValueError(f"unknown key index mode {mode!r}")
 
     def _num_rows(self) -> int:
@@ -244,10 +262,8 @@ class KeyIndex:
         total = 0 if self.offsets is None else int(self.offsets.nbytes)
         if self._dense is not None:
             total += self._dense.nbytes
-        if self._hashes is not None and self._table is not None:
-            total += self._table.nbytes
-            if not self._hashes_in_table:
-                total += int(self._hashes.nbytes)
+        if self._hashed_keys is not None:
+            total += self._hashed_keys.nbytes
         return total
 
     # --- probing
@@ -291,10 +307,10 @@ class KeyIndex:
         return arrays, usable
 
     def _hashed(self, keys: Sequence[pa.Array]) -> np.ndarray:
-        assert self._table is not None
-        assert self._hashes is not None
+        hashed = self._hashed_keys
+        assert hashed is not None
         hashes = hash_keys(keys)
-        slots, _ = self._table.find(hashes, self._hashes)
+        slots, _ = hashed.buckets.find(hashes, hashed.hashes)
         if self._exact:
             return slots
         found = np.flatnonzero(slots >= 0)
@@ -313,10 +329,10 @@ class KeyIndex:
         return slots
 
     def _walk(self, keys: Sequence[pa.Array], position: int, hash_value: int) -> int:
-        assert self._table is not None
-        assert self._hashes is not None
+        hashed = self._hashed_keys
+        assert hashed is not None
         wanted = [key[position].as_py() for key in keys]
-        for slot in self._table.slots_of(hash_value, self._hashes):
+        for slot in hashed.buckets.slots_of(hash_value, hashed.hashes):
             row = slot if self.offsets is None else int(self.offsets[slot])
             if [column[row].as_py() for column in self._columns] == wanted:
                 return slot
