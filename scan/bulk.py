@@ -6,6 +6,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic
 
 from scan._mailboxes import WAIT_SLICE, Mailbox, Message, deliver
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BulkRead"]
 
+@dataclass(eq=False)  # one read in progress, not a value
 class BulkRead(Generic[SplitT]):
     """One ``read_arrow_batches()`` of a runner's opened readers: those not finished
     read on threads of their own, and at most two batches per reader wait for the
@@ -28,18 +30,18 @@ class BulkRead(Generic[SplitT]):
     (split requests, events) on the consuming thread.
     """
 
-    def __init__(self, readers: Sequence[SourceReader[SplitT]], mailboxes: Sequence[Mailbox],
-                 finished: list[bool], coordinator: queue.SimpleQueue[Message],
-                 post: Callable[[Message], None], handle: Callable[[Message], None]) -> None:
-        self._readers = readers
-        self._mailboxes = mailboxes
-        self._finished = finished
-        self._coordinator = coordinator
-        self._post = post
-        self._handle = handle
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._slots = threading.Semaphore(2 * len(mailboxes))
+    readers: Sequence[SourceReader[SplitT]]
+    mailboxes: Sequence[Mailbox]
+    finished: list[bool]
+    coordinator: queue.SimpleQueue[Message]
+    post: Callable[[Message], None]
+    handle: Callable[[Message], None]
+    _stop: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
+    _threads: list[threading.Thread] = field(default_factory=list, init=False, repr=False)
+    _slots: threading.Semaphore = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._slots = threading.Semaphore(2 * len(self.mailboxes))
 
     def batches(self, schema: pa.Schema, max_batch_rows: int, what: str
                 ) -> Iterator[pa.RecordBatch]:
@@ -49,14 +51,14 @@ class BulkRead(Generic[SplitT]):
         # reader told there are no splits finishes without a thread (3 of 4 readers of a
         # file of one row group).
         outputs: dict[int, ArrowBatchOutput] = {}
-        for index, reader in enumerate(self._readers):
-            if self._finished[index]:
+        for index, reader in enumerate(self.readers):
+            if self.finished[index]:
                 continue
-            deliver(reader, self._mailboxes[index])
+            deliver(reader, self.mailboxes[index])
             output = ArrowBatchOutput(schema, max_batch_rows, what)
             if reader.poll_next(output) is InputStatus.END_OF_INPUT:
                 yield from output.flush()
-                self._finished[index] = True
+                self.finished[index] = True
             else:
                 outputs[index] = output
         for index, output in outputs.items():
@@ -66,23 +68,23 @@ class BulkRead(Generic[SplitT]):
             thread.start()
         running = len(self._threads)
         while running:
-            message = self._coordinator.get()
+            message = self.coordinator.get()
             kind = message[0]
             if kind == "batch":
                 yield message[1]
                 self._slots.release()
             elif kind == "done":
-                self._finished[message[1]] = True
+                self.finished[message[1]] = True
                 running -= 1
             elif kind == "error":
                 raise message[2]
             else:
-                self._handle(message)
+                self.handle(message)
 
     def stop(self) -> None:
         """Stop the reader threads and wait for them; idempotent."""
         self._stop.set()
-        for mailbox in self._mailboxes:
+        for mailbox in self.mailboxes:
             mailbox.wake.set()
         if self._threads:
             # Readers blocked on a full hand-over take a slot, see the stop, and leave.
@@ -92,14 +94,14 @@ class BulkRead(Generic[SplitT]):
         self._threads.clear()
 
     def _read(self, index: int, output: ArrowBatchOutput) -> None:
-        reader = self._readers[index]
-        mailbox = self._mailboxes[index]
+        reader = self.readers[index]
+        mailbox = self.mailboxes[index]
 
         def offer(batch: pa.RecordBatch) -> bool:
             self._slots.acquire()
             if self._stop.is_set():
                 return False
-            self._post(("batch", batch))
+            self.post(("batch", batch))
             return True
 
         try:
@@ -114,10 +116,10 @@ class BulkRead(Generic[SplitT]):
                     for batch in output.flush():
                         if not offer(batch):
                             return
-                    self._post(("done", index))
+                    self.post(("done", index))
                     return
                 if status is InputStatus.NOTHING_AVAILABLE:
                     reader.is_available().add_done_callback(lambda _: mailbox.wake.set())
                     mailbox.wake.wait(WAIT_SLICE)
         except BaseException as exc:
-            self._post(("error", index, exc))
+            self.post(("error", index, exc))

@@ -15,6 +15,7 @@ whose load started at ``L`` holds every change notified before ``L``: those entr
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -32,6 +33,7 @@ Answer = tuple[np.ndarray, np.ndarray, pa.Table, bool]
 """``(groups, offsets, rows, one_row_each)``, as `cache.answers.Answers` holds them."""
 
 
+@dataclass(eq=False, repr=False, slots=True)  # both would compare or print whole tables
 class Overlay:
     """Changed keys and their current rows (see the module's docstring). Build it with
     `of`; thread-safe (immutable).
@@ -51,23 +53,24 @@ class Overlay:
         trimmed for (``-inf``: none).
     """
 
-    __slots__ = ("_first", "_present", "base", "index", "keys", "noted", "offsets", "rows")
+    keys: pa.Table
+    noted: np.ndarray
+    rows: pa.Table
+    offsets: np.ndarray
+    base: float
+    index: KeyIndex = field(init=False)
+    _present: np.ndarray = field(init=False)
+    _first: np.ndarray | None = field(init=False)
 
-    def __init__(self, keys: pa.Table, noted: np.ndarray, rows: pa.Table, offsets: np.ndarray,
-                 base: float) -> None:
-        index = KeyIndex.of_unique(keys, keys.column_names)
+    def __post_init__(self) -> None:
+        index = KeyIndex.of_unique(self.keys, self.keys.column_names)
         if index is None:
             raise ValueError("the keys of an overlay must be distinct")
         self.index = index
-        self.keys = keys
-        self.noted = noted
-        self.rows = rows
-        self.offsets = offsets
-        self.base = base
-        counts = np.diff(offsets)
+        counts = np.diff(self.offsets)
         self._present = counts > 0
         # One row or none a key: the row of key j is rows[_first[j]] (-1: deleted).
-        self._first = (np.where(self._present, offsets[:-1], -1)
+        self._first = (np.where(self._present, self.offsets[:-1], -1)
                        if int(counts.max(initial=0)) <= 1 else None)
 
     @property

@@ -8,6 +8,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime, timezone
 from functools import partial
 
@@ -26,6 +27,7 @@ _DUE_RECHECK_SECONDS = 0.05
 """How often a lookup asks the trigger for its next load time (a lock and a clock)."""
 
 
+@dataclass(eq=False)  # a timer is itself, not its settings
 class DueTimer:
     """Calls ``fire`` when the version served comes due on ``trigger``'s schedule,
     evaluated from the version's load time (``next_reload_after``), so the host reloads
@@ -35,21 +37,20 @@ class DueTimer:
     is set.
     """
 
-    def __init__(self, trigger: CacheReloadTrigger, *, clock: Callable[[], float],
-                 fire: Callable[[], object], closed: threading.Event, describe: str) -> None:
-        self._trigger = trigger
-        self._clock = clock
-        self._fire = fire
-        self._closed = closed
-        self._describe = describe
-        self._lock = threading.Lock()
-        self._timer: Scheduled | None = None
-        self._checked_until = -math.inf
-        self._soon_from = math.inf
+    trigger: CacheReloadTrigger
+    _: KW_ONLY
+    clock: Callable[[], float]
+    fire: Callable[[], object]
+    closed: threading.Event
+    describe: str
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _timer: Scheduled | None = field(default=None, init=False, repr=False)
+    _checked_until: float = field(default=-math.inf, init=False, repr=False)
+    _soon_from: float = field(default=math.inf, init=False, repr=False)
 
     def due(self, loaded_at: float) -> float | None:
         """When a version loaded at ``loaded_at`` comes due (None: never)."""
-        due = self._trigger.next_reload_after(datetime.fromtimestamp(loaded_at, timezone.utc))
+        due = self.trigger.next_reload_after(datetime.fromtimestamp(loaded_at, timezone.utc))
         return None if due is None else due.timestamp()
 
     def arm(self, snapshot: FullSnapshot) -> None:
@@ -58,7 +59,7 @@ class DueTimer:
         try:
             due = self.due(snapshot.loaded_at)
         except Exception:  # a trigger's bug must not fail the lookup that switched
-            log.exception("%r.next_reload_after failed; no reload timer", self._trigger)
+            log.exception("%r.next_reload_after failed; no reload timer", self.trigger)
             due = None
         self._start(due)
 
@@ -74,24 +75,24 @@ class DueTimer:
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
-            if due is None or self._closed.is_set():
+            if due is None or self.closed.is_set():
                 return
             # On the process scheduler, with the trigger's own reloads: one timer thread
             # for every cache of the process.
             self._timer = process_scheduler().call_later(
-                max(0.0, due - self._clock()), partial(self._fire_at, due),
-                f"due reload of {self._describe}")
+                max(0.0, due - self.clock()), partial(self._fire_at, due),
+                f"due reload of {self.describe}")
 
     def _fire_at(self, due: float) -> None:
-        if self._closed.is_set():
+        if self.closed.is_set():
             return
-        if self._clock() < due:
+        if self.clock() < due:
             # The cache's clock is behind the scheduler's (an injected clock, or a step of
             # the wall clock): wait for the rest (a firing before `due` would find the
             # version not due and reload nothing).
             self._start(due)
             return
-        self._fire()  # its outcome is logged by the load itself
+        self.fire()  # its outcome is logged by the load itself
 
     def soon(self) -> bool:
         """Whether the trigger's next load starts within `_DUE_MARGIN_SECONDS`: lookups
@@ -106,7 +107,7 @@ class DueTimer:
 
     def _next_in(self) -> float | None:
         """Seconds until the trigger's next load (None: none scheduled, or unknown)."""
-        next_time = getattr(self._trigger, "next_reload_time", None)
+        next_time = getattr(self.trigger, "next_reload_time", None)
         when = next_time() if callable(next_time) else None
         if not isinstance(when, datetime):
             return None
