@@ -18,6 +18,7 @@ import datetime as dt
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
@@ -47,6 +48,7 @@ _NO_OFFSETS.flags.writeable = False
 _VIEWS_LOCK = threading.Lock()  # views are built once per snapshot, rarely: one lock
 
 
+@dataclass(eq=False, repr=False, slots=True)  # both would compare or print the table
 class FullSnapshot:
     """One loaded version of a dimension table, immutable once served.
 
@@ -74,43 +76,24 @@ class FullSnapshot:
         reads nothing.
     """
 
-    __slots__ = (
-        "_build_views",
-        "_converter",
-        "_views",
-        "key_columns",
-        "key_index",
-        "loaded_at",
-        "nbytes",
-        "source_version",
-        "table",
-        "unique",
-        "version",
-    )
+    table: pa.Table
+    key_columns: tuple[str, ...]
+    key_index: KeyIndex
+    loaded_at: float
+    version: int
+    source_version: str | None = None
+    # None: built by the first join that probes this snapshot (see `views`); empty
+    # StringViews: none wanted.
+    _views: StringViews | None = None
+    unique: bool = field(init=False)
+    nbytes: int = field(init=False)
+    _converter: CacheKeys | None = field(default=None, init=False)  # by the first per-key lookup
 
-    def __init__(
-        self,
-        table: pa.Table,
-        key_columns: tuple[str, ...],
-        key_index: KeyIndex,
-        loaded_at: float,
-        version: int,
-        source_version: str | None = None,
-        views: StringViews | None = None,
-        *,
-        build_views: bool = True,
-    ) -> None:
-        self.table = table
-        self._views = views
-        self._build_views = build_views
-        self.key_columns = key_columns
-        self.key_index = key_index
-        self.loaded_at = loaded_at
-        self.version = version
-        self.source_version = source_version
-        self.unique = key_index.offsets is None
-        self._converter: CacheKeys | None = None  # made by the first per-key lookup
-        self.nbytes = int(table.nbytes) + key_index.nbytes + (0 if views is None else views.nbytes)
+    def __post_init__(self) -> None:
+        self.unique = self.key_index.offsets is None
+        views = self._views
+        self.nbytes = (int(self.table.nbytes) + self.key_index.nbytes
+                       + (0 if views is None else views.nbytes))
 
     @property
     def views(self) -> StringViews:
@@ -122,8 +105,7 @@ class FullSnapshot:
             with _VIEWS_LOCK:
                 views = self._views
                 if views is None:
-                    views = (StringViews.of(self.table, self.key_columns) if self._build_views
-                             else StringViews())
+                    views = StringViews.of(self.table, self.key_columns)
                     self.nbytes += views.nbytes
                     self._views = views
         return views
@@ -290,14 +272,13 @@ class FullSnapshot:
         if unique is None:
             unique = len(key_starts(table, keys)) == table.num_rows
         return cls(table, keys, KeyIndex.build(table, keys, unique), loaded_at, version,
-                   source_version, build_views=build_views)
+                   source_version, None if build_views else StringViews())
 
     def confirmed(self, at: float) -> FullSnapshot:
         """This snapshot as loaded at ``at``: the source was found still at its version
         then, so staleness and the next due reload count from ``at``. Shares the table
         and the index (nothing is copied or built, but the views once: both serve them)."""
-        if self._build_views:
-            self.views  # noqa: B018 -- built before the copy, so the twins share them
+        self.views  # noqa: B018 -- built before the copy, so the twins share them
         twin = copy.copy(self)
         twin.loaded_at = at
         return twin
@@ -308,8 +289,6 @@ class FullSnapshot:
         header, arrays = self.key_index.payload()
         if self._views is not None:
             return header, {**arrays, **self._views.payload()}
-        if not self._build_views:
-            return header, {**arrays}
         # Computed as the file is written: the loading process never holds them.
         return header, {**arrays, **StringViews.computed(self.table, self.key_columns)}
 
@@ -322,7 +301,6 @@ class FullSnapshot:
         self.table = mapped.table
         self.key_index = mapped.key_index
         self._views = mapped._views
-        self._build_views = mapped._build_views
         self.nbytes = mapped.nbytes
         give_back()
 
