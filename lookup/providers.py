@@ -226,6 +226,13 @@ class PartialCachingLookupProvider(_PartiallyCached, LookupFunctionProvider):
                       batch_size, cache=cache, changes=changes)
 
 
+def _async_options(capacity: object, timeout: object) -> dict[str, Any]:
+    """An async provider's own options, checked: ``capacity`` lookups in flight, each
+    bounded by ``timeout`` (a ``timedelta`` or seconds)."""
+    return {"capacity": check_int(capacity, "capacity"),
+            "timeout": as_timedelta(timeout, "timeout")}
+
+
 @dataclass(frozen=True)
 class AsyncLookupFunctionProvider(LookupProvider):
     """Looks keys up with an [`AsyncLookupFunction`][], at most ``capacity``
@@ -259,8 +266,7 @@ class AsyncLookupFunctionProvider(LookupProvider):
             and is retried like any error.
         """
         return _built(cls, fn, AsyncLookupFunction, max_retries, retry_policy, retry_on_miss,
-                      batch_size, capacity=check_int(capacity, "capacity"),
-                      timeout=as_timedelta(timeout, "timeout"))
+                      batch_size, **_async_options(capacity, timeout))
 
 
 @dataclass(frozen=True)
@@ -286,8 +292,8 @@ class PartialCachingAsyncLookupProvider(_PartiallyCached, AsyncLookupFunctionPro
         [`AsyncLookupFunctionProvider.of`][], ``changes`` as
         [`PartialCachingLookupProvider.of`][]."""
         return _built(cls, fn, AsyncLookupFunction, max_retries, retry_policy, retry_on_miss,
-                      batch_size, capacity=check_int(capacity, "capacity"),
-                      timeout=as_timedelta(timeout, "timeout"), cache=cache, changes=changes)
+                      batch_size, cache=cache, changes=changes,
+                      **_async_options(capacity, timeout))
 
 
 @dataclass(frozen=True)
