@@ -14,6 +14,7 @@ from typing import Any, Final, TypeVar
 import pyarrow as pa
 
 from cache._codec import CodecError, decode_rows, encode_key, encode_rows
+from cache._missing import check_missing_life, refuse_idle_missing_life
 from cache.base import Key, LookupCache, Rows, check_key, freeze_rows, key_tuples
 from cache.fit import misfit_check
 from cache.metrics import CacheMetrics
@@ -88,9 +89,11 @@ class RedisLookupCache(PerProcess, LookupCache):
     A row holding a type without a safe encoding is not cached (the old entry is
     removed, so no stale rows survive) and counts as a cache error.
 
-    Redis enforces the TTL (``SET ... PX``); every put renews it. ``get_all`` is one
-    round trip (``MGET``), and so is ``put_all`` (pipelined ``SET``). Not for Redis
-    Cluster, whose ``MGET`` cannot span slots.
+    Redis enforces the TTL (``SET ... PX``); every put renews it. A missing key (an
+    empty answer) lives ``expire_missing_after`` instead, when given, so a dimension row
+    that arrives late is found while rows keep the longer TTL. ``get_all`` is one round
+    trip (``MGET``), and so is ``put_all`` (pipelined ``SET``). Not for Redis Cluster,
+    whose ``MGET`` cannot span slots.
 
     A Redis outage never fails a lookup: a get becomes a miss and a put or invalidate a
     no-op, ``metrics.num_cache_errors`` grows by one per failed round trip, and a
@@ -115,6 +118,9 @@ class RedisLookupCache(PerProcess, LookupCache):
         Time to live of each entry (seconds if a number); rounded up to milliseconds.
     cache_missing_key : bool
         Whether an empty result is cached (default True, as Flink's).
+    expire_missing_after : timedelta or float, optional
+        Time to live of a cached empty result (seconds if a number), at most ``ttl``;
+        default ``ttl``. Refused with ``cache_missing_key=False`` (it would mean nothing).
     socket_timeout, connect_timeout : timedelta or float
         Per-operation read/write and connect timeouts (default 0.25 s each).
     cool_down : timedelta or float
@@ -134,11 +140,14 @@ class RedisLookupCache(PerProcess, LookupCache):
         The key prefix (without the trailing ``:``).
     ttl : timedelta
         Time to live of each entry, as given.
+    expire_missing_after : timedelta or None
+        Time to live of a cached empty result, as given (None: ``ttl``).
 
     Raises
     ------
     ConfigError
-        (a ``ValueError``) for an invalid URL, namespace, TTL or timeout.
+        (a ``ValueError``) for an invalid URL, namespace, TTL or timeout, or an
+        ``expire_missing_after`` longer than ``ttl`` or given without missing keys cached.
 
     Examples
     --------
@@ -156,6 +165,7 @@ class RedisLookupCache(PerProcess, LookupCache):
         ttl: timedelta | float,
         *,
         cache_missing_key: bool = True,
+        expire_missing_after: timedelta | float | None = None,
         socket_timeout: timedelta | float = 0.25,
         connect_timeout: timedelta | float = 0.25,
         cool_down: timedelta | float = 5.0,
@@ -173,6 +183,13 @@ class RedisLookupCache(PerProcess, LookupCache):
         self.ttl: Final = opts.as_timedelta(ttl, "ttl")
         self._ttl_ms = max(1, math.ceil(self.ttl / timedelta(milliseconds=1)))
         self._cache_missing_key = opts.check_bool(cache_missing_key, "cache_missing_key")
+        self.expire_missing_after: Final = (
+            None if expire_missing_after is None
+            else check_missing_life(expire_missing_after, "expire_missing_after"))
+        refuse_idle_missing_life(self.expire_missing_after, self._cache_missing_key, self.ttl,
+                                 ("expire_missing_after", "cache_missing_key", "ttl"))
+        self._missing_ttl_ms = self._ttl_ms if self.expire_missing_after is None else max(
+            1, math.ceil(self.expire_missing_after / timedelta(milliseconds=1)))
         self._socket_timeout = _seconds(socket_timeout, "socket_timeout")
         self._connect_timeout = _seconds(connect_timeout, "connect_timeout")
         self._cool_down = _seconds(cool_down, "cool_down", allow_zero=True)
@@ -196,9 +213,11 @@ class RedisLookupCache(PerProcess, LookupCache):
         self._warn = _RateLimitedWarning(self._warn_interval, self._timer)
 
     def __repr__(self) -> str:
+        missing = ("" if self.expire_missing_after is None
+                   else f", expire_missing_after={self.expire_missing_after.total_seconds()}s")
         return (
             f"RedisLookupCache(url={redact_url(self._url)!r}, namespace={self.namespace!r}, "
-            f"ttl={self.ttl.total_seconds()}s)"
+            f"ttl={self.ttl.total_seconds()}s{missing})"
         )
 
     def bind(self, schema: pa.Schema, key_columns: Sequence[str]) -> None:
@@ -327,27 +346,30 @@ class RedisLookupCache(PerProcess, LookupCache):
 
     def put(self, key: Key, rows: Rows) -> None:
         """Store ``rows`` for ``key`` with the TTL; an empty ``rows`` is stored only if
-        missing keys are cached, and otherwise removes any stale entry."""
+        missing keys are cached (for ``expire_missing_after``, when given), and otherwise
+        removes any stale entry."""
         self.put_all({check_key(key): rows})
 
     def put_all(self, entries: Mapping[Key, Rows]) -> None:
         """[`put`][] every entry, in one pipelined round trip."""
-        writes: list[tuple[str, bytes | None]] = []
+        # (Redis key, value or None to delete, time to live in ms)
+        writes: list[tuple[str, bytes | None, int]] = []
         for key, rows in entries.items():
             frozen = freeze_rows(check_key(key), rows)
             redis_key = self._redis_key(key)
             if redis_key is not None:
-                writes.append((redis_key, self._encode(key, frozen)))
+                life = self._ttl_ms if frozen else self._missing_ttl_ms
+                writes.append((redis_key, self._encode(key, frozen), life))
         if not writes:
             return
 
         def write(client: Any) -> list[Any]:
             pipe = client.pipeline(transaction=False)
-            for redis_key, value in writes:
+            for redis_key, value, life in writes:
                 if value is None:
                     pipe.delete(redis_key)
                 else:
-                    pipe.set(redis_key, value, px=self._ttl_ms)
+                    pipe.set(redis_key, value, px=life)
             return list(pipe.execute(raise_on_error=False))
 
         results = self._round_trip("pipelined SET", write)

@@ -37,7 +37,10 @@ class TieredLookupCache(LookupCache):
     - size: ``l1``'s (what this process holds); close: both.
 
     A promoted entry starts a fresh ``l1`` lifetime, so an entry may be served up to
-    ``l1``'s expire-after-write plus ``l2``'s TTL after it was loaded.
+    ``l1``'s expire-after-write plus ``l2``'s TTL after it was loaded. The same holds for
+    a missing key: give both tiers ``expire_missing_after`` (each applies its own), or a
+    miss that expired in ``l1`` is promoted again from ``l2`` for as long as ``l2``
+    keeps it (its ``ttl``), and a late-arriving row is found only after both lives.
 
     Built on the driver, pickled as its configuration: each tier pickles as its own
     configuration (both must be picklable). Thread-safe when both tiers are.

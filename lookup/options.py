@@ -33,7 +33,10 @@ __all__ = ["LookupOptions"]
 
 log = logging.getLogger("lookup")
 
-_MODE_PREFIXES = {"PARTIAL": "lookup.partial-cache.", "FULL": "lookup.full-cache."}
+# The cache mode each prefix's keys belong to.
+_MODE_PREFIXES = {"lookup.partial-cache.": "PARTIAL",
+                  f"{opts.LIBRARY_PREFIX}partial-cache.": "PARTIAL",
+                  "lookup.full-cache.": "FULL"}
 
 
 @dataclass(frozen=True)
@@ -109,18 +112,22 @@ class LookupOptions:
         ``lookup.cache.caching-missing-key``) are accepted as Flink accepts them, with a
         ``FutureWarning`` naming the current key. A duration given as a bare number is
         milliseconds, as in Flink, with a [`ConfigWarning`][spark_lookup.ConfigWarning] naming the
-        key when it is under a second (``'600'``: 0.6 s).
+        key when it is under a second (``'600'``: 0.6 s). Beyond Flink's keys, it reads
+        the library's own under ``spark.lookup.`` (docs/configuration.md), as strictly.
 
         Raises
         ------
         ConfigError
             For an unknown key, naming the key it resembles (any key but ``lookup.*``
-            without ``'connector'``; a connector's own for ``jdbc``, ``filesystem``,
-            ``delta`` and ``redis``), or a bad value, naming its key.
+            and ``spark.lookup.*`` without ``'connector'``; a connector's own for
+            ``jdbc``, ``filesystem``, ``delta`` and ``redis``), or a bad value, naming
+            its key.
         """
         opts.check_instance(options, Mapping, "options", "a mapping")
         options = with_connector_defaults(opts.with_current_keys(options))
-        opts.check_known_keys(options, [o.key for o in opts.LOOKUP_OPTIONS])
+        known = [o.key for o in opts.LOOKUP_OPTIONS]
+        opts.check_known_keys(options, known)
+        opts.check_known_keys(options, known, opts.LIBRARY_PREFIX)
         kind = connector_of(options)
         options = opts.with_duration_units(
             options, [*opts.LOOKUP_OPTIONS, *(kind.OPTIONS if kind is not None else ())])
@@ -130,7 +137,7 @@ class LookupOptions:
         assert max_retries is not None
         for key in options:
             if any(key.startswith(prefix) and mode != cache_type
-                   for mode, prefix in _MODE_PREFIXES.items()):
+                   for prefix, mode in _MODE_PREFIXES.items()):
                 raise ConfigError(
                     f"option {key!r} does not apply when 'lookup.cache' is {cache_type}"
                 )

@@ -206,8 +206,8 @@ def table_options(options: Mapping[str, Any]) -> TableOptions | None:
     ------
     ConfigError
         For an unknown key of the connector (naming the key it resembles) or a bad
-        value; without ``'connector'``, for any key but ``lookup.*`` (naming the
-        connector whose key it is, or the key it resembles).
+        value; without ``'connector'``, for any key but ``lookup.*`` and
+        ``spark.lookup.*`` (naming the connector whose key it is, or the key it resembles).
     """
     kind = connector_of(options)
     if kind is None:
@@ -230,7 +230,8 @@ def _check_keys_without_connector(options: Mapping[str, Any]) -> None:
         if owners:
             raise ConfigError(f"option {key!r} is an option of connector "
                               f"{' or '.join(map(repr, owners))}: give 'connector' too "
-                              "(without one, only the lookup.* options are read)")
+                              "(without one, only the lookup.* and spark.lookup.* options "
+                              "are read)")
     opts.check_known_keys(options, known, prefix="")
 
 

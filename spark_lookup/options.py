@@ -35,11 +35,13 @@ __all__ = [
     "CACHE",
     "FULL_CACHE_MAX_STALENESS",
     "FULL_CACHE_RELOAD_STRATEGY",
+    "LIBRARY_PREFIX",
     "LOOKUP_OPTIONS",
     "MAX_RETRIES",
     "PARTIAL_CACHE_CACHE_MISSING_KEY",
     "PARTIAL_CACHE_EXPIRE_AFTER_ACCESS",
     "PARTIAL_CACHE_EXPIRE_AFTER_WRITE",
+    "PARTIAL_CACHE_EXPIRE_MISSING_AFTER",
     "PARTIAL_CACHE_MAX_BYTES",
     "PARTIAL_CACHE_MAX_ROWS",
     "PERIODIC_RELOAD_INTERVAL",
@@ -478,6 +480,18 @@ PARTIAL_CACHE_CACHE_MISSING_KEY: ConfigOption[bool] = ConfigOption(
     "lookup.partial-cache.cache-missing-key", parse_bool, True,
     "Whether a key with no rows is cached (as an empty result).",
 )
+LIBRARY_PREFIX = "spark.lookup."
+"""The prefix of the table options this library adds beyond Flink's keys: ``lookup.`` is
+Flink's, where a later Flink may define the same key with other semantics, and in a DDL
+shared with Flink this prefix shows which keys only this library reads."""
+
+# Beyond Flink, whose cache-missing-key is only on or off: a shorter life for "no such
+# key", so that a dimension row arriving late is found.
+PARTIAL_CACHE_EXPIRE_MISSING_AFTER: ConfigOption[timedelta] = ConfigOption(
+    f"{LIBRARY_PREFIX}partial-cache.expire-missing-after", positive_duration, None,
+    "A cached missing key (no rows) expires this long after it was loaded; rows keep "
+    "the other TTLs.",
+)
 FULL_CACHE_RELOAD_STRATEGY: ConfigOption[str] = ConfigOption(
     "lookup.full-cache.reload-strategy", _one_of("PERIODIC", "TIMED"), "PERIODIC",
     "PERIODIC (every interval) or TIMED (a time of day every N days).",
@@ -521,6 +535,7 @@ LOOKUP_OPTIONS: tuple[ConfigOption[Any], ...] = (
     PARTIAL_CACHE_EXPIRE_AFTER_WRITE,
     PARTIAL_CACHE_EXPIRE_AFTER_ACCESS,
     PARTIAL_CACHE_CACHE_MISSING_KEY,
+    PARTIAL_CACHE_EXPIRE_MISSING_AFTER,
     FULL_CACHE_RELOAD_STRATEGY,
     PERIODIC_RELOAD_INTERVAL,
     PERIODIC_RELOAD_SCHEDULE_MODE,
@@ -530,7 +545,8 @@ LOOKUP_OPTIONS: tuple[ConfigOption[Any], ...] = (
     ASYNC_CAPACITY,
     ASYNC_TIMEOUT,
 )
-"""Every ``lookup.*`` key the library understands, in documentation order."""
+"""Every ``lookup.*`` key the library understands, and its own table options under
+``spark.lookup.`` (`LIBRARY_PREFIX`), in documentation order."""
 
 DEPRECATED_KEYS: Mapping[str, str] = {
     "lookup.cache.max-rows": PARTIAL_CACHE_MAX_ROWS.key,

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from cache._missing import check_missing_life, refuse_idle_missing_life
 from cache.answers import Answers
 from cache.base import Key, LookupCache, Rows, check_key, freeze_rows
 from cache.default.entries import NEVER, Entries
@@ -45,6 +46,7 @@ _CHECKS: dict[str, Callable[[Any, str], Any]] = {
     "expire_after_write": opts.as_timedelta,
     "expire_after_access": opts.as_timedelta,
     "cache_missing_key": check_bool,
+    "expire_missing_after": check_missing_life,
     "timer": check_callable,
 }
 
@@ -81,6 +83,10 @@ class DefaultLookupCache(LookupCache):
     - an entry expires ``expire_after_write`` after it was put and ``expire_after_access``
       after it was last read or put, whichever comes first; time is read from ``timer``
       once per batch;
+    - a missing key (an empty answer, cached with ``cache_missing_key``) expires
+      ``expire_missing_after`` after it was put, or sooner by the two above: a row that
+      arrives late in the dimension is found once its key's miss expires, while rows
+      keep their longer life;
     - after a batch the cache holds at most ``maximum_size`` keys and at most
       ``maximum_bytes`` bytes (``num_cached_bytes``). Expired entries go first, then
       the least recently used: recency is counted in batches, so the entries of one
@@ -113,6 +119,7 @@ class DefaultLookupCache(LookupCache):
         expire_after_write: timedelta | None = None,
         expire_after_access: timedelta | None = None,
         cache_missing_key: bool = True,
+        expire_missing_after: timedelta | None = None,
         timer: Timer = time.monotonic,
     ) -> None:
         if (maximum_size is None and maximum_bytes is None and expire_after_write is None
@@ -128,13 +135,18 @@ class DefaultLookupCache(LookupCache):
         self._expire_after_access = _checked_unless_none(
             "expire_after_access", expire_after_access)
         self._cache_missing_key = _checked("cache_missing_key", cache_missing_key)
+        self._expire_missing_after: timedelta | None = _checked_unless_none(
+            "expire_missing_after", expire_missing_after)
         self._timer = _checked("timer", timer)
+        refuse_idle_missing_life(self._expire_missing_after, self._cache_missing_key,
+                                 self._expire_after_write, _ARGUMENT_NAMES)
         write_ttl = _seconds(self._expire_after_write)
         access_ttl = _seconds(self._expire_after_access)
-        self._timed = write_ttl != NEVER or access_ttl != NEVER
+        missing_ttl = _seconds(self._expire_missing_after)
+        self._timed = min(write_ttl, access_ttl, missing_ttl) != NEVER
         self._lock = threading.Lock()
         self._metrics = CacheMetrics()
-        self._entries = Entries(write_ttl, access_ttl, self._cache_missing_key)
+        self._entries = Entries(write_ttl, access_ttl, self._cache_missing_key, missing_ttl)
         self._eviction = Eviction(self._maximum_size, self._maximum_bytes)
 
     # --- construction
@@ -149,7 +161,8 @@ class DefaultLookupCache(LookupCache):
         """Build from Flink option keys (``lookup.cache`` must be ``PARTIAL``).
 
         Reads ``lookup.partial-cache.max-rows``, ``.max-bytes`` (beyond Flink),
-        ``.expire-after-write``, ``.expire-after-access`` and ``.cache-missing-key``, and
+        ``.expire-after-write``, ``.expire-after-access`` and ``.cache-missing-key``, the
+        library's ``spark.lookup.partial-cache.expire-missing-after`` (no Flink key), and
         Flink's deprecated ``lookup.cache.max-rows``, ``lookup.cache.ttl`` and
         ``lookup.cache.caching-missing-key`` in their place (with a ``FutureWarning``).
 
@@ -171,8 +184,10 @@ class DefaultLookupCache(LookupCache):
             "expire_after_access": opts.PARTIAL_CACHE_EXPIRE_AFTER_ACCESS,
         }
         missing_key = opts.PARTIAL_CACHE_CACHE_MISSING_KEY
-        known = [o.key for o in limits.values()] + [missing_key.key]
-        opts.check_known_keys(options, known, "lookup.partial-cache.")
+        missing_life = opts.PARTIAL_CACHE_EXPIRE_MISSING_AFTER
+        known = [o.key for o in limits.values()] + [missing_key.key, missing_life.key]
+        for prefix in ("lookup.partial-cache.", f"{opts.LIBRARY_PREFIX}partial-cache."):
+            opts.check_known_keys(options, known, prefix)
         values: dict[str, Any] = {name: option.get(options) for name, option in limits.items()}
         # __init__ refuses this too, but by its argument names: here the keys are named.
         if all(value is None for value in values.values()):
@@ -181,7 +196,13 @@ class DefaultLookupCache(LookupCache):
                 "'lookup.partial-cache.max-bytes', 'lookup.partial-cache.expire-after-write' "
                 "or 'lookup.partial-cache.expire-after-access'"
             )
-        return cls(**values, cache_missing_key=missing_key.get(options) is not False)
+        cache_missing_key = missing_key.get(options) is not False
+        expire_missing_after = missing_life.get(options)
+        # As __init__ will, but naming the keys the user wrote.
+        refuse_idle_missing_life(expire_missing_after, cache_missing_key,
+                                 values["expire_after_write"], _OPTION_KEYS)
+        return cls(**values, cache_missing_key=cache_missing_key,
+                   expire_missing_after=expire_missing_after)
 
     def __getstate__(self) -> dict[str, Any]:
         # Configuration only: a cache shipped to executors starts empty there.
@@ -191,6 +212,7 @@ class DefaultLookupCache(LookupCache):
             "expire_after_write": self._expire_after_write,
             "expire_after_access": self._expire_after_access,
             "cache_missing_key": self._cache_missing_key,
+            "expire_missing_after": self._expire_missing_after,
             "timer": self._timer,
         }
 
@@ -204,6 +226,11 @@ class DefaultLookupCache(LookupCache):
         CacheKeys(key_columns, key_types)  # a key type no key can have: refused here
         with self._lock:
             self._entries.bind(schema.remove_metadata(), list(key_columns), key_types)
+
+    @property
+    def expire_missing_after(self) -> timedelta | None:
+        """How long a missing key stays cached from its put (None: as long as a row)."""
+        return self._expire_missing_after
 
     # --- LookupCache
 
@@ -398,16 +425,24 @@ class DefaultLookupCache(LookupCache):
     def __repr__(self) -> str:
         bytes_part = (f"maximum_bytes={self._maximum_bytes}, "
                       if self._maximum_bytes is not None else "")
+        missing_part = (f", expire_missing_after={self._expire_missing_after}"
+                        if self._expire_missing_after is not None else "")
         return (
             f"DefaultLookupCache(maximum_size={self._maximum_size}, {bytes_part}"
             f"expire_after_write={self._expire_after_write}, "
             f"expire_after_access={self._expire_after_access}, "
-            f"cache_missing_key={self._cache_missing_key})"
+            f"cache_missing_key={self._cache_missing_key}{missing_part})"
         )
 
 
 def _seconds(delta: timedelta | None) -> float:
     return NEVER if delta is None else delta.total_seconds()
+
+
+_ARGUMENT_NAMES = ("expire_missing_after", "cache_missing_key", "expire_after_write")
+_OPTION_KEYS = (f"option {opts.PARTIAL_CACHE_EXPIRE_MISSING_AFTER.key!r}",
+                repr(opts.PARTIAL_CACHE_CACHE_MISSING_KEY.key),
+                repr(opts.PARTIAL_CACHE_EXPIRE_AFTER_WRITE.key))
 
 
 class DefaultLookupCacheBuilder:
@@ -445,6 +480,11 @@ class DefaultLookupCacheBuilder:
         """Whether a key with no rows is cached as an empty result (default True)."""
         return self._set("cache_missing_key", enabled)
 
+    def expire_missing_after(self, duration: timedelta | float) -> DefaultLookupCacheBuilder:
+        """Expire a cached missing key this long (a ``timedelta`` or seconds) after it was
+        put, sooner than rows: a dimension row that arrives late is then found; beyond Flink."""
+        return self._set("expire_missing_after", duration)
+
     def timer(self, timer: Timer) -> DefaultLookupCacheBuilder:
         """The monotonic clock in seconds (default ``time.monotonic``); tests pass a fake.
 
@@ -459,6 +499,7 @@ class DefaultLookupCacheBuilder:
         Raises
         ------
         ConfigError
-            (a ``ValueError``) when none of the limits is set.
+            (a ``ValueError``) when none of the limits is set, or ``expire_missing_after``
+            is set with ``cache_missing_key(False)`` or beyond ``expire_after_write``.
         """
         return DefaultLookupCache(**self._arguments)

@@ -2,8 +2,9 @@
 
 Slot ``i`` is one entry: its key's hash, its rows (``starts[i]:starts[i+1]`` of the rows'
 segments), the batch that last touched it and, for a cache with a time-to-live, its
-deadline. Killed entries stay in their slots, dead, until compaction renumbers the live
-ones; the bounds on size and bytes are `cache.default.eviction.Eviction`'s.
+deadline (a missing key's may be sooner than a row's: ``missing_ttl``). Killed entries
+stay in their slots, dead, until compaction renumbers the live ones; the bounds on size
+and bytes are `cache.default.eviction.Eviction`'s.
 """
 
 from __future__ import annotations
@@ -54,14 +55,16 @@ class Entries:
     """The entries of one `DefaultLookupCache`, and their types.
 
     Not thread-safe: the cache calls it under its lock. Times are seconds of the cache's
-    timer; ``write_ttl`` and ``access_ttl`` are `NEVER`
-    when unset.
+    timer; ``write_ttl``, ``access_ttl`` and ``missing_ttl`` (the life of a missing key
+    from its put) are `NEVER` when unset.
     """
 
-    def __init__(self, write_ttl: float, access_ttl: float, cache_missing_key: bool) -> None:
+    def __init__(self, write_ttl: float, access_ttl: float, cache_missing_key: bool,
+                 missing_ttl: float = NEVER) -> None:
         self.write_ttl = write_ttl
         self.access_ttl = access_ttl
         self.cache_missing_key = cache_missing_key
+        self.missing_ttl = missing_ttl
         self.key_types: list[pa.DataType] | None = None
         self.key_names: list[str] = []
         self.schema: pa.Schema | None = None
@@ -79,10 +82,13 @@ class Entries:
         # Slot i's rows are starts[i]:starts[i+1]; int32 until the rows held need more.
         self.starts = np.zeros(1, dtype=np.int32)
         self.touched = np.zeros(0, dtype=np.uint32)  # last batch number; 0 = dead
-        timed = self.write_ttl != NEVER or self.access_ttl != NEVER
+        timed = min(self.write_ttl, self.access_ttl, self.missing_ttl) != NEVER
         self.deadline = np.zeros(0, dtype=np.float64) if timed else None
-        both = self.write_ttl != NEVER and self.access_ttl != NEVER
-        self.written = np.zeros(0, dtype=np.float64) if both else None
+        # A read renews expire-after-access up to this: the put time plus the entry's
+        # life from its put (a row's or a missing key's), when one is set.
+        capped = self.access_ttl != NEVER and (
+            self.write_ttl != NEVER or self.missing_ttl != NEVER)
+        self.cap = np.zeros(0, dtype=np.float64) if capped else None
         self.table = HashTable()
         self.rows: Segments | None = Segments(self.schema) if self.schema is not None else None
         self.exact = self.key_types is not None and is_exact(self.key_types)
@@ -115,15 +121,15 @@ class Entries:
         self.touched = _resized(self.touched, capacity)
         if self.deadline is not None:
             self.deadline = _resized(self.deadline, capacity)
-        if self.written is not None:
-            self.written = _resized(self.written, capacity)
+        if self.cap is not None:
+            self.cap = _resized(self.cap, capacity)
 
     def nbytes(self) -> int:
         """The bytes of every buffer held, dead entries' rows included."""
         if not self.count:
             return 0
         arrays: list[np.ndarray | None] = [
-            self.hashes, self.starts, self.touched, self.deadline, self.written]
+            self.hashes, self.starts, self.touched, self.deadline, self.cap]
         total = sum(int(a.nbytes) for a in arrays if a is not None) + self.table.nbytes
         if self.rows is not None:
             total += self.rows.nbytes
@@ -175,8 +181,8 @@ class Entries:
             return
         assert self.deadline is not None
         renewed = np.full(len(slots), now + self.access_ttl)
-        if self.written is not None:
-            renewed = np.minimum(renewed, self.written[slots] + self.write_ttl)
+        if self.cap is not None:
+            renewed = np.minimum(renewed, self.cap[slots])
         self.deadline[slots] = renewed
 
     def merge_when_warm(self) -> bool:
@@ -304,11 +310,17 @@ class Entries:
         self.hashes[first : first + k] = hashes[accepted]
         self.touched[first : first + k] = self.next_seq()
         if self.deadline is not None:
-            deadline = min(now + self.write_ttl, now + self.access_ttl)
+            # For the whole batch at once: a missing key (no rows) lives the shorter of
+            # a row's life and ``missing_ttl``.
+            life = np.full(k, self.write_ttl)
+            if self.missing_ttl != NEVER:
+                life[accepted_counts == 0] = min(self.write_ttl, self.missing_ttl)
+            cap = now + life
+            deadline = np.minimum(cap, now + self.access_ttl)
             self.deadline[first : first + k] = deadline
-            self.next_deadline = min(self.next_deadline, deadline)
-        if self.written is not None:
-            self.written[first : first + k] = now
+            self.next_deadline = min(self.next_deadline, float(deadline.min()))
+            if self.cap is not None:
+                self.cap[first : first + k] = cap
         self.count += k
         self.live += k
         reuse = present[accepted]
@@ -351,8 +363,8 @@ class Entries:
         self.touched = self.touched[live]
         if self.deadline is not None:
             self.deadline = self.deadline[live]
-        if self.written is not None:
-            self.written = self.written[live]
+        if self.cap is not None:
+            self.cap = self.cap[live]
         total = int(counts.sum())
         self.starts = np.zeros(n + 1, dtype=np.int32 if total <= _INT32_MAX else np.int64)
         self.starts[1:] = np.cumsum(counts)

@@ -137,6 +137,34 @@ def test_redis_enforces_the_ttl(make: Any, redis_client: Any, redis_prefix: str)
     assert 3_599_000 < redis_client.pttl(name) <= 3_600_000
 
 
+def test_a_missing_key_gets_its_own_redis_ttl(make: Any, redis_client: Any,
+                                              redis_prefix: str) -> None:
+    # Redis expires by its own clock: the TTLs set are checked, nothing sleeps.
+    cache = make(ttl=3600, expire_missing_after=timedelta(seconds=30))
+    cache.put_all({(1,): [(1,)], (2,): []})
+    cache.put((3,), [])
+    pttl = {cache._redis_key(key): redis_client.pttl(cache._redis_key(key))
+            for key in [(1,), (2,), (3,)]}
+    assert 3_599_000 < pttl[cache._redis_key((1,))] <= 3_600_000  # a row: the ttl
+    assert 29_000 < pttl[cache._redis_key((2,))] <= 30_000  # a miss: its own
+    assert 29_000 < pttl[cache._redis_key((3,))] <= 30_000
+    assert cache.get_all([(1,), (2,)]) == {(1,): ((1,),), (2,): ()}
+    redis_client.delete(cache._redis_key((2,)))  # as Redis does 30 s on
+    assert cache.get_if_present((2,)) is None  # so the runtime looks it up again
+    cache.put((2,), [(2, "late")])  # and finds the late row: a row's TTL from now
+    assert redis_client.pttl(cache._redis_key((2,))) > 3_599_000
+    assert cache.get_if_present((2,)) == ((2, "late"),)
+
+
+def test_the_missing_ttl_is_configuration_that_travels(make: Any) -> None:
+    cache = make(ttl=60, expire_missing_after=0.5)
+    assert cache.expire_missing_after == timedelta(milliseconds=500)
+    assert repr(cache).endswith("ttl=60.0s, expire_missing_after=0.5s)")
+    copy = pickle.loads(pickle.dumps(cache))
+    assert (copy.expire_missing_after, repr(copy)) == (cache.expire_missing_after, repr(cache))
+    assert make(ttl=60).expire_missing_after is None
+
+
 def test_missing_keys_cached_only_when_asked(make: Any) -> None:
     cache = make(cache_missing_key=False)
     cache.put((1,), [(1,)])
@@ -305,6 +333,14 @@ def test_pickles_as_configuration_and_shares_entries(make: Any) -> None:
         ({"socket_timeout": -1}, "socket_timeout"),
         ({"cool_down": -1}, "cool_down"),
         ({"cache_missing_key": "yes"}, "cache_missing_key"),
+        ({"expire_missing_after": 0}, "expire_missing_after must be positive, got 0: to cache "
+                                      "no missing key, set cache_missing_key=False instead"),
+        ({"expire_missing_after": -1}, "expire_missing_after must be positive"),
+        ({"expire_missing_after": "1 s"}, "expire_missing_after must be a datetime.timedelta"),
+        ({"expire_missing_after": 2}, r"expire_missing_after \(0:00:02\) is longer than ttl "
+                                      r"\(0:00:01\)"),
+        ({"expire_missing_after": 0.5, "cache_missing_key": False},
+         r"expire_missing_after \(0:00:00.500000\) is given while cache_missing_key is false"),
     ],
 )
 def test_invalid_configuration(arguments: dict[str, Any], message: str) -> None:

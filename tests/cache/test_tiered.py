@@ -125,6 +125,24 @@ def test_promotions_restart_the_l1_lifetime(make: Any, other_executor: RedisLook
     assert cache.get_if_present((1,)) is None  # l1 expired, l2 emptied
 
 
+def test_both_tiers_give_a_miss_its_own_life(make: Any, redis_client: Any) -> None:
+    timer = FakeTimer()
+    l1 = (DefaultLookupCache.new_builder().maximum_size(100).timer(timer)
+          .expire_after_write(timedelta(minutes=10)).expire_missing_after(5).build())
+    cache = make(l1=l1, expire_missing_after=timedelta(seconds=5))
+    cache.put_all({(1,): [(1,)], (2,): []})
+    far = cache.l2
+    assert 4_000 < redis_client.pttl(far._redis_key((2,))) <= 5_000  # l2: its own Redis TTL
+    assert redis_client.pttl(far._redis_key((1,))) > 59_000
+    timer.tick(5)  # l1's miss expired; l2 still holds it (Redis's clock has not moved)
+    assert l1.get_if_present((2,)) is None
+    assert cache.get_if_present((2,)) == ()  # promoted: a fresh l1 life of 5 s
+    redis_client.delete(far._redis_key((2,)))  # as Redis does once its 5 s pass
+    timer.tick(5)
+    assert cache.get_if_present((2,)) is None  # both lives over: the key is loaded again
+    assert cache.get_if_present((1,)) == ((1,),)  # rows keep their lives
+
+
 def test_pickles_as_configuration(make: Any) -> None:
     cache = make()
     cache.put((1,), [(1,)])

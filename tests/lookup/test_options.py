@@ -4,6 +4,7 @@ for every ``lookup.cache`` mode."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -124,3 +125,66 @@ def test_a_current_key_given_beside_its_legacy_one_wins() -> None:
                                            "lookup.cache.max-rows": "5",
                                            "lookup.partial-cache.max-rows": "7"})
     assert "maximum_size=7" in repr(options.build_cache())
+
+
+# --- the library's own key: spark.lookup.partial-cache.expire-missing-after (issue 44) --
+
+
+MISSING_LIFE = "spark.lookup.partial-cache.expire-missing-after"
+
+
+@pytest.mark.parametrize("target", [DictLookup(ROWS), AsyncDictLookup(ROWS)])
+def test_expire_missing_after_reaches_the_providers_cache(target: Any) -> None:
+    options = LookupOptions.from_dict({
+        "connector": "jdbc",
+        "lookup.cache": "PARTIAL",
+        "lookup.partial-cache.expire-after-write": "10 min",
+        MISSING_LIFE: "30 s",
+    })
+    cache = options.provider(target).cache  # type: ignore[attr-defined]
+    assert cache.expire_missing_after == timedelta(seconds=30)
+    assert cache._expire_after_write == timedelta(minutes=10)
+
+
+def test_expire_missing_after_as_a_bare_number_is_milliseconds_as_flink_reads_it() -> None:
+    options = LookupOptions.from_dict({"lookup.cache": "PARTIAL",
+                                       "lookup.partial-cache.max-rows": "10",
+                                       MISSING_LIFE: "45000"})
+    assert options.options[MISSING_LIFE] == "45000 ms"
+    cache = options.build_cache()
+    assert cache is not None
+    assert cache.expire_missing_after == timedelta(seconds=45)  # type: ignore[attr-defined]
+
+
+def test_expire_missing_after_from_a_flink_ddl() -> None:
+    options = LookupOptions.from_ddl(f'''
+        CREATE TABLE customers (id BIGINT, name STRING, PRIMARY KEY (id) NOT ENFORCED)
+        WITH ('connector' = 'kafka', 'lookup.cache' = 'PARTIAL',
+              'lookup.partial-cache.max-rows' = '1000', '{MISSING_LIFE}' = '1 min')''')
+    cache = options.provider(DictLookup(ROWS)).cache  # type: ignore[attr-defined]
+    assert cache.expire_missing_after == timedelta(minutes=1)
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"lookup.cache": "FULL", "lookup.full-cache.periodic-reload.interval": "1 h",
+      MISSING_LIFE: "30 s"},
+     f"option '{MISSING_LIFE}' does not apply when 'lookup.cache' is FULL"),
+    ({MISSING_LIFE: "30 s"},
+     f"option '{MISSING_LIFE}' does not apply when 'lookup.cache' is NONE"),
+    ({"lookup.cache": "PARTIAL", "lookup.partial-cache.max-rows": "10", MISSING_LIFE: "0 ms"},
+     f"option '{MISSING_LIFE}': must be a positive duration"),
+    ({"lookup.cache": "PARTIAL", "lookup.partial-cache.max-rows": "10",
+      "lookup.partial-cache.cache-missing-key": "false", MISSING_LIFE: "30 s"},
+     f"option '{MISSING_LIFE}' \\(0:00:30\\) is given while "
+     "'lookup.partial-cache.cache-missing-key' is false"),
+    # A typo of the library's key is refused whatever the connector (here one that this
+    # library does not build, whose own keys are left alone).
+    ({"connector": "kafka", "lookup.cache": "PARTIAL", "lookup.partial-cache.max-rows": "10",
+      "spark.lookup.partial-cache.expire-missing": "30 s"},
+     "unknown option 'spark.lookup.partial-cache.expire-missing'; did you mean "
+     f"'{MISSING_LIFE}'"),
+])
+def test_bad_expire_missing_after_options_are_refused_naming_the_key(
+        options: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        LookupOptions.from_dict(options)

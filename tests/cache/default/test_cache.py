@@ -138,6 +138,153 @@ def test_cache_missing_key(cache_missing_key: bool) -> None:
     assert cache.size() == (1 if cache_missing_key else 0)
 
 
+# --- expire_missing_after: a missing key's own life (issue 44, item 5) ---------------------
+
+
+def test_a_missing_key_expires_after_its_own_life_while_rows_keep_theirs() -> None:
+    timer = FakeTimer()
+    cache = build(timer, expire_after_write=timedelta(minutes=10),
+                  expire_missing_after=timedelta(seconds=30))
+    cache.put_all({(1,): [(1, "a")], (2,): []})  # one batch: a row and a miss
+    timer.tick(29.5)
+    assert cache.get_all([(1,), (2,)]) == {(1,): ((1, "a"),), (2,): ()}
+    timer.tick(0.5)  # 30 s after the put: the miss is gone, the row stays
+    assert cache.get_if_present((2,)) is None
+    assert cache.get_if_present((1,)) == ((1, "a"),)
+    assert cache.size() == 1
+    cache.put((2,), [(2, "late")])  # the row arrived meanwhile: a row's life from now
+    timer.tick(60)
+    assert cache.get_if_present((2,)) == ((2, "late"),)
+    timer.tick(510)  # 10 min after the first put, 9.5 min after the late row's
+    assert cache.get_if_present((1,)) is None
+    assert cache.get_if_present((2,)) == ((2, "late"),)
+
+
+def test_a_missing_life_alone_bounds_only_misses() -> None:
+    # With no general TTL, rows never expire; misses do.
+    timer = FakeTimer()
+    cache = build(timer, maximum_size=10, expire_missing_after=5)
+    cache.put_all({(1,): [(1,)], (2,): []})
+    timer.tick(5)
+    assert cache.get_all([(1,), (2,)]) == {(1,): ((1,),)}
+    timer.tick(10**6)
+    assert cache.get_if_present((1,)) == ((1,),)
+
+
+def test_reads_do_not_renew_a_miss_past_its_own_life() -> None:
+    timer = FakeTimer()
+    cache = build(timer, expire_after_access=timedelta(seconds=10), expire_missing_after=25)
+    cache.put_all({(1,): [(1,)], (2,): []})
+    for _ in range(4):
+        timer.tick(6)  # read every 6 s: both stay alive by access ...
+        assert cache.get_all([(1,), (2,)]) == {(1,): ((1,),), (2,): ()}
+    timer.tick(1)  # ... until 25 s after the miss was put
+    assert cache.get_all([(1,), (2,)]) == {(1,): ((1,),)}
+    timer.tick(10)  # and an idle row still expires by access
+    assert cache.get_if_present((1,)) is None
+
+
+def test_a_miss_replaced_by_rows_and_rows_replaced_by_a_miss() -> None:
+    timer = FakeTimer()
+    cache = build(timer, expire_after_write=100, expire_missing_after=10)
+    cache.put((1,), [])
+    cache.put((1,), [(1, "row")])  # a row now: a row's life
+    cache.put((2,), [(2, "row")])
+    cache.put((2,), [])  # gone from the dimension: a miss's life
+    timer.tick(10)
+    assert cache.get_all([(1,), (2,)]) == {(1,): ((1, "row"),)}
+
+
+def test_the_missing_life_is_shipped_with_the_configuration() -> None:
+    timer = FakeTimer()
+    cache = build(timer, maximum_size=5, expire_missing_after=timedelta(seconds=3))
+    assert cache.expire_missing_after == timedelta(seconds=3)
+    assert repr(cache).endswith("cache_missing_key=True, expire_missing_after=0:00:03)")
+    copy = pickle.loads(pickle.dumps(cache))
+    assert repr(copy) == repr(cache)
+    copy.open()
+    copy.put((1,), [])
+    copy._timer.tick(3)  # type: ignore[attr-defined]  # the copy's own fake clock
+    assert copy.get_if_present((1,)) is None
+    assert build(maximum_size=1).expire_missing_after is None
+
+
+def test_expire_missing_after_from_options() -> None:
+    cache = DefaultLookupCache.from_options({
+        "lookup.cache": "PARTIAL",
+        "lookup.partial-cache.expire-after-write": "1 h",
+        "spark.lookup.partial-cache.expire-missing-after": "30 s",
+    })
+    assert cache.expire_missing_after == timedelta(seconds=30)
+    assert "expire_missing_after=0:00:30" in repr(cache)
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"spark.lookup.partial-cache.expire-missing-after": "0 s"},
+     r"'spark.lookup.partial-cache.expire-missing-after': must be a positive duration"),
+    ({"spark.lookup.partial-cache.expire-missing-after": "-PT5S"},
+     r"'spark.lookup.partial-cache.expire-missing-after': must be a positive duration"),
+    ({"spark.lookup.partial-cache.expire-missing-after": "soon"},
+     r"'spark.lookup.partial-cache.expire-missing-after': cannot parse duration"),
+    ({"spark.lookup.partial-cache.expire-missing-after": "30 s",
+      "lookup.partial-cache.cache-missing-key": "false"},
+     r"option 'spark.lookup.partial-cache.expire-missing-after' \(0:00:30\) is given while "
+     r"'lookup.partial-cache.cache-missing-key' is false"),
+    ({"spark.lookup.partial-cache.expire-missing-after": "2 h"},
+     r"option 'spark.lookup.partial-cache.expire-missing-after' \(2:00:00\) is longer than "
+     r"'lookup.partial-cache.expire-after-write' \(1:00:00\)"),
+    ({"spark.lookup.partial-cache.expire-missing-afer": "30 s"},
+     r"unknown option 'spark.lookup.partial-cache.expire-missing-afer'; did you mean "
+     r"'spark.lookup.partial-cache.expire-missing-after'"),
+])
+def test_bad_expire_missing_after_options_name_the_key(options: dict[str, str],
+                                                       message: str) -> None:
+    given = {"lookup.cache": "PARTIAL", "lookup.partial-cache.expire-after-write": "1 h",
+             **options}
+    with pytest.raises(ConfigError, match=message):
+        DefaultLookupCache.from_options(given)
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    (0, "expire_missing_after must be positive, got 0: to cache no missing key, set "
+        "cache_missing_key=False instead"),
+    (timedelta(0), "expire_missing_after must be positive.*cache_missing_key=False"),
+    (-1, "expire_missing_after must be positive"),
+    ("30 s", "expire_missing_after must be a datetime.timedelta or a number of seconds"),
+    (True, "expire_missing_after must be a datetime.timedelta or a number of seconds"),
+    (float("nan"), "expire_missing_after must be a number of seconds, got NaN"),
+])
+def test_a_bad_missing_life_is_refused_by_the_builder_and_the_constructor(
+        value: Any, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        DefaultLookupCache.new_builder().expire_missing_after(value)
+    with pytest.raises(ConfigError, match=message):
+        DefaultLookupCache(maximum_size=1, expire_missing_after=value)
+
+
+def test_a_missing_life_that_could_never_apply_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"expire_missing_after \(0:00:05\) is given while "
+                                          r"cache_missing_key is false"):
+        (DefaultLookupCache.new_builder().maximum_size(1).cache_missing_key(False)
+         .expire_missing_after(5).build())
+    with pytest.raises(ConfigError, match=r"expire_missing_after \(0:01:00\) is longer than "
+                                          r"expire_after_write \(0:00:30\)"):
+        DefaultLookupCache(expire_after_write=timedelta(seconds=30),
+                           expire_missing_after=timedelta(minutes=1))
+    # As long as the write TTL is allowed (it changes nothing, and says so harmlessly);
+    # with an access TTL alone it caps what reads renew.
+    DefaultLookupCache(expire_after_write=timedelta(seconds=30),
+                       expire_missing_after=timedelta(seconds=30))
+    DefaultLookupCache(expire_after_access=timedelta(seconds=30),
+                       expire_missing_after=timedelta(hours=1))
+
+
+def test_a_missing_life_is_no_bound_of_its_own() -> None:
+    # Rows would still grow without limit: the cache needs one of the four limits.
+    with pytest.raises(ConfigError, match="at least one of"):
+        DefaultLookupCache.new_builder().expire_missing_after(5).build()
+
+
 def test_empty_result_replaces_stale_rows_even_when_not_cached() -> None:
     cache = build(maximum_size=10, cache_missing_key=False)
     cache.put((1,), [(1, "old")])

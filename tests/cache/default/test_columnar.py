@@ -258,6 +258,32 @@ def test_ttl_is_checked_in_bulk_on_the_arrow_path() -> None:
     assert cache.metrics.num_cached_bytes == 0
 
 
+def test_a_missing_keys_own_life_is_checked_in_bulk_on_the_arrow_path() -> None:
+    timer = FakeTimer()
+    cache = bound(timer=timer, expire_after_write=600, expire_missing_after=30)
+    # One put_arrow of 1,000 keys: the even ones have rows, the odd ones none.
+    keys = list(range(1000))
+    evens = keys[::2]
+    put(cache, keys, evens, rows_for(evens))  # key k is at position k
+    entries = cache._entries  # the deadlines, set for the batch at once
+    assert entries.deadline is not None
+    deadlines, starts = entries.deadline[: entries.count], entries.starts[: entries.count + 1]
+    missing = starts[1:] == starts[:-1]
+    assert missing.sum() == 500
+    assert (deadlines[missing] == 1030).all()
+    assert (deadlines[~missing] == 1600).all()
+    timer.tick(29)
+    got = answers(cache, keys)
+    assert all(got[k] == [] for k in keys[1::2])
+    timer.tick(1)
+    got = answers(cache, keys)
+    assert all(got[k] is None for k in keys[1::2])  # looked up again by the runtime
+    assert all(got[k] == [(k, f"n{k}", k / 2)] for k in evens)
+    assert cache.size() == 500
+    put(cache, [1], [0], rows_for([1]))  # a late row, found
+    assert answers(cache, [1]) == {1: [(1, "n1", 0.5)]}
+
+
 def test_compaction_keeps_every_live_answer() -> None:
     cache = bound(maximum_size=3000)
     model: dict[int, int] = {}

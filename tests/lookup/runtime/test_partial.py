@@ -26,6 +26,7 @@ from lookup.runtime import worker as _worker
 from lookup.runtime.registry import REGISTRY
 from lookup.spark.report import metrics_report
 from spark_lookup.errors import ConfigError, KeyKindError, LookupLoadError
+from tests.clock import FakeTimer
 from tests.lookup.functions import AsyncDictLookup, DictLookup, RecordingSleep
 
 ROWS = [(1, "Julian"), (2, "Jark"), (3, "Leonard"), (3, "Leo")]
@@ -66,6 +67,25 @@ def test_absent_key_is_not_cached_without_cache_missing_key() -> None:
         handle.lookup((42,))
         handle.lookup((42,))
     assert fn.keys_asked == [(42,), (42,)]
+
+
+def test_a_late_row_is_found_once_its_keys_miss_expires() -> None:
+    # expire_missing_after: the miss is believed for 30 s, the rows for an hour.
+    timer = FakeTimer()
+    fn = DictLookup(ROWS)
+    cache = (DefaultLookupCache.new_builder().expire_after_write(timedelta(hours=1))
+             .expire_missing_after(timedelta(seconds=30)).timer(timer).build())
+    with open_lookup(PartialCachingLookupProvider.of(fn, cache)) as handle:
+        assert handle.lookup_batch([(1,), (42,)]) == {(1,): ((1, "Julian"),), (42,): ()}
+        fn.rows.append((42, "Late"))  # the dimension row arrives after its first lookup
+        timer.tick(29)
+        assert handle.lookup((42,)) == ()  # still the cached miss
+        timer.tick(1)
+        assert handle.lookup_batch([(1,), (42,)]) == {(1,): ((1, "Julian"),),
+                                                      (42,): ((42, "Late"),)}
+        timer.tick(3599)
+        assert handle.lookup((42,)) == ((42, "Late"),)  # a row's life, from its load
+    assert fn.keys_asked == [(1,), (42,), (42,)]
 
 
 def test_batch_dedupes_and_loads_all_misses_in_one_call() -> None:
