@@ -49,6 +49,8 @@ _COUNTERS = (
     "num_keys_invalidated",
     "num_reconnect_flushes",
     "num_change_reads",
+    "num_connection_waits",
+    "connection_wait_ms",
 )
 _GAUGES = ("num_cached_records", "num_cached_bytes")
 FIELDS: tuple[str, ...] = (*_COUNTERS, "latest_load_time", *_GAUGES)
@@ -91,12 +93,16 @@ class CacheMetrics:
     partial cache counts one once it has dropped its keys),
     ``num_keys_invalidated`` (cached keys dropped because they changed),
     ``num_reconnect_flushes`` (whole-cache flushes after the feed's connection was lost)
-    and ``num_change_reads`` (keys a full cache read by key for its overlay of changes).
+    and ``num_change_reads`` (keys a full cache read by key for its overlay of changes),
+    and those of the source's connection limits: ``num_connection_waits`` (waits for a
+    connection: for a slot of the host's ``max_source_connections``, or a backoff while
+    the source refused connections for being over its own limit) and
+    ``connection_wait_ms`` (the milliseconds they took).
 
     - Counters (``hit_count``, ``miss_count``, ``load_count``, ``num_load_failures``,
       ``num_retries``, ``num_cache_errors``, ``num_bad_values``, ``reloads_skipped``,
       ``num_notifications``, ``num_keys_invalidated``, ``num_reconnect_flushes``,
-      ``num_change_reads``) only grow.
+      ``num_change_reads``, ``num_connection_waits``, ``connection_wait_ms``) only grow.
     - ``latest_load_time`` is the duration in milliseconds of the latest load, -1 before any.
     - Gauges (``num_cached_records``, ``num_cached_bytes``) are read from the cache that
       registered them ([`register_gauges`][]) at the moment they are read; bytes are an
@@ -172,6 +178,12 @@ class CacheMetrics:
         """Count ``n`` keys a full cache read by key because a change feed named them."""
         self._add("num_change_reads", n)
 
+    def record_connection_wait(self, seconds: float) -> None:
+        """Count one wait for a connection to the source, of ``seconds``."""
+        with self._lock:
+            self._values["num_connection_waits"] += 1
+            self._values["connection_wait_ms"] += round(seconds * 1000)
+
     def record_load_time(self, millis: float) -> None:
         """Set ``latest_load_time`` to the duration of the load that just ended."""
         with self._lock:
@@ -207,6 +219,10 @@ class CacheMetrics:
         "Whole-cache flushes after a change feed lost its connection (changes may be missed).")
     num_change_reads = _Counter(
         "Keys a full cache read by key from its source because a change feed named them.")
+    num_connection_waits = _Counter(
+        "Waits for a connection to the source: for a slot of the host's "
+        "max_source_connections, or a backoff while the source was over its own limit.")
+    connection_wait_ms = _Counter("Milliseconds spent in num_connection_waits.")
     latest_load_time = _Counter("Duration in ms of the latest load; -1 before any load.")
 
     @property

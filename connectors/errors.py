@@ -15,9 +15,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from spark_lookup.errors import ConnectorError, SparkLookupError, TransientConnectorError
+from spark_lookup.errors import (
+    ConnectorError,
+    SourceBusyError,
+    SparkLookupError,
+    TransientConnectorError,
+)
 
-__all__ = ["MYSQL_TRANSIENT", "driver_errors", "is_transient", "should_retry", "translate"]
+__all__ = ["MYSQL_TRANSIENT", "driver_errors", "is_over_limit", "is_source_busy", "is_transient",
+           "should_retry", "translate"]
 
 # SQLSTATE classes and codes that pass: connection exceptions (08), transaction
 # rollbacks such as serialization failures and deadlocks (40), insufficient resources
@@ -45,12 +51,25 @@ _SQLITE_TRANSIENT_TEXT = re.compile(
 # 1969) or max_execution_time (MySQL 3024), a read-only or resyncing node (1290, 1836),
 # and net read/write errors or timeouts (1158-1161). Everything else a MySQL driver
 # reports (1064 syntax, 1146 unknown table, 1054 unknown column, 1045 access denied,
-# 1044, 1049 unknown database...) is permanent.
+# 1044, 1049 unknown database...) is permanent. 1203 is a user over its
+# max_user_connections, a limit as passing as 1040's.
 MYSQL_TRANSIENT = frozenset({
-    1040, 1053, 1077, 1078, 1079, 1080, 1158, 1159, 1160, 1161, 1205, 1213, 1290, 1317,
+    1040, 1053, 1203, 1077, 1078, 1079, 1080, 1158, 1159, 1160, 1161, 1205, 1213, 1290, 1317,
     1836, 1969, 2002, 2003, 2006, 2013, 2055, 3024,
 })
 _MYSQL_MODULES = frozenset({"pymysql", "mysql", "MySQLdb"})
+
+# A source at its connection limit: up, only busy (see is_over_limit).
+_OVER_LIMIT_SQLSTATE = "53300"
+_OVER_LIMIT_MYSQL = frozenset({1040, 1203})
+# The texts, for drivers that give no code when connecting (psycopg's OperationalError,
+# ADBC's, redis-py's ConnectionError): PostgreSQL's per role, per database and server-wide
+# refusals, MySQL's and MariaDB's, Redis's maxclients.
+_OVER_LIMIT_TEXT = re.compile(
+    r"too many connections|sorry, too many clients|remaining connection slots are reserved|"
+    r"max_user_connections|max number of clients reached",
+    re.IGNORECASE,
+)
 
 
 def _mysql_errno(exc: BaseException) -> int | None:
@@ -71,6 +90,34 @@ def _sqlstate(exc: BaseException) -> str | None:
     diag = getattr(exc, "diag", None)  # psycopg 3
     code = getattr(diag, "sqlstate", None)
     return code if isinstance(code, str) and len(code) == 5 else None
+
+
+def is_over_limit(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by a database or Redis driver, is a refused connection for
+    being over a connection limit: PostgreSQL's SQLSTATE 53300, MySQL's and MariaDB's
+    errors 1040 and 1203, Redis's ``max number of clients reached`` (or their texts,
+    where the driver gives no code)."""
+    if isinstance(exc, SparkLookupError):
+        return isinstance(exc, SourceBusyError)
+    module = type(exc).__module__.split(".")[0]
+    if module in _MYSQL_MODULES:
+        errno = _mysql_errno(exc)
+        if errno is not None:
+            return errno in _OVER_LIMIT_MYSQL
+    code = _sqlstate(exc)
+    if code is not None:
+        return code == _OVER_LIMIT_SQLSTATE
+    return bool(_OVER_LIMIT_TEXT.search(str(exc)))
+
+
+def is_source_busy(exc: BaseException) -> bool:
+    """Whether a failed load met a busy source (a [`SourceBusyError`][], or a driver's
+    over-limit refusal that reached us untranslated): waited for, not counted as a retry."""
+    if isinstance(exc, SourceBusyError):
+        return True
+    if isinstance(exc, SparkLookupError):
+        return False
+    return type(exc).__module__.split(".")[0] in _DRIVER_MODULES and is_over_limit(exc)
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -124,6 +171,8 @@ def translate(exc: BaseException, message: str) -> ConnectorError:
         return exc
     detail = str(exc).strip().split("\n")[0][:300]
     text = f"{message}: {type(exc).__name__}: {detail}"
+    if is_over_limit(exc):
+        return SourceBusyError(text)
     if is_transient(exc):
         return TransientConnectorError(text)
     return ConnectorError(text)

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from connectors.errors import should_retry
+from connectors.errors import is_source_busy, should_retry
 from spark_lookup.errors import ConfigError
 from spark_lookup.options import as_timedelta, check_int
 
 __all__ = ["MissRetry", "Retries", "RetryPolicy"]
 
 log = logging.getLogger("lookup")
+
+BUSY_FIRST_WAIT = 0.05
+"""Seconds of the first wait for a source over its connection limit; doubling, jittered."""
+BUSY_MAX_WAIT = 2.0
+"""The longest single wait for a busy source: a connection freed is taken within it."""
 
 
 @dataclass(frozen=True)
@@ -61,10 +67,20 @@ class RetryPolicy:
         on_retry: Callable[[], object] | None = None,
         wait: Callable[[float], bool] | None = None,
         retryable: Callable[[BaseException], bool] = should_retry,
+        busy_timeout: float | None = None,
+        on_busy_wait: Callable[[float], object] | None = None,
+        busy_sleep: Callable[[float], object] | None = None,
     ) -> Retries:
         """The tries of one operation (``what``, for the log) under this policy;
-        ``retryable`` tells a transient error from a permanent one."""
-        return Retries(self, what, on_retry, wait, retryable)
+        ``retryable`` tells a transient error from a permanent one. A source refusing
+        connections for being over its limit (`connectors.errors.is_source_busy`) is
+        waited for with jittered exponential backoff until ``busy_timeout`` seconds
+        after the first try (None: such errors are retried as any transient one), each
+        wait reported to ``on_busy_wait``, not counted as a retry, and waited with
+        ``busy_sleep`` when given (a connection budget's, which asks the host's idle
+        connections to close meanwhile)."""
+        return Retries(self, what, on_retry, wait, retryable, busy_timeout, on_busy_wait,
+                       busy_sleep)
 
 
 @dataclass(eq=False)
@@ -74,6 +90,7 @@ class Retries:
     worth retrying. Before each retry it logs the failure and the backoff, calls
     ``on_retry`` (to count it) and waits the backoff: with the policy's ``sleep``, or
     ``wait(seconds)``, which ends the tries by returning True (a closing runtime).
+    A busy source's refusals are waited for apart (see `RetryPolicy.retries`).
     """
 
     policy: RetryPolicy
@@ -81,30 +98,72 @@ class Retries:
     on_retry: Callable[[], object] | None
     wait: Callable[[float], bool] | None
     retryable: Callable[[BaseException], bool] = should_retry
+    busy_timeout: float | None = None
+    on_busy_wait: Callable[[float], object] | None = None
+    busy_sleep: Callable[[float], object] | None = None
     tries: int = field(default=0, init=False)
+    retried: int = field(default=0, init=False)
+    """Retries counted against the policy's ``max_retries`` (busy waits are not)."""
     error: BaseException | None = field(default=None, init=False)
     """The error of the latest failed try."""
+    _busy_waits: int = field(default=0, init=False)
+    _deadline: float = field(default=0.0, init=False)
 
     def __iter__(self) -> Iterator[int]:
         policy = self.policy
-        for number in range(policy.max_retries + 1):
-            if number:
-                seconds = policy.backoff(number)
-                log.warning("%s failed (%r); retry %d of %d in %.3f s", self.what, self.error,
-                            number, policy.max_retries, seconds)
-                if self.on_retry is not None:
-                    self.on_retry()
+        if self.busy_timeout is not None:
+            self._deadline = time.monotonic() + self.busy_timeout
+        while True:
+            if self.tries:
+                busy = self._busy_wait()
+                if busy is not None:
+                    seconds = busy
+                    log.info("%s: the source is busy (%r); waiting %.3f s", self.what,
+                             self.error, seconds)
+                    if self.on_busy_wait is not None:
+                        self.on_busy_wait(seconds)
+                    if self.busy_sleep is not None:
+                        self.busy_sleep(seconds)
+                        seconds = 0.0  # waited; a closing runtime still ends the tries
+                else:
+                    if self.retried >= policy.max_retries:
+                        return
+                    self.retried += 1
+                    seconds = policy.backoff(self.retried)
+                    log.warning("%s failed (%r); retry %d of %d in %.3f s", self.what,
+                                self.error, self.retried, policy.max_retries, seconds)
+                    if self.on_retry is not None:
+                        self.on_retry()
                 if self.wait is None:
-                    policy.sleep(seconds)
+                    if seconds:
+                        policy.sleep(seconds)
                 elif self.wait(seconds):
                     return
-            self.tries = number + 1
-            yield number
+            self.tries += 1
+            yield self.retried
+
+    def _busy_wait(self) -> float | None:
+        """Seconds to wait for a busy source before the next try, or None when the
+        latest error is not a busy source's (or its time is up: it becomes a retry)."""
+        error = self.error
+        if self.busy_timeout is None or error is None or not is_source_busy(error):
+            return None
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            return None
+        ceiling = min(BUSY_MAX_WAIT, BUSY_FIRST_WAIT * 2 ** self._busy_waits)
+        self._busy_waits += 1
+        # Jittered so the processes refused together do not all come back together.
+        return min(left, random.uniform(ceiling / 2, ceiling))  # noqa: S311  # jitter, no secret
 
     @property
     def last(self) -> bool:
-        """Whether the current try is the last the policy allows."""
-        return self.tries > self.policy.max_retries
+        """Whether the current try is the last: no busy wait is left for its error, and
+        the policy allows no more retries."""
+        if self.busy_timeout is not None and self.error is not None and is_source_busy(
+                self.error) and self._deadline > time.monotonic():
+            return False
+        return self.retried >= self.policy.max_retries
 
     def failed(self, error: BaseException, what: str | None = None) -> bool:
         """The current try failed with ``error`` (``what`` now describes the operation,

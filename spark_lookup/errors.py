@@ -18,6 +18,7 @@ __all__ = [
     "LookupLoadError",
     "MetricsUnavailableError",
     "SnapshotUnavailableError",
+    "SourceBusyError",
     "SourceError",
     "SparkLookupError",
     "TransientConnectorError",
@@ -53,6 +54,14 @@ class TransientConnectorError(ConnectorError):
     """A failure the driver classifies as passing: a lost connection, a timeout, a
     serialization failure or deadlock, a server starting up or shutting down. Loads
     that fail with it are retried with backoff."""
+
+
+class SourceBusyError(TransientConnectorError):
+    """The source refused a connection for being at its connection limit (PostgreSQL's
+    ``too many connections``, MySQL's 1040 and 1203, Redis's ``max number of clients``),
+    or no connection of the host's budget (``max_source_connections``) came free in
+    time. Waited for with jittered backoff up to the provider's load timeout, not
+    retried a fixed number of times: the source is up, only busy."""
 
 
 class BadValueError(ConnectorError):

@@ -17,9 +17,18 @@ def test_fresh_metrics() -> None:
         "hit_count": 0, "miss_count": 0, "load_count": 0, "num_load_failures": 0,
         "num_retries": 0, "num_cache_errors": 0, "num_bad_values": 0, "reloads_skipped": 0,
         "num_notifications": 0, "num_keys_invalidated": 0, "num_reconnect_flushes": 0,
-        "num_change_reads": 0, "latest_load_time": -1, "num_cached_records": 0,
-        "num_cached_bytes": 0,
+        "num_change_reads": 0, "num_connection_waits": 0, "connection_wait_ms": 0,
+        "latest_load_time": -1, "num_cached_records": 0, "num_cached_bytes": 0,
     }
+
+
+def test_connection_waits_count_and_add_up() -> None:
+    m = CacheMetrics()
+    m.record_connection_wait(0.25)
+    m.record_connection_wait(0.0104)
+    assert (m.num_connection_waits, m.connection_wait_ms) == (2, 260)
+    total = m + CacheMetrics.from_dict(m.as_dict())
+    assert (total.num_connection_waits, total.connection_wait_ms) == (4, 520)
 
 
 def test_counters_and_gauges() -> None:
