@@ -59,9 +59,12 @@ MYSQL_TRANSIENT = frozenset({
 })
 _MYSQL_MODULES = frozenset({"pymysql", "mysql", "MySQLdb"})
 
-# A source at its connection limit: up, only busy (see is_over_limit).
+# A source at its connection limit: up, only busy (see is_over_limit). MariaDB and MySQL
+# refuse an account over its own MAX_USER_CONNECTIONS with 1226, the error of every
+# per-account resource limit: only that resource's is a connection limit.
 _OVER_LIMIT_SQLSTATE = "53300"
 _OVER_LIMIT_MYSQL = frozenset({1040, 1203})
+_MYSQL_RESOURCE_LIMIT = 1226
 # The texts, for drivers that give no code when connecting (psycopg's OperationalError,
 # ADBC's, redis-py's ConnectionError): PostgreSQL's per role, per database and server-wide
 # refusals, MySQL's and MariaDB's, Redis's maxclients.
@@ -95,15 +98,16 @@ def _sqlstate(exc: BaseException) -> str | None:
 def is_over_limit(exc: BaseException) -> bool:
     """Whether ``exc``, raised by a database or Redis driver, is a refused connection for
     being over a connection limit: PostgreSQL's SQLSTATE 53300, MySQL's and MariaDB's
-    errors 1040 and 1203, Redis's ``max number of clients reached`` (or their texts,
-    where the driver gives no code)."""
+    errors 1040 and 1203 (and 1226 for ``max_user_connections``), Redis's ``max number
+    of clients reached`` (or their texts, where the driver gives no code)."""
     if isinstance(exc, SparkLookupError):
         return isinstance(exc, SourceBusyError)
     module = type(exc).__module__.split(".")[0]
     if module in _MYSQL_MODULES:
         errno = _mysql_errno(exc)
         if errno is not None:
-            return errno in _OVER_LIMIT_MYSQL
+            return errno in _OVER_LIMIT_MYSQL or (
+                errno == _MYSQL_RESOURCE_LIMIT and "max_user_connections" in str(exc))
     code = _sqlstate(exc)
     if code is not None:
         return code == _OVER_LIMIT_SQLSTATE
@@ -137,7 +141,7 @@ def is_transient(exc: BaseException) -> bool:
         if errno is not None:
             # Before the SQLSTATE: MySQL gives a lock wait timeout and a lost
             # connection the catch-all HY000.
-            return errno in MYSQL_TRANSIENT
+            return errno in MYSQL_TRANSIENT or is_over_limit(exc)
     code = _sqlstate(exc)
     if code is not None:
         return code[:2] in _TRANSIENT_SQLSTATE_CLASSES

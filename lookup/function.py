@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 from pyspark.sql.types import StructType
 
 from cache.base import Key, Row, key_tuples
+from spark_lookup.connection_budget import ConnectionBudget
 from spark_lookup.errors import ConfigError
 from spark_lookup.schema import SchemaLike, parse_schema
 
@@ -33,6 +34,13 @@ class LookupFunctionBase:
 
     def close(self) -> None:  # optional hook
         """Close clients; called when the last user of the function in the worker is done."""
+
+    def limit_connections(self, budget: ConnectionBudget | None) -> bool:  # optional hook
+        """Open connections to the source under ``budget`` (each holding a slot of the
+        host while open; `spark_lookup.connection_budget`), in this process; called
+        before [`open`][]. Returns whether the function does: the connectors' do; by
+        default a function opens its own connections, unbudgeted."""
+        return False
 
     @property
     def struct(self) -> StructType:

@@ -32,6 +32,11 @@ from lookup.function import (
     check_key_columns,
 )
 from lookup.retry import MissRetry, RetryPolicy
+from spark_lookup.connection_budget import (
+    DEFAULT_MAX_SOURCE_CONNECTIONS,
+    ConnectionBudget,
+    default_slots_root,
+)
 from spark_lookup.errors import ConfigError
 from spark_lookup.options import as_timedelta, check_instance, check_int
 from spark_lookup.schema import parse_schema
@@ -48,6 +53,7 @@ __all__ = [
 DEFAULT_BATCH_SIZE = 10_000
 DEFAULT_CAPACITY = 100
 DEFAULT_ASYNC_TIMEOUT = timedelta(seconds=180)
+DEFAULT_LOAD_TIMEOUT = timedelta(seconds=180)
 DEFAULT_MAX_OVERLAY_KEYS = 100_000
 
 
@@ -74,6 +80,8 @@ class LookupProvider:
     retry_policy: RetryPolicy
     retry_on_miss: MissRetry | None
     provider_id: str = field(default_factory=lambda: uuid.uuid4().hex, kw_only=True)
+    max_source_connections: int | None = field(default=DEFAULT_MAX_SOURCE_CONNECTIONS,
+                                                kw_only=True)
 
     @property
     def kind(self) -> str:
@@ -89,6 +97,23 @@ class LookupProvider:
         """A one-line description for logs and error messages."""
         return f"{type(self).__name__}(key_columns={list(self.key_columns)})"
 
+    def connection_wait(self) -> timedelta:
+        """How long a load waits for its source: for a connection of the host's budget,
+        and while the source refuses connections for being over its own limit."""
+        return DEFAULT_LOAD_TIMEOUT
+
+    def connection_budget(self) -> ConnectionBudget | None:
+        """The budget of this provider's connections to its source on each host (at
+        most ``max_source_connections`` open at once across the host's processes), or
+        None when unlimited. Its slots are files under
+        ``<system temp dir>/spark-lookup-slots-<uid>/<provider_id>``."""
+        if self.max_source_connections is None:
+            return None
+        return ConnectionBudget(str(default_slots_root() / self.provider_id),
+                                self.max_source_connections,
+                                self.connection_wait().total_seconds(),
+                                f"the source of {self.describe()}")
+
 
 _P = TypeVar("_P", bound=LookupProvider)
 
@@ -97,6 +122,11 @@ def _check_changes(changes: object, key_columns: Sequence[str], what: str) -> No
     check_instance(changes, ChangeFeed, "changes", "a lookup.ChangeFeed (or None)")
     assert isinstance(changes, ChangeFeed)
     changes.check_provider_keys(list(key_columns), what)
+
+
+def _max_connections(value: object) -> int | None:
+    """``max_source_connections`` checked: None (unlimited) or at least 1."""
+    return None if value is None else check_int(value, "max_source_connections")
 
 
 def _built(cls: type[_P], fn: Any, base: type[LookupFunctionBase], max_retries: int | None,
@@ -121,6 +151,10 @@ def _built(cls: type[_P], fn: Any, base: type[LookupFunctionBase], max_retries: 
                 f"changes= needs a cache that can drop all its entries after a lost "
                 f"connection (invalidate_all); {type(extra['cache']).__name__} cannot"
             )
+    extra["max_source_connections"] = _max_connections(extra.get(
+        "max_source_connections", DEFAULT_MAX_SOURCE_CONNECTIONS))
+    if "load_timeout" in extra:
+        extra["load_timeout"] = as_timedelta(extra["load_timeout"], "load_timeout")
     build: Any = cls  # each caller's class has function and batch_size fields
     return build(  # type: ignore[no-any-return]
         fn.struct, tuple(fn.key_fields()), _retry_policy(max_retries, retry_policy),
@@ -138,6 +172,10 @@ class LookupFunctionProvider(LookupProvider):
 
     function: LookupFunction = field(kw_only=True)
     batch_size: int = field(default=DEFAULT_BATCH_SIZE, kw_only=True)
+    load_timeout: timedelta = field(default=DEFAULT_LOAD_TIMEOUT, kw_only=True)
+
+    def connection_wait(self) -> timedelta:
+        return self.load_timeout
 
     @classmethod
     def of(
@@ -148,6 +186,8 @@ class LookupFunctionProvider(LookupProvider):
         retry_policy: RetryPolicy | None = None,
         retry_on_miss: MissRetry | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
+        max_source_connections: int | None = DEFAULT_MAX_SOURCE_CONNECTIONS,
+        load_timeout: timedelta | float = DEFAULT_LOAD_TIMEOUT,
     ) -> LookupFunctionProvider:
         """A provider looking keys up in ``fn`` on every batch.
 
@@ -162,6 +202,17 @@ class LookupFunctionProvider(LookupProvider):
             Look keys with no rows up again (late-arriving dimension rows).
         batch_size
             Most keys passed to one ``lookup_batch`` call; larger batches are chunked.
+        max_source_connections
+            Connections to the source open at once per host, across its Python workers
+            (default 4; None: unlimited). Loads queue for one (idle ones count: a
+            worker keeps a connection only while it holds one of the host's slots).
+            Applies to the connectors' functions (SQL, Redis); a function of yours opens
+            its own connections.
+        load_timeout
+            How long a load waits for its source (``timedelta`` or seconds; default
+            180 s): for a connection of ``max_source_connections``, and while the source
+            refuses connections for being over its own limit (waited for with jittered
+            backoff, not retried ``max_retries`` times).
 
         Raises
         ------
@@ -169,7 +220,8 @@ class LookupFunctionProvider(LookupProvider):
             For an invalid schema, key columns or option (a ``ValueError``).
         """
         return _built(cls, fn, LookupFunction, max_retries, retry_policy, retry_on_miss,
-                      batch_size)
+                      batch_size, max_source_connections=max_source_connections,
+                      load_timeout=load_timeout)
 
 
 @dataclass(frozen=True)
@@ -201,6 +253,8 @@ class PartialCachingLookupProvider(_PartiallyCached, LookupFunctionProvider):
         retry_on_miss: MissRetry | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
         changes: ChangeFeed | None = None,
+        max_source_connections: int | None = DEFAULT_MAX_SOURCE_CONNECTIONS,
+        load_timeout: timedelta | float = DEFAULT_LOAD_TIMEOUT,
     ) -> PartialCachingLookupProvider:
         """A provider caching the results of ``fn`` in ``cache`` (e.g. a
         [`cache.DefaultLookupCache`][]); other options as [`LookupFunctionProvider.of`][].
@@ -223,7 +277,9 @@ class PartialCachingLookupProvider(_PartiallyCached, LookupFunctionProvider):
         ('PARTIAL', ('n',))
         """
         return _built(cls, fn, LookupFunction, max_retries, retry_policy, retry_on_miss,
-                      batch_size, cache=cache, changes=changes)
+                      batch_size, cache=cache, changes=changes,
+                      max_source_connections=max_source_connections,
+                      load_timeout=load_timeout)
 
 
 def _async_options(capacity: object, timeout: object) -> dict[str, Any]:
@@ -243,6 +299,9 @@ class AsyncLookupFunctionProvider(LookupProvider):
     timeout: timedelta = field(default=DEFAULT_ASYNC_TIMEOUT, kw_only=True)
     batch_size: int = field(default=DEFAULT_BATCH_SIZE, kw_only=True)
 
+    def connection_wait(self) -> timedelta:
+        return self.timeout
+
     @classmethod
     def of(
         cls,
@@ -254,6 +313,7 @@ class AsyncLookupFunctionProvider(LookupProvider):
         retry_policy: RetryPolicy | None = None,
         retry_on_miss: MissRetry | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
+        max_source_connections: int | None = DEFAULT_MAX_SOURCE_CONNECTIONS,
     ) -> AsyncLookupFunctionProvider:
         """A provider awaiting ``fn.async_lookup`` per key (or ``async_lookup_batch``).
 
@@ -263,10 +323,15 @@ class AsyncLookupFunctionProvider(LookupProvider):
             Lookups in flight at once (Flink's ``lookup.async.capacity``... per worker).
         timeout
             Bound of one lookup (``timedelta`` or seconds); a timeout is a failed attempt
-            and is retried like any error.
+            and is retried like any error. Also how long a load waits for a source over
+            its connection limit.
+        max_source_connections
+            As [`LookupFunctionProvider.of`][] (an async function of yours opens its own
+            connections: only a busy source's refusals are waited for).
         """
         return _built(cls, fn, AsyncLookupFunction, max_retries, retry_policy, retry_on_miss,
-                      batch_size, **_async_options(capacity, timeout))
+                      batch_size, max_source_connections=max_source_connections,
+                      **_async_options(capacity, timeout))
 
 
 @dataclass(frozen=True)
@@ -287,12 +352,14 @@ class PartialCachingAsyncLookupProvider(_PartiallyCached, AsyncLookupFunctionPro
         retry_on_miss: MissRetry | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
         changes: ChangeFeed | None = None,
+        max_source_connections: int | None = DEFAULT_MAX_SOURCE_CONNECTIONS,
     ) -> PartialCachingAsyncLookupProvider:
         """A provider caching the results of the async ``fn`` in ``cache``; options as
         [`AsyncLookupFunctionProvider.of`][], ``changes`` as
         [`PartialCachingLookupProvider.of`][]."""
         return _built(cls, fn, AsyncLookupFunction, max_retries, retry_policy, retry_on_miss,
                       batch_size, cache=cache, changes=changes,
+                      max_source_connections=max_source_connections,
                       **_async_options(capacity, timeout))
 
 
@@ -324,6 +391,9 @@ class FullCachingLookupProvider(LookupProvider):
     @property
     def kind(self) -> str:
         return "FULL"
+
+    def connection_wait(self) -> timedelta:
+        return self.initial_load_timeout
 
     def shares_snapshots(self) -> bool:
         """Whether a runtime opened here uses the host snapshot store.
@@ -368,6 +438,7 @@ class FullCachingLookupProvider(LookupProvider):
         changes: ChangeFeed | None = None,
         change_lookup: LookupFunction | None = None,
         max_overlay_keys: int = DEFAULT_MAX_OVERLAY_KEYS,
+        max_source_connections: int | None = DEFAULT_MAX_SOURCE_CONNECTIONS,
     ) -> FullCachingLookupProvider:
         """A provider serving lookups from full snapshots of ``source``.
 
@@ -432,6 +503,11 @@ class FullCachingLookupProvider(LookupProvider):
         max_overlay_keys
             Changed keys a worker's overlay holds before it asks for a full reload
             (default 100,000); it keeps serving meanwhile, and the reload empties it.
+        max_source_connections
+            Connections a load opens to the source at once per host (default 4; None:
+            unlimited): its readers and its planning queue for the host's slots (the SQL
+            and Redis sources; a file source opens none). A load waits for them, and for
+            a source over its own connection limit, up to ``initial_load_timeout``.
 
         Raises
         ------
@@ -474,6 +550,7 @@ class FullCachingLookupProvider(LookupProvider):
             changes=changes,
             change_lookup=change_lookup,
             max_overlay_keys=check_int(max_overlay_keys, "max_overlay_keys"),
+            max_source_connections=_max_connections(max_source_connections),
         )
 
 

@@ -8,6 +8,7 @@ from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any, Generic
 
 from scan.split import EnumStateT, SplitT
+from spark_lookup.connection_budget import ConnectionBudget
 from spark_lookup.errors import ConfigError
 from spark_lookup.options import check_instance
 
@@ -93,6 +94,13 @@ class Source(ABC, Generic[SplitT, EnumStateT]):
     @abstractmethod
     def enumerator_state_serializer(self) -> SimpleVersionedSerializer[EnumStateT]:
         """The versioned serializer of this source's enumerator state (for checkpoints)."""
+
+    def limit_connections(self, budget: ConnectionBudget | None) -> bool:
+        """Open this process's connections to the backend (planning, reading) under
+        ``budget`` (each holding a slot of the host while open;
+        `spark_lookup.connection_budget`). Returns whether the source does: the SQL and
+        Redis sources do; by default (files, a custom source) nothing is limited."""
+        return False
 
     def current_version(self) -> Hashable | None:
         """The version of the data a read would see now, or None when unknown.

@@ -58,9 +58,9 @@ class TransientConnectorError(ConnectorError):
 
 class SourceBusyError(TransientConnectorError):
     """The source refused a connection for being at its connection limit (PostgreSQL's
-    ``too many connections``, MySQL's 1040 and 1203, Redis's ``max number of clients``),
-    or no connection of the host's budget (``max_source_connections``) came free in
-    time. Waited for with jittered backoff up to the provider's load timeout, not
+    ``too many connections``, MySQL's 1040, 1203 and 1226, Redis's ``max number of
+    clients``), or no connection of the host's budget (``max_source_connections``) came
+    free in time. Waited for with jittered backoff up to the provider's load timeout, not
     retried a fixed number of times: the source is up, only busy."""
 
 

@@ -15,6 +15,7 @@ from connectors.predicates import Predicate
 from connectors.redis import RedisTable
 from connectors.redis.client import redact_url
 from lookup.keyed import KeyedLookupFunction
+from spark_lookup.connection_budget import ConnectionBudget
 from spark_lookup.schema import SchemaLike
 
 __all__ = ["RedisLookupFunction"]
@@ -153,6 +154,12 @@ class RedisLookupFunction(KeyedLookupFunction):
     def close(self) -> None:
         """Close the client and its connections."""
         self._redis.close()
+
+    def limit_connections(self, budget: ConnectionBudget | None) -> bool:
+        """Open this process's connections under ``budget`` (a slot of the host each,
+        held only while a lookup uses it or shortly after); True: they are."""
+        self._redis.limit_connections(budget)
+        return True
 
     # --- keys
 

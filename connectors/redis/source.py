@@ -19,6 +19,7 @@ from scan.planners import SplitPlanner
 from scan.pull import PullSource, QueueSplitReader
 from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
 from scan.split import SourceSplit
+from spark_lookup.connection_budget import ConnectionBudget
 from spark_lookup.errors import ConfigError, ConnectorError, SourceError
 from spark_lookup.options import check_int
 from spark_lookup.schema import SchemaLike, parse_schema
@@ -145,7 +146,8 @@ class _SplitReader(QueueSplitReader[RedisKeysSplit]):
         keys = split.keys[start : start + _READ_BATCH]
         batch = None
         if keys:
-            if self._client is None:
+            if self._client is None and self._table.budget is None:
+                # Under a budget each read leases a client of the table (None here).
                 self._client = self._table.new_client()
             batch = self._table.read_keys(keys, self._client)
             if self._to_skip:
@@ -278,6 +280,13 @@ class RedisScanSource(CountsBadValues, PullSource[RedisKeysSplit]):
     def match(self) -> str:
         """The SCAN pattern."""
         return self._match
+
+    def limit_connections(self, budget: ConnectionBudget | None) -> bool:
+        """Read values under ``budget`` in this process (each reader's reads lease a
+        connection holding a slot of the host); True: they are. The enumerator's ``SCAN``
+        runs on a connection of its own."""
+        self._table.limit_connections(budget)
+        return True
 
     @property
     def value_type(self) -> str:

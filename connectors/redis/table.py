@@ -21,12 +21,15 @@ from connectors.convert import Conformer, castable
 from connectors.errors import translate
 from connectors.keys import EncodedKeys
 from connectors.policy import BadValuePolicy, BadValueStats
+from connectors.pool import ConnectionPool
 from connectors.predicates import Predicate, check_predicates
 from connectors.redis.client import SharedClient, check_redis_url, redact_url, redis_client_from_url
 from connectors.redis.template import KeyTemplate
 from connectors.redis.values import conform_rows, reply_rows
 from spark_lookup import options as opts
+from spark_lookup.connection_budget import ConnectionBudget
 from spark_lookup.errors import ConfigError, raise_from
+from spark_lookup.host_slots import Slot
 from spark_lookup.options import check_int
 from spark_lookup.per_process import PerProcess
 from spark_lookup.schema import SchemaLike, parse_schema, to_arrow_schema
@@ -79,7 +82,10 @@ class RedisTable(PerProcess):
         For an invalid URL, template, value type or schema.
     """
 
-    _PER_PROCESS = ("_client", "stats", "conformer")
+    _PER_PROCESS = ("_client", "stats", "conformer", "budget", "_leases")
+    budget: ConnectionBudget | None
+    """The host's connection budget of the provider reading the table (set where it is
+    opened, `limit_connections`): each connection to Redis holds one of its slots."""
 
     def __init__(
         self,
@@ -168,6 +174,8 @@ class RedisTable(PerProcess):
         self._init_per_process()
 
     def _init_per_process(self) -> None:
+        self.budget = None
+        self._leases: ConnectionPool[_LeasedClient] | None = None
         self._client = SharedClient(self.new_client)
         self.stats = BadValueStats(f"Redis table {self.name!r}")
         self.conformer = Conformer(
@@ -196,9 +204,33 @@ class RedisTable(PerProcess):
     def close(self) -> None:
         """Close the client and its connections."""
         self._client.close()
+        leases = self._leases
+        if leases is not None:
+            leases.close()
+
+    def limit_connections(self, budget: ConnectionBudget | None) -> None:
+        """Open this process's connections under ``budget`` from now on (None: none):
+        each read then takes a client holding one connection and a slot of the host,
+        and gives it back to a pool that closes it after a short idle time, or at once
+        when someone on the host waits for a slot."""
+        self.close()
+        self.budget = budget
+        self._leases = None if budget is None else ConnectionPool(budget.contended)
 
     def _fetch(self, redis_keys: Sequence[str | bytes], what: str, client: Any = None) -> list[Any]:
         """The stored values of ``redis_keys`` in one round trip (a pipeline)."""
+        leases = self._leases
+        if client is None and leases is not None and self.budget is not None:
+            leased = leases.take()
+            if leased is None:
+                leased = _LeasedClient(self.budget.take(), self.new_client())
+            try:
+                values = self._fetch(redis_keys, what, leased.client)
+            except BaseException:
+                leased.close()
+                raise
+            leases.give(leased)
+            return values
         client = client or self.client()
         import redis  # installed: the client exists
 
@@ -299,6 +331,21 @@ class RedisTable(PerProcess):
         batch, _ = conform_rows(self, redis_keys, owners, wires, flags, key_values, parsed_ok,
                                  malformed, by_format)
         return batch
+
+
+class _LeasedClient:
+    """A client used by one thread at a time (so one connection), holding a slot of the
+    host's budget until it closes."""
+
+    def __init__(self, slot: Slot, client: Any) -> None:
+        self.slot = slot
+        self.client = client
+
+    def close(self) -> None:
+        try:
+            self.client.close()
+        finally:
+            self.slot.release()
 
 
 def _parse_key(template: KeyTemplate, name: str | bytes) -> list[dict[str, str]]:

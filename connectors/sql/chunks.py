@@ -143,7 +143,13 @@ class SqlChunkPlanner(SplitPlanner[SqlChunkSplit]):
         if state["phase"] == "even":
             return self._next_even()
         if state["phase"] == "uneven":
-            return self._next_uneven()
+            try:
+                return self._next_uneven()
+            finally:
+                if self._table.budgeted:
+                    # Planned on request: between requests the connection waits in the
+                    # pool, so no reader waits for the slot of an idle planner.
+                    self.close()
         if state["phase"] == "null":
             state["phase"] = "done"
             return SqlChunkSplit(-1, null_chunk=True)

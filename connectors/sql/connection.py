@@ -22,7 +22,9 @@ import pyarrow as pa
 from connectors.errors import driver_errors, translate
 from connectors.sql.dialects import Dialect, dialect_for
 from connectors.sql.flavor import MYSQL, OTHER, POSTGRES, SQLITE, Flavor, driver_module, flavor_of
+from spark_lookup.connection_budget import ConnectionBudget
 from spark_lookup.errors import ConnectorError, raise_from
+from spark_lookup.host_slots import Slot
 
 __all__ = ["MYSQL", "OTHER", "POSTGRES", "SQLITE", "Flavor", "SqlConnection", "flavor_of"]
 
@@ -90,6 +92,8 @@ class SqlConnection:
 
     def __init__(self, raw: Any, what: str, timeout: float | None = None) -> None:
         self.raw = raw
+        self.slot: Slot | None = None
+        """The host slot of a connection budget it holds (given back when it closes)."""
         self.what = what
         self.flavor = flavor_of(raw)
         self.dialect: Dialect = dialect_for(self.flavor.backend)
@@ -350,28 +354,44 @@ class SqlConnection:
         return [array for array, _ in built], [flags for _, flags in built]
 
     def close(self) -> None:
-        """Close the connection (errors of a broken connection are ignored)."""
-        _close_quietly(self.raw)
+        """Close the connection (errors of a broken connection are ignored), and give its
+        slot back."""
+        try:
+            _close_quietly(self.raw)
+        finally:
+            slot, self.slot = self.slot, None
+            if slot is not None:
+                slot.release()
 
 
-def open_connection(factory: Any, what: str, timeout: float | None = None) -> SqlConnection:
+def open_connection(factory: Any, what: str, timeout: float | None = None,
+                    budget: ConnectionBudget | None = None) -> SqlConnection:
     """Call a connection factory and wrap its connection (``timeout``: see
-    [`SqlConnection`][]).
+    [`SqlConnection`][]); with a ``budget``, a slot of the host is taken first and
+    held by the connection until it closes.
 
     Raises
     ------
     ConnectorError
         (transient or not, as the driver's error says) if connecting fails, or the
-        factory returns None.
+        factory returns None; `SourceBusyError` when the budget has no slot in time.
     """
+    slot = None if budget is None else budget.take()
     try:
-        raw = factory()
-    except Exception as exc:
-        raise_from(translate(exc, f"cannot connect to the database of {what}"), exc)
-    if raw is None:
-        raise ConnectorError(f"the connection factory of {what} returned None")
-    try:
-        return SqlConnection(raw, what, timeout)
+        try:
+            raw = factory()
+        except Exception as exc:
+            raise_from(translate(exc, f"cannot connect to the database of {what}"), exc)
+        if raw is None:
+            raise ConnectorError(f"the connection factory of {what} returned None")
+        try:
+            connection = SqlConnection(raw, what, timeout)
+        except BaseException:
+            _close_quietly(raw)
+            raise
     except BaseException:
-        _close_quietly(raw)
+        if slot is not None:
+            slot.release()
         raise
+    connection.slot = slot
+    return connection

@@ -16,6 +16,7 @@ from connectors.policy import BadValuePolicy
 from connectors.predicates import Predicate
 from connectors.sql import SqlConnection, SqlTable
 from lookup.keyed import KeyedLookupFunction
+from spark_lookup.connection_budget import ConnectionBudget
 from spark_lookup.errors import TransientConnectorError
 from spark_lookup.options import check_int
 from spark_lookup.per_process import PerProcess
@@ -202,12 +203,17 @@ class SqlLookupFunction(PerProcess, KeyedLookupFunction):
         return connection, True
 
     def _discard(self, connection: SqlConnection) -> None:
-        if getattr(self._local, "connection", None) is connection:
-            self._local.connection = None
-        with self._lock:
-            if connection in self._open_connections:
-                self._open_connections.remove(connection)
+        self._forget(connection)
         connection.close()
+
+    def limit_connections(self, budget: ConnectionBudget | None) -> bool:
+        """Open this process's connections under ``budget`` (a slot of the host each):
+        a lookup then takes a connection for its statement only and gives it back to
+        the table's pool, which closes it after a short idle time, or at once when
+        someone on the host waits for a slot. True: they are."""
+        self.close()
+        self._sql.limit_connections(budget)
+        return True
 
     def open(self) -> None:
         """Connect (this thread) and resolve how the table is read; fails early if the
@@ -218,6 +224,22 @@ class SqlLookupFunction(PerProcess, KeyedLookupFunction):
         except Exception:
             self._discard(connection)
             raise
+        if self._sql.budgeted:
+            # Under a budget a connection serves one statement at a time: this one
+            # waits in the table's pool for the first lookup.
+            self._forget(connection)
+            self._sql.release(connection)
+        elif connection.slot is not None:  # SQLite, known now: no limit to keep
+            slot, connection.slot = connection.slot, None
+            slot.release()
+
+    def _forget(self, connection: SqlConnection) -> None:
+        """Stop holding ``connection`` as this thread's (without closing it)."""
+        if getattr(self._local, "connection", None) is connection:
+            self._local.connection = None
+        with self._lock:
+            if connection in self._open_connections:
+                self._open_connections.remove(connection)
 
     def close(self) -> None:
         """Close every connection this function opened."""
@@ -226,10 +248,13 @@ class SqlLookupFunction(PerProcess, KeyedLookupFunction):
         self._local = threading.local()
         for connection in connections:
             connection.close()
+        self._sql.close_idle()
 
     # --- lookups
 
     def _query(self, encoded: EncodedKeys) -> tuple[pa.Int64Array, pa.RecordBatch]:
+        if self._sql.budgeted:
+            return self._pooled_query(encoded)
         for attempt in (1, 2):
             connection, fresh = self._acquire()
             try:
@@ -244,4 +269,28 @@ class SqlLookupFunction(PerProcess, KeyedLookupFunction):
             except BaseException:
                 self._discard(connection)
                 raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _pooled_query(self, encoded: EncodedKeys) -> tuple[pa.Int64Array, pa.RecordBatch]:
+        """The lookup on a connection of the table's pool (under a budget), given back
+        after the statement; a pooled connection that broke while idle is replaced and
+        the statement retried once, at once."""
+        table = self._sql
+        for attempt in (1, 2):
+            pooled = table.pool().take()
+            connection = pooled if pooled is not None else table.connect()
+            try:
+                found = table.lookup(connection, encoded, self._max_batch_size)
+            except TransientConnectorError as exc:
+                connection.close()
+                if attempt == 1 and pooled is not None:
+                    log.info("connection to the database of table %r broke (%s); reconnecting",
+                             self.table, exc)
+                    continue
+                raise
+            except BaseException:
+                connection.close()
+                raise
+            table.release(connection)
+            return found
         raise AssertionError("unreachable")  # pragma: no cover

@@ -25,6 +25,7 @@ from scan.planners import PullEnumeratorState, PullSplitEnumerator, SplitPlanner
 from scan.pull import PullSource, QueueSplitReader
 from scan.reader import ReaderOutput, SourceReader, SourceReaderContext
 from scan.serializers import JsonVersionedSerializer, SimpleVersionedSerializer
+from spark_lookup.connection_budget import ConnectionBudget
 from spark_lookup.errors import ConfigError
 from spark_lookup.identifiers import validate_identifier
 from spark_lookup.options import check_int
@@ -132,6 +133,13 @@ class _SplitReader(QueueSplitReader[SqlChunkSplit]):
 
     def split_done(self) -> None:
         self._batches = None
+        if self._table.budgeted:
+            # Under a connection budget no reader holds a slot between chunks: a reader
+            # (or process) waiting for one takes it, and this reader's next chunk takes
+            # the connection back from the pool when nobody did.
+            connection, self._connection = self._connection, None
+            if connection is not None:
+                self._table.release(connection)
 
     def close(self) -> None:
         batches, self._batches = self._batches, None
@@ -357,6 +365,12 @@ class SqlTableSource(PerProcess, CountsBadValues, PullSource[SqlChunkSplit]):
             raise ConfigError(f"version_query of table {self._table!r} must return one row, "
                               f"it returned {len(rows)}")
         return tuple(version_value(value, self._table) for value in rows[0])
+
+    def limit_connections(self, budget: ConnectionBudget | None) -> bool:
+        """Open this process's connections to the table (planning, reading, the version
+        query) under ``budget``; True: they are."""
+        self._sql.limit_connections(budget)
+        return True
 
     def keyed_table(self, key_columns: Sequence[str]) -> SqlTable | None:
         """This table read by ``key_columns``: the same connection factory, schema,

@@ -20,14 +20,15 @@ from pyspark.sql import types as T
 from connectors.convert import Conformer
 from connectors.keys import EncodedKeys
 from connectors.policy import BadValuePolicy, BadValueStats
+from connectors.pool import POOL_LOCK, ConnectionPool
 from connectors.predicates import Predicate, check_predicates, predicates_to_sql
 from connectors.sql.catalog import ColumnInfo, TableInfo
 from connectors.sql.connection import SqlConnection, open_connection
 from connectors.sql.dialects import Dialect, dialect_for
 from connectors.sql.dialects.base import KeyBinding
 from connectors.sql.flavor import SQLITE
-from connectors.sql.pool import POOL_LOCK, ConnectionPool
 from connectors.sql.types import ColumnRead, check_read
+from spark_lookup.connection_budget import ConnectionBudget
 from spark_lookup.errors import ConfigError
 from spark_lookup.identifiers import qualified_name, validate_identifier
 from spark_lookup.options import as_timedelta
@@ -165,9 +166,14 @@ class SqlTable(PerProcess):
         [`SqlConnection`][]), or None.
     """
 
-    _PER_PROCESS = ("_reading", "_pool")  # counters, the conformer, idle connections
+    # Counters, the conformer, idle connections, the budget a runtime set where it runs.
+    _PER_PROCESS = ("_reading", "_pool", "budget")
     _reading: _TableReading | None
-    _pool: ConnectionPool | None
+    _pool: ConnectionPool[SqlConnection] | None
+    budget: ConnectionBudget | None
+    """The host's connection budget of the provider reading the table (set where it is
+    opened, `limit_connections`): every connection holds one of its slots. SQLite's
+    are left out (a file has no connection limit)."""
 
     def __init__(
         self,
@@ -219,23 +225,46 @@ class SqlTable(PerProcess):
 
     # --- plan
 
+    def limit_connections(self, budget: ConnectionBudget | None) -> None:
+        """Open connections under ``budget`` from now on, in this process (None: none)."""
+        with POOL_LOCK:
+            self.budget = budget
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()  # its idle connections hold no slot of the new budget
+
     def connect(self) -> SqlConnection:
-        """A new connection on a new connection.
+        """A new connection, holding a slot of the budget (if any; waited for).
 
         Raises
         ------
         ConnectorError
-            If connecting fails (transient or not, as the driver says).
+            If connecting fails (transient or not, as the driver says);
+            `SourceBusyError` when no slot of the budget came free in time.
         """
-        return open_connection(self.factory, self.what, self.timeout)
+        return open_connection(self.factory, self.what, self.timeout,
+                               self.budget if self.budgeted else None)
+
+    @property
+    def budgeted(self) -> bool:
+        """Whether connections open under a budget: one was set, and the table is not
+        known to be SQLite's (a file has no connection limit to keep)."""
+        plan = self._plan
+        return self.budget is not None and (plan is None or plan.backend != SQLITE)
+
+    def close_idle(self) -> None:
+        """Close this process's idle connections of the table (giving their slots back)."""
+        pool = self._pool
+        if pool is not None:
+            pool.close()
 
     def acquire(self) -> SqlConnection:
         """A connection for a read: an idle one of this process's pool, else a new one.
 
         The pool saves a connection per read of a load (planning, then each reader). It
         keeps at most a few connections, none idle longer than two seconds (no connection
-        is held between loads), and never sqlite3's, which belong to the thread that
-        opened them.
+        is held between loads) nor while someone waits for a slot of the budget, and
+        never sqlite3's, which belong to the thread that opened them.
 
         Raises
         ------
@@ -254,14 +283,16 @@ class SqlTable(PerProcess):
         else:
             connection.close()
 
-    def pool(self) -> ConnectionPool:
+    def pool(self) -> ConnectionPool[SqlConnection]:
         """This process's idle connections of the table."""
         pool = self._pool
         if pool is None:
             with POOL_LOCK:
                 pool = self._pool
                 if pool is None:
-                    pool = self._pool = ConnectionPool()
+                    budget = self.budget
+                    pool = self._pool = ConnectionPool(
+                        None if budget is None else budget.contended)
         return pool
 
     def plan(self, connection: SqlConnection | None = None) -> SqlPlan:

@@ -98,6 +98,7 @@ class FullCachingRuntime(LookupRuntime):
         self._change_overlay: ChangeOverlay | None = None
         self._overlay_keys: CacheKeys | None = None
         self._subscription: Subscription | None = None
+        self._unwatch: Callable[[], None] | None = None
         feed = provider.changes
         self._loader = Loader(
             describe=provider.describe(), load=self._load, due=self._due.due, record=self._record,
@@ -112,9 +113,16 @@ class FullCachingRuntime(LookupRuntime):
     # --- lifecycle
 
     def open(self) -> None:
+        provider = self._provider
+        budget = provider.connection_budget()
+        if budget is not None:
+            limited = provider.source.limit_connections(budget)
+            if provider.change_lookup is not None:
+                limited = provider.change_lookup.limit_connections(budget) or limited
+            if limited:
+                self._unwatch = budget.watch(self.metrics.record_connection_wait)
         self.cache.open(self.metrics)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="lookup-full-reload")
-        provider = self._provider
         feed = provider.changes
         if feed is not None:
             host = None if self._shared is None else HostListeners(self._shared.store.directory)
@@ -161,6 +169,8 @@ class FullCachingRuntime(LookupRuntime):
             if executor is not None:
                 executor.shutdown(wait=False, cancel_futures=True)
             self.cache.close()
+            if self._unwatch is not None:
+                self._unwatch()
 
     def _record(self, *actions: Callable[[], object]) -> bool:
         """Run ``actions`` (recording a load's outcome) unless closed; whether they ran."""
@@ -269,9 +279,14 @@ class FullCachingRuntime(LookupRuntime):
         policy = provider.retry_policy
 
         def closing(seconds: float) -> bool:
-            return self._closed.wait(seconds) or not self._record(self.metrics.inc_retries)
+            return self._closed.wait(seconds) or self._closed.is_set()
 
-        tries = policy.retries(f"full cache reload of {provider.describe()}", wait=closing)
+        tries = policy.retries(
+            f"full cache reload of {provider.describe()}", wait=closing,
+            on_retry=partial(self._record, self.metrics.inc_retries),
+            busy_timeout=provider.connection_wait().total_seconds(),
+            on_busy_wait=lambda seconds: self._record(
+                partial(self.metrics.record_connection_wait, seconds)))
         for _ in tries:
             if self._closed.is_set():
                 return

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
@@ -28,7 +28,7 @@ from connectors.keys import EncodedKeys, KeyCodec
 from lookup.changes.feed import ChangeFeed
 from lookup.changes.listener import Subscription, subscribe
 from lookup.changes.partial import CacheInvalidation
-from lookup.function import LookupFunction
+from lookup.function import LookupFunction, LookupFunctionBase
 from lookup.providers import (
     AsyncLookupFunctionProvider,
     LookupFunctionProvider,
@@ -99,13 +99,36 @@ class LoadingRuntime(LookupRuntime):
                 self._cache, self._codec, feed, list(provider.key_columns), provider.key_types,
                 self.metrics, provider.describe())
         self._subscription: Subscription | None = None
+        # A source over its connection limit is waited for up to the provider's load
+        # timeout, each wait counted (see lookup.retry).
+        self._busy_timeout = provider.connection_wait().total_seconds()
+        self._budget = provider.connection_budget()
+        self._function: LookupFunctionBase = provider.function
+        self._unwatch: Callable[[], None] | None = None
+
+    def _retries(self, what: str) -> Retries:
+        budget = self._budget if self._unwatch is not None else None
+        return self._policy.retries(what, on_retry=self.metrics.inc_retries,
+                                    busy_timeout=self._busy_timeout,
+                                    on_busy_wait=self.metrics.record_connection_wait,
+                                    busy_sleep=None if budget is None else budget.wait_queued)
 
     def open(self) -> None:
+        budget = self._budget
+        if budget is not None and self._function.limit_connections(budget):
+            self._unwatch = budget.watch(self.metrics.record_connection_wait)
+        try:
+            self._open()
+        except BaseException:
+            if self._unwatch is not None:
+                self._unwatch()
+            raise
+
+    def _open(self) -> None:
         # Retried as a failed load is: a worker that starts during an outage (Spark hands
         # a batch to any idle worker, or starts one) waits it out instead of failing its
         # task at once. ConfigError and TypeError are raised at once.
-        tries = self._policy.retries(f"opening {self.provider.describe()}",
-                                     on_retry=self.metrics.inc_retries)
+        tries = self._retries(f"opening {self.provider.describe()}")
         for _ in tries:
             try:
                 self._loader.open()
@@ -127,7 +150,11 @@ class LoadingRuntime(LookupRuntime):
         try:
             close_each(self._subscription, self._guard, self._cache)
         finally:
-            self._loader.close()
+            try:
+                self._loader.close()
+            finally:
+                if self._unwatch is not None:
+                    self._unwatch()
 
     # --- the batch path of joins and SQL functions, in Arrow
 
@@ -271,8 +298,7 @@ class LoadingRuntime(LookupRuntime):
 
     def _load_arrow_with_retries(self, function: LookupFunction, keys: list[pa.Array]
                                  ) -> tuple[pa.Array, Any]:
-        tries = self._policy.retries(f"lookup of {len(keys[0])} key(s)",
-                                     on_retry=self.metrics.inc_retries)
+        tries = self._retries(f"lookup of {len(keys[0])} key(s)")
         for _ in tries:
             try:
                 with self._one_load(function):
@@ -385,8 +411,7 @@ class LoadingRuntime(LookupRuntime):
     def _load_with_retries(self, keys: list[Key]) -> dict[Key, tuple[Row, ...]]:
         results: dict[Key, tuple[Row, ...]] = {}
         pending = keys
-        tries = self._policy.retries(f"lookup of {len(keys)} key(s)",
-                                     on_retry=self.metrics.inc_retries)
+        tries = self._retries(f"lookup of {len(keys)} key(s)")
         function = getattr(self.provider, "function", None)
         for _ in tries:
             try:

@@ -1,5 +1,6 @@
 """Over-limit refusals are their own transient kind (`SourceBusyError`): PostgreSQL's
-SQLSTATE 53300, MySQL's and MariaDB's 1040 and 1203, Redis's maxclients; nothing else is."""
+SQLSTATE 53300, MySQL's and MariaDB's 1040, 1203 and 1226 for max_user_connections,
+Redis's maxclients; nothing else is."""
 
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ def test_driver_refusals_over_a_connection_limit_are_busy() -> None:
         pymysql.err.OperationalError(1040, "Too many connections"),
         pymysql.err.OperationalError(
             1203, "User u already has more than 'max_user_connections' active connections"),
+        pymysql.err.OperationalError(
+            1226, "User 'u' has exceeded the 'max_user_connections' resource (current value: 1)"),
         redis.ConnectionError("max number of clients reached"),
     ]
     for refusal in refusals:
@@ -37,6 +40,8 @@ def test_driver_refusals_over_a_connection_limit_are_busy() -> None:
         psycopg.OperationalError("connection failed: Connection refused"),
         pymysql.err.OperationalError(2003, "Can't connect to MySQL server"),
         pymysql.err.OperationalError(1045, "Access denied for user"),
+        pymysql.err.OperationalError(
+            1226, "User 'u' has exceeded the 'max_queries_per_hour' resource (current value: 9)"),
         redis.ConnectionError("Error 111 connecting"),
     ]
     for other in others:

@@ -117,7 +117,10 @@ def customers(pg_role: PgRole) -> list[tuple[int, str]]:
 
 def pg_provider(role: PgRole, sleep: FileRecordingSleep) -> PartialCachingLookupProvider:
     fn = SqlLookupFunction(role.factory(), "customers", "id", schema=DIM_SCHEMA)
-    return PartialCachingLookupProvider.of(fn, cache(), retry_policy=patient_policy(sleep))
+    # Unbudgeted: the worker keeps its connection between batches, which step 1
+    # terminates (under a budget an idle connection closes by itself within seconds).
+    return PartialCachingLookupProvider.of(fn, cache(), retry_policy=patient_policy(sleep),
+                                           max_source_connections=None)
 
 
 @pytest.mark.spark

@@ -1,0 +1,92 @@
+"""A provider's budget of connections to its source on each host (``max_source_connections``).
+
+The budget is configuration, built with the provider and shipped with it; where a
+connector opens a connection it takes a slot of the host (`spark_lookup.host_slots`)
+first and gives it back when the connection closes, so at most ``limit`` connections
+of the provider are open at once on a host, idle ones included. The slots of a budget
+are one `HostSlots` per process, whose waits are reported to the runtimes watching it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from spark_lookup.host_slots import HostSlots, Slot
+
+__all__ = ["DEFAULT_MAX_SOURCE_CONNECTIONS", "ConnectionBudget", "default_slots_root"]
+
+DEFAULT_MAX_SOURCE_CONNECTIONS = 4
+"""Connections a provider opens to its source at once per host, by default: a few per
+host, so that a cluster stays far below a database's usual ``max_connections`` (100)."""
+
+_registry_lock = threading.Lock()
+_slots: dict[str, HostSlots] = {}
+_watchers: dict[str, list[Callable[[float], object]]] = {}
+
+
+def default_slots_root() -> Path:
+    """``<system temp dir>/spark-lookup-slots-<uid>``: where budgets keep their slots."""
+    return Path(tempfile.gettempdir()) / f"spark-lookup-slots-{os.getuid()}"
+
+
+@dataclass(frozen=True)
+class ConnectionBudget:
+    """At most ``limit`` connections open at once on a host, across its processes,
+    each waited for up to ``timeout`` seconds; the slots live in ``directory``."""
+
+    directory: str
+    limit: int
+    timeout: float
+    what: str = "the source"
+
+    def slots(self) -> HostSlots:
+        """This process's slots of the budget (made at first use)."""
+        with _registry_lock:
+            slots = _slots.get(self.directory)
+            if slots is None:
+                slots = _slots[self.directory] = HostSlots(self.directory, self.limit)
+            return slots
+
+    def take(self) -> Slot:
+        """A slot for one connection, waited for in the host's queue; a wait is reported
+        to the watchers.
+
+        Raises
+        ------
+        SourceBusyError
+            When none came free within ``timeout``.
+        """
+        return self.slots().take(self.timeout, self._waited, self.what)
+
+    def wait_queued(self, seconds: float) -> None:
+        """Wait ``seconds`` for a source over its own connection limit, asking the host's
+        idle connections of the budget to close meanwhile (`HostSlots.wait_queued`)."""
+        self.slots().wait_queued(seconds)
+
+    def contended(self) -> bool:
+        """Whether someone on the host waits for a slot: an idle connection should close."""
+        return self.slots().contended()
+
+    def watch(self, on_wait: Callable[[float], object]) -> Callable[[], None]:
+        """Report this process's waits to ``on_wait`` (seconds); returns the undo."""
+        with _registry_lock:
+            _watchers.setdefault(self.directory, []).append(on_wait)
+
+        def unwatch() -> None:
+            with _registry_lock:
+                watchers = _watchers.get(self.directory, [])
+                if on_wait in watchers:
+                    watchers.remove(on_wait)
+
+        return unwatch
+
+    def _waited(self, seconds: float) -> None:
+        with _registry_lock:
+            watchers = list(_watchers.get(self.directory, ()))
+        for watcher in watchers:
+            watcher(seconds)

@@ -1,0 +1,209 @@
+"""Slots shared by the processes of a host: at most N held at once, across processes.
+
+A slot is a file ``slot-<i>`` of a directory, held by an exclusive ``flock`` on an
+open descriptor of it: the kernel releases it when the descriptor closes, however the
+holder ends (a process killed with SIGKILL included), so no slot leaks and nothing needs
+cleaning up. Waiters queue in the directory's ``queue/``: a ticket file per waiter,
+named by when it started waiting and locked by it while it waits. A waiter takes a free
+slot only when fewer than N live tickets are older than its own, and a newcomer joins
+the queue when anyone waits: a process that gives a slot back and asks again at once
+does not overtake the processes that were waiting (`flock` has no queue of its own).
+A ticket whose lock is free belongs to a dead waiter and is removed by whoever finds it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from spark_lookup.errors import ConfigError, SourceBusyError
+
+__all__ = ["HostSlots", "Slot"]
+
+_QUEUE = "queue"
+_FIRST_PAUSE = 0.005
+_MAX_PAUSE = 0.1
+"""A waiter looks again after 5 ms, doubling to 100 ms (jittered): a slot given back is
+taken within about that."""
+
+
+class Slot:
+    """One slot held by this process (an open, ``flock``ed descriptor); `release` gives
+    it back, once (again: nothing)."""
+
+    def __init__(self, fd: int, index: int) -> None:
+        self.index = index
+        self._fd: int | None = fd
+        self._lock = threading.Lock()
+
+    @property
+    def held(self) -> bool:
+        """Whether the slot is still held."""
+        return self._fd is not None
+
+    def release(self) -> None:
+        """Give the slot back."""
+        with self._lock:
+            fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)  # closing drops the flock
+
+    def __repr__(self) -> str:
+        return f"Slot({self.index}, held={self.held})"
+
+
+class HostSlots:
+    """``count`` slots in ``directory`` (created, mode 0700, owned by this user).
+
+    Thread-safe; any number of processes and threads may use one directory, as long as
+    they agree on ``count``.
+
+    Raises
+    ------
+    ConfigError
+        When the directory is not this user's, or ``count`` is below 1.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], count: int) -> None:
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ConfigError(f"a host needs at least one slot, got {count!r}")
+        self.directory = Path(directory)
+        self.count = count
+        self._queue = self.directory / _QUEUE
+        self._queue.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for path in (self.directory, self._queue):
+            owner = path.lstat().st_uid
+            if owner != os.getuid() or path.is_symlink():
+                raise ConfigError(f"the slot directory {path} belongs to user {owner}, not "
+                                  "to this one (or is a symbolic link): give it another name")
+
+    def __repr__(self) -> str:
+        return f"HostSlots({str(self.directory)!r}, count={self.count})"
+
+    # --- taking
+
+    def try_take(self) -> Slot | None:
+        """A free slot now, or None (whoever waits)."""
+        start = random.randrange(self.count)  # noqa: S311  # spreads takers over the files
+        for step in range(self.count):
+            index = (start + step) % self.count
+            fd = os.open(self.directory / f"slot-{index}", os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                os.close(fd)
+                if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                    raise
+                continue
+            return Slot(fd, index)
+        return None
+
+    def take(self, timeout: float, on_wait: Callable[[float], object] | None = None,
+             what: str = "the source") -> Slot:
+        """A slot, waiting in the host's queue up to ``timeout`` seconds; a wait is
+        reported to ``on_wait`` with its seconds (taken at once: not called).
+
+        Raises
+        ------
+        SourceBusyError
+            When no slot came free in time.
+        """
+        if not self.contended():
+            slot = self.try_take()
+            if slot is not None:
+                return slot
+        started = time.monotonic()
+        deadline = started + timeout
+        ticket, fd = self._enqueue()
+        try:
+            pause = _FIRST_PAUSE
+            while True:
+                if self._ahead(ticket) < self.count:
+                    slot = self.try_take()
+                    if slot is not None:
+                        break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise SourceBusyError(
+                        f"no connection to {what} came free within {timeout:g} s: all "
+                        f"{self.count} of the host's (max_source_connections) stayed in use")
+                time.sleep(min(left, random.uniform(pause / 2, pause)))  # noqa: S311
+                pause = min(pause * 2, _MAX_PAUSE)
+        finally:
+            with contextlib.suppress(OSError):
+                ticket.unlink()
+            os.close(fd)
+        if on_wait is not None:
+            on_wait(time.monotonic() - started)
+        return slot
+
+    def wait_queued(self, seconds: float) -> None:
+        """Sleep ``seconds`` with a ticket in the queue, so that the holders' idle
+        connections close meanwhile: the source refused this process a connection for
+        being over a limit of its own, which the host's idle connections count against."""
+        ticket, fd = self._enqueue()
+        try:
+            time.sleep(seconds)
+        finally:
+            with contextlib.suppress(OSError):
+                ticket.unlink()
+            os.close(fd)
+
+    # --- the queue
+
+    def contended(self) -> bool:
+        """Whether a process or thread of the host waits for a slot now."""
+        return any(self._alive(path) for path in self._tickets())
+
+    def _tickets(self) -> list[Path]:
+        try:
+            names = sorted(e.name for e in os.scandir(self._queue) if not e.name.startswith("."))
+        except OSError:
+            return []
+        return [self._queue / name for name in names]
+
+    def _enqueue(self) -> tuple[Path, int]:
+        """A ticket of this waiter, locked before it has its name (a ticket seen
+        unlocked is a dead waiter's)."""
+        name = f"{time.time_ns():020d}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        temporary = self._queue / f".{name}"
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.rename(temporary, self._queue / name)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                temporary.unlink()
+            raise
+        return self._queue / name, fd
+
+    def _ahead(self, ticket: Path) -> int:
+        """How many live waiters have waited longer than ``ticket``'s."""
+        return sum(1 for path in self._tickets() if path.name < ticket.name and self._alive(path))
+
+    @staticmethod
+    def _alive(path: Path) -> bool:
+        """Whether the ticket's waiter still waits (its lock is held); a dead waiter's
+        ticket is removed."""
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return False  # gone: its waiter is done
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        finally:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return False

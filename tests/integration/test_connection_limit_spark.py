@@ -1,0 +1,106 @@
+"""A partial cache over a PostgreSQL role with CONNECTION LIMIT 2 (issue 44: every task
+failed with "too many connections for role"), joined by more concurrent tasks than the
+role has connections left: the job completes with the right rows and no failed load,
+its waits counted. Classic and Spark Connect sessions."""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from cache import DefaultLookupCache
+from lookup import PartialCachingLookupProvider, SqlLookupFunction, lookup_join, lookup_metrics
+
+pytestmark = [pytest.mark.spark, pytest.mark.postgres]
+
+KEYS = 2_000
+EVENTS = 20_000
+
+
+@pytest.fixture
+def limited_role(postgres_dsn: str, pg_schema: str) -> Iterator[str]:
+    """A login role with CONNECTION LIMIT 2 reading ``dim`` (KEYS rows) of the test's
+    schema, one of its two connections held by the test throughout: the workers have
+    one left, fewer than the session's concurrent tasks. Dropped afterwards."""
+    role = f"sltest_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+        admin.execute(f'CREATE TABLE "{pg_schema}".dim (id bigint PRIMARY KEY, name text)')
+        admin.execute(f'INSERT INTO "{pg_schema}".dim SELECT g, \'n\' || g '
+                      f"FROM generate_series(0, {KEYS - 1}) AS g")
+        admin.execute(f'CREATE ROLE "{role}" LOGIN CONNECTION LIMIT 2')
+        admin.execute(f'GRANT USAGE ON SCHEMA "{pg_schema}" TO "{role}"')
+        admin.execute(f'GRANT SELECT ON "{pg_schema}".dim TO "{role}"')
+    held = None
+    try:
+        held = psycopg.connect(postgres_dsn, user=role)
+        yield role
+    finally:
+        if held is not None:
+            held.close()
+        with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+            # The workers' pinned runtimes may still hold a connection of the role.
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                          "WHERE usename = %s", (role,))
+            admin.execute(f'DROP OWNED BY "{role}"')
+            admin.execute(f'DROP ROLE "{role}"')
+
+
+@pytest.fixture
+def small_batches(spark: Any) -> Iterator[None]:
+    """Arrow batches of 500 rows: each task loads many times, so the tasks overlap."""
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = spark.conf.get(key)
+    spark.conf.set(key, "500")
+    try:
+        yield
+    finally:
+        spark.conf.set(key, before)
+
+
+def _join(spark: Any, provider: PartialCachingLookupProvider) -> None:
+    stream = spark.range(0, EVENTS).selectExpr(f"id % {KEYS} AS id", "id AS event") \
+        .repartition(4)
+    rows = lookup_join(stream, provider, on="id", metrics=True).collect()
+    assert len(rows) == EVENTS
+    assert all(row["name"] == f"n{row['id']}" for row in rows)
+
+
+def _provider(postgres_dsn: str, pg_schema: str, role: str, **options: Any
+              ) -> PartialCachingLookupProvider:
+    connect = functools.partial(psycopg.connect, postgres_dsn, user=role,
+                                options=f"-c search_path={pg_schema}", connect_timeout=10)
+    # A small cache: keys keep being loaded, so every task keeps needing connections.
+    cache = DefaultLookupCache.new_builder().maximum_size(200).build()
+    return PartialCachingLookupProvider.of(
+        SqlLookupFunction(connect, "dim", "id", schema="id BIGINT, name STRING"), cache,
+        load_timeout=120, **options)
+
+
+def test_a_source_over_its_connection_limit_is_waited_for(
+        spark: Any, postgres_dsn: str, pg_schema: str, limited_role: str,
+        small_batches: None) -> None:
+    # The default budget (4 a host) allows more than the role: the role refuses, and the
+    # refused loads wait (their queue tickets make the others' idle connections close).
+    provider = _provider(postgres_dsn, pg_schema, limited_role)
+    _join(spark, provider)
+    metrics = lookup_metrics(provider)
+    assert metrics.num_load_failures == 0
+    assert metrics.num_connection_waits >= 1
+    assert metrics.load_count >= 4
+
+
+def test_the_host_budget_keeps_below_the_role_limit(
+        spark: Any, postgres_dsn: str, pg_schema: str, limited_role: str,
+        small_batches: None) -> None:
+    # One connection a host: the workers queue for it, and the role never refuses one.
+    provider = _provider(postgres_dsn, pg_schema, limited_role, max_source_connections=1,
+                         max_retries=0)
+    _join(spark, provider)
+    metrics = lookup_metrics(provider)
+    assert metrics.num_load_failures == 0
+    assert metrics.num_retries == 0
