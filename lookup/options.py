@@ -37,6 +37,10 @@ log = logging.getLogger("lookup")
 _MODE_PREFIXES = {"lookup.partial-cache.": "PARTIAL",
                   f"{opts.LIBRARY_PREFIX}partial-cache.": "PARTIAL",
                   "lookup.full-cache.": "FULL"}
+# A provider option that a mode's provider has not, and what that provider has instead.
+_NOT_IN_MODE = {opts.LOAD_TIMEOUT.key: (
+    "FULL", "a full cache's loads wait up to its initial_load_timeout "
+            "(FullCachingLookupProvider.of)")}
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,10 @@ class LookupOptions:
                 raise ConfigError(
                     f"option {key!r} does not apply when 'lookup.cache' is {cache_type}"
                 )
+            mode, instead = _NOT_IN_MODE.get(key, (None, ""))
+            if mode == cache_type:
+                raise ConfigError(f"option {key!r} does not apply when 'lookup.cache' is "
+                                  f"{cache_type}: {instead}")
         checked = cls(shown_options(options), cache_type, max_retries, table)
         # Parse everything now, so a bad value fails here and not on an executor.
         if cache_type == "PARTIAL":
@@ -150,6 +158,8 @@ class LookupOptions:
             opts.FULL_CACHE_MAX_STALENESS.get(options)
         opts.ASYNC_CAPACITY.get(options)
         opts.ASYNC_TIMEOUT.get(options)
+        opts.MAX_SOURCE_CONNECTIONS.get(options)
+        opts.LOAD_TIMEOUT.get(options)
         return checked
 
     @classmethod
@@ -254,7 +264,9 @@ class LookupOptions:
         ------
         ConfigError
             For a missing required option (naming it), a connector that cannot build a
-            provider, a table without a primary key and no ``key_columns``.
+            provider, a table without a primary key and no ``key_columns``, or
+            ``spark.lookup.load-timeout`` with an async function (whose loads wait up
+            to ``lookup.async.timeout``).
         ConnectorError
             When the table's catalog cannot be read (building from ``jdbc`` options
             reads it, on the driver).
@@ -276,6 +288,8 @@ class LookupOptions:
                     and not isinstance(target, (LookupFunction, AsyncLookupFunction))):
                 key_columns = list(self.key_columns)  # a source has no key of its own
         retries = self.max_retries
+        kwargs.setdefault("max_source_connections",
+                          opts.MAX_SOURCE_CONNECTIONS.get(self.options))
         if self.cache_type == "FULL":
             if key_columns is None:
                 raise ConfigError("a FULL lookup cache needs key_columns (the source has none)")
@@ -302,6 +316,11 @@ class LookupOptions:
                 )
         cache = self.build_cache()
         if isinstance(target, AsyncLookupFunction):
+            if opts.LOAD_TIMEOUT.key in self.options:
+                raise ConfigError(
+                    f"option {opts.LOAD_TIMEOUT.key!r} does not apply to an async lookup "
+                    f"function ({type(target).__name__}): its loads wait for the source up "
+                    f"to {opts.ASYNC_TIMEOUT.key!r}")
             kwargs.setdefault("capacity", opts.ASYNC_CAPACITY.get(self.options))
             kwargs.setdefault("timeout", opts.ASYNC_TIMEOUT.get(self.options))
             if cache is None:
@@ -311,6 +330,7 @@ class LookupOptions:
             return providers.PartialCachingAsyncLookupProvider.of(
                 target, cache, max_retries=retries, **kwargs
             )
+        kwargs.setdefault("load_timeout", opts.LOAD_TIMEOUT.get(self.options))
         if cache is None:
             return providers.LookupFunctionProvider.of(target, max_retries=retries, **kwargs)
         return providers.PartialCachingLookupProvider.of(

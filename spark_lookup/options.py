@@ -23,6 +23,7 @@ from datetime import time, timedelta, timezone
 from decimal import Decimal, InvalidOperation
 from typing import Any, Generic, TypeVar
 
+from spark_lookup.connection_budget import DEFAULT_MAX_SOURCE_CONNECTIONS
 from spark_lookup.errors import ConfigError, ConfigWarning
 from spark_lookup.shown import shown
 
@@ -36,8 +37,10 @@ __all__ = [
     "FULL_CACHE_MAX_STALENESS",
     "FULL_CACHE_RELOAD_STRATEGY",
     "LIBRARY_PREFIX",
+    "LOAD_TIMEOUT",
     "LOOKUP_OPTIONS",
     "MAX_RETRIES",
+    "MAX_SOURCE_CONNECTIONS",
     "PARTIAL_CACHE_CACHE_MISSING_KEY",
     "PARTIAL_CACHE_EXPIRE_AFTER_ACCESS",
     "PARTIAL_CACHE_EXPIRE_AFTER_WRITE",
@@ -59,6 +62,7 @@ __all__ = [
     "parse_int",
     "parse_iso_time",
     "parse_memory_size",
+    "parse_source_connections",
     "positive_duration",
     "positive_int",
     "with_duration_units",
@@ -440,6 +444,20 @@ def positive_int(value: object, key: str) -> int:
     return parse_int(value, key, min_value=1)
 
 
+_UNLIMITED = "unlimited"
+
+
+def parse_source_connections(value: object, key: str) -> int | None:
+    """Option ``key``'s value as a connection budget: an integer of at least 1, or
+    ``unlimited`` (any case) for None, as ``max_source_connections=None`` means."""
+    if isinstance(value, str) and value.strip().lower() == _UNLIMITED:
+        return None
+    try:
+        return positive_int(value, key)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc} (or {_UNLIMITED!r})") from None
+
+
 def _one_of(*names: str) -> Callable[[object, str], str]:
     """A parser of one of ``names``, read as `parse_enum` reads an enum's."""
     choice = enum.Enum("Choice", names)  # type: ignore[misc]  # a functional enum
@@ -527,6 +545,19 @@ ASYNC_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
     "Timeout of one async lookup.",
 )
 
+# Beyond Flink, whose connectors open a connection per task: the provider's budget of
+# connections per host (issue 44), so that a wide job cannot exhaust the source's limit.
+MAX_SOURCE_CONNECTIONS: ConfigOption[int | None] = ConfigOption(
+    f"{LIBRARY_PREFIX}max-source-connections", parse_source_connections,
+    DEFAULT_MAX_SOURCE_CONNECTIONS,
+    "Connections a provider opens to its source at once per host ('unlimited': no bound).",
+)
+LOAD_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
+    f"{LIBRARY_PREFIX}load-timeout", positive_duration, timedelta(seconds=180),
+    "How long a load waits for its source: for a connection of the host's budget, and "
+    "while the source refuses connections for being over its own limit.",
+)
+
 LOOKUP_OPTIONS: tuple[ConfigOption[Any], ...] = (
     CACHE,
     MAX_RETRIES,
@@ -544,6 +575,8 @@ LOOKUP_OPTIONS: tuple[ConfigOption[Any], ...] = (
     FULL_CACHE_MAX_STALENESS,
     ASYNC_CAPACITY,
     ASYNC_TIMEOUT,
+    MAX_SOURCE_CONNECTIONS,
+    LOAD_TIMEOUT,
 )
 """Every ``lookup.*`` key the library understands, and its own table options under
 ``spark.lookup.`` (`LIBRARY_PREFIX`), in documentation order."""

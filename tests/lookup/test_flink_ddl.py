@@ -387,6 +387,21 @@ def test_a_sqlite_ddl_gives_the_provider_of_its_options_and_columns(db: Path,
         (3,): ((3, "n3", "gold"),), (4,): ((4, "n4", "silver"),), (99,): ()}
 
 
+@pytest.mark.parametrize("cache", ["NONE", "PARTIAL", "FULL"])
+def test_a_sqlite_ddls_connection_budget_reaches_its_provider(db: Path, cache: str) -> None:
+    more = SQLITE_OPTIONS[cache] + "'spark.lookup.max-source-connections' = '2',"
+    if cache != "FULL":  # a full cache waits up to its initial_load_timeout instead
+        more += "'spark.lookup.load-timeout' = '30 s',"
+    provider = LookupOptions.from_ddl(SQLITE_DDL.format(path=db, cache=cache,
+                                                        more=more)).provider()
+    budget = provider.connection_budget()
+    assert budget is not None
+    assert budget.limit == 2
+    assert budget.timeout == (300 if cache == "FULL" else 30)
+    with open_lookup(provider) as handle:
+        assert handle.lookup((3,)) == ((3, "n3", "gold"),)
+
+
 def test_the_ddls_key_serves_a_table_without_a_primary_key(db: Path) -> None:
     options = LookupOptions.from_ddl(ddl(
         "`at` STRING, what STRING, PRIMARY KEY (`at`) NOT ENFORCED",

@@ -188,3 +188,98 @@ def test_bad_expire_missing_after_options_are_refused_naming_the_key(
         options: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         LookupOptions.from_dict(options)
+
+
+# --- the host's connection budget: spark.lookup.max-source-connections and
+# spark.lookup.load-timeout (issue 44) ----------------------------------------------------
+
+
+BUDGET = "spark.lookup.max-source-connections"
+LOAD_WAIT = "spark.lookup.load-timeout"
+FULL = {"lookup.cache": "FULL", "lookup.full-cache.periodic-reload.interval": "1 h"}
+SOURCE = CollectionSource(ROWS, schema="id BIGINT, name STRING")
+
+
+@pytest.mark.parametrize(("options", "target"), [
+    ({}, DictLookup(ROWS)),
+    ({"lookup.cache": "PARTIAL", "lookup.partial-cache.max-rows": "10"}, DictLookup(ROWS)),
+    ({}, AsyncDictLookup(ROWS)),
+    ({"lookup.cache": "PARTIAL", "lookup.partial-cache.max-rows": "10"}, AsyncDictLookup(ROWS)),
+    (FULL, SOURCE),
+])
+def test_max_source_connections_reaches_every_modes_provider(options: dict[str, str],
+                                                              target: Any) -> None:
+    provider = LookupOptions.from_dict({**options, BUDGET: "2"}).provider(
+        target, key_columns=["id"])
+    assert provider.max_source_connections == 2
+    assert provider.connection_budget().limit == 2  # type: ignore[union-attr]
+    unlimited = LookupOptions.from_dict({**options, BUDGET: " Unlimited "}).provider(
+        target, key_columns=["id"])
+    assert unlimited.max_source_connections is None
+    assert unlimited.connection_budget() is None
+    default = LookupOptions.from_dict(options).provider(target, key_columns=["id"])
+    assert default.max_source_connections == 4  # the Python API's default
+
+
+def test_an_argument_given_to_provider_wins_over_the_budget_option() -> None:
+    options = LookupOptions.from_dict({BUDGET: "2", LOAD_WAIT: "1 min"})
+    provider = options.provider(DictLookup(ROWS), max_source_connections=None,
+                                load_timeout=timedelta(seconds=5))
+    assert provider.max_source_connections is None
+    assert provider.load_timeout == timedelta(seconds=5)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("options", [
+    {}, {"lookup.cache": "PARTIAL", "lookup.partial-cache.max-rows": "10"}])
+def test_load_timeout_reaches_the_sync_providers(options: dict[str, str]) -> None:
+    provider = LookupOptions.from_dict({**options, LOAD_WAIT: "5 min"}).provider(
+        DictLookup(ROWS))
+    assert provider.load_timeout == timedelta(minutes=5)  # type: ignore[attr-defined]
+    assert provider.connection_budget().timeout == 300  # type: ignore[union-attr]
+    default = LookupOptions.from_dict(options).provider(DictLookup(ROWS))
+    assert default.load_timeout == timedelta(seconds=180)  # type: ignore[attr-defined]
+
+
+def test_load_timeout_as_a_bare_number_is_milliseconds_as_flink_reads_it() -> None:
+    options = LookupOptions.from_dict({LOAD_WAIT: "90000"})
+    assert options.options[LOAD_WAIT] == "90000 ms"
+    provider = options.provider(DictLookup(ROWS))
+    assert provider.load_timeout == timedelta(seconds=90)  # type: ignore[attr-defined]
+
+
+def test_the_budget_options_from_a_flink_ddl() -> None:
+    options = LookupOptions.from_ddl(f'''
+        CREATE TABLE customers (id BIGINT, name STRING, PRIMARY KEY (id) NOT ENFORCED)
+        WITH ('connector' = 'kafka', 'lookup.cache' = 'PARTIAL',
+              'lookup.partial-cache.max-rows' = '1000',
+              '{BUDGET}' = '3', '{LOAD_WAIT}' = '2 min')''')
+    provider = options.provider(DictLookup(ROWS))
+    assert provider.max_source_connections == 3
+    assert provider.load_timeout == timedelta(minutes=2)  # type: ignore[attr-defined]
+
+
+def test_load_timeout_with_an_async_function_is_refused_naming_the_key() -> None:
+    options = LookupOptions.from_dict({LOAD_WAIT: "1 min"})
+    with pytest.raises(ConfigError, match=f"option '{LOAD_WAIT}' does not apply to an async "
+                                          "lookup function \\(AsyncDictLookup\\): its loads "
+                                          "wait for the source up to 'lookup.async.timeout'"):
+        options.provider(AsyncDictLookup(ROWS))
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({**FULL, LOAD_WAIT: "1 min"},
+     f"option '{LOAD_WAIT}' does not apply when 'lookup.cache' is FULL: a full cache's "
+     "loads wait up to its initial_load_timeout"),
+    ({BUDGET: "0"}, f"option '{BUDGET}': must be >= 1, got 0 \\(or 'unlimited'\\)"),
+    ({BUDGET: "four"}, f"option '{BUDGET}': expected an integer, got 'four' "
+                       "\\(or 'unlimited'\\)"),
+    ({BUDGET: "none"}, f"option '{BUDGET}': expected an integer"),
+    ({LOAD_WAIT: "0 s"}, f"option '{LOAD_WAIT}': must be a positive duration"),
+    ({LOAD_WAIT: "soon"}, f"option '{LOAD_WAIT}': cannot parse duration 'soon'"),
+    ({"connector": "kafka", "spark.lookup.max-source-connection": "2"},
+     f"unknown option 'spark.lookup.max-source-connection'; did you mean '{BUDGET}'"),
+])
+def test_bad_budget_options_are_refused_naming_the_key(options: dict[str, str],
+                                                       message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        LookupOptions.from_dict(options)
