@@ -106,7 +106,8 @@ class LookupProvider:
         """The budget of this provider's connections to its source on each host (at
         most ``max_source_connections`` open at once across the host's processes), or
         None when unlimited. Its slots are files under
-        ``<system temp dir>/spark-lookup-slots-<uid>/<provider_id>``."""
+        ``<system temp dir>/spark-lookup-slots-<uid>/<provider_id>``, deleted once no
+        process of the host uses them (`spark_lookup.host_slots.sweep`)."""
         if self.max_source_connections is None:
             return None
         return ConnectionBudget(str(default_slots_root() / self.provider_id),

@@ -9,6 +9,7 @@ are one `HostSlots` per process, whose waits are reported to the runtimes watchi
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 import threading
@@ -16,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from spark_lookup.host_slots import HostSlots, Slot
+from spark_lookup.host_slots import HostSlots, Slot, sweep
 
 __all__ = ["DEFAULT_MAX_SOURCE_CONNECTIONS", "ConnectionBudget", "default_slots_root"]
 
@@ -24,9 +25,12 @@ DEFAULT_MAX_SOURCE_CONNECTIONS = 4
 """Connections a provider opens to its source at once per host, by default: a few per
 host, so that a cluster stays far below a database's usual ``max_connections`` (100)."""
 
+log = logging.getLogger("spark_lookup")
+
 _registry_lock = threading.Lock()
 _slots: dict[str, HostSlots] = {}
 _watchers: dict[str, list[Callable[[float], object]]] = {}
+_swept: set[Path] = set()
 
 
 def default_slots_root() -> Path:
@@ -45,12 +49,22 @@ class ConnectionBudget:
     what: str = "the source"
 
     def slots(self) -> HostSlots:
-        """This process's slots of the budget (made at first use)."""
+        """This process's slots of the budget (made at first use, when the process's
+        first budget in the same parent directory also deletes the directories there
+        that nobody uses: `spark_lookup.host_slots.sweep`)."""
         with _registry_lock:
             slots = _slots.get(self.directory)
             if slots is None:
                 slots = _slots[self.directory] = HostSlots(self.directory, self.limit)
-            return slots
+            root = slots.directory.parent
+            first = root not in _swept
+            _swept.add(root)
+        if first:
+            try:
+                sweep(root)
+            except OSError as exc:  # housekeeping: it never fails a load
+                log.warning("sweeping unused connection slots in %s failed: %s", root, exc)
+        return slots
 
     def take(self) -> Slot:
         """A slot for one connection, waited for in the host's queue; a wait is reported

@@ -2,13 +2,19 @@
 
 A slot is a file ``slot-<i>`` of a directory, held by an exclusive ``flock`` on an
 open descriptor of it: the kernel releases it when the descriptor closes, however the
-holder ends (a process killed with SIGKILL included), so no slot leaks and nothing needs
-cleaning up. Waiters queue in the directory's ``queue/``: a ticket file per waiter,
-named by when it started waiting and locked by it while it waits. A waiter takes a free
+holder ends (a process killed with SIGKILL included), so no slot leaks. Waiters queue
+in the directory's ``queue/``: a ticket file per waiter, named by when it started
+waiting and locked by it while it waits. A waiter takes a free
 slot only when fewer than N live tickets are older than its own, and a newcomer joins
 the queue when anyone waits: a process that gives a slot back and asks again at once
 does not overtake the processes that were waiting (`flock` has no queue of its own).
 A ticket whose lock is free belongs to a dead waiter and is removed by whoever finds it.
+
+Every process using the directory holds a shared ``flock`` on its users file from
+`HostSlots` until `HostSlots.close` or its end. `sweep` deletes the sibling directories
+that nobody uses: it takes that file exclusively and every slot file, without waiting,
+and renames the directory away while it holds them, so a process arriving meanwhile
+finds the directory gone and makes a new one, never a half-deleted one.
 """
 
 from __future__ import annotations
@@ -16,19 +22,32 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import logging
 import os
 import random
+import shutil
 import threading
 import time
 import uuid
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 from spark_lookup.errors import ConfigError, SourceBusyError
 
-__all__ = ["HostSlots", "Slot"]
+__all__ = ["DEFAULT_UNUSED_FOR", "HostSlots", "Slot", "sweep"]
+
+log = logging.getLogger("spark_lookup")
+
+DEFAULT_UNUSED_FOR = timedelta(hours=1)
+"""How long a directory nobody uses is kept before a sweep deletes it: a provider whose
+workers come and go (Spark reaps idle Python workers) keeps its files meanwhile."""
 
 _QUEUE = "queue"
+# Named for this module alone: a sweep deletes only directories that hold it.
+_USERS = "host-slots-users"
+_TRASH_PREFIX = ".trash-host-slots-"
+_ATTACH_ATTEMPTS = 5
 _FIRST_PAUSE = 0.005
 _MAX_PAUSE = 0.1
 """A waiter looks again after 5 ms, doubling to 100 ms (jittered): a slot given back is
@@ -64,7 +83,7 @@ class HostSlots:
     """``count`` slots in ``directory`` (created, mode 0700, owned by this user).
 
     Thread-safe; any number of processes and threads may use one directory, as long as
-    they agree on ``count``.
+    they agree on ``count``. Until `close` (or the process's end) no `sweep` deletes it.
 
     Raises
     ------
@@ -78,12 +97,49 @@ class HostSlots:
         self.directory = Path(directory)
         self.count = count
         self._queue = self.directory / _QUEUE
-        self._queue.mkdir(mode=0o700, parents=True, exist_ok=True)
-        for path in (self.directory, self._queue):
-            owner = path.lstat().st_uid
-            if owner != os.getuid() or path.is_symlink():
-                raise ConfigError(f"the slot directory {path} belongs to user {owner}, not "
-                                  "to this one (or is a symbolic link): give it another name")
+        self._users_fd: int | None = None
+        for _ in range(_ATTACH_ATTEMPTS):
+            try:
+                self._queue.mkdir(mode=0o700, parents=True, exist_ok=True)
+                owners = [(path, path.lstat().st_uid) for path in (self.directory, self._queue)]
+            except (FileExistsError, FileNotFoundError):
+                continue  # a sweep set the directory aside meanwhile: make it again
+            for path, owner in owners:
+                if owner != os.getuid() or path.is_symlink():
+                    raise ConfigError(
+                        f"the slot directory {path} belongs to user {owner}, not to this "
+                        "one (or is a symbolic link): give it another name")
+            if self._attach():
+                break
+        else:  # pragma: no cover - needs a sweep racing us five times
+            raise OSError(f"could not use {self.directory}: it keeps being swept")
+
+    def _attach(self) -> bool:
+        """Hold the shared ``users`` lock of the directory now at our path; False when a
+        sweep took that directory away meanwhile (make it again)."""
+        users = self.directory / _USERS
+        try:
+            fd = os.open(users, os.O_RDWR | os.O_CREAT, 0o600)
+        except FileNotFoundError:
+            return False
+        fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while a sweep decides
+        try:
+            same = os.fstat(fd).st_ino == os.stat(users).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:
+            os.close(fd)
+            return False
+        os.utime(fd)  # "last used", what a sweep measures age from
+        self._users_fd = fd
+        return True
+
+    def close(self) -> None:
+        """Stop using the directory, once every slot taken here is released (a sweep may
+        then delete it). Idempotent; call no other method afterwards."""
+        fd, self._users_fd = self._users_fd, None
+        if fd is not None:
+            os.close(fd)
 
     def __repr__(self) -> str:
         return f"HostSlots({str(self.directory)!r}, count={self.count})"
@@ -207,3 +263,72 @@ class HostSlots:
         with contextlib.suppress(OSError):
             path.unlink()
         return False
+
+
+def sweep(root: str | os.PathLike[str], *, unused_for: timedelta = DEFAULT_UNUSED_FOR,
+          now: float | None = None) -> list[Path]:
+    """Delete the slot directories under ``root`` that no process uses and none started
+    using for ``unused_for``; return their paths. Only directories holding the users
+    file of `HostSlots` are considered: nothing else under ``root`` is deleted.
+
+    A directory is unused when the lock of its users file and each slot file's can be
+    taken exclusively at once (a waiter is a user too); it is renamed away while they
+    are held, then deleted.
+    """
+    now = time.time() if now is None else now
+    removed: list[Path] = []
+    for entry in os.scandir(root):
+        path = Path(entry.path)
+        if not entry.is_dir(follow_symlinks=False):
+            continue
+        if entry.name.startswith(_TRASH_PREFIX):
+            shutil.rmtree(path, ignore_errors=True)  # a sweep that died midway
+            continue
+        trash = _set_aside(path, unused_for.total_seconds(), now)
+        if trash is not None:
+            shutil.rmtree(trash, ignore_errors=True)
+            removed.append(path)
+            log.info("deleted the connection slots %s (unused for more than %s)", path,
+                     unused_for)
+    return removed
+
+
+def _set_aside(path: Path, unused_for: float, now: float) -> Path | None:
+    """``path`` renamed to a trash name beside it when nobody uses it, else None."""
+    users = path / _USERS
+    try:
+        fd = os.open(users, os.O_RDWR)
+    except OSError:
+        return None  # being made, or not slots of ours
+    held = [fd]
+    try:
+        if not _try_lock(fd):
+            return None
+        # Another sweep may have set this directory aside after we opened its file, and
+        # a newcomer made a new one at the path: that one is not ours to judge.
+        if os.fstat(fd).st_ino != os.stat(users).st_ino:
+            return None
+        if now - os.fstat(fd).st_mtime < unused_for:
+            return None
+        for slot in path.glob("slot-*"):
+            held.append(os.open(slot, os.O_RDWR))
+            if not _try_lock(held[-1]):
+                return None  # held by a process that closed its HostSlots too early
+        trash = path.parent / f"{_TRASH_PREFIX}{uuid.uuid4().hex[:12]}"
+        os.rename(path, trash)
+        return trash
+    except FileNotFoundError:
+        return None  # set aside by another sweep meanwhile
+    finally:
+        for each in held:
+            os.close(each)
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+            raise
+        return False
+    return True
