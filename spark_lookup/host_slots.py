@@ -20,12 +20,10 @@ finds the directory gone and makes a new one, never a half-deleted one.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import logging
 import os
 import random
-import shutil
 import threading
 import time
 import uuid
@@ -34,6 +32,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from spark_lookup.errors import ConfigError, SourceBusyError
+from spark_lookup.host_dirs import sweep_directories, trash_path, try_flock
 
 __all__ = ["DEFAULT_UNUSED_FOR", "HostSlots", "Slot", "sweep"]
 
@@ -153,13 +152,13 @@ class HostSlots:
             index = (start + step) % self.count
             fd = os.open(self.directory / f"slot-{index}", os.O_RDWR | os.O_CREAT, 0o600)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as exc:
+                free = try_flock(fd)
+            except OSError:
                 os.close(fd)
-                if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                    raise
-                continue
-            return Slot(fd, index)
+                raise
+            if free:
+                return Slot(fd, index)
+            os.close(fd)
         return None
 
     def take(self, timeout: float, on_wait: Callable[[float], object] | None = None,
@@ -276,21 +275,10 @@ def sweep(root: str | os.PathLike[str], *, unused_for: timedelta = DEFAULT_UNUSE
     are held, then deleted.
     """
     now = time.time() if now is None else now
-    removed: list[Path] = []
-    for entry in os.scandir(root):
-        path = Path(entry.path)
-        if not entry.is_dir(follow_symlinks=False):
-            continue
-        if entry.name.startswith(_TRASH_PREFIX):
-            shutil.rmtree(path, ignore_errors=True)  # a sweep that died midway
-            continue
-        trash = _set_aside(path, unused_for.total_seconds(), now)
-        if trash is not None:
-            shutil.rmtree(trash, ignore_errors=True)
-            removed.append(path)
-            log.info("deleted the connection slots %s (unused for more than %s)", path,
-                     unused_for)
-    return removed
+    return sweep_directories(
+        root, lambda path: _set_aside(path, unused_for.total_seconds(), now),
+        trash_prefix=_TRASH_PREFIX, considered=lambda path: True, log=log,
+        what="the connection slots", unused_for=unused_for)
 
 
 def _set_aside(path: Path, unused_for: float, now: float) -> Path | None:
@@ -302,7 +290,7 @@ def _set_aside(path: Path, unused_for: float, now: float) -> Path | None:
         return None  # being made, or not slots of ours
     held = [fd]
     try:
-        if not _try_lock(fd):
+        if not try_flock(fd):
             return None
         # Another sweep may have set this directory aside after we opened its file, and
         # a newcomer made a new one at the path: that one is not ours to judge.
@@ -312,9 +300,9 @@ def _set_aside(path: Path, unused_for: float, now: float) -> Path | None:
             return None
         for slot in path.glob("slot-*"):
             held.append(os.open(slot, os.O_RDWR))
-            if not _try_lock(held[-1]):
+            if not try_flock(held[-1]):
                 return None  # held by a process that closed its HostSlots too early
-        trash = path.parent / f"{_TRASH_PREFIX}{uuid.uuid4().hex[:12]}"
+        trash = trash_path(path, _TRASH_PREFIX)
         os.rename(path, trash)
         return trash
     except FileNotFoundError:
@@ -322,13 +310,3 @@ def _set_aside(path: Path, unused_for: float, now: float) -> Path | None:
     finally:
         for each in held:
             os.close(each)
-
-
-def _try_lock(fd: int) -> bool:
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-            raise
-        return False
-    return True

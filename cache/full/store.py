@@ -6,18 +6,15 @@ Design notes: DESIGN.md, cache/ ``cache/full/store.py``.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import json
 import logging
 import os
 import re
-import shutil
 import stat
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from datetime import timedelta
@@ -40,6 +37,7 @@ from cache.full.store_format import (
 )
 from cache.full.store_write import SnapshotWriter
 from spark_lookup.errors import ConfigError
+from spark_lookup.host_dirs import sweep_directories, trash_path, try_flock
 from spark_lookup.options import check_int
 
 __all__ = [
@@ -361,11 +359,7 @@ class SnapshotStore:
         self._ensure_dir()
         fd = os.open(self._dir / _LOCK, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                    raise
+            if not try_flock(fd):
                 yield False
                 return
             self._lock_fd = fd
@@ -527,32 +521,29 @@ def sweep(root: Path, *, keep: Path | None = None, retention: timedelta = DEFAUL
     same moment either keeps it or builds a new one, never uses a half-deleted one.
     """
     now = time.time() if now is None else now
-    removed: list[Path] = []
-    for entry in os.scandir(root):
-        path = Path(entry.path)
-        if not entry.is_dir(follow_symlinks=False) or (keep is not None and path == keep):
-            continue
-        if not (path / _MARKER).is_file():
-            continue  # not a store of ours (whatever files it holds): never deleted
-        if entry.name.startswith(_TRASH_PREFIX):
-            shutil.rmtree(path, ignore_errors=True)  # a sweep that died midway
-            continue
+
+    def considered(path: Path) -> bool:
+        # Not a store of ours (whatever files it holds): never deleted.
+        return path != keep and (path / _MARKER).is_file()
+
+    def set_aside(path: Path) -> Path | None:
         try:
             fd = os.open(path / _USERS, os.O_RDWR)
         except FileNotFoundError:
-            continue  # being created, or not a store
+            return None  # being created, or not a store
         try:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                free = try_flock(fd)
             except OSError:
-                continue  # in use
-            if now - os.fstat(fd).st_mtime < retention.total_seconds():
-                continue
-            trash = root / f"{_TRASH_PREFIX}{uuid.uuid4().hex[:12]}"
+                free = False  # cannot tell: kept
+            if not free or now - os.fstat(fd).st_mtime < retention.total_seconds():
+                return None  # in use, or attached lately
+            trash = trash_path(path, _TRASH_PREFIX)
             os.rename(path, trash)
+            return trash
         finally:
             os.close(fd)
-        shutil.rmtree(trash, ignore_errors=True)
-        removed.append(path)
-        log.info("deleted the snapshot store %s (unused for more than %s)", path, retention)
-    return removed
+
+    return sweep_directories(root, set_aside, trash_prefix=_TRASH_PREFIX,
+                             considered=considered, log=log, what="the snapshot store",
+                             unused_for=retention)
