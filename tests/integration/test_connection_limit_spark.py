@@ -6,7 +6,6 @@ its waits counted. Classic and Spark Connect sessions."""
 from __future__ import annotations
 
 import functools
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +14,7 @@ import pytest
 
 from cache import DefaultLookupCache
 from lookup import PartialCachingLookupProvider, SqlLookupFunction, lookup_join, lookup_metrics
+from tests.pg_roles import role_reading_dim
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
@@ -27,27 +27,9 @@ def limited_role(postgres_dsn: str, pg_schema: str) -> Iterator[str]:
     """A login role with CONNECTION LIMIT 2 reading ``dim`` (KEYS rows) of the test's
     schema, one of its two connections held by the test throughout: the workers have
     one left, fewer than the session's concurrent tasks. Dropped afterwards."""
-    role = f"sltest_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(postgres_dsn, autocommit=True) as admin:
-        admin.execute(f'CREATE TABLE "{pg_schema}".dim (id bigint PRIMARY KEY, name text)')
-        admin.execute(f'INSERT INTO "{pg_schema}".dim SELECT g, \'n\' || g '
-                      f"FROM generate_series(0, {KEYS - 1}) AS g")
-        admin.execute(f'CREATE ROLE "{role}" LOGIN CONNECTION LIMIT 2')
-        admin.execute(f'GRANT USAGE ON SCHEMA "{pg_schema}" TO "{role}"')
-        admin.execute(f'GRANT SELECT ON "{pg_schema}".dim TO "{role}"')
-    held = None
-    try:
-        held = psycopg.connect(postgres_dsn, user=role)
+    with role_reading_dim(postgres_dsn, pg_schema, connection_limit=2, ids="g",
+                          count=KEYS, first=0) as role, psycopg.connect(postgres_dsn, user=role):
         yield role
-    finally:
-        if held is not None:
-            held.close()
-        with psycopg.connect(postgres_dsn, autocommit=True) as admin:
-            # The workers' pinned runtimes may still hold a connection of the role.
-            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                          "WHERE usename = %s", (role,))
-            admin.execute(f'DROP OWNED BY "{role}"')
-            admin.execute(f'DROP ROLE "{role}"')
 
 
 @pytest.fixture

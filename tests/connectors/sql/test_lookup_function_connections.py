@@ -15,6 +15,7 @@ import pytest
 
 from cache import DefaultLookupCache
 from lookup import PartialCachingLookupProvider, SqlLookupFunction, open_lookup
+from tests.pg_roles import role_reading_dim
 
 
 def _cache() -> DefaultLookupCache:
@@ -25,24 +26,9 @@ def _cache() -> DefaultLookupCache:
 def limited_role(postgres_dsn: str, pg_schema: str) -> Iterator[str]:
     """A login role of the test's own with CONNECTION LIMIT 1, reading ``pg_schema.dim``
     (ids 1-200); dropped afterwards, its sessions first."""
-    import psycopg
-
-    role = f"sltest_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(postgres_dsn, autocommit=True) as admin:
-        admin.execute(f'CREATE TABLE "{pg_schema}".dim (id bigint PRIMARY KEY, name text)')
-        admin.execute(f'INSERT INTO "{pg_schema}".dim SELECT g, \'n\' || g '
-                      "FROM generate_series(1, 200) AS g")
-        admin.execute(f'CREATE ROLE "{role}" LOGIN CONNECTION LIMIT 1')
-        admin.execute(f'GRANT USAGE ON SCHEMA "{pg_schema}" TO "{role}"')
-        admin.execute(f'GRANT SELECT ON "{pg_schema}".dim TO "{role}"')
-    try:
+    with role_reading_dim(postgres_dsn, pg_schema, connection_limit=1, ids="g",
+                          count=200) as role:
         yield role
-    finally:
-        with psycopg.connect(postgres_dsn, autocommit=True) as admin:
-            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                          "WHERE usename = %s", (role,))
-            admin.execute(f'DROP OWNED BY "{role}"')
-            admin.execute(f'DROP ROLE "{role}"')
 
 
 def _sessions(dsn: str, role: str) -> int:

@@ -5,7 +5,6 @@ the budget), and the load completes. PostgreSQL, as a role with CONNECTION LIMIT
 from __future__ import annotations
 
 import functools
-import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -13,6 +12,7 @@ import pytest
 
 from lookup import FullCachingLookupProvider, open_lookup
 from scan import SqlTableSource
+from tests.pg_roles import role_reading_dim
 from triggers import PeriodicCacheReloadTrigger
 
 pytestmark = pytest.mark.postgres
@@ -29,25 +29,9 @@ def spacing(request: pytest.FixtureRequest) -> int:
 def one_connection_role(postgres_dsn: str, pg_schema: str, spacing: int) -> Iterator[str]:
     """A role of the test's own with CONNECTION LIMIT 1 reading ``dim`` (200,000 rows,
     ids ``spacing`` apart)."""
-    import psycopg
-
-    role = f"sltest_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(postgres_dsn, autocommit=True) as admin:
-        admin.execute(f'CREATE TABLE "{pg_schema}".dim (id bigint PRIMARY KEY, name text)')
-        admin.execute(f'INSERT INTO "{pg_schema}".dim SELECT g * {spacing}, \'n\' || g '
-                      "FROM generate_series(1, 200000) AS g")
-        admin.execute(f'ANALYZE "{pg_schema}".dim')
-        admin.execute(f'CREATE ROLE "{role}" LOGIN CONNECTION LIMIT 1')
-        admin.execute(f'GRANT USAGE ON SCHEMA "{pg_schema}" TO "{role}"')
-        admin.execute(f'GRANT SELECT ON "{pg_schema}".dim TO "{role}"')
-    try:
+    with role_reading_dim(postgres_dsn, pg_schema, connection_limit=1,
+                          ids=f"g * {spacing}", count=200_000, analyze=True) as role:
         yield role
-    finally:
-        with psycopg.connect(postgres_dsn, autocommit=True) as admin:
-            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                          "WHERE usename = %s", (role,))
-            admin.execute(f'DROP OWNED BY "{role}"')
-            admin.execute(f'DROP ROLE "{role}"')
 
 
 @pytest.mark.parametrize("chunking", [{}, {"chunk_size": 20_000}])
