@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from spark_lookup.host_dirs import sweep_once
 from spark_lookup.host_slots import HostSlots, Slot, sweep
 
 __all__ = ["DEFAULT_MAX_SOURCE_CONNECTIONS", "ConnectionBudget", "default_slots_root"]
@@ -30,7 +31,6 @@ log = logging.getLogger("spark_lookup")
 _registry_lock = threading.Lock()
 _slots: dict[str, HostSlots] = {}
 _watchers: dict[str, list[Callable[[float], object]]] = {}
-_swept: set[Path] = set()
 
 
 def default_slots_root() -> Path:
@@ -56,14 +56,8 @@ class ConnectionBudget:
             slots = _slots.get(self.directory)
             if slots is None:
                 slots = _slots[self.directory] = HostSlots(self.directory, self.limit)
-            root = slots.directory.parent
-            first = root not in _swept
-            _swept.add(root)
-        if first:
-            try:
-                sweep(root)
-            except OSError as exc:  # housekeeping: it never fails a load
-                log.warning("sweeping unused connection slots in %s failed: %s", root, exc)
+        root = slots.directory.parent
+        sweep_once(root, lambda: sweep(root), log=log, what="connection slots")
         return slots
 
     def take(self) -> Slot:

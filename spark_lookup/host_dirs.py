@@ -9,13 +9,17 @@ import fcntl
 import logging
 import os
 import shutil
+import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["sweep_directories", "trash_path", "try_flock"]
+__all__ = ["sweep_directories", "sweep_once", "trash_path", "try_flock"]
 
 _HELD = (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK)
+
+_swept: set[tuple[str, str]] = set()
+_swept_lock = threading.Lock()
 
 
 def try_flock(fd: int, *, shared: bool = False) -> bool:
@@ -56,3 +60,17 @@ def sweep_directories(root: str | os.PathLike[str], set_aside: Callable[[Path], 
             removed.append(path)
             log.info("deleted %s %s (unused for more than %s)", what, path, unused_for)
     return removed
+
+
+def sweep_once(root: Path, sweep: Callable[[], object], *, log: logging.Logger,
+               what: str) -> None:
+    """Run ``sweep`` of ``root``'s ``what`` the first time this process asks (later
+    asks: nothing); a sweep is housekeeping, so its failure is logged, never raised."""
+    with _swept_lock:
+        if (what, str(root)) in _swept:
+            return
+        _swept.add((what, str(root)))
+    try:
+        sweep()
+    except OSError as exc:
+        log.warning("sweeping unused %s in %s failed: %s", what, root, exc)

@@ -37,7 +37,7 @@ from cache.full.store_format import (
 )
 from cache.full.store_write import SnapshotWriter
 from spark_lookup.errors import ConfigError
-from spark_lookup.host_dirs import sweep_directories, trash_path, try_flock
+from spark_lookup.host_dirs import sweep_directories, sweep_once, trash_path, try_flock
 from spark_lookup.options import check_int
 
 __all__ = [
@@ -64,9 +64,6 @@ _TRASH_PREFIX = ".trash-"
 _VERIFIED = "VERIFIED"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 _READ_ATTEMPTS = 5
-
-_swept: set[str] = set()
-_swept_lock = threading.Lock()
 
 
 def default_snapshot_root() -> Path:
@@ -208,7 +205,9 @@ class SnapshotStore:
                 os.close(fd)  # a sweep removed the directory under us: make it again
             else:  # pragma: no cover - needs a sweep racing us five times
                 raise OSError(f"could not attach {self._dir}: it keeps being swept")
-        _sweep_once(self._dir.parent, keep=self._dir, retention=self._retention)
+        root, keep, retention = self._dir.parent, self._dir, self._retention
+        sweep_once(root, lambda: sweep(root, keep=keep, retention=retention), log=log,
+                   what="snapshot stores")
 
     def detach(self) -> None:
         """Stop using the store (releases the ``users`` lock). Idempotent."""
@@ -497,17 +496,6 @@ def _verified_entry(record: StoredSnapshot, identities: list[list[int]]) -> dict
     return {"format": FORMAT_VERSION, "file": record.file, "checksum": record.checksum,
             "index": record.index, "index_checksum": record.index_checksum,
             "identities": identities}
-
-
-def _sweep_once(root: Path, *, keep: Path, retention: timedelta) -> None:
-    with _swept_lock:
-        if str(root) in _swept:
-            return
-        _swept.add(str(root))
-    try:
-        sweep(root, keep=keep, retention=retention)
-    except OSError as exc:  # a sweep is housekeeping: it never fails a lookup
-        log.warning("sweeping old snapshot stores in %s failed: %s", root, exc)
 
 
 def sweep(root: Path, *, keep: Path | None = None, retention: timedelta = DEFAULT_RETENTION,
