@@ -21,6 +21,7 @@ from lookup.spark.metrics import lookup_metrics
 from lookup.spark.refresh import Materialization, RefreshStatus, ScheduledTableRefresh
 from lookup.spark.sql_functions import register_lookup_function, register_lookup_table_function
 from lookup.spark.table_join import register_lookup_join
+from lookup.validity import Validity
 from spark_lookup.lazy import lazy_attributes
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ __all__ = [
     "RetryPolicy",
     "ScheduledTableRefresh",
     "SqlLookupFunction",
+    "Validity",
     "lookup_join",
     "lookup_metrics",
     "open_lookup",
