@@ -51,6 +51,8 @@ _COUNTERS = (
     "num_change_reads",
     "num_connection_waits",
     "connection_wait_ms",
+    "num_host_hits",
+    "num_host_waits",
 )
 _GAUGES = ("num_cached_records", "num_cached_bytes")
 FIELDS: tuple[str, ...] = (*_COUNTERS, "latest_load_time", *_GAUGES)
@@ -97,12 +99,15 @@ class CacheMetrics:
     and those of the source's connection limits: ``num_connection_waits`` (waits for a
     connection: for a slot of the host's ``max_source_connections``, or a backoff while
     the source refused connections for being over its own limit) and
-    ``connection_wait_ms`` (the milliseconds they took).
+    ``connection_wait_ms`` (the milliseconds they took), and those of a partial cache's
+    host tier: ``num_host_hits`` (keys the in-process cache missed and the host tier
+    answered) and ``num_host_waits`` (keys waited for while another worker loaded them).
 
     - Counters (``hit_count``, ``miss_count``, ``load_count``, ``num_load_failures``,
       ``num_retries``, ``num_cache_errors``, ``num_bad_values``, ``reloads_skipped``,
       ``num_notifications``, ``num_keys_invalidated``, ``num_reconnect_flushes``,
-      ``num_change_reads``, ``num_connection_waits``, ``connection_wait_ms``) only grow.
+      ``num_change_reads``, ``num_connection_waits``, ``connection_wait_ms``,
+      ``num_host_hits``, ``num_host_waits``) only grow.
     - ``latest_load_time`` is the duration in milliseconds of the latest load, -1 before any.
     - Gauges (``num_cached_records``, ``num_cached_bytes``) are read from the cache that
       registered them ([`register_gauges`][]) at the moment they are read; bytes are an
@@ -184,6 +189,14 @@ class CacheMetrics:
             self._values["num_connection_waits"] += 1
             self._values["connection_wait_ms"] += round(seconds * 1000)
 
+    def inc_host_hits(self, n: int = 1) -> None:
+        """Count ``n`` keys the host tier answered."""
+        self._add("num_host_hits", n)
+
+    def inc_host_waits(self, n: int = 1) -> None:
+        """Count ``n`` keys waited for while another worker of the host loaded them."""
+        self._add("num_host_waits", n)
+
     def record_load_time(self, millis: float) -> None:
         """Set ``latest_load_time`` to the duration of the load that just ended."""
         with self._lock:
@@ -223,6 +236,9 @@ class CacheMetrics:
         "Waits for a connection to the source: for a slot of the host's "
         "max_source_connections, or a backoff while the source was over its own limit.")
     connection_wait_ms = _Counter("Milliseconds spent in num_connection_waits.")
+    num_host_hits = _Counter("Keys the in-process cache missed and the host tier answered.")
+    num_host_waits = _Counter(
+        "Keys waited for while another worker of the host loaded them (single loads).")
     latest_load_time = _Counter("Duration in ms of the latest load; -1 before any load.")
 
     @property

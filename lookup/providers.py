@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -232,6 +233,7 @@ class _PartiallyCached:
 
     cache: LookupCache = field(kw_only=True)
     changes: ChangeFeed | None = field(default=None, kw_only=True)
+    share_across_workers: bool | None = field(default=None, kw_only=True)
 
     @property
     def kind(self) -> str:
@@ -242,6 +244,22 @@ class _PartiallyCached:
 class PartialCachingLookupProvider(_PartiallyCached, LookupFunctionProvider):
     """Looks keys up in ``cache`` first and loads the misses from the function
     (Flink's ``PartialCachingLookupProvider``)."""
+
+    def shares_cache(self) -> bool:
+        """Whether a runtime opened here puts a host tier behind its cache.
+
+        Runs where the runtime opens. ``share_across_workers`` when it was given, else
+        whether this process is a Spark Python worker running a task.
+        """
+        if self.share_across_workers is not None:
+            return self.share_across_workers
+        return TaskContext.get() is not None
+
+    def host_tier_directory(self) -> Path:
+        """This provider's host tier on this host:
+        ``<system temp dir>/spark-lookup-partial-<uid>/<provider_id>``."""
+        return (Path(tempfile.gettempdir()) / f"spark-lookup-partial-{os.getuid()}"
+                / self.provider_id)
 
     @classmethod
     def of(  # type: ignore[override]
@@ -256,6 +274,7 @@ class PartialCachingLookupProvider(_PartiallyCached, LookupFunctionProvider):
         changes: ChangeFeed | None = None,
         max_source_connections: int | None = DEFAULT_MAX_SOURCE_CONNECTIONS,
         load_timeout: timedelta | float = DEFAULT_LOAD_TIMEOUT,
+        share_across_workers: bool | None = None,
     ) -> PartialCachingLookupProvider:
         """A provider caching the results of ``fn`` in ``cache`` (e.g. a
         [`cache.DefaultLookupCache`][]); other options as [`LookupFunctionProvider.of`][].
@@ -264,6 +283,12 @@ class PartialCachingLookupProvider(_PartiallyCached, LookupFunctionProvider):
         drops each key from the cache when the feed says it changed, in every worker,
         with no cost to lookups; after the feed's connection was lost the cache is
         flushed (see docs/freshness.md).
+
+        ``share_across_workers``: the Python workers of a host share a host tier behind
+        their in-process caches (a [`cache.DefaultLookupCache`][], over a connector's
+        function): a key one worker loaded is a hit for the others, and a key several
+        miss at once is loaded once. None (the default): shared in Spark tasks;
+        ``False``: each worker caches alone (see docs/caching.md).
 
         Examples
         --------
@@ -277,10 +302,13 @@ class PartialCachingLookupProvider(_PartiallyCached, LookupFunctionProvider):
         >>> provider.kind, provider.key_columns
         ('PARTIAL', ('n',))
         """
+        if share_across_workers is not None and not isinstance(share_across_workers, bool):
+            raise ConfigError("share_across_workers must be True, False or None, got "
+                              f"{share_across_workers!r}")
         return _built(cls, fn, LookupFunction, max_retries, retry_policy, retry_on_miss,
                       batch_size, cache=cache, changes=changes,
                       max_source_connections=max_source_connections,
-                      load_timeout=load_timeout)
+                      load_timeout=load_timeout, share_across_workers=share_across_workers)
 
 
 def _async_options(capacity: object, timeout: object) -> dict[str, Any]:

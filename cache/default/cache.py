@@ -280,14 +280,45 @@ class DefaultLookupCache(LookupCache):
                 table = table.cast(entries.schema)
             self._put(arrays, positions, table if table.num_rows else None, self._now())
 
+    def put_arrow_aged(self, keys: Sequence[pa.Array], index: pa.Array,
+                       rows: pa.Table | pa.RecordBatch, ages: np.ndarray) -> None:
+        """`put_arrow` of answers loaded ``ages`` seconds ago (a host tier's), whose
+        lives count from their load: a row never outlives its TTL by passing through."""
+        self._bound_schema()
+        arrays = [a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in keys]
+        table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
+        positions = index.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        with self._lock:
+            entries = self._entries
+            entries.reads_since_put = 0
+            assert entries.schema is not None
+            if table.schema != entries.schema:
+                table = table.cast(entries.schema)
+            now = self._now()
+            self._put(arrays, positions, table if table.num_rows else None, now,
+                      now - np.asarray(ages, dtype=np.float64))
+
+    def host_tier_bounds(self) -> dict[str, Any]:
+        """The bounds a host tier behind this cache keeps: ``maximum_size``, and the
+        lives (seconds, None: none) of a row and of a missing key; an entry read is not
+        written, so a host tier's rows live ``expire_after_access`` from their load."""
+        write = _seconds(self._expire_after_write)
+        access = _seconds(self._expire_after_access)
+        life = min(write, access)
+        missing = _seconds(self._expire_missing_after)
+        return {"maximum_size": self._maximum_size,
+                "write_ttl": None if life == NEVER else life,
+                "missing_ttl": None if missing == NEVER else missing,
+                "cache_missing_key": self._cache_missing_key}
+
     def _put(self, arrays: list[pa.Array], index: np.ndarray, rows: pa.Table | None,
-             now: float) -> None:
+             now: float, written: np.ndarray | None = None) -> None:
         """Store answers (see `Entries.put`) within the bounds: the expired entries go
         before, the least recently used after."""
         if not arrays or not len(arrays[0]):
             return
         self._eviction.expire(self._entries, now)
-        self._entries.put(arrays, index, rows, now)
+        self._entries.put(arrays, index, rows, now, written)
         self._eviction.evict(self._entries)
         self._eviction.compact(self._entries)
 

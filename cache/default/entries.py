@@ -259,9 +259,11 @@ class Entries:
         return tuple(zip(*columns, strict=True))
 
     def put(self, arrays: list[pa.Array], index: np.ndarray, rows: pa.Table | None,
-            now: float) -> None:
+            now: float, written: np.ndarray | None = None) -> None:
         """Store the answers of keys (of the key types): row ``j`` of ``rows`` belongs
-        to key ``index[j]``. Neither expires nor evicts: the caller does, around it."""
+        to key ``index[j]``; ``written``, when given, is when each answer was loaded (by
+        the ``now`` clock), so its life counts from then. Neither expires nor evicts:
+        the caller does, around it."""
         n = len(arrays[0]) if arrays else 0
         counts = np.bincount(index, minlength=n).astype(np.int64) if len(index) else \
             np.zeros(n, dtype=np.int64)
@@ -315,7 +317,7 @@ class Entries:
             life = np.full(k, self.write_ttl)
             if self.missing_ttl != NEVER:
                 life[accepted_counts == 0] = min(self.write_ttl, self.missing_ttl)
-            cap = now + life
+            cap = (now if written is None else written[accepted]) + life
             deadline = np.minimum(cap, now + self.access_ttl)
             self.deadline[first : first + k] = deadline
             self.next_deadline = min(self.next_deadline, float(deadline.min()))

@@ -24,6 +24,7 @@ from cache.base import (
 )
 from cache.default.cache import DefaultLookupCache
 from cache.fit import misfit_check
+from cache.host.tier import HostAnswers, HostTier
 from connectors.keys import EncodedKeys, KeyCodec
 from lookup.changes.feed import ChangeFeed
 from lookup.changes.listener import Subscription, subscribe
@@ -32,6 +33,7 @@ from lookup.function import LookupFunction, LookupFunctionBase
 from lookup.providers import (
     AsyncLookupFunctionProvider,
     LookupFunctionProvider,
+    PartialCachingLookupProvider,
 )
 from lookup.retry import Retries
 from lookup.runtime.base import (
@@ -105,6 +107,7 @@ class LoadingRuntime(LookupRuntime):
         self._budget = provider.connection_budget()
         self._function: LookupFunctionBase = provider.function
         self._unwatch: Callable[[], None] | None = None
+        self._host: HostTier | None = None
 
     def _retries(self, what: str) -> Retries:
         budget = self._budget if self._unwatch is not None else None
@@ -142,13 +145,35 @@ class LoadingRuntime(LookupRuntime):
                 self._cache.open(self.metrics)
                 if self._guard is not None and self._feed is not None:
                     self._subscription = subscribe(self._feed, self._guard)
+                self._host = self._open_host_tier()
             except BaseException:
                 self._loader.close()
                 raise
 
+    def _open_host_tier(self) -> HostTier | None:
+        """The host tier behind the in-process cache, where the provider shares one: a
+        [`DefaultLookupCache`][] over a function answering in Arrow, with no change feed
+        (its invalidations reach in-process caches only)."""
+        provider = self.provider
+        cache = self._cache
+        if (not isinstance(cache, DefaultLookupCache) or not self._arrow_native
+                or self._feed is not None
+                or not isinstance(provider, PartialCachingLookupProvider)
+                or not provider.shares_cache()):
+            return None
+        tier = HostTier(provider.host_tier_directory(), self._schema,
+                        list(provider.key_columns), **cache.host_tier_bounds())
+        try:
+            tier.open()
+        except OSError as exc:
+            log.warning("%s: no host tier (%s); each worker caches alone",
+                        provider.describe(), exc)
+            return None
+        return tier
+
     def close(self) -> None:
         try:
-            close_each(self._subscription, self._guard, self._cache)
+            close_each(self._subscription, self._guard, self._cache, self._host)
         finally:
             try:
                 self._loader.close()
@@ -196,7 +221,9 @@ class LoadingRuntime(LookupRuntime):
         take = pa.array(miss, type=pa.int64())
         miss_keys = [array.take(take) for array in arrays] if len(miss) < count else arrays
         guard = self._guard
-        if guard is None:
+        if self._host is not None and cache is not None:
+            index, loaded = self._through_host(self._host, function, cache, miss_keys)
+        elif guard is None:
             index, loaded = self._load_arrow(function, miss_keys)
             if cache is not None:
                 cache.put_arrow(miss_keys, index, loaded)
@@ -240,6 +267,69 @@ class LoadingRuntime(LookupRuntime):
         groups[miss] = np.where(
             miss_counts > 0, len(holders) + np.arange(len(miss), dtype=np.int64), -1)
         return groups, offsets, rows
+
+    def _through_host(self, host: HostTier, function: LookupFunction, cache: LookupCache,
+                      keys: list[pa.Array]) -> tuple[pa.Array, pa.Table]:
+        """The rows of keys the in-process cache missed: the host tier's, then what
+        this process claimed and loaded, then what others were loading (waited for up
+        to the load timeout, then loaded here). All of it is put in-process too."""
+        n = len(keys[0])
+        parts = _Parts(self._schema)
+        found = host.get(keys)
+        self._took_host(found, np.arange(n, dtype=np.int64), keys, cache, parts)
+        rest = np.flatnonzero(~found.hit)
+        if not len(rest):
+            return parts.result()
+        mine, others = host.claim(_taken(keys, rest))
+        if mine.any():
+            self._load_shared(host, function, cache, keys, rest[mine], parts)
+        waiting = rest[others]
+        if len(waiting):
+            self.metrics.inc_host_waits(len(waiting))
+            give_up = time.monotonic() + self._busy_timeout
+            pause = 0.002
+            while len(waiting):
+                self._policy.sleep(pause)
+                pause = min(pause * 2, 0.05)
+                found = host.get(_taken(keys, waiting))
+                self._took_host(found, waiting, keys, cache, parts)
+                orphaned = waiting[~found.hit & ~found.claimed]
+                waiting = waiting[~found.hit & found.claimed]
+                if len(waiting) and time.monotonic() >= give_up:
+                    orphaned, waiting = np.concatenate([orphaned, waiting]), waiting[:0]
+                if len(orphaned):  # its loader failed or died: load it here
+                    self._load_shared(host, function, cache, keys, orphaned, parts)
+        return parts.result()
+
+    def _took_host(self, found: HostAnswers, positions: np.ndarray, keys: list[pa.Array],
+                   cache: LookupCache, parts: _Parts) -> None:
+        """Add the host tier's answers (to the keys at ``positions``) to ``parts``, and
+        put them in-process, their lives counted from their loads."""
+        hit = np.flatnonzero(found.hit)
+        if not len(hit):
+            return
+        self.metrics.inc_host_hits(len(hit))
+        owners = np.repeat(np.arange(len(found.hit), dtype=np.int64), found.counts)
+        local = np.full(len(found.hit), -1, dtype=np.int64)
+        local[hit] = np.arange(len(hit), dtype=np.int64)
+        index = pa.array(local[owners], type=pa.int64())
+        assert isinstance(cache, DefaultLookupCache)
+        cache.put_arrow_aged(_taken(keys, positions[hit]), index, found.rows, found.age[hit])
+        parts.add(positions[owners], found.rows)
+
+    def _load_shared(self, host: HostTier, function: LookupFunction, cache: LookupCache,
+                     keys: list[pa.Array], positions: np.ndarray, parts: _Parts) -> None:
+        """Load the keys at ``positions`` from the source and put them in both tiers;
+        a failed load ends this process's claims first, so no one waits for it."""
+        wanted = _taken(keys, positions)
+        try:
+            index, loaded = self._load_arrow(function, wanted)
+        except BaseException:
+            host.release(wanted)
+            raise
+        host.put(wanted, index.to_numpy(zero_copy_only=False), _as_table(loaded, self._schema))
+        cache.put_arrow(wanted, index, loaded)
+        parts.add(positions[index.to_numpy(zero_copy_only=False)], loaded)
 
     def _python_answer(self, function: LookupFunction, arrays: list[pa.Array]
                        ) -> list[tuple[Row, ...]]:
@@ -452,6 +542,30 @@ class LoadingRuntime(LookupRuntime):
                     )
             frozen[key] = out
         return frozen
+
+
+class _Parts:
+    """Rows gathered for some of a batch's keys, with each row's key position."""
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self._schema = schema
+        self._positions: list[np.ndarray] = []
+        self._tables: list[pa.Table] = []
+
+    def add(self, positions: np.ndarray, rows: Any) -> None:
+        self._positions.append(np.asarray(positions, dtype=np.int64))
+        self._tables.append(_as_table(rows, self._schema))
+
+    def result(self) -> tuple[pa.Array, pa.Table]:
+        if not self._tables:
+            return pa.array([], type=pa.int64()), self._schema.empty_table()
+        return (pa.array(np.concatenate(self._positions), type=pa.int64()),
+                pa.concat_tables(self._tables))
+
+
+def _taken(arrays: list[pa.Array], positions: np.ndarray) -> list[pa.Array]:
+    take = pa.array(positions, type=pa.int64())
+    return [array.take(take) for array in arrays]
 
 
 class _Fetched(NamedTuple):

@@ -18,6 +18,7 @@ def test_fresh_metrics() -> None:
         "num_retries": 0, "num_cache_errors": 0, "num_bad_values": 0, "reloads_skipped": 0,
         "num_notifications": 0, "num_keys_invalidated": 0, "num_reconnect_flushes": 0,
         "num_change_reads": 0, "num_connection_waits": 0, "connection_wait_ms": 0,
+        "num_host_hits": 0, "num_host_waits": 0,
         "latest_load_time": -1, "num_cached_records": 0, "num_cached_bytes": 0,
     }
 

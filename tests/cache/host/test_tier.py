@@ -1,0 +1,266 @@
+"""The host tier of partial caches: shared answers, bounds, claims, and no wrong row
+whatever happens to its files (torn slots, damaged blocks, a deleted directory, a
+writer killed mid-put)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from cache.host.slots import SLOT
+from cache.host.tier import HostTier, sweep
+
+SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
+TEXT = pa.schema([("code", pa.string()), ("n", pa.int64())])
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def tier(directory: Path, *, schema: pa.Schema = SCHEMA, key: str = "id",
+         clock: Clock | None = None, maximum_size: int | None = 10_000,
+         write_ttl: float | None = 60.0, missing_ttl: float | None = None) -> HostTier:
+    t = HostTier(directory, schema, [key], maximum_size=maximum_size, write_ttl=write_ttl,
+                 missing_ttl=missing_ttl, cache_missing_key=True,
+                 clock=clock or time.time)
+    t.open()
+    return t
+
+
+def rows_of(keys: np.ndarray, version: int = 1, each: int = 1) -> tuple[np.ndarray, pa.Table]:
+    """``each`` rows per key; a row's name says its key and version."""
+    index = np.repeat(np.arange(len(keys)), each)
+    ids = keys[index]
+    names = [f"{k}-v{version}" for k in ids.tolist()]
+    return index, pa.table({"id": pa.array(ids, pa.int64()), "name": names})
+
+
+def check_rows(keys: np.ndarray, answer: object) -> None:
+    """Every row served is a row of the key it answers (any version)."""
+    counts = answer.counts  # type: ignore[attr-defined]
+    rows = answer.rows  # type: ignore[attr-defined]
+    owners = np.repeat(keys, counts)
+    assert rows.column("id").to_pylist() == owners.tolist()
+    for key, name in zip(owners.tolist(), rows.column("name").to_pylist(), strict=True):
+        assert name.startswith(f"{key}-v")
+
+
+def test_one_process_puts_and_another_reads(tmp_path: Path) -> None:
+    a, b = tier(tmp_path / "p"), tier(tmp_path / "p")
+    try:
+        keys = np.arange(100, dtype=np.int64)
+        index, rows = rows_of(keys[::2], each=2)
+        a.put([pa.array(keys)], index * 2, rows)
+        found = b.get([pa.array(keys)])
+        assert found.hit.all()  # the odd keys are cached misses (integer keys)
+        assert found.counts.tolist() == [2, 0] * 50
+        check_rows(keys, found)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_rows_and_missing_keys_expire(tmp_path: Path) -> None:
+    clock = Clock()
+    t = tier(tmp_path / "p", clock=clock, write_ttl=60, missing_ttl=5)
+    try:
+        keys = pa.array([1, 2], pa.int64())
+        t.put([keys], np.array([0]), pa.table({"id": [1], "name": ["1-v1"]}))
+        clock.now += 6
+        assert t.get([keys]).hit.tolist() == [True, False]  # key 2's miss lived 5 s
+        age = t.get([keys]).age[0]
+        assert age == pytest.approx(6)  # in-process copies live what is left
+        clock.now += 55
+        assert not t.get([keys]).hit.any()
+    finally:
+        t.close()
+
+
+def test_a_missing_text_key_is_never_kept(tmp_path: Path) -> None:
+    # No row to check a text key against: its hash alone must not answer "no rows".
+    t = tier(tmp_path / "p", schema=TEXT, key="code")
+    try:
+        keys = pa.array(["a", "b"])
+        t.put([keys], np.array([0]), pa.table({"code": ["a"], "n": [1]}))
+        assert t.get([keys]).hit.tolist() == [True, False]
+    finally:
+        t.close()
+
+
+def test_the_size_bound_keeps_the_newest(tmp_path: Path) -> None:
+    t = tier(tmp_path / "p", maximum_size=1_000)
+    try:
+        for start in range(0, 5_000, 500):
+            keys = np.arange(start, start + 500, dtype=np.int64)
+            t.put([pa.array(keys)], *rows_of(keys))
+        newest = t.get([pa.array(np.arange(4_000, 5_000, dtype=np.int64))])
+        assert newest.hit.all()
+        check_rows(np.arange(4_000, 5_000), newest)
+        assert t.get([pa.array(np.arange(0, 2_000, dtype=np.int64))]).hit.sum() == 0
+        assert t.nbytes() < 5_000 * SLOT.itemsize * 4
+    finally:
+        t.close()
+
+
+def test_torn_slots_and_damaged_blocks_are_misses(tmp_path: Path) -> None:
+    directory = tmp_path / "p"
+    t = tier(directory)
+    try:
+        keys = np.arange(2_000, dtype=np.int64)
+        t.put([pa.array(keys)], *rows_of(keys))
+        generation = directory / (directory / "CURRENT").read_text()
+        index = generation / "index"
+        data = bytearray(index.read_bytes())
+        rng = np.random.default_rng(7)
+        for at in rng.integers(4096, len(data), 400):
+            data[at] ^= 0xFF
+        index.write_bytes(bytes(data))  # the same inode: readers see it at once
+        reader = tier(directory)
+        found = reader.get([pa.array(keys)])
+        assert 0 < found.hit.sum() < len(keys)
+        check_rows(keys, found)
+        reader.close()
+        segment = generation / "seg-00000"
+        with open(segment, "r+b") as f:
+            f.seek(64 + 16 + 200)
+            f.write(b"\xff" * 64)
+        fresh = tier(directory)
+        found = fresh.get([pa.array(keys)])
+        assert not found.hit[found.counts > 0].any()  # the block failed its CRC
+        fresh.close()
+    finally:
+        t.close()
+
+
+def test_a_deleted_tier_serves_misses_then_starts_again(tmp_path: Path) -> None:
+    import shutil
+
+    directory = tmp_path / "p"
+    t = tier(directory)
+    try:
+        keys = np.arange(10, dtype=np.int64)
+        t.put([pa.array(keys)], *rows_of(keys))
+        shutil.rmtree(directory)
+        assert not t.get([pa.array(keys)]).hit.any()
+        directory.mkdir()
+        t.put([pa.array(keys)], *rows_of(keys, version=2))
+        found = t.get([pa.array(keys)])
+        assert found.hit.all()
+        assert found.rows.column("name").to_pylist()[0] == "0-v2"
+    finally:
+        t.close()
+
+
+def test_claims_single_out_one_loader(tmp_path: Path) -> None:
+    a, b = tier(tmp_path / "p"), tier(tmp_path / "p")
+    try:
+        keys = [pa.array([1, 2, 3], pa.int64())]
+        mine, others = a.claim(keys)
+        assert mine.all()
+        assert not others.any()
+        assert b.get(keys).claimed.all()
+        a.put([keys[0].slice(0, 2)], np.array([0, 1]),
+              pa.table({"id": [1, 2], "name": ["1-v1", "2-v1"]}))
+        a.release([keys[0].slice(2)])  # key 3 failed: its claim ends
+        found = b.get(keys)
+        assert found.hit.tolist() == [True, True, False]
+        assert not found.claimed.any()
+    finally:
+        a.close()
+        b.close()
+
+
+def _claim_and_die(directory: str, ready: multiprocessing.synchronize.Event) -> None:
+    t = tier(Path(directory))
+    t.claim([pa.array([7], pa.int64())])
+    ready.set()
+    time.sleep(60)
+
+
+def test_a_dead_loaders_claim_is_not_waited_for(tmp_path: Path) -> None:
+    context = multiprocessing.get_context("spawn")
+    ready = context.Event()
+    child = context.Process(target=_claim_and_die, args=(str(tmp_path / "p"), ready))
+    child.start()
+    t = tier(tmp_path / "p")
+    try:
+        assert ready.wait(60)
+        mine, others = t.claim([pa.array([7], pa.int64())])
+        assert others.all()
+        assert not mine.any()
+        os.kill(child.pid, signal.SIGKILL)
+        child.join(10)
+        mine, others = t.claim([pa.array([7], pa.int64())])
+        assert mine.all()
+        assert not others.any()
+    finally:
+        if child.is_alive():
+            child.kill()
+        t.close()
+
+
+def _write_forever(directory: str, ready: multiprocessing.synchronize.Event) -> None:
+    t = tier(Path(directory), maximum_size=3_000)
+    version = 0
+    rng = np.random.default_rng(os.getpid())
+    while True:
+        version += 1
+        keys = np.unique(rng.integers(0, 5_000, 700)).astype(np.int64)
+        t.put([pa.array(keys)], *rows_of(keys, version, each=int(rng.integers(1, 3))))
+        ready.set()
+
+
+def test_writers_killed_mid_put_leave_no_wrong_row(tmp_path: Path) -> None:
+    context = multiprocessing.get_context("spawn")
+    reader = tier(tmp_path / "p")
+    keys = np.arange(5_000, dtype=np.int64)
+    served = 0
+    try:
+        for round_ in range(4):
+            ready = context.Event()
+            child = context.Process(target=_write_forever, args=(str(tmp_path / "p"), ready))
+            child.start()
+            try:
+                assert ready.wait(60)
+                deadline = time.monotonic() + 0.3 + 0.1 * round_
+                while time.monotonic() < deadline:
+                    found = reader.get([pa.array(keys)])
+                    check_rows(keys, found)
+                    served += int(found.hit.sum())
+            finally:
+                os.kill(child.pid, signal.SIGKILL)  # wherever it is: mid-put, mid-compaction
+                child.join(10)
+            found = reader.get([pa.array(keys)])
+            check_rows(keys, found)
+        assert served > 0
+        survivor = tier(tmp_path / "p")  # and the next writer carries on
+        survivor.put([pa.array(keys[:10])], *rows_of(keys[:10], 99))
+        assert survivor.get([pa.array(keys[:10])]).rows.column("name")[0].as_py() == "0-v99"
+        survivor.close()
+    finally:
+        reader.close()
+
+
+def test_a_sweep_deletes_only_tiers_nobody_uses(tmp_path: Path) -> None:
+    used, unused = tier(tmp_path / "used"), tier(tmp_path / "unused")
+    unused.close()
+    (tmp_path / "not-ours").mkdir()
+    try:
+        removed = sweep(tmp_path)
+        assert [p.name for p in removed] == ["unused"]
+        assert (tmp_path / "used").exists()
+        assert (tmp_path / "not-ours").exists()
+    finally:
+        used.close()

@@ -1,0 +1,137 @@
+"""A partial cache's host tier in the runtime: a key one worker loaded is a hit for
+the others, keys several workers miss at once are loaded once, and
+``share_across_workers=False`` keeps each worker alone. Workers are real processes."""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from cache import DefaultLookupCache
+from connectors.sql.lookup_function import SqlLookupFunction
+from lookup import PartialCachingLookupProvider
+from lookup.runtime.partial import LoadingRuntime
+
+
+class CountingLookup(SqlLookupFunction):
+    """A SQLite lookup that appends each batch's keys to ``counter`` and takes ``delay``
+    seconds, so that workers' loads overlap."""
+
+    def __init__(self, db: Path, counter: Path, delay: float = 0.0) -> None:
+        super().__init__(functools.partial(sqlite3.connect, str(db)), "dim", "id")
+        self.counter, self.delay = str(counter), delay
+
+    def lookup_arrow(self, keys: Any) -> Any:
+        line = ",".join(str(k) for k in keys[0].to_pylist()) + "\n"
+        fd = os.open(self.counter, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+        time.sleep(self.delay)
+        return super().lookup_arrow(keys)
+
+
+def make_db(path: Path, n: int = 500) -> Path:
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE dim (id INTEGER PRIMARY KEY, name TEXT)")
+        conn.executemany("INSERT INTO dim VALUES (?, ?)", [(i, f"n{i}") for i in range(n)])
+    conn.close()
+    return path
+
+
+def provider(tmp_path: Path, delay: float = 0.0, share: bool | None = True
+             ) -> PartialCachingLookupProvider:
+    return PartialCachingLookupProvider.of(
+        CountingLookup(make_db(tmp_path / "d.db") if not (tmp_path / "d.db").exists()
+                       else tmp_path / "d.db", tmp_path / "loads", delay),
+        DefaultLookupCache.new_builder().maximum_size(10_000).build(),
+        share_across_workers=share)
+
+
+def loaded_keys(tmp_path: Path) -> list[int]:
+    path = tmp_path / "loads"
+    text = path.read_text() if path.exists() else ""
+    return [int(k) for line in text.splitlines() for k in line.split(",") if k]
+
+
+def probe(p: PartialCachingLookupProvider, keys: list[int]) -> dict[int, str | None]:
+    runtime = LoadingRuntime(p)
+    runtime.open()
+    try:
+        answers = runtime.probe([pa.array(keys, pa.int64())])
+        names = answers.rows.column("name").to_pylist()
+        return {k: (names[answers.offsets[g]] if g >= 0 else None)
+                for k, g in zip(keys, answers.groups.tolist(), strict=True)}
+    finally:
+        runtime.close()
+
+
+def test_a_key_one_worker_loaded_is_a_hit_for_the_next(tmp_path: Path) -> None:
+    p = provider(tmp_path)
+    first = probe(p, list(range(0, 600, 3)))
+    assert first[3] == "n3"
+    assert first[597] is None
+    runtime = LoadingRuntime(p)  # another worker: an empty in-process cache
+    runtime.open()
+    try:
+        answers = runtime.probe([pa.array(list(range(0, 600, 3)), pa.int64())])
+        assert runtime.metrics.load_count == 0
+        assert runtime.metrics.num_host_hits == 200
+        names = answers.rows.column("name").to_pylist()
+        assert names[answers.offsets[answers.groups[1]]] == "n3"
+        assert answers.groups[-1] == -1  # 597: no such row, a cached miss
+    finally:
+        runtime.close()
+    assert sorted(loaded_keys(tmp_path)) == list(range(0, 600, 3))
+
+
+def test_share_across_workers_false_keeps_each_worker_alone(tmp_path: Path) -> None:
+    p = provider(tmp_path, share=False)
+    probe(p, [1, 2, 3])
+    probe(p, [1, 2, 3])
+    assert loaded_keys(tmp_path) == [1, 2, 3, 1, 2, 3]
+
+
+def _worker(p: PartialCachingLookupProvider, keys: list[int], start: float,
+            out: Any) -> None:
+    time.sleep(max(0.0, start - time.time()))
+    runtime = LoadingRuntime(p)
+    runtime.open()
+    try:
+        answers = runtime.probe([pa.array(keys, pa.int64())])
+        names = answers.rows.column("name").to_pylist()
+        got = [names[answers.offsets[g]] if g >= 0 else None for g in answers.groups.tolist()]
+        out.put((got, runtime.metrics.num_host_waits))
+    finally:
+        runtime.close()
+
+
+def test_keys_several_workers_miss_at_once_are_loaded_once(tmp_path: Path) -> None:
+    p = provider(tmp_path, delay=0.5)
+    context = multiprocessing.get_context("spawn")
+    out = context.Queue()
+    keys = list(range(100, 300))
+    start = time.time() + 3.0  # all three started and imported by then
+    workers = [context.Process(target=_worker, args=(p, keys, start, out)) for _ in range(3)]
+    for w in workers:
+        w.start()
+    try:
+        results = [out.get(timeout=60) for _ in workers]
+    finally:
+        for w in workers:
+            w.join(30)
+            if w.is_alive():
+                w.kill()
+    for got, _ in results:
+        assert got == [f"n{k}" for k in keys]
+    loaded = loaded_keys(tmp_path)
+    assert sorted(loaded) == keys  # each key loaded once, by one of them
+    assert sum(waits for _, waits in results) == 2 * len(keys)
