@@ -288,7 +288,7 @@ class PartialCachingLookupProvider(_PartiallyCached, LookupFunctionProvider):
         their in-process caches (a [`cache.DefaultLookupCache`][], over a connector's
         function): a key one worker loaded is a hit for the others, and a key several
         miss at once is loaded once. None (the default): shared in Spark tasks;
-        ``False``: each worker caches alone (see docs/caching.md).
+        ``False``: each worker caches alone (see docs/partial-cache.md).
 
         Examples
         --------
