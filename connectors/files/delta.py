@@ -1,5 +1,6 @@
 """Delta Lake tables, read with delta-rs (the ``deltalake`` package): a split per active
-data file of one table version."""
+data file of one table version, or with ``history=True`` one split of the table's
+versions built from its change data feed (`connectors.files.delta_history`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote
 
 from pyspark.sql import types as T
@@ -22,6 +23,7 @@ from connectors.files.batches import (
     lake_error,
     skip_rows,
 )
+from connectors.files.delta_history import VALID_FROM, VALID_TO, ChangeHistory
 from connectors.policy import BadValuePolicy
 from connectors.predicates import (
     Predicate,
@@ -30,6 +32,7 @@ from connectors.predicates import (
     predicates_to_pruning,
     statistics_decide,
 )
+from lookup.validity import Validity
 from scan.planners import SplitPlanner, VersionListPlanner
 from scan.pull import SplitFieldsSerializer
 from scan.serializers import SimpleVersionedSerializer
@@ -48,7 +51,7 @@ from spark_lookup.shown import shown
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["DeltaSource", "DeltaSplit"]
+__all__ = ["DeltaHistorySplit", "DeltaSource", "DeltaSplit"]
 
 log = logging.getLogger("scan")
 
@@ -59,6 +62,8 @@ _DECODE_ROWS = 1 << 19
 _READER_FEATURES = frozenset({
     "deletionVectors", "timestampNtz", "v2Checkpoint", "vacuumProtocolCheck", "typeWidening",
     "typeWidening-preview", "variantType", "variantType-preview"})
+# The table property that turns the change data feed on.
+_FEED_PROPERTY = "delta.enableChangeDataFeed"
 # Values delta-rs encodes itself in file pruning filters.
 _PRUNABLE = (str, int, float, bool, dt.date)
 
@@ -86,6 +91,26 @@ _SPLITS = SplitFieldsSerializer(
     DeltaSplit, "a DeltaSource split", str, int, str,
     lambda partition: tuple((str(name), v) for name, v in partition), bool, int,
     writers={"partition": lambda partition: [list(p) for p in partition]})
+
+
+@dataclass(frozen=True)
+class DeltaHistorySplit(SourceSplit):
+    """The versions of the table at ``table`` up to its version ``version``, built from
+    its change data feed (``DeltaSource(..., history=True)``), less ``skip`` rows
+    emitted before a checkpoint (the versions are in a fixed order: by key, then
+    start)."""
+
+    table: str
+    version: int
+    skip: int = 0
+
+    @property
+    def split_id(self) -> str:
+        return f"history of {self.table} to version {self.version}"
+
+
+_HISTORY_SPLITS = SplitFieldsSerializer(
+    DeltaHistorySplit, "a DeltaSource history split", str, int, int)
 
 
 def _delta_error(table: str, exc: BaseException) -> SparkLookupError:
@@ -289,12 +314,59 @@ class _DeletionVectors:
 
 
 class _Reading(BatchReading):
-    """The conversion of the source's batches, and its deletion vectors (per process)."""
+    """The conversion of the source's batches, its deletion vectors and, with history,
+    the versions built so far (per process)."""
 
     def __init__(self, schema: T.StructType, mode: BadValuePolicy, filters: Sequence[Predicate],
-                 storage_options: Mapping[str, str] | None) -> None:
+                 storage_options: Mapping[str, str] | None,
+                 history: ChangeHistory | None = None) -> None:
         super().__init__(schema, mode, filters, "DeltaSource")
         self.deletion_vectors = _DeletionVectors(storage_options)
+        self.history = history
+
+
+def _check_feed(uri: str, table: Any, version: int | None = None) -> None:
+    """Refuses a table whose change data feed is off (at ``version``, when given)."""
+    try:
+        configuration = table.metadata().configuration
+    except Exception as exc:
+        raise_from(_delta_error(uri, exc), exc)
+    if str(configuration.get(_FEED_PROPERTY, "false")).lower() != "true":
+        at = "" if version is None else f" at version {version}"
+        raise ConnectorError(
+            f"Delta table {uri!r}{at} does not have its change data feed enabled (table "
+            f"property {_FEED_PROPERTY!r} = 'true'), which DeltaSource(history=True) reads")
+
+
+class _HistoryReader(BatchStreamReader[DeltaHistorySplit]):
+    """Reads the versions of a history split: built in this process's `ChangeHistory`
+    (reading the feed since the versions it built last), then conformed to the
+    declared schema in batches."""
+
+    def __init__(self, reading: _Reading, storage_options: Mapping[str, str] | None) -> None:
+        super().__init__()
+        self._reading = reading
+        self._options = storage_options
+
+    def read_error(self, split: DeltaHistorySplit, exc: BaseException) -> SparkLookupError:
+        return _delta_error(split.table, exc)
+
+    def batches(self, split: DeltaHistorySplit) -> Iterator[pa.RecordBatch]:
+        return skip_rows(self._conformed(split), split.skip)
+
+    def _conformed(self, split: DeltaHistorySplit) -> Iterator[pa.RecordBatch]:
+        history = self._reading.history
+        if history is None:
+            raise SourceError(f"a history split of {split.table!r} reached a DeltaSource "
+                              "without history")
+        table = _open_table(split.table, split.version, self._options)
+        _check_feed(split.table, table, split.version)
+        versions = history.versions(table, split.version)
+        where = f"history of Delta table {split.table!r} at version {split.version}"
+        for start in range(0, versions.num_rows, _DECODE_ROWS):
+            rows = versions.slice(start, _DECODE_ROWS).combine_chunks()
+            for batch in rows.to_batches():
+                yield self._reading.conform(batch, where, start)
 
 
 class _SplitReader(BatchStreamReader[DeltaSplit]):
@@ -406,7 +478,7 @@ def _as_table_type(column: Any, table_type: Any) -> Any:
     return column
 
 
-class DeltaSource(BatchReadingSource[DeltaSplit, _Reading]):
+class DeltaSource(BatchReadingSource[DeltaSplit | DeltaHistorySplit, _Reading]):
     """A Delta Lake table read with delta-rs: one split per active data file of one
     table version.
 
@@ -442,17 +514,44 @@ class DeltaSource(BatchReadingSource[DeltaSplit, _Reading]):
         (instead of ``columns``): default, the table's own types by PySpark's mapping.
     mode
         The bad-value policy for values that do not convert to a declared type.
+    history
+        Read the table's history instead of one version: the rows are versions, built
+        from the change data feed (table property ``delta.enableChangeDataFeed``), with
+        two more columns, ``_valid_from`` and ``_valid_to`` (TIMESTAMP, UTC, in
+        microseconds; ``_valid_to`` NULL while valid), which [`history_validity`][]
+        declares to a provider. Each insert or update post-image opens a version of its
+        key from its commit's timestamp; the key's next change (an update post-image or
+        a delete) closes it at that commit's timestamp; a delete opens none. Update
+        pre-images are ignored. Within one commit a key's deletes go before its inserts
+        and post-images, then the feed's own order; the last wins (a file rewritten by an
+        overwrite lists its rows deleted and inserted again: they stay). Commit
+        timestamps are made non-decreasing in commit order (a writer's clock going back
+        would end a version before it starts), and a version valid for no time (two
+        commits in one millisecond) is left out. Rows with a NULL key are left out.
+        A reload reads only the commits since the previous one in this process (see
+        `connectors.files.delta_history.ChangeHistory`); the first read in a process
+        reads the feed from version 0.
+    key_columns
+        With ``history``, the key whose changes chain into versions (required); among
+        the columns read.
 
     Raises
     ------
     ConfigError
         (a ``ValueError``) for a table that cannot be opened (naming it), a column of
         ``columns``, ``schema`` or ``filters`` that the table does not have, or an
-        invalid argument.
+        invalid argument; with ``history``: a table whose change data feed is off or that
+        has a column named ``_valid_from`` or ``_valid_to`` (declare them with
+        ``Validity`` over a plain ``DeltaSource`` instead), no ``key_columns``, or
+        ``filters`` on other columns than the key (they would drop the changes that end
+        versions).
     ConnectorError
         On use, for a table that has gone, or needs a reader feature this source does
         not read (naming the table); ``TransientConnectorError`` for storage errors
-        that may pass.
+        that may pass. With ``history``: a feed turned off since, or no longer
+        readable from the version needed (cleaned up by ``VACUUM`` or log retention, or
+        not written before the feed was turned on), names the table and the versions:
+        there is no fallback, since building again from version 0 needs all of it.
 
     Examples
     --------
@@ -485,6 +584,8 @@ class DeltaSource(BatchReadingSource[DeltaSplit, _Reading]):
         *,
         schema: SchemaLike | None = None,
         mode: BadValuePolicy | str = BadValuePolicy.PERMISSIVE,
+        history: bool = False,
+        key_columns: Sequence[str] | None = None,
     ) -> None:
         uri = os.fspath(path_or_uri) if isinstance(path_or_uri, os.PathLike) else path_or_uri
         if not isinstance(uri, str) or not uri:
@@ -525,6 +626,51 @@ class DeltaSource(BatchReadingSource[DeltaSplit, _Reading]):
             # columns read.
             raise ConfigError(f"filters of DeltaSource({uri!r}) name column(s) {unread} that "
                               "are not read; add them to columns")
+        if not isinstance(history, bool):
+            raise ConfigError(f"history must be True or False, got {history!r}")
+        self._history = history
+        self._keys: tuple[str, ...] | None = None
+        if history:
+            self._keys = self._history_keys(table, wanted, key_columns)
+        elif key_columns is not None:
+            raise ConfigError(f"DeltaSource({uri!r}): key_columns chain the changes of "
+                              "history=True; a plain DeltaSource takes none (the provider "
+                              "has the key)")
+
+    def _history_keys(self, table: Any, wanted: Sequence[str],
+                      key_columns: Sequence[str] | None) -> tuple[str, ...]:
+        """The key of a history source, its table checked; appends the validity columns
+        to the schema."""
+        what = f"DeltaSource({self._uri!r}, history=True)"
+        if key_columns is None or isinstance(key_columns, str) or not key_columns or not all(
+                isinstance(c, str) for c in key_columns):
+            raise ConfigError(f"{what} needs key_columns, a non-empty list of the key's "
+                              f"column names, got {shown(key_columns)}")
+        keys = tuple(key_columns)
+        unread = [c for c in keys if c not in wanted]
+        if unread:
+            raise ConfigError(f"{what}: key column(s) {unread} are not among the columns "
+                              f"read {list(wanted)}")
+        try:
+            _check_feed(self._uri, table)
+        except ConnectorError as exc:
+            raise ConfigError(str(exc)) from exc
+        names = _arrow_schema(table).names
+        clash = [c for c in (VALID_FROM, VALID_TO) if c in names]
+        if clash:
+            raise ConfigError(
+                f"{what}: the table already has column(s) {clash}, which history adds; "
+                "if they are its versions, declare them with Validity over "
+                f"DeltaSource({self._uri!r})")
+        not_keys = sorted({p.column for p in self._filters} - set(keys))
+        if not_keys:
+            raise ConfigError(
+                f"{what}: filters on column(s) {not_keys} would drop the changes that end "
+                "versions; with history, filters may name key columns only")
+        stamp = T.TimestampType()
+        self._schema = T.StructType([*self._schema.fields, T.StructField(VALID_FROM, stamp),
+                                     T.StructField(VALID_TO, stamp)])
+        return keys
 
     @property
     def uri(self) -> str:
@@ -533,8 +679,34 @@ class DeltaSource(BatchReadingSource[DeltaSplit, _Reading]):
 
     @property
     def schema(self) -> T.StructType:
-        """The declared schema, or the table's types of the columns read."""
+        """The declared schema, or the table's types of the columns read (with
+        ``history``, then ``_valid_from`` and ``_valid_to``)."""
         return self._schema
+
+    @property
+    def history_validity(self) -> Validity:
+        """The validity columns of a history source, for its provider
+        (``validity=source.history_validity``).
+
+        Raises
+        ------
+        ConfigError
+            For a source without ``history``: its rows have no validity columns.
+        """
+        if not self._history:
+            raise ConfigError(f"{self!r} reads one version of the table, not its history "
+                              "(history=True): it has no validity columns")
+        return Validity(VALID_FROM, VALID_TO)
+
+    @property
+    def history_reads(self) -> tuple[tuple[int, int], ...]:
+        """The ranges of commit versions (first, last) this process read from the
+        change data feed, the latest 64, oldest first: a reload after one new commit
+        ``v`` reads ``(v, v)``, an unchanged table nothing (empty without history)."""
+        reading = self._reading
+        if reading is None or reading.history is None:
+            return ()
+        return reading.history.reads
 
     def current_version(self) -> tuple[int, str]:
         """The pinned version, else the table's latest (its log read incrementally), and
@@ -598,31 +770,46 @@ class DeltaSource(BatchReadingSource[DeltaSplit, _Reading]):
             return None
         return info.size, info.mtime_ns
 
-    def planner(self, progress: Any | None) -> SplitPlanner[DeltaSplit]:
-        """Lists the files of one version when first asked, then hands them out in order."""
+    def planner(self, progress: Any | None) -> SplitPlanner[DeltaSplit | DeltaHistorySplit]:
+        """Lists the files of one version (with history: its one split) when first
+        asked, then hands them out in order."""
         return VersionListPlanner(self.plan, "version", progress, "DeltaSource")
 
-    def plan(self, version: int | None = None) -> tuple[int, list[DeltaSplit]]:
+    def plan(self, version: int | None = None
+             ) -> tuple[int, Sequence[DeltaSplit | DeltaHistorySplit]]:
         """The version planned and its splits (``version``, default: the pinned one, else
         the latest); on the coordinator."""
         if version is None:
             version = self._version
         table = (self._latest_table() if version is None
                  else _open_table(self._uri, version, self._options))
+        if self._history:
+            try:
+                planned = int(table.version())
+            except Exception as exc:
+                raise_from(_delta_error(self._uri, exc), exc)
+            _check_feed(self._uri, table, planned)
+            return planned, [DeltaHistorySplit(self._uri, planned)]
         return plan_files(self._uri, table, self._filters, self._file_schema.names)
 
-    def split_reader(self) -> Callable[[], _SplitReader]:
+    def split_reader(self) -> Callable[[], BatchStreamReader[Any]]:
         """Makes split readers, which open the files on their fetcher threads."""
         reading = self._reading_state()
         file_schema, options = self._file_schema, self._options
+        if self._history:
+            return lambda: _HistoryReader(reading, options)
         return lambda: _SplitReader(reading, file_schema, options)
 
     def new_reading(self) -> _Reading:
-        return _Reading(self._schema, self._mode, self._filters, self._options)
+        history = None if self._keys is None else ChangeHistory(
+            self._uri, self._options, self._file_schema, self._keys)
+        return _Reading(self._schema, self._mode, self._filters, self._options, history)
 
-    def serializer(self) -> SimpleVersionedSerializer[DeltaSplit]:
-        return _SPLITS
+    def serializer(self) -> SimpleVersionedSerializer[DeltaSplit | DeltaHistorySplit]:
+        serializer: Any = _HISTORY_SPLITS if self._history else _SPLITS
+        return cast("SimpleVersionedSerializer[DeltaSplit | DeltaHistorySplit]", serializer)
 
     def __repr__(self) -> str:
         pinned = "" if self._version is None else f", version={self._version}"
-        return f"DeltaSource({self._uri!r}{pinned})"
+        history = "" if self._keys is None else f", history=True, key_columns={list(self._keys)}"
+        return f"DeltaSource({self._uri!r}{pinned}{history})"
