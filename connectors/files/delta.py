@@ -520,9 +520,11 @@ class DeltaSource(BatchReadingSource[DeltaSplit | DeltaHistorySplit, _Reading]):
         two more columns, ``_valid_from`` and ``_valid_to`` (TIMESTAMP, UTC, in
         microseconds; ``_valid_to`` NULL while valid), which [`history_validity`][]
         declares to a provider. Each insert or update post-image opens a version of its
-        key from its commit's timestamp; the key's next change (an update post-image or
-        a delete) closes it at that commit's timestamp; a delete opens none. Update
-        pre-images are ignored. Within one commit a key's deletes go before its inserts
+        key from its commit's timestamp; the key's next change closes it at that
+        commit's timestamp; a delete opens none. Update pre-images are ignored. A key
+        has one row at a time: an insert of a key that has a version also closes it (a
+        table that appends a second row of a key holds both; its history, the later
+        one), so versions of a key never overlap. Within one commit a key's deletes go before its inserts
         and post-images, then the feed's own order; the last wins (a file rewritten by an
         overwrite lists its rows deleted and inserted again: they stay). Commit
         timestamps are made non-decreasing in commit order (a writer's clock going back

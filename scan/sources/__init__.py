@@ -7,7 +7,7 @@ from scan.collection import CollectionSource, CollectionSplit
 from spark_lookup.lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from connectors.files.delta import DeltaSource, DeltaSplit
+    from connectors.files.delta import DeltaHistorySplit, DeltaSource, DeltaSplit
     from connectors.files.iceberg import IcebergSource, IcebergSplit
     from connectors.files.source import FileSource, FileSplit
     from connectors.redis.source import RedisKeysSplit, RedisScanSource
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CollectionSource",
     "CollectionSplit",
+    "DeltaHistorySplit",
     "DeltaSource",
     "DeltaSplit",
     "FileSource",
@@ -31,6 +32,7 @@ __all__ = [
 # Backends import this package's modules, so they load on first use (PEP 562), not
 # here (a cycle); the TYPE_CHECKING imports above give mypy and the docs their types.
 __getattr__ = lazy_attributes(__name__, {
+    "DeltaHistorySplit": "connectors.files.delta",
     "DeltaSource": "connectors.files.delta",
     "DeltaSplit": "connectors.files.delta",
     "FileSource": "connectors.files.source",

@@ -70,6 +70,7 @@ CONNECTOR = {
 SOURCES = {
     "CollectionSource",
     "CollectionSplit",
+    "DeltaHistorySplit",
     "DeltaSource",
     "DeltaSplit",
     "FileSource",
@@ -142,6 +143,7 @@ def test_the_main_entry_points_have_examples() -> None:
         scan.sources.CollectionSplit(0, 0, 1),
         scan.sources.FileSplit("p", 1, 2),
         scan.sources.DeltaSplit("t", 3, "t/f.parquet", (("p", 1),), True, 2),
+        scan.sources.DeltaHistorySplit("t", 3, 2),
         scan.sources.IcebergSplit(7, "f.parquet", 2),
         scan.sources.RedisKeysSplit(0, (b"k",)),
         scan.sources.SqlChunkSplit(0, 1, 2),
