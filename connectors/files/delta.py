@@ -524,12 +524,13 @@ class DeltaSource(BatchReadingSource[DeltaSplit | DeltaHistorySplit, _Reading]):
         commit's timestamp; a delete opens none. Update pre-images are ignored. A key
         has one row at a time: an insert of a key that has a version also closes it (a
         table that appends a second row of a key holds both; its history, the later
-        one), so versions of a key never overlap. Within one commit a key's deletes go before its inserts
-        and post-images, then the feed's own order; the last wins (a file rewritten by an
-        overwrite lists its rows deleted and inserted again: they stay). Commit
-        timestamps are made non-decreasing in commit order (a writer's clock going back
-        would end a version before it starts), and a version valid for no time (two
-        commits in one millisecond) is left out. Rows with a NULL key are left out.
+        one), so versions of a key never overlap. Within one commit a key's deletes go
+        before its inserts and post-images, then the feed's own order; the last wins (a
+        file rewritten by an overwrite lists its rows deleted and inserted again: they
+        stay). Commit timestamps are made non-decreasing in commit order (a writer's
+        clock going back would end a version before it starts), and a version valid for
+        no time (two commits in one millisecond) is left out. Rows with a NULL key are
+        left out.
         A reload reads only the commits since the previous one in this process (see
         `connectors.files.delta_history.ChangeHistory`); the first read in a process
         reads the feed from version 0.
