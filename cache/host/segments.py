@@ -35,14 +35,13 @@ _BLOCK_HEADER = struct.Struct("<IIII")  # magic, message length, crc32, reserved
 class _Parsed:
     """What one process parsed of one segment: blocks below ``end``."""
 
-    __slots__ = ("bases", "batches", "end", "offsets", "table")
+    __slots__ = ("bases", "batches", "end", "offsets")
 
     def __init__(self) -> None:
         self.end = _HEADER
         self.batches: list[pa.RecordBatch | None] = []
         self.offsets: list[int] = []
         self.bases = np.zeros(1, dtype=np.int64)
-        self.table: pa.Table | None = None
 
 
 class Segments:
@@ -159,8 +158,6 @@ class Segments:
         if added:
             counts = [0 if b is None else b.num_rows for b in parsed.batches]
             parsed.bases = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
-            good = [b for b in parsed.batches if b is not None]
-            parsed.table = pa.Table.from_batches(good, self.schema) if good else None
         return parsed
 
     def gather(self, segment: np.ndarray, offset: np.ndarray, first: np.ndarray,
@@ -169,36 +166,36 @@ class Segments:
         their rows, key after key. A reference to a block that is not there, or did not
         pass its checksum, does not resolve."""
         ok = np.zeros(len(segment), dtype=bool)
-        parts: list[tuple[np.ndarray, pa.Table, np.ndarray]] = []
-        for seg in np.unique(segment):  # a Python step per segment, not per key
+        pieces: list[pa.RecordBatch] = []
+        owners: list[np.ndarray] = []
+        for seg in np.unique(segment):  # a Python step per segment and block touched
             mine = np.flatnonzero(segment == seg)
             parsed = self._parse(int(seg), int(offset[mine].max()))
-            if parsed is None or parsed.table is None:
+            if parsed is None or not parsed.offsets:
                 continue
             offsets = np.asarray(parsed.offsets, dtype=np.int64)
             block = np.minimum(np.searchsorted(offsets, offset[mine]), len(offsets) - 1)
-            found = offsets[block] == offset[mine]
             sizes = np.diff(parsed.bases)
-            found &= (sizes[block] > 0) | (count[mine] == 0)
-            # A block that failed its checksum holds no rows in the table: the bases
-            # skip it, so a reference into it is refused by the bound below.
-            starts = parsed.bases[block] + first[mine]
-            found &= first[mine] + count[mine] <= sizes[block]
+            # A block that failed its checksum has no rows: references into it fail here.
+            found = (offsets[block] == offset[mine]) & (first[mine] + count[mine] <= sizes[block])
             ok[mine[found]] = True
-            parts.append((mine[found], parsed.table,
-                          row_ranges(starts[found], count[mine][found])))
-        if not parts:
+            mine, block = mine[found], block[found]
+            # Taken block by block: a take over a table of many chunks concatenates
+            # them all first (the whole tier, for a thousand rows).
+            for b in np.unique(block):
+                keys_here = mine[block == b]
+                batch = parsed.batches[int(b)]
+                assert batch is not None
+                pieces.append(batch.take(pa.array(
+                    row_ranges(first[keys_here], count[keys_here]), type=pa.int64())))
+                owners.append(np.repeat(keys_here, count[keys_here]))
+        if not pieces:
             return ok, self.schema.empty_table()
-        if len(parts) == 1:
-            _, table, rows = parts[0]
-            return ok, table.take(pa.array(rows, type=pa.int64()))
-        owners = np.concatenate([p[0] for p in parts])
-        taken = pa.concat_tables([t.take(pa.array(r, type=pa.int64())) for _, t, r in parts])
-        counts = count[owners]
-        order = np.argsort(owners, kind="stable")
-        starts = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
-        return ok, taken.take(pa.array(row_ranges(starts[order], counts[order]),
-                                       type=pa.int64()))
+        rows = pa.Table.from_batches(pieces, self.schema)
+        who = np.concatenate(owners)
+        if len(pieces) > 1 and bool((np.diff(who) < 0).any()):
+            rows = rows.take(pa.array(np.argsort(who, kind="stable"), type=pa.int64()))
+        return ok, rows
 
     def close(self) -> None:
         self._parsed.clear()
