@@ -35,30 +35,37 @@ class ConnectionPool(Generic[C]):
     """Idle connections of one table in one process; thread-safe. Connections idle longer
     than `_POOL_IDLE_SECONDS` are closed by a daemon reaper, and every idle
     connection when the pool is collected. With ``contended`` (whether someone waits
-    for a slot of the host's connection budget), none is kept idle while it says so."""
+    for a slot of the host's connection budget), none is kept idle while it says so;
+    with ``admits``, a connection it refuses (its slot is above the budget's adaptive
+    limit) is closed instead of kept or reused."""
 
-    def __init__(self, contended: Callable[[], bool] | None = None) -> None:
+    def __init__(self, contended: Callable[[], bool] | None = None,
+                 admits: Callable[[C], bool] | None = None) -> None:
         self._lock = threading.Lock()
         self._idle: list[tuple[float, C]] = []
         self._contended = contended
+        self._admits = admits
         weakref.finalize(self, _close_all, self._idle)
         _REAPER.watch(self)
 
     def take(self) -> C | None:
         """The most recently returned connection still fresh enough, or None."""
         now = time.monotonic()
-        with self._lock:
-            while self._idle:
+        while True:
+            with self._lock:
+                if not self._idle:
+                    return None
                 since, connection = self._idle.pop()
-                if now - since <= _POOL_IDLE_SECONDS:
-                    return connection
-                connection.close()
-        return None
+            if now - since <= _POOL_IDLE_SECONDS and (
+                    self._admits is None or self._admits(connection)):
+                return connection
+            connection.close()
 
     def give(self, connection: C) -> None:
         """Keep ``connection`` for the next read (or close it when the pool is full, or
         someone waits for its slot)."""
-        if self._contended is not None and self._contended():
+        if (self._contended is not None and self._contended()) or (
+                self._admits is not None and not self._admits(connection)):
             connection.close()
             return
         with self._lock:

@@ -145,11 +145,13 @@ class HostSlots:
 
     # --- taking
 
-    def try_take(self) -> Slot | None:
-        """A free slot now, or None (whoever waits)."""
-        start = random.randrange(self.count)  # noqa: S311  # spreads takers over the files
-        for step in range(self.count):
-            index = (start + step) % self.count
+    def try_take(self, limit: int | None = None) -> Slot | None:
+        """A free slot now among the first ``limit`` (default: all), or None (whoever
+        waits)."""
+        count = self.count if limit is None else max(1, min(limit, self.count))
+        start = random.randrange(count)  # noqa: S311  # spreads takers over the files
+        for step in range(count):
+            index = (start + step) % count
             fd = os.open(self.directory / f"slot-{index}", os.O_RDWR | os.O_CREAT, 0o600)
             try:
                 free = try_flock(fd)
@@ -162,9 +164,11 @@ class HostSlots:
         return None
 
     def take(self, timeout: float, on_wait: Callable[[float], object] | None = None,
-             what: str = "the source") -> Slot:
+             what: str = "the source", limit: Callable[[], int] | None = None) -> Slot:
         """A slot, waiting in the host's queue up to ``timeout`` seconds; a wait is
-        reported to ``on_wait`` with its seconds (taken at once: not called).
+        reported to ``on_wait`` with its seconds (taken at once: not called). With
+        ``limit``, only the first ``limit()`` slots are taken, asked again at each look
+        (the host's adaptive limit, `spark_lookup.adaptive_concurrency`).
 
         Raises
         ------
@@ -172,7 +176,7 @@ class HostSlots:
             When no slot came free in time.
         """
         if not self.contended():
-            slot = self.try_take()
+            slot = self.try_take(None if limit is None else limit())
             if slot is not None:
                 return slot
         started = time.monotonic()
@@ -181,15 +185,18 @@ class HostSlots:
         try:
             pause = _FIRST_PAUSE
             while True:
-                if self._ahead(ticket) < self.count:
-                    slot = self.try_take()
+                usable = self.count if limit is None else max(1, min(limit(), self.count))
+                if self._ahead(ticket) < usable:
+                    slot = self.try_take(usable)
                     if slot is not None:
                         break
                 left = deadline - time.monotonic()
                 if left <= 0:
+                    held = str(usable) if usable == self.count else (
+                        f"{usable} (of {self.count}, lowered while the source was slow)")
                     raise SourceBusyError(
                         f"no connection to {what} came free within {timeout:g} s: all "
-                        f"{self.count} of the host's (max_source_connections) stayed in use")
+                        f"{held} of the host's (max_source_connections) stayed in use")
                 time.sleep(min(left, random.uniform(pause / 2, pause)))  # noqa: S311
                 pause = min(pause * 2, _MAX_PAUSE)
         finally:

@@ -215,7 +215,8 @@ class RedisTable(PerProcess):
         when someone on the host waits for a slot."""
         self.close()
         self.budget = budget
-        self._leases = None if budget is None else ConnectionPool(budget.contended)
+        self._leases = None if budget is None else ConnectionPool(
+            budget.contended, lambda leased: budget.admits(leased.slot))
 
     def _fetch(self, redis_keys: Sequence[str | bytes], what: str, client: Any = None) -> list[Any]:
         """The stored values of ``redis_keys`` in one round trip (a pipeline)."""

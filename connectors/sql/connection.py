@@ -22,7 +22,7 @@ import pyarrow as pa
 from connectors.errors import driver_errors, translate
 from connectors.sql.dialects import Dialect, dialect_for
 from connectors.sql.flavor import MYSQL, OTHER, POSTGRES, SQLITE, Flavor, driver_module, flavor_of
-from spark_lookup.connection_budget import ConnectionBudget
+from spark_lookup.connection_budget import ConnectionBudget, record_setup
 from spark_lookup.errors import ConnectorError, raise_from
 from spark_lookup.host_slots import Slot
 
@@ -378,10 +378,13 @@ def open_connection(factory: Any, what: str, timeout: float | None = None,
     """
     slot = None if budget is None else budget.take()
     try:
+        started = time.perf_counter()
         try:
             raw = factory()
         except Exception as exc:
             raise_from(translate(exc, f"cannot connect to the database of {what}"), exc)
+        finally:
+            record_setup(time.perf_counter() - started)
         if raw is None:
             raise ConnectorError(f"the connection factory of {what} returned None")
         try:

@@ -292,7 +292,8 @@ class SqlTable(PerProcess):
                 if pool is None:
                     budget = self.budget
                     pool = self._pool = ConnectionPool(
-                        None if budget is None else budget.contended)
+                        None if budget is None else budget.contended,
+                        None if budget is None else lambda c: budget.admits(c.slot))
         return pool
 
     def plan(self, connection: SqlConnection | None = None) -> SqlPlan:
