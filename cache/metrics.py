@@ -53,9 +53,11 @@ _COUNTERS = (
     "connection_wait_ms",
     "num_host_hits",
     "num_host_waits",
+    "num_concurrency_decreases",
+    "num_concurrency_increases",
 )
 _GAUGES = ("num_cached_records", "num_cached_bytes")
-FIELDS: tuple[str, ...] = (*_COUNTERS, "latest_load_time", *_GAUGES)
+FIELDS: tuple[str, ...] = (*_COUNTERS, "latest_load_time", "source_concurrency_limit", *_GAUGES)
 """Every metric, in [`CacheMetrics.as_dict`][] order."""
 GAUGES: tuple[str, ...] = _GAUGES
 """The metrics that are a size now (not a count that only grows)."""
@@ -99,29 +101,38 @@ class CacheMetrics:
     and those of the source's connection limits: ``num_connection_waits`` (waits for a
     connection: for a slot of the host's ``max_source_connections``, or a backoff while
     the source refused connections for being over its own limit) and
-    ``connection_wait_ms`` (the milliseconds they took), and those of a partial cache's
+    ``connection_wait_ms`` (the milliseconds they took); those of a partial cache's
     host tier: ``num_host_hits`` (keys the in-process cache missed and the host tier
-    answered) and ``num_host_waits`` (keys waited for while another worker loaded them).
+    answered) and ``num_host_waits`` (keys waited for while another worker loaded them);
+    and of adaptive concurrency:
+    ``num_concurrency_decreases`` and ``num_concurrency_increases`` (changes of the
+    host's limit of concurrent connections this worker made: down while the source was
+    slow or failing, up as it recovered) and ``source_concurrency_limit`` (that limit at
+    the worker's latest load; ``max_source_connections`` while the source keeps up).
 
     - Counters (``hit_count``, ``miss_count``, ``load_count``, ``num_load_failures``,
       ``num_retries``, ``num_cache_errors``, ``num_bad_values``, ``reloads_skipped``,
       ``num_notifications``, ``num_keys_invalidated``, ``num_reconnect_flushes``,
       ``num_change_reads``, ``num_connection_waits``, ``connection_wait_ms``,
-      ``num_host_hits``, ``num_host_waits``) only grow.
+      ``num_host_hits``, ``num_host_waits``,
+      ``num_concurrency_decreases``, ``num_concurrency_increases``) only grow.
     - ``latest_load_time`` is the duration in milliseconds of the latest load, -1 before any.
+    - ``source_concurrency_limit`` is -1 before any load under an adaptive budget.
     - Gauges (``num_cached_records``, ``num_cached_bytes``) are read from the cache that
       registered them ([`register_gauges`][]) at the moment they are read; bytes are an
       estimate of the memory the cached rows hold.
 
     Metrics of several workers add up with ``+`` (counters and gauges are summed,
-    ``latest_load_time`` is the maximum); [`as_dict`][] gives a plain dict that
-    travels between processes and [`from_dict`][] reads it back.
+    ``latest_load_time`` is the maximum, ``source_concurrency_limit`` the lowest known);
+    [`as_dict`][] gives a plain dict that travels between processes and [`from_dict`][]
+    reads it back.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._values: dict[str, int] = dict.fromkeys(_COUNTERS, 0)
         self._values["latest_load_time"] = -1
+        self._values["source_concurrency_limit"] = -1
         self._fixed_gauges: dict[str, int] = dict.fromkeys(_GAUGES, 0)
         self._gauges: Callable[[], tuple[int, int]] | None = None
         self.as_of: MetricsAsOf | None = None
@@ -196,6 +207,15 @@ class CacheMetrics:
     def inc_host_waits(self, n: int = 1) -> None:
         """Count ``n`` keys waited for while another worker of the host loaded them."""
         self._add("num_host_waits", n)
+    def record_concurrency(self, limit: int, change: int = 0) -> None:
+        """Set ``source_concurrency_limit`` to ``limit``, and count a ``change`` of it made
+        here (-1 down, +1 up, 0 none)."""
+        with self._lock:
+            self._values["source_concurrency_limit"] = limit
+            if change < 0:
+                self._values["num_concurrency_decreases"] += 1
+            elif change > 0:
+                self._values["num_concurrency_increases"] += 1
 
     def record_load_time(self, millis: float) -> None:
         """Set ``latest_load_time`` to the duration of the load that just ended."""
@@ -239,7 +259,16 @@ class CacheMetrics:
     num_host_hits = _Counter("Keys the in-process cache missed and the host tier answered.")
     num_host_waits = _Counter(
         "Keys waited for while another worker of the host loaded them (single loads).")
+    num_concurrency_decreases = _Counter(
+        "Times the host's limit of concurrent connections to the source went down: it was "
+        "slow, timed out, failed transiently or refused for being busy.")
+    num_concurrency_increases = _Counter(
+        "Times the host's limit of concurrent connections went back up, one at a time, as "
+        "the source kept up.")
     latest_load_time = _Counter("Duration in ms of the latest load; -1 before any load.")
+    source_concurrency_limit = _Counter(
+        "The host's limit of concurrent connections to the source at the latest load "
+        "(at most max_source_connections); -1 before any, or without an adaptive budget.")
 
     @property
     def num_cached_records(self) -> int:
@@ -300,6 +329,10 @@ class CacheMetrics:
         mine, theirs = self.as_dict(), other.as_dict()
         merged = {name: mine[name] + theirs[name] for name in FIELDS}
         merged["latest_load_time"] = max(mine["latest_load_time"], theirs["latest_load_time"])
+        # The most held back of the hosts: what a user looking for a slow source wants.
+        known = [v for v in (mine["source_concurrency_limit"],
+                             theirs["source_concurrency_limit"]) if v >= 0]
+        merged["source_concurrency_limit"] = min(known) if known else -1
         return CacheMetrics.from_dict(merged)
 
     def __eq__(self, other: object) -> bool:

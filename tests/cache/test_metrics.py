@@ -19,7 +19,9 @@ def test_fresh_metrics() -> None:
         "num_notifications": 0, "num_keys_invalidated": 0, "num_reconnect_flushes": 0,
         "num_change_reads": 0, "num_connection_waits": 0, "connection_wait_ms": 0,
         "num_host_hits": 0, "num_host_waits": 0,
-        "latest_load_time": -1, "num_cached_records": 0, "num_cached_bytes": 0,
+        "num_concurrency_decreases": 0, "num_concurrency_increases": 0,
+        "latest_load_time": -1, "source_concurrency_limit": -1, "num_cached_records": 0,
+        "num_cached_bytes": 0,
     }
 
 
@@ -30,6 +32,22 @@ def test_connection_waits_count_and_add_up() -> None:
     assert (m.num_connection_waits, m.connection_wait_ms) == (2, 260)
     total = m + CacheMetrics.from_dict(m.as_dict())
     assert (total.num_connection_waits, total.connection_wait_ms) == (4, 520)
+
+
+def test_concurrency_changes_count_and_the_lowest_known_limit_wins() -> None:
+    m = CacheMetrics()
+    m.record_concurrency(4)
+    m.record_concurrency(3, -1)
+    m.record_concurrency(2, -1)
+    m.record_concurrency(3, +1)
+    assert (m.num_concurrency_decreases, m.num_concurrency_increases) == (2, 1)
+    assert m.source_concurrency_limit == 3
+    other = CacheMetrics()
+    other.record_concurrency(1, -1)
+    total = CacheMetrics.sum([m, other.as_dict(), CacheMetrics()])  # -1: not known there
+    assert (total.num_concurrency_decreases, total.source_concurrency_limit) == (3, 1)
+    assert (CacheMetrics() + CacheMetrics()).source_concurrency_limit == -1
+    assert CacheMetrics.from_dict(m.as_dict()) == m
 
 
 def test_counters_and_gauges() -> None:
