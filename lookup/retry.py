@@ -70,6 +70,7 @@ class RetryPolicy:
         busy_timeout: float | None = None,
         on_busy_wait: Callable[[float], object] | None = None,
         busy_sleep: Callable[[float], object] | None = None,
+        on_transient: Callable[[], object] | None = None,
     ) -> Retries:
         """The tries of one operation (``what``, for the log) under this policy;
         ``retryable`` tells a transient error from a permanent one. A source refusing
@@ -78,9 +79,11 @@ class RetryPolicy:
         after the first try (None: such errors are retried as any transient one), each
         wait reported to ``on_busy_wait``, not counted as a retry, and waited with
         ``busy_sleep`` when given (a connection budget's, which asks the host's idle
-        connections to close meanwhile)."""
+        connections to close meanwhile). ``on_transient`` is told of each failed try
+        whose error is worth another (a timeout, a transient error, a busy source: the
+        host's adaptive concurrency lowers its limit), never of a permanent one."""
         return Retries(self, what, on_retry, wait, retryable, busy_timeout, on_busy_wait,
-                       busy_sleep)
+                       busy_sleep, on_transient)
 
 
 @dataclass(eq=False)
@@ -101,6 +104,7 @@ class Retries:
     busy_timeout: float | None = None
     on_busy_wait: Callable[[float], object] | None = None
     busy_sleep: Callable[[float], object] | None = None
+    on_transient: Callable[[], object] | None = None
     tries: int = field(default=0, init=False)
     retried: int = field(default=0, init=False)
     """Retries counted against the policy's ``max_retries`` (busy waits are not)."""
@@ -172,7 +176,10 @@ class Retries:
         self.error = error
         if what is not None:
             self.what = what
-        return self.retryable(error)
+        transient = self.retryable(error)
+        if transient and self.on_transient is not None:
+            self.on_transient()
+        return transient
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from lookup.runtime.base import (
 )
 from lookup.runtime.due import DueTimer
 from lookup.runtime.full_load import load_snapshot
+from spark_lookup.adaptive_concurrency import AdaptiveLimit
 from spark_lookup.load_priority import loading, lookup_turn
 from spark_lookup.schema import to_arrow_schema
 from triggers.scheduler import process_scheduler
@@ -99,6 +100,9 @@ class FullCachingRuntime(LookupRuntime):
         self._overlay_keys: CacheKeys | None = None
         self._subscription: Subscription | None = None
         self._unwatch: Callable[[], None] | None = None
+        # Lowered by a reload's transient errors only: a reload's duration is no latency
+        # to compare (its readers run at once, it reads the whole table).
+        self._concurrency: AdaptiveLimit | None = None
         feed = provider.changes
         self._loader = Loader(
             describe=provider.describe(), load=self._load, due=self._due.due, record=self._record,
@@ -121,6 +125,7 @@ class FullCachingRuntime(LookupRuntime):
                 limited = provider.change_lookup.limit_connections(budget) or limited
             if limited:
                 self._unwatch = budget.watch(self.metrics.record_connection_wait)
+                self._concurrency = budget.concurrency()
         self.cache.open(self.metrics)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="lookup-full-reload")
         feed = provider.changes
@@ -171,6 +176,13 @@ class FullCachingRuntime(LookupRuntime):
             self.cache.close()
             if self._unwatch is not None:
                 self._unwatch()
+
+    def _overloaded(self) -> None:
+        concurrency = self._concurrency
+        if concurrency is not None:
+            change = concurrency.on_overload()
+            self._record(partial(self.metrics.record_concurrency, concurrency.limit_seen,
+                                 change))
 
     def _record(self, *actions: Callable[[], object]) -> bool:
         """Run ``actions`` (recording a load's outcome) unless closed; whether they ran."""
@@ -286,7 +298,8 @@ class FullCachingRuntime(LookupRuntime):
             on_retry=partial(self._record, self.metrics.inc_retries),
             busy_timeout=provider.connection_wait().total_seconds(),
             on_busy_wait=lambda seconds: self._record(
-                partial(self.metrics.record_connection_wait, seconds)))
+                partial(self.metrics.record_connection_wait, seconds)),
+            on_transient=None if self._concurrency is None else self._overloaded)
         for _ in tries:
             if self._closed.is_set():
                 return

@@ -45,6 +45,8 @@ from lookup.runtime.base import (
     place_probe_answers,
 )
 from lookup.runtime.loaders import Loader, PartialLoad, loader_for
+from spark_lookup.adaptive_concurrency import AdaptiveLimit
+from spark_lookup.connection_budget import setup_seconds
 from spark_lookup.errors import ConfigError, LookupLoadError
 from spark_lookup.schema import to_arrow_schema
 from spark_lookup.shown import shown
@@ -108,18 +110,29 @@ class LoadingRuntime(LookupRuntime):
         self._function: LookupFunctionBase = provider.function
         self._unwatch: Callable[[], None] | None = None
         self._host: HostTier | None = None
+        # The host's adaptive limit, where the function's connections are budgeted.
+        self._concurrency: AdaptiveLimit | None = None
 
     def _retries(self, what: str) -> Retries:
         budget = self._budget if self._unwatch is not None else None
         return self._policy.retries(what, on_retry=self.metrics.inc_retries,
                                     busy_timeout=self._busy_timeout,
                                     on_busy_wait=self.metrics.record_connection_wait,
-                                    busy_sleep=None if budget is None else budget.wait_queued)
+                                    busy_sleep=None if budget is None else budget.wait_queued,
+                                    on_transient=None if self._concurrency is None
+                                    else self._overloaded)
+
+    def _overloaded(self) -> None:
+        concurrency = self._concurrency
+        if concurrency is not None:
+            change = concurrency.on_overload()
+            self.metrics.record_concurrency(concurrency.limit_seen, change)
 
     def open(self) -> None:
         budget = self._budget
         if budget is not None and self._function.limit_connections(budget):
             self._unwatch = budget.watch(self.metrics.record_connection_wait)
+            self._concurrency = budget.concurrency()
         try:
             self._open()
         except BaseException:
@@ -391,7 +404,7 @@ class LoadingRuntime(LookupRuntime):
         tries = self._retries(f"lookup of {len(keys[0])} key(s)")
         for _ in tries:
             try:
-                with self._one_load(function):
+                with self._one_load(function, len(keys[0])):
                     index, rows = function.lookup_arrow(keys)
             except Exception as exc:
                 if not tries.failed(exc):
@@ -404,13 +417,21 @@ class LoadingRuntime(LookupRuntime):
         raise self._failure(tries, len(keys[0]), _preview(first))
 
     @contextmanager
-    def _one_load(self, function: object) -> Iterator[None]:
-        """Count ``function``'s bad values, and the load and its time if it succeeds."""
+    def _one_load(self, function: object, keys: int) -> Iterator[None]:
+        """Count ``function``'s bad values, and the load and its time if it succeeds
+        (which the host's adaptive limit measures, less the time spent getting a
+        connection)."""
         started = time.perf_counter()
+        setup = setup_seconds()
         with counting_bad_values(function, self.metrics.inc_bad_values):
             yield
+        seconds = time.perf_counter() - started
         self.metrics.inc_loads()
-        self.metrics.record_load_time((time.perf_counter() - started) * 1000)
+        self.metrics.record_load_time(seconds * 1000)
+        concurrency = self._concurrency
+        if concurrency is not None:
+            change = concurrency.on_load(max(0.0, seconds - (setup_seconds() - setup)), keys)
+            self.metrics.record_concurrency(concurrency.limit_seen, change)
 
     def _failure(self, tries: Retries, count: int, keys_text: str) -> BaseException:
         """Count a failed load; the error to raise (ConfigError, TypeError: as they are)."""
@@ -505,7 +526,7 @@ class LoadingRuntime(LookupRuntime):
         function = getattr(self.provider, "function", None)
         for _ in tries:
             try:
-                with self._one_load(function):
+                with self._one_load(function, len(pending)):
                     loaded: Mapping[Key, Sequence[Row]] = self._loader.load(pending)
             except PartialLoad as partial:
                 results.update(self._freeze(partial.results, pending))

@@ -98,3 +98,47 @@ def test_other_errors_keep_their_classification() -> None:
         assert handle.lookup((1,)) == ((1, "Julian"),)
         assert sleep.waits == [0.1, 0.2]
         assert (handle.metrics.num_retries, handle.metrics.num_connection_waits) == (2, 0)
+
+
+# --- adaptive concurrency: what lowers the host's limit
+
+
+class BudgetedBusyLookup(BusyLookup):
+    """A `BusyLookup` whose connections are budgeted (as a connector's are)."""
+
+    def limit_connections(self, budget: object) -> bool:
+        return True
+
+
+def _budgeted(fn: Any, adaptive: bool = True) -> PartialCachingLookupProvider:
+    cache = DefaultLookupCache.new_builder().maximum_size(100).build()
+    return PartialCachingLookupProvider.of(
+        fn, cache, retry_policy=RetryPolicy(max_retries=3, sleep=RecordingSleep()),
+        adaptive_concurrency=adaptive)
+
+
+@pytest.mark.parametrize("error", [
+    SourceBusyError("too many connections"), TimeoutError("timed out"),
+    ConnectionError("connection reset")])
+def test_a_busy_timed_out_or_failing_source_lowers_the_hosts_limit(error: Exception) -> None:
+    with open_lookup(_budgeted(BudgetedBusyLookup(busy=3, error=error))) as handle:
+        assert handle.lookup((1,)) == ((1, "Julian"),)
+        metrics = handle.metrics
+        assert metrics.num_concurrency_decreases >= 1
+        if not isinstance(error, SourceBusyError):  # its waits take real time: windows pass
+            assert metrics.num_concurrency_decreases == 1  # three failures, one window
+            assert metrics.source_concurrency_limit == 3
+
+
+def test_a_permanent_error_or_an_adaptive_budget_turned_off_lowers_nothing() -> None:
+    with open_lookup(_budgeted(BudgetedBusyLookup(
+            busy=1, error=ConnectorError("no such table")))) as handle:
+        with pytest.raises(LookupLoadError):
+            handle.lookup((1,))
+        assert handle.lookup((2,)) == ((2, "Jark"),)
+        assert handle.metrics.num_concurrency_decreases == 0
+        assert handle.metrics.source_concurrency_limit == 4
+    with open_lookup(_budgeted(BudgetedBusyLookup(busy=3), adaptive=False)) as handle:
+        assert handle.lookup((1,)) == ((1, "Julian"),)
+        assert handle.metrics.num_concurrency_decreases == 0
+        assert handle.metrics.source_concurrency_limit == -1
