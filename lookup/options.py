@@ -159,6 +159,7 @@ class LookupOptions:
         opts.ASYNC_CAPACITY.get(options)
         opts.ASYNC_TIMEOUT.get(options)
         opts.MAX_SOURCE_CONNECTIONS.get(options)
+        opts.ADAPTIVE_CONCURRENCY.get(options)
         opts.LOAD_TIMEOUT.get(options)
         return checked
 
@@ -290,6 +291,7 @@ class LookupOptions:
         retries = self.max_retries
         kwargs.setdefault("max_source_connections",
                           opts.MAX_SOURCE_CONNECTIONS.get(self.options))
+        kwargs.setdefault("adaptive_concurrency", opts.ADAPTIVE_CONCURRENCY.get(self.options))
         if self.cache_type == "FULL":
             if key_columns is None:
                 raise ConfigError("a FULL lookup cache needs key_columns (the source has none)")

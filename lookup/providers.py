@@ -83,6 +83,7 @@ class LookupProvider:
     provider_id: str = field(default_factory=lambda: uuid.uuid4().hex, kw_only=True)
     max_source_connections: int | None = field(default=DEFAULT_MAX_SOURCE_CONNECTIONS,
                                                 kw_only=True)
+    adaptive_concurrency: bool = field(default=True, kw_only=True)
 
     @property
     def kind(self) -> str:
@@ -108,13 +109,15 @@ class LookupProvider:
         most ``max_source_connections`` open at once across the host's processes), or
         None when unlimited. Its slots are files under
         ``<system temp dir>/spark-lookup-slots-<uid>/<provider_id>``, deleted once no
-        process of the host uses them (`spark_lookup.host_slots.sweep`)."""
+        process of the host uses them (`spark_lookup.host_slots.sweep`); with
+        ``adaptive_concurrency``, fewer are used while the source is slow or failing."""
         if self.max_source_connections is None:
             return None
         return ConnectionBudget(str(default_slots_root() / self.provider_id),
                                 self.max_source_connections,
                                 self.connection_wait().total_seconds(),
-                                f"the source of {self.describe()}")
+                                f"the source of {self.describe()}",
+                                self.adaptive_concurrency)
 
 
 _P = TypeVar("_P", bound=LookupProvider)
@@ -129,6 +132,13 @@ def _check_changes(changes: object, key_columns: Sequence[str], what: str) -> No
 def _max_connections(value: object) -> int | None:
     """``max_source_connections`` checked: None (unlimited) or at least 1."""
     return None if value is None else check_int(value, "max_source_connections")
+
+
+def _adaptive(value: object) -> bool:
+    """``adaptive_concurrency`` checked: True or False."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"adaptive_concurrency must be True or False, got {value!r}")
+    return value
 
 
 def _built(cls: type[_P], fn: Any, base: type[LookupFunctionBase], max_retries: int | None,
@@ -155,6 +165,7 @@ def _built(cls: type[_P], fn: Any, base: type[LookupFunctionBase], max_retries: 
             )
     extra["max_source_connections"] = _max_connections(extra.get(
         "max_source_connections", DEFAULT_MAX_SOURCE_CONNECTIONS))
+    extra["adaptive_concurrency"] = _adaptive(extra.get("adaptive_concurrency", True))
     if "load_timeout" in extra:
         extra["load_timeout"] = as_timedelta(extra["load_timeout"], "load_timeout")
     build: Any = cls  # each caller's class has function and batch_size fields
@@ -189,6 +200,7 @@ class LookupFunctionProvider(LookupProvider):
         retry_on_miss: MissRetry | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
         max_source_connections: int | None = DEFAULT_MAX_SOURCE_CONNECTIONS,
+        adaptive_concurrency: bool = True,
         load_timeout: timedelta | float = DEFAULT_LOAD_TIMEOUT,
     ) -> LookupFunctionProvider:
         """A provider looking keys up in ``fn`` on every batch.
@@ -210,6 +222,11 @@ class LookupFunctionProvider(LookupProvider):
             worker keeps a connection only while it holds one of the host's slots).
             Applies to the connectors' functions (SQL, Redis); a function of yours opens
             its own connections.
+        adaptive_concurrency
+            Whether the host uses fewer of those connections while the source is slow
+            (a window of loads took over twice their usual time), times out, fails
+            transiently or refuses for being busy, and more again, one at a time, as it
+            recovers (default True; between 1 and ``max_source_connections``).
         load_timeout
             How long a load waits for its source (``timedelta`` or seconds; default
             180 s): for a connection of ``max_source_connections``, and while the source
@@ -223,6 +240,7 @@ class LookupFunctionProvider(LookupProvider):
         """
         return _built(cls, fn, LookupFunction, max_retries, retry_policy, retry_on_miss,
                       batch_size, max_source_connections=max_source_connections,
+                      adaptive_concurrency=adaptive_concurrency,
                       load_timeout=load_timeout)
 
 
@@ -273,6 +291,7 @@ class PartialCachingLookupProvider(_PartiallyCached, LookupFunctionProvider):
         batch_size: int = DEFAULT_BATCH_SIZE,
         changes: ChangeFeed | None = None,
         max_source_connections: int | None = DEFAULT_MAX_SOURCE_CONNECTIONS,
+        adaptive_concurrency: bool = True,
         load_timeout: timedelta | float = DEFAULT_LOAD_TIMEOUT,
         share_across_workers: bool | None = None,
     ) -> PartialCachingLookupProvider:
@@ -308,6 +327,7 @@ class PartialCachingLookupProvider(_PartiallyCached, LookupFunctionProvider):
         return _built(cls, fn, LookupFunction, max_retries, retry_policy, retry_on_miss,
                       batch_size, cache=cache, changes=changes,
                       max_source_connections=max_source_connections,
+                      adaptive_concurrency=adaptive_concurrency,
                       load_timeout=load_timeout, share_across_workers=share_across_workers)
 
 
@@ -343,6 +363,7 @@ class AsyncLookupFunctionProvider(LookupProvider):
         retry_on_miss: MissRetry | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
         max_source_connections: int | None = DEFAULT_MAX_SOURCE_CONNECTIONS,
+        adaptive_concurrency: bool = True,
     ) -> AsyncLookupFunctionProvider:
         """A provider awaiting ``fn.async_lookup`` per key (or ``async_lookup_batch``).
 
@@ -360,6 +381,7 @@ class AsyncLookupFunctionProvider(LookupProvider):
         """
         return _built(cls, fn, AsyncLookupFunction, max_retries, retry_policy, retry_on_miss,
                       batch_size, max_source_connections=max_source_connections,
+                      adaptive_concurrency=adaptive_concurrency,
                       **_async_options(capacity, timeout))
 
 
@@ -382,6 +404,7 @@ class PartialCachingAsyncLookupProvider(_PartiallyCached, AsyncLookupFunctionPro
         batch_size: int = DEFAULT_BATCH_SIZE,
         changes: ChangeFeed | None = None,
         max_source_connections: int | None = DEFAULT_MAX_SOURCE_CONNECTIONS,
+        adaptive_concurrency: bool = True,
     ) -> PartialCachingAsyncLookupProvider:
         """A provider caching the results of the async ``fn`` in ``cache``; options as
         [`AsyncLookupFunctionProvider.of`][], ``changes`` as
@@ -389,6 +412,7 @@ class PartialCachingAsyncLookupProvider(_PartiallyCached, AsyncLookupFunctionPro
         return _built(cls, fn, AsyncLookupFunction, max_retries, retry_policy, retry_on_miss,
                       batch_size, cache=cache, changes=changes,
                       max_source_connections=max_source_connections,
+                      adaptive_concurrency=adaptive_concurrency,
                       **_async_options(capacity, timeout))
 
 
@@ -468,6 +492,7 @@ class FullCachingLookupProvider(LookupProvider):
         change_lookup: LookupFunction | None = None,
         max_overlay_keys: int = DEFAULT_MAX_OVERLAY_KEYS,
         max_source_connections: int | None = DEFAULT_MAX_SOURCE_CONNECTIONS,
+        adaptive_concurrency: bool = True,
     ) -> FullCachingLookupProvider:
         """A provider serving lookups from full snapshots of ``source``.
 
@@ -537,6 +562,10 @@ class FullCachingLookupProvider(LookupProvider):
             unlimited): its readers and its planning queue for the host's slots (the SQL
             and Redis sources; a file source opens none). A load waits for them, and for
             a source over its own connection limit, up to ``initial_load_timeout``.
+        adaptive_concurrency
+            Whether a reload's timeouts, transient errors and busy refusals lower the
+            host's limit below ``max_source_connections`` for the next tries (default
+            True; it rises again by one per 10 s).
 
         Raises
         ------
@@ -580,6 +609,7 @@ class FullCachingLookupProvider(LookupProvider):
             change_lookup=change_lookup,
             max_overlay_keys=check_int(max_overlay_keys, "max_overlay_keys"),
             max_source_connections=_max_connections(max_source_connections),
+            adaptive_concurrency=_adaptive(adaptive_concurrency),
         )
 
 

@@ -552,6 +552,11 @@ MAX_SOURCE_CONNECTIONS: ConfigOption[int | None] = ConfigOption(
     DEFAULT_MAX_SOURCE_CONNECTIONS,
     "Connections a provider opens to its source at once per host ('unlimited': no bound).",
 )
+ADAPTIVE_CONCURRENCY: ConfigOption[bool] = ConfigOption(
+    f"{LIBRARY_PREFIX}adaptive-concurrency", parse_bool, True,
+    "Whether a host uses fewer of max-source-connections while the source is slow or "
+    "failing, and more as it recovers.",
+)
 LOAD_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
     f"{LIBRARY_PREFIX}load-timeout", positive_duration, timedelta(seconds=180),
     "How long a load waits for its source: for a connection of the host's budget, and "
@@ -576,6 +581,7 @@ LOOKUP_OPTIONS: tuple[ConfigOption[Any], ...] = (
     ASYNC_CAPACITY,
     ASYNC_TIMEOUT,
     MAX_SOURCE_CONNECTIONS,
+    ADAPTIVE_CONCURRENCY,
     LOAD_TIMEOUT,
 )
 """Every ``lookup.*`` key the library understands, and its own table options under

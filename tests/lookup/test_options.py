@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from lookup import LookupOptions, PartialCachingAsyncLookupProvider
+from lookup import LookupFunctionProvider, LookupOptions, PartialCachingAsyncLookupProvider
 from scan import CollectionSource
 from spark_lookup.errors import ConfigError
 from tests.lookup.functions import AsyncDictLookup, DictLookup
@@ -283,3 +283,31 @@ def test_bad_budget_options_are_refused_naming_the_key(options: dict[str, str],
                                                        message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         LookupOptions.from_dict(options)
+
+
+ADAPTIVE = "spark.lookup.adaptive-concurrency"
+
+
+@pytest.mark.parametrize(("options", "target"), [
+    ({}, DictLookup(ROWS)),
+    ({"lookup.cache": "PARTIAL", "lookup.partial-cache.max-rows": "10"}, AsyncDictLookup(ROWS)),
+    (FULL, SOURCE),
+])
+def test_adaptive_concurrency_is_on_by_default_and_an_option_turns_it_off(
+        options: dict[str, str], target: Any) -> None:
+    default = LookupOptions.from_dict(options).provider(target, key_columns=["id"])
+    assert default.adaptive_concurrency is True
+    assert default.connection_budget().adaptive is True  # type: ignore[union-attr]
+    off = LookupOptions.from_dict({**options, ADAPTIVE: " FALSE "}).provider(
+        target, key_columns=["id"])
+    assert off.adaptive_concurrency is False
+    assert off.connection_budget().concurrency() is None  # type: ignore[union-attr]
+    with pytest.raises(ConfigError, match=ADAPTIVE):
+        LookupOptions.from_dict({**options, ADAPTIVE: "sometimes"})
+
+
+def test_adaptive_concurrency_must_be_a_bool() -> None:
+    with pytest.raises(ConfigError, match="adaptive_concurrency must be True or False"):
+        LookupFunctionProvider.of(DictLookup(ROWS), adaptive_concurrency=1)  # type: ignore[arg-type]
+    provider = LookupFunctionProvider.of(DictLookup(ROWS), adaptive_concurrency=False)
+    assert provider.connection_budget().adaptive is False  # type: ignore[union-attr]
