@@ -33,6 +33,7 @@ from lookup.function import (
     check_key_columns,
 )
 from lookup.retry import MissRetry, RetryPolicy
+from lookup.validity import Validity
 from spark_lookup.connection_budget import (
     DEFAULT_MAX_SOURCE_CONNECTIONS,
     ConnectionBudget,
@@ -84,6 +85,9 @@ class LookupProvider:
     max_source_connections: int | None = field(default=DEFAULT_MAX_SOURCE_CONNECTIONS,
                                                 kw_only=True)
     adaptive_concurrency: bool = field(default=True, kw_only=True)
+    validity: Validity | None = field(default=None, kw_only=True)
+    """The dimension's version columns (None: one version per key, always valid): each
+    stream row then joins the version of its key valid at its ``as_of`` time."""
 
     @property
     def kind(self) -> str:
@@ -129,6 +133,17 @@ def _check_changes(changes: object, key_columns: Sequence[str], what: str) -> No
     changes.check_provider_keys(list(key_columns), what)
 
 
+def _check_validity(validity: object, schema: StructType, key_columns: Sequence[str],
+                    what: str) -> Validity | None:
+    """``validity`` checked against the provider's schema and key columns."""
+    if validity is None:
+        return None
+    check_instance(validity, Validity, "validity", "a lookup.Validity (or None)")
+    assert isinstance(validity, Validity)
+    validity.check(schema, key_columns, what)
+    return validity
+
+
 def _max_connections(value: object) -> int | None:
     """``max_source_connections`` checked: None (unlimited) or at least 1."""
     return None if value is None else check_int(value, "max_source_connections")
@@ -168,6 +183,8 @@ def _built(cls: type[_P], fn: Any, base: type[LookupFunctionBase], max_retries: 
     extra["adaptive_concurrency"] = _adaptive(extra.get("adaptive_concurrency", True))
     if "load_timeout" in extra:
         extra["load_timeout"] = as_timedelta(extra["load_timeout"], "load_timeout")
+    extra["validity"] = _check_validity(extra.get("validity"), fn.struct, fn.key_fields(),
+                                        type(fn).__name__)
     build: Any = cls  # each caller's class has function and batch_size fields
     return build(  # type: ignore[no-any-return]
         fn.struct, tuple(fn.key_fields()), _retry_policy(max_retries, retry_policy),
@@ -202,6 +219,7 @@ class LookupFunctionProvider(LookupProvider):
         max_source_connections: int | None = DEFAULT_MAX_SOURCE_CONNECTIONS,
         adaptive_concurrency: bool = True,
         load_timeout: timedelta | float = DEFAULT_LOAD_TIMEOUT,
+        validity: Validity | None = None,
     ) -> LookupFunctionProvider:
         """A provider looking keys up in ``fn`` on every batch.
 
@@ -232,16 +250,23 @@ class LookupFunctionProvider(LookupProvider):
             180 s): for a connection of ``max_source_connections``, and while the source
             refuses connections for being over its own limit (waited for with jittered
             backoff, not retried ``max_retries`` times).
+        validity
+            The dimension's version columns ([`Validity`][lookup.Validity]): ``fn``
+            answers every version of a key, and a join picks the one valid at each
+            row's ``as_of`` time (or now, without ``as_of``; see
+            docs/point-in-time.md).
 
         Raises
         ------
         ConfigError
-            For an invalid schema, key columns or option (a ``ValueError``).
+            For an invalid schema, key columns or option (a ``ValueError``); for
+            ``validity`` columns the schema lacks, that are key columns, or that are no
+            TIMESTAMP, TIMESTAMP_NTZ or DATE.
         """
         return _built(cls, fn, LookupFunction, max_retries, retry_policy, retry_on_miss,
                       batch_size, max_source_connections=max_source_connections,
                       adaptive_concurrency=adaptive_concurrency,
-                      load_timeout=load_timeout)
+                      load_timeout=load_timeout, validity=validity)
 
 
 @dataclass(frozen=True)
@@ -294,6 +319,7 @@ class PartialCachingLookupProvider(_PartiallyCached, LookupFunctionProvider):
         adaptive_concurrency: bool = True,
         load_timeout: timedelta | float = DEFAULT_LOAD_TIMEOUT,
         share_across_workers: bool | None = None,
+        validity: Validity | None = None,
     ) -> PartialCachingLookupProvider:
         """A provider caching the results of ``fn`` in ``cache`` (e.g. a
         [`cache.DefaultLookupCache`][]); other options as [`LookupFunctionProvider.of`][].
@@ -328,7 +354,8 @@ class PartialCachingLookupProvider(_PartiallyCached, LookupFunctionProvider):
                       batch_size, cache=cache, changes=changes,
                       max_source_connections=max_source_connections,
                       adaptive_concurrency=adaptive_concurrency,
-                      load_timeout=load_timeout, share_across_workers=share_across_workers)
+                      load_timeout=load_timeout, share_across_workers=share_across_workers,
+                      validity=validity)
 
 
 def _async_options(capacity: object, timeout: object) -> dict[str, Any]:
@@ -364,6 +391,7 @@ class AsyncLookupFunctionProvider(LookupProvider):
         batch_size: int = DEFAULT_BATCH_SIZE,
         max_source_connections: int | None = DEFAULT_MAX_SOURCE_CONNECTIONS,
         adaptive_concurrency: bool = True,
+        validity: Validity | None = None,
     ) -> AsyncLookupFunctionProvider:
         """A provider awaiting ``fn.async_lookup`` per key (or ``async_lookup_batch``).
 
@@ -378,11 +406,13 @@ class AsyncLookupFunctionProvider(LookupProvider):
         max_source_connections
             As [`LookupFunctionProvider.of`][] (an async function of yours opens its own
             connections: only a busy source's refusals are waited for).
+        validity
+            As [`LookupFunctionProvider.of`][].
         """
         return _built(cls, fn, AsyncLookupFunction, max_retries, retry_policy, retry_on_miss,
                       batch_size, max_source_connections=max_source_connections,
                       adaptive_concurrency=adaptive_concurrency,
-                      **_async_options(capacity, timeout))
+                      validity=validity, **_async_options(capacity, timeout))
 
 
 @dataclass(frozen=True)
@@ -405,6 +435,7 @@ class PartialCachingAsyncLookupProvider(_PartiallyCached, AsyncLookupFunctionPro
         changes: ChangeFeed | None = None,
         max_source_connections: int | None = DEFAULT_MAX_SOURCE_CONNECTIONS,
         adaptive_concurrency: bool = True,
+        validity: Validity | None = None,
     ) -> PartialCachingAsyncLookupProvider:
         """A provider caching the results of the async ``fn`` in ``cache``; options as
         [`AsyncLookupFunctionProvider.of`][], ``changes`` as
@@ -412,7 +443,7 @@ class PartialCachingAsyncLookupProvider(_PartiallyCached, AsyncLookupFunctionPro
         return _built(cls, fn, AsyncLookupFunction, max_retries, retry_policy, retry_on_miss,
                       batch_size, cache=cache, changes=changes,
                       max_source_connections=max_source_connections,
-                      adaptive_concurrency=adaptive_concurrency,
+                      adaptive_concurrency=adaptive_concurrency, validity=validity,
                       **_async_options(capacity, timeout))
 
 
@@ -468,9 +499,15 @@ class FullCachingLookupProvider(LookupProvider):
 
     def snapshot_fingerprint(self) -> str:
         """What a stored snapshot must be to serve this provider: a digest of the key
-        columns and the schema (a named store outliving a change of either is replaced,
-        never served)."""
-        shape = json.dumps({"key_columns": list(self.key_columns), "schema": self.schema.json()})
+        columns, the schema and the validity columns (a named store outliving a change of
+        any is replaced, never served)."""
+        described: dict[str, Any] = {"key_columns": list(self.key_columns),
+                                     "schema": self.schema.json()}
+        if self.validity is not None:
+            # A snapshot orders a key's versions by valid_from: another validity is
+            # another order (left out without one, so older stores stay valid).
+            described["validity"] = list(self.validity.columns)
+        shape = json.dumps(described)
         return hashlib.sha256(shape.encode()).hexdigest()[:32]
 
     @classmethod
@@ -493,6 +530,7 @@ class FullCachingLookupProvider(LookupProvider):
         max_overlay_keys: int = DEFAULT_MAX_OVERLAY_KEYS,
         max_source_connections: int | None = DEFAULT_MAX_SOURCE_CONNECTIONS,
         adaptive_concurrency: bool = True,
+        validity: Validity | None = None,
     ) -> FullCachingLookupProvider:
         """A provider serving lookups from full snapshots of ``source``.
 
@@ -566,6 +604,11 @@ class FullCachingLookupProvider(LookupProvider):
             Whether a reload's timeouts, transient errors and busy refusals lower the
             host's limit below ``max_source_connections`` for the next tries (default
             True; it rises again by one per 10 s).
+        validity
+            The source's version columns ([`Validity`][lookup.Validity]): a snapshot
+            orders each key's versions by ``valid_from``, and a join picks the one valid
+            at each row's ``as_of`` time (or now, without ``as_of``; see
+            docs/point-in-time.md).
 
         Raises
         ------
@@ -610,6 +653,7 @@ class FullCachingLookupProvider(LookupProvider):
             max_overlay_keys=check_int(max_overlay_keys, "max_overlay_keys"),
             max_source_connections=_max_connections(max_source_connections),
             adaptive_concurrency=_adaptive(adaptive_concurrency),
+            validity=_check_validity(validity, schema, keys, type(source).__name__),
         )
 
 

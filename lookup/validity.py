@@ -3,12 +3,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
+from pyspark.sql import types as T
+
 from spark_lookup.errors import ConfigError
 
-__all__ = ["Validity"]
+__all__ = ["VERSION_TYPES", "Validity"]
+
+VERSION_TYPES = (T.TimestampType, T.TimestampNTZType, T.DateType)
+"""The Spark types a version column may have: instants or days, never numbers or text
+(a number's unit, a text's format and zone would be guesses)."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,32 @@ class Validity:
         """The version columns, ``valid_from`` first."""
         return (self.valid_from,) if self.valid_to is None else (
             self.valid_from, self.valid_to)
+
+    def check(self, schema: T.StructType, key_columns: Sequence[str], what: str) -> None:
+        """Refuse version columns ``schema`` lacks, that are no TIMESTAMP,
+        TIMESTAMP_NTZ or DATE, or that are key columns of ``what``.
+
+        Runs on the driver, where a provider is built and its schema known.
+
+        Raises
+        ------
+        ConfigError
+            Naming the column and what is wrong with it.
+        """
+        names = schema.fieldNames()
+        for role, column in zip(("valid_from", "valid_to"), self.columns, strict=False):
+            if column not in names:
+                raise ConfigError(
+                    f"Validity: {role} {column!r} is not a column of {what}'s schema {names}")
+            if column in key_columns:
+                raise ConfigError(
+                    f"Validity: {role} {column!r} is a key column of {what}; a key's "
+                    "versions share its key and differ in their validity columns")
+            data_type = schema[column].dataType
+            if not isinstance(data_type, VERSION_TYPES):
+                raise ConfigError(
+                    f"Validity: {role} {column!r} of {what} is {data_type.simpleString()}; "
+                    "version columns are TIMESTAMP, TIMESTAMP_NTZ or DATE")
 
     def __repr__(self) -> str:
         parts = [repr(self.valid_from)]
