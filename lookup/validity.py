@@ -10,12 +10,9 @@ from datetime import timedelta
 from pyspark.sql import types as T
 
 from spark_lookup.errors import ConfigError
+from spark_lookup.type_families import DATETIME_TYPES
 
-__all__ = ["VERSION_TYPES", "Validity"]
-
-VERSION_TYPES = (T.TimestampType, T.TimestampNTZType, T.DateType)
-"""The Spark types a version column may have: instants or days, never numbers or text
-(a number's unit, a text's format and zone would be guesses)."""
+__all__ = ["Validity"]
 
 
 @dataclass(frozen=True)
@@ -78,9 +75,10 @@ class Validity:
                     f"Validity: {role} {column!r} is a key column of {what}; a key's "
                     "versions share its key and differ in their validity columns")
             data_type = schema[column].dataType
-            if not isinstance(data_type, VERSION_TYPES):
+            if not isinstance(data_type, DATETIME_TYPES):
                 raise ConfigError(
                     f"Validity: {role} {column!r} of {what} is {data_type.simpleString()}; "
+                    # Not numbers or text: their unit, format or zone would be guesses.
                     "version columns are TIMESTAMP, TIMESTAMP_NTZ or DATE")
 
     def __repr__(self) -> str:
