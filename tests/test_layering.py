@@ -25,7 +25,7 @@ RANKS: list[tuple[int, tuple[str, ...]]] = [
     (1, ("triggers", "connectors")),
     (2, ("cache", "scan")),
     (3, ("lookup.function", "lookup.retry", "lookup.keyed", "lookup.changes.feed",
-         "lookup.validity")),
+         "lookup.validity", "lookup.versions")),
     (4, ("lookup.providers",)),
     (5, ("lookup.options", "lookup.table_options", "lookup._flink_ddl",
          "lookup.runtime.base")),

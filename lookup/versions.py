@@ -1,0 +1,330 @@
+"""The versions of a dimension's keys, and which one holds at a given time: the engine
+of point-in-time lookups (issue 45), in numpy and pyarrow only.
+
+Two steps, both vectorized over all rows and keys:
+
+- `version_index` reads a table of versions (each row's key group, its ``valid_from``
+  and ``valid_to``) under the source's bad-value policy into *pieces*: per key, disjoint
+  half-open intervals ``[start, end)`` in ``start`` order, each pointing at the row that
+  answers in it. A key whose versions overlap (bad history, rare) takes a slower path,
+  a Python loop over its own versions only.
+- `pick` finds, for each stream row (its key's group and its ``as_of`` time), the one
+  row valid then, or -1: two ``searchsorted`` calls over all rows at once.
+
+Times are int64 microseconds (`instants`): a TIMESTAMP's since the epoch in UTC, a
+TIMESTAMP_NTZ's since the epoch on the wall clock, a DATE's midnight on that clock.
+Which of them may be compared is decided on the driver (`comparable`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import types as T
+
+from connectors.policy import BadValuePolicy
+from spark_lookup.errors import BadValueError
+
+__all__ = ["OPEN", "VersionIndex", "comparable", "describer", "instants", "pick",
+           "row_groups", "version_index"]
+
+OPEN = np.iinfo(np.int64).max
+"""The end of a version still valid (no ``valid_to``, or a NULL one)."""
+
+_DAY_MICROS = 86_400_000_000
+_TO_MICROS = {"s": 1_000_000, "ms": 1_000, "us": 1}
+_SHOWN_VERSIONS = 5  # versions a FAILFAST error lists
+
+
+def comparable(as_of: T.DataType, version: T.DataType) -> bool:
+    """Whether ``as_of`` values compare with a version column's without a time zone:
+    instants with instants; wall-clock times and dates (at midnight) with each other."""
+    if isinstance(as_of, T.TimestampType) or isinstance(version, T.TimestampType):
+        return isinstance(as_of, T.TimestampType) and isinstance(version, T.TimestampType)
+    wall = (T.TimestampNTZType, T.DateType)
+    return isinstance(as_of, wall) and isinstance(version, wall)
+
+
+def instants(array: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """A TIMESTAMP, TIMESTAMP_NTZ or DATE column as int64 microseconds (0 where null)
+    and whether each value is there.
+
+    Raises
+    ------
+    TypeError
+        For a column of another type.
+    """
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    kind = array.type
+    if pa.types.is_timestamp(kind):
+        raw = pc.cast(array, pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)
+        # Floor: a time before 1970 rounds down, as Spark's microseconds do.
+        values = (np.floor_divide(raw, 1_000) if kind.unit == "ns"
+                  else raw * _TO_MICROS[kind.unit])
+    elif pa.types.is_date32(kind):
+        days = pc.cast(array, pa.int32()).fill_null(0).to_numpy(zero_copy_only=False)
+        values = days.astype(np.int64) * _DAY_MICROS
+    elif pa.types.is_date64(kind):
+        values = pc.cast(array, pa.int64()).fill_null(0).to_numpy(zero_copy_only=False) * 1_000
+    else:
+        raise TypeError(f"a version time is a timestamp or a date, got {kind}")
+    valid = (np.ones(len(array), dtype=bool) if not array.null_count
+             else array.is_valid().to_numpy(zero_copy_only=False))
+    return values.astype(np.int64, copy=False), valid
+
+
+def row_groups(offsets: np.ndarray, num_rows: int) -> np.ndarray:
+    """The group of each of ``num_rows`` rows of an answer in the form of
+    `cache.answers.Answers` (-1: a row of no group); empty ``offsets``: row ``i`` is
+    group ``i`` (one row a group)."""
+    if not len(offsets):
+        return np.arange(num_rows, dtype=np.int64)
+    groups = np.full(num_rows, -1, dtype=np.int64)
+    first, last = int(offsets[0]), int(offsets[-1])
+    groups[first:last] = np.repeat(np.arange(len(offsets) - 1, dtype=np.int64),
+                                   np.diff(offsets))
+    return groups
+
+
+@dataclass(frozen=True)
+class VersionIndex:
+    """Disjoint validity pieces per key group, sorted by (group, start): piece ``j``
+    answers ``row[j]`` for times in ``[start[j], end[j])`` of group ``group[j]``."""
+
+    group: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    row: np.ndarray
+    starts: np.ndarray
+    """The distinct piece starts, sorted: a start's rank is its place here plus one."""
+    codes: np.ndarray
+    """``group * (len(starts) + 1) + rank``, strictly increasing: what `pick` searches."""
+    bad: int = 0
+    """Versions the policy found bad (counted once, where the index is built)."""
+
+    @classmethod
+    def of(cls, group: np.ndarray, start: np.ndarray, end: np.ndarray, row: np.ndarray,
+           bad: int = 0) -> VersionIndex:
+        """Index pieces given sorted by (group, start)."""
+        starts = np.unique(start)
+        rank = np.searchsorted(starts, start) + 1
+        codes = group * (len(starts) + 1) + rank
+        return cls(group, start, end, row, starts, codes, bad)
+
+
+def pick(index: VersionIndex, groups: np.ndarray, as_of: np.ndarray,
+         as_of_valid: np.ndarray | None = None) -> np.ndarray:
+    """The row valid at ``as_of[i]`` among group ``groups[i]``'s, or -1 (a group of -1,
+    a null ``as_of``, a time before the key's first version or in a gap of its history).
+
+    Vectorized: the rank of each time among the pieces' starts, then the last piece at or
+    before (group, rank), checked to be of the group and not yet ended.
+    """
+    count = len(groups)
+    if not len(index.codes) or not count:
+        return np.full(count, -1, dtype=np.int64)
+    rank = np.searchsorted(index.starts, as_of, side="right")  # starts at or before as_of
+    wanted = groups * (len(index.starts) + 1) + rank
+    found = np.searchsorted(index.codes, wanted, side="right") - 1
+    at = np.maximum(found, 0)
+    ok = (groups >= 0) & (found >= 0) & (index.group[at] == groups) & (as_of < index.end[at])
+    if as_of_valid is not None:
+        ok &= as_of_valid
+    return np.where(ok, index.row[at], -1)
+
+
+@dataclass(frozen=True)
+class _Sorted:
+    """The usable versions (a valid_from, not inverted) sorted by (group, valid_from):
+    their row numbers, groups, starts and own ends (valid_to, `OPEN` without one)."""
+
+    rows: np.ndarray
+    group: np.ndarray
+    start: np.ndarray
+    own_end: np.ndarray | None  # None: no valid_to column (ends at the next version)
+
+
+def _sorted_versions(group: np.ndarray, start: np.ndarray, usable: np.ndarray,
+                     own_end: np.ndarray | None) -> _Sorted:
+    rows = np.flatnonzero(usable)
+    g, s = group[rows], start[rows]
+    # A full snapshot and a partial cache keep each key's versions in order: no sort.
+    # (Ties of valid_from are sorted below, so that their order never depends on the
+    # rows'.)
+    in_order = bool(np.all((g[1:] > g[:-1]) | ((g[1:] == g[:-1]) & (s[1:] > s[:-1]))))
+    if not in_order:
+        # Ties of valid_from: by valid_to (the longer last), then by row (stable).
+        keys = (s, g) if own_end is None else (own_end[rows], s, g)
+        order = np.lexsort(keys)
+        rows, g, s = rows[order], g[order], s[order]
+    return _Sorted(rows, g, s, None if own_end is None else own_end[rows])
+
+
+def _next_starts(group: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Each version's end when versions end where the next of their key starts."""
+    end = np.full(len(start), OPEN, dtype=np.int64)
+    if len(start) > 1:
+        end[:-1] = np.where(group[1:] == group[:-1], start[1:], OPEN)
+    return end
+
+
+def _overlapping(versions: _Sorted, end: np.ndarray) -> np.ndarray:
+    """Which versions share time with another of their key: a later one starting before
+    they end, an earlier one ending after they start, or an equal start."""
+    g, s = versions.group, versions.start
+    over = np.zeros(len(s), dtype=bool)
+    if len(s) < 2:
+        return over
+    same = g[1:] == g[:-1]
+    ties = same & (s[1:] == s[:-1])
+    over[1:] |= ties
+    over[:-1] |= ties
+    if versions.own_end is not None:
+        over[:-1] |= same & (s[1:] < end[:-1])
+        # The latest end of the key's earlier versions, per version.
+        reach = pd.Series(end).groupby(g, sort=False).cummax().to_numpy()
+        over[1:] |= same & (s[1:] < reach[:-1])
+    return over
+
+
+def _resolved(group: np.ndarray, start: np.ndarray, end: np.ndarray, rows: np.ndarray
+              ) -> tuple[list[int], list[int], list[int], list[int]]:
+    """Pieces of one key whose versions overlap, in order: at each time, of the versions
+    valid then, the one with the latest valid_from (then the latest in sort order)."""
+    bounds = sorted({*start.tolist(), *(e for e in end.tolist() if e != OPEN)})
+    pieces: tuple[list[int], list[int], list[int], list[int]] = ([], [], [], [])
+    starts, ends = start.tolist(), end.tolist()
+    for i, low in enumerate(bounds):
+        high = bounds[i + 1] if i + 1 < len(bounds) else OPEN
+        winner = -1
+        for j, (s, e) in enumerate(zip(starts, ends, strict=True)):
+            if s <= low < e:
+                winner = j  # sorted by start: a later j has the later (or equal) start
+        if winner < 0:
+            continue
+        if pieces[3] and pieces[3][-1] == int(rows[winner]) and pieces[2][-1] == low:
+            pieces[2][-1] = high  # the same version goes on: one piece
+            continue
+        pieces[0].append(int(group[0]))
+        pieces[1].append(low)
+        pieces[2].append(high)
+        pieces[3].append(int(rows[winner]))
+    return pieces
+
+
+def version_index(group: np.ndarray, valid_from: pa.Array | pa.ChunkedArray,
+                  valid_to: pa.Array | pa.ChunkedArray | None,
+                  policy: BadValuePolicy = BadValuePolicy.PERMISSIVE,
+                  describe: _Describer | None = None) -> VersionIndex:
+    """The validity pieces of a table of versions under ``policy``.
+
+    ``group`` is each row's key group (-1: a row to leave out); ``valid_from`` and
+    ``valid_to`` (None: no such column; each version then ends where the next of its
+    key starts) are the rows' version columns. Bad history is a NULL valid_from, a
+    valid_to at or before valid_from, and versions of one key that overlap:
+
+    - ``PERMISSIVE``: the first two match nothing; where versions overlap, the one with
+      the latest valid_from wins. Each bad version is counted (``bad``).
+    - ``DROPMALFORMED``: bad versions are left out (and counted); without valid_to the
+      versions left end where the next one left starts.
+    - ``FAILFAST``: `BadValueError` naming the table, key and versions (``describe``).
+
+    Raises
+    ------
+    BadValueError
+        Under ``FAILFAST``, for the first key with bad history.
+    """
+    start, has_start = instants(valid_from)
+    member = group >= 0
+    null_start = member & ~has_start
+    own_end: np.ndarray | None = None
+    inverted = np.zeros(len(group), dtype=bool)
+    if valid_to is not None:
+        to, has_to = instants(valid_to)
+        own_end = np.where(has_to, to, OPEN)
+        inverted = member & has_start & has_to & (to <= start)
+    versions = _sorted_versions(group, start, member & has_start & ~inverted, own_end)
+    end = versions.own_end if versions.own_end is not None else _next_starts(
+        versions.group, versions.start)
+    over = _overlapping(versions, end)
+    bad_rows = np.flatnonzero(null_start | inverted)
+    bad = len(bad_rows) + int(np.count_nonzero(over))
+    if bad and policy is BadValuePolicy.FAILFAST:
+        first = int(np.concatenate((bad_rows, versions.rows[over])).min())
+        raise _failure(first, group, start, has_start, own_end, inverted, describe)
+    if not over.any():
+        return VersionIndex.of(versions.group, versions.start, end, versions.rows, bad)
+    keep = ~over
+    if policy is BadValuePolicy.DROPMALFORMED:
+        g, s = versions.group[keep], versions.start[keep]
+        e = end[keep] if versions.own_end is not None else _next_starts(g, s)
+        return VersionIndex.of(g, s, e, versions.rows[keep], bad)
+    # PERMISSIVE: keys without overlaps as they are; the others piece by piece.
+    troubled = np.isin(versions.group, np.unique(versions.group[over]))
+    clean = ~troubled
+    parts = [[versions.group[clean]], [versions.start[clean]], [end[clean]],
+             [versions.rows[clean]]]
+    where = np.flatnonzero(troubled)
+    cuts = np.flatnonzero(np.diff(versions.group[where])) + 1
+    for span in np.split(where, cuts):
+        resolved = _resolved(versions.group[span], versions.start[span], end[span],
+                             versions.rows[span])
+        for part, values in zip(parts, resolved, strict=True):
+            part.append(np.asarray(values, dtype=np.int64))
+    g, s, e, r = (np.concatenate(part) for part in parts)
+    order = np.lexsort((s, g))
+    return VersionIndex.of(g[order], s[order], e[order], r[order], bad)
+
+
+class _Describer:
+    """How a FAILFAST error names the table, a row's key and a version's times."""
+
+    def __init__(self, table: str, keys: Sequence[pa.Array | pa.ChunkedArray],
+                 valid_from: pa.Array | pa.ChunkedArray,
+                 valid_to: pa.Array | pa.ChunkedArray | None) -> None:
+        self.table = table
+        self.keys = keys
+        self.valid_from = valid_from
+        self.valid_to = valid_to
+
+    def key(self, row: int) -> str:
+        values = [column[row].as_py() for column in self.keys]
+        return repr(values[0]) if len(values) == 1 else repr(tuple(values))
+
+    def version(self, row: int) -> str:
+        to = "" if self.valid_to is None else f", {self.valid_to[row].as_py()}"
+        return f"[{self.valid_from[row].as_py()}{to})"
+
+
+def describer(table: str, rows: pa.Table, key_columns: Sequence[str],
+              valid_from: str, valid_to: str | None) -> _Describer:
+    """What names a FAILFAST error's table, key and versions, from ``rows``."""
+    return _Describer(table, [rows.column(name) for name in key_columns],
+                      rows.column(valid_from),
+                      None if valid_to is None else rows.column(valid_to))
+
+
+def _failure(row: int, group: np.ndarray, start: np.ndarray, has_start: np.ndarray,
+             own_end: np.ndarray | None, inverted: np.ndarray,
+             describe: _Describer | None) -> BadValueError:
+    if not has_start[row]:
+        why = "a version with a NULL valid_from"
+    elif inverted[row]:
+        why = "a version ending at or before it starts"
+    else:
+        why = "versions overlapping" if own_end is not None else "versions starting together"
+    if describe is None:
+        return BadValueError(f"bad version history: {why} (mode FAILFAST)")
+    mine = np.flatnonzero(group == group[row])
+    mine = mine[np.argsort(start[mine], kind="stable")]
+    shown = ", ".join(describe.version(int(i)) for i in mine[:_SHOWN_VERSIONS])
+    more = f" and {len(mine) - _SHOWN_VERSIONS} more" if len(mine) > _SHOWN_VERSIONS else ""
+    return BadValueError(
+        f"table {describe.table!r}, key {describe.key(row)}: {why}; its versions "
+        f"{shown}{more} (mode FAILFAST)")

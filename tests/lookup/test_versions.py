@@ -1,0 +1,199 @@
+"""lookup.versions against a plain Python reference: which version of a key holds at a
+time, under each bad-value policy (issue 45)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pyspark.sql import types as T
+
+from connectors.policy import BadValuePolicy
+from lookup.versions import (
+    comparable,
+    describer,
+    instants,
+    pick,
+    row_groups,
+    version_index,
+)
+from spark_lookup.errors import BadValueError
+
+Version = tuple[int, int | None, int | None]  # (group, valid_from, valid_to)
+INF = float("inf")
+
+
+def _ends(versions: list[Version], rows: list[int], with_to: bool) -> dict[int, float]:
+    """Each usable row's end: its valid_to (None: open), or without the column the next
+    strictly later valid_from of its key among ``rows``."""
+    ends: dict[int, float] = {}
+    for i in rows:
+        g, start, to = versions[i]
+        if with_to:
+            ends[i] = INF if to is None else to
+        else:
+            later = [versions[j][1] for j in rows if versions[j][0] == g
+                     and versions[j][1] > start]  # type: ignore[operator]
+            ends[i] = min(later, default=INF)  # type: ignore[type-var]
+    return ends
+
+
+def reference(versions: list[Version], with_to: bool, policy: BadValuePolicy,
+              queries: list[tuple[int, int | None]]) -> tuple[list[int], int]:
+    """The row answering each (group, time) query, or -1; and the bad versions."""
+    usable = [i for i, (_, s, t) in enumerate(versions)
+              if s is not None and not (with_to and t is not None and t <= s)]
+    bad = len(versions) - len(usable)
+    ends = _ends(versions, usable, with_to)
+    overlapping = {i for i in usable for j in usable if i != j
+                   and versions[i][0] == versions[j][0]
+                   and max(versions[i][1], versions[j][1])  # type: ignore[type-var]
+                   < min(ends[i], ends[j])}
+    bad += len(overlapping)
+    if bad and policy is BadValuePolicy.FAILFAST:
+        raise BadValueError("bad")
+    if policy is BadValuePolicy.DROPMALFORMED:
+        usable = [i for i in usable if i not in overlapping]
+        ends = _ends(versions, usable, with_to)
+    answers = []
+    for g, t in queries:
+        live = [i for i in usable if t is not None and versions[i][0] == g
+                and versions[i][1] <= t < ends[i]]  # type: ignore[operator]
+        # The latest valid_from wins; ties by the later valid_to, then the later row.
+        tie = (lambda i: (versions[i][1], ends[i] if with_to else 0, i))
+        answers.append(max(live, key=tie) if live else -1)
+    return answers, bad
+
+
+def run(versions: list[Version], with_to: bool, policy: BadValuePolicy,
+        queries: list[tuple[int, int | None]]) -> tuple[list[int], int]:
+    ts = pa.timestamp("us", tz="UTC")
+    group = np.array([g for g, _, _ in versions], dtype=np.int64)
+    starts = pa.array([s for _, s, _ in versions], ts)
+    tos = pa.array([t for _, _, t in versions], ts) if with_to else None
+    index = version_index(group, starts, tos, policy)
+    as_of, valid = instants(pa.array([t for _, t in queries], ts))
+    found = pick(index, np.array([g for g, _ in queries], dtype=np.int64), as_of, valid)
+    return found.tolist(), index.bad
+
+
+def _queries(groups: int) -> list[tuple[int, int | None]]:
+    return [(g, t) for g in range(-1, groups + 1) for t in [*range(-1, 13), None]]
+
+
+def _check(versions: list[Version], with_to: bool, policy: BadValuePolicy) -> None:
+    queries = _queries(4)
+    try:
+        expected = reference(versions, with_to, policy, queries)
+    except BadValueError:
+        with pytest.raises(BadValueError):
+            run(versions, with_to, policy, queries)
+        return
+    assert run(versions, with_to, policy, queries) == expected
+
+
+times = st.one_of(st.none(), st.integers(0, 10))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), times, times), max_size=12), st.booleans(),
+       st.sampled_from(list(BadValuePolicy)))
+def test_pick_matches_the_reference(versions: list[Version], with_to: bool,
+                                    policy: BadValuePolicy) -> None:
+    _check(versions, with_to, policy)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 10)), max_size=12,
+                unique=True), st.booleans(), st.sampled_from(list(BadValuePolicy)))
+def test_clean_histories_match_the_reference(starts: list[tuple[int, int]], chained: bool,
+                                             policy: BadValuePolicy) -> None:
+    # SCD2 as written by a warehouse: each version ends where the next starts, the last open.
+    by_key = sorted(starts)
+    versions: list[Version] = []
+    for i, (g, s) in enumerate(by_key):
+        following = by_key[i + 1] if i + 1 < len(by_key) else None
+        to = following[1] if following is not None and following[0] == g else None
+        versions.append((g, s, to if chained else None))
+    versions.reverse()  # rows in any order
+    _check(versions, chained, policy)
+    assert run(versions, chained, policy, [])[1] == 0
+
+
+def test_boundaries_open_ends_and_gaps() -> None:
+    versions: list[Version] = [(0, 2, 5), (0, 5, 8), (0, 10, None), (1, 3, None)]
+    queries = [(0, 1), (0, 2), (0, 4), (0, 5), (0, 8), (0, 9), (0, 10), (0, 10**6),
+               (1, 2), (1, 3), (0, None), (-1, 5)]
+    found, bad = run(versions, True, BadValuePolicy.PERMISSIVE, queries)
+    # Before the first version: none; at valid_from: it; at valid_to: the next or none.
+    assert found == [-1, 0, 0, 1, -1, -1, 2, 2, -1, 3, -1, -1]
+    assert bad == 0
+
+
+def test_overlaps_latest_valid_from_wins_under_permissive() -> None:
+    versions: list[Version] = [(0, 0, 10), (0, 2, 5)]
+    found, bad = run(versions, True, BadValuePolicy.PERMISSIVE,
+                     [(0, 1), (0, 2), (0, 4), (0, 5), (0, 9), (0, 10)])
+    assert found == [0, 1, 1, 0, 0, -1]  # the long version holds again after the short
+    assert bad == 2
+    found, bad = run(versions, True, BadValuePolicy.DROPMALFORMED, [(0, 1), (0, 4)])
+    assert (found, bad) == ([-1, -1], 2)
+
+
+def test_inverted_and_null_versions_match_nothing() -> None:
+    versions: list[Version] = [(0, 5, 5), (0, None, 9), (0, 6, 3), (0, 1, 4)]
+    for policy in (BadValuePolicy.PERMISSIVE, BadValuePolicy.DROPMALFORMED):
+        found, bad = run(versions, True, policy, [(0, 1), (0, 5), (0, 6)])
+        assert (found, bad) == ([3, -1, -1], 3)
+
+
+def test_failfast_names_table_key_and_versions() -> None:
+    ts = pa.timestamp("us", tz="UTC")
+    rows = pa.table({
+        "country": ["NL", "NL", "FR"], "code": [1, 1, 1],
+        "valid_from": pa.array([0, 5_000_000, 0], ts),
+        "valid_to": pa.array([10_000_000, None, None], ts)})
+    groups = np.array([0, 0, 1], dtype=np.int64)
+    name = describer("rates", rows, ["country", "code"], "valid_from", "valid_to")
+    with pytest.raises(BadValueError, match=r"table 'rates', key \('NL', 1\): versions "
+                                            r"overlapping; its versions \[1970"):
+        version_index(groups, rows.column("valid_from"), rows.column("valid_to"),
+                      BadValuePolicy.FAILFAST, name)
+    clean = version_index(groups[2:], rows.column("valid_from").slice(2),
+                          rows.column("valid_to").slice(2), BadValuePolicy.FAILFAST)
+    assert clean.bad == 0
+
+
+def test_instants_of_dates_and_wall_clock_times() -> None:
+    day = dt.date(2024, 3, 1)
+    midnight = dt.datetime(2024, 3, 1)
+    dates, dates_ok = instants(pa.array([day, None], pa.date32()))
+    wall, _ = instants(pa.array([midnight], pa.timestamp("us")))
+    nanos, _ = instants(pa.array([-1], pa.timestamp("ns")))
+    assert dates[0] == wall[0] and dates_ok.tolist() == [True, False]
+    assert nanos[0] == -1  # floored, as Spark's microseconds are
+
+
+@pytest.mark.parametrize(("as_of", "version", "ok"), [
+    (T.TimestampType(), T.TimestampType(), True),
+    (T.TimestampNTZType(), T.TimestampNTZType(), True),
+    (T.TimestampNTZType(), T.DateType(), True),
+    (T.DateType(), T.DateType(), True),
+    (T.DateType(), T.TimestampNTZType(), True),
+    (T.TimestampType(), T.TimestampNTZType(), False),
+    (T.TimestampType(), T.DateType(), False),
+    (T.DateType(), T.TimestampType(), False),
+    (T.StringType(), T.DateType(), False),
+])
+def test_comparable_without_guessing_a_zone(as_of: T.DataType, version: T.DataType,
+                                            ok: bool) -> None:
+    assert comparable(as_of, version) is ok
+
+
+def test_row_groups_of_an_answer() -> None:
+    assert row_groups(np.array([1, 3, 3, 4]), 6).tolist() == [-1, 0, 0, 2, -1, -1]
+    assert row_groups(np.zeros(0, dtype=np.int64), 3).tolist() == [0, 1, 2]
