@@ -64,8 +64,8 @@ def reference(versions: list[Version], with_to: bool, policy: BadValuePolicy,
         live = [i for i in usable if t is not None and versions[i][0] == g
                 and versions[i][1] <= t < ends[i]]  # type: ignore[operator]
         # The latest valid_from wins; ties by the later valid_to, then the later row.
-        tie = (lambda i: (versions[i][1], ends[i] if with_to else 0, i))
-        answers.append(max(live, key=tie) if live else -1)
+        answers.append(max(live, key=lambda i: (versions[i][1], ends[i] if with_to else 0, i))
+                       if live else -1)
     return answers, bad
 
 
