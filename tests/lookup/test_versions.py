@@ -174,7 +174,8 @@ def test_instants_of_dates_and_wall_clock_times() -> None:
     dates, dates_ok = instants(pa.array([day, None], pa.date32()))
     wall, _ = instants(pa.array([midnight], pa.timestamp("us")))
     nanos, _ = instants(pa.array([-1], pa.timestamp("ns")))
-    assert dates[0] == wall[0] and dates_ok.tolist() == [True, False]
+    assert dates[0] == wall[0]
+    assert dates_ok.tolist() == [True, False]
     assert nanos[0] == -1  # floored, as Spark's microseconds are
 
 
