@@ -133,3 +133,10 @@ class CountsBadValues:
         """Stored values this process could not read as their column's type."""
         table: Any = getattr(self, self._COUNTED_BY)
         return int(table.bad_value_count)
+
+    @property
+    def bad_value_mode(self) -> BadValuePolicy:
+        """The policy of the table it reads through (also what bad version history of
+        a point-in-time lookup follows)."""
+        mode: BadValuePolicy = getattr(self, self._COUNTED_BY).mode
+        return mode

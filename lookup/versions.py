@@ -18,8 +18,10 @@ Which of them may be compared is decided on the driver (`comparable`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import datetime as dt
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from zoneinfo import ZoneInfo
 
 import numpy as np
 import pandas as pd
@@ -30,8 +32,8 @@ from pyspark.sql import types as T
 from connectors.policy import BadValuePolicy
 from spark_lookup.errors import BadValueError
 
-__all__ = ["OPEN", "VersionIndex", "comparable", "describer", "instants", "pick",
-           "row_groups", "version_index"]
+__all__ = ["OPEN", "VersionIndex", "comparable", "describer", "instants", "now_micros",
+           "pick", "policy_of", "row_groups", "version_index"]
 
 OPEN = np.iinfo(np.int64).max
 """The end of a version still valid (no ``valid_to``, or a NULL one)."""
@@ -79,17 +81,46 @@ def instants(array: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]
     return values.astype(np.int64, copy=False), valid
 
 
-def row_groups(offsets: np.ndarray, num_rows: int) -> np.ndarray:
+def now_micros(clock: Callable[[], float], wall_clock_zone: str | None) -> int:
+    """The time ``clock`` reads (epoch seconds) as microseconds comparable with version
+    columns: since the epoch in UTC (``wall_clock_zone`` None: TIMESTAMP columns), or on
+    the wall clock of that zone (TIMESTAMP_NTZ and DATE columns)."""
+    seconds = clock()
+    if wall_clock_zone is None:
+        return int(seconds * 1_000_000)
+    wall = dt.datetime.fromtimestamp(seconds, ZoneInfo(wall_clock_zone)).replace(tzinfo=None)
+    return (wall - dt.datetime(1970, 1, 1)) // dt.timedelta(microseconds=1)
+
+
+def policy_of(reader: object) -> BadValuePolicy:
+    """The bad-value policy of a lookup function or source (``bad_value_mode``: the
+    connectors'); PERMISSIVE for one that has none."""
+    mode = getattr(reader, "bad_value_mode", None)
+    return mode if isinstance(mode, BadValuePolicy) else BadValuePolicy.PERMISSIVE
+
+
+def row_groups(offsets: np.ndarray, num_rows: int, groups: np.ndarray | None = None
+               ) -> np.ndarray:
     """The group of each of ``num_rows`` rows of an answer in the form of
     `cache.answers.Answers` (-1: a row of no group); empty ``offsets``: row ``i`` is
-    group ``i`` (one row a group)."""
+    group ``i`` (one row a group). With ``groups`` (the answer's, per key), only the
+    groups named there: a cache's ``offsets`` may run past its last group."""
     if not len(offsets):
         return np.arange(num_rows, dtype=np.int64)
-    groups = np.full(num_rows, -1, dtype=np.int64)
-    first, last = int(offsets[0]), int(offsets[-1])
-    groups[first:last] = np.repeat(np.arange(len(offsets) - 1, dtype=np.int64),
-                                   np.diff(offsets))
-    return groups
+    found = np.full(num_rows, -1, dtype=np.int64)
+    if groups is None:
+        first, last = int(offsets[0]), int(offsets[-1])
+        found[first:last] = np.repeat(np.arange(len(offsets) - 1, dtype=np.int64),
+                                      np.diff(offsets))
+        return found
+    used = np.unique(groups[groups >= 0])
+    starts = offsets[used].astype(np.int64)
+    counts = offsets[used + 1].astype(np.int64) - starts
+    # Row numbers of each used group's range, end to end.
+    rows = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(
+        starts - np.cumsum(counts) + counts, counts)
+    found[rows] = np.repeat(used, counts)
+    return found
 
 
 @dataclass(frozen=True)

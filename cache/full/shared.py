@@ -202,11 +202,13 @@ class SharedFullCache(LookupFullCache):
         loaded_at: float,
         version: int,
         source_version: str | None = None,
+        order_by: Sequence[str] = (),
     ) -> FullSnapshot:
         """Build a snapshot of the rows of ``batches`` (of ``schema``), written into the
         store's directory as they arrive (`SnapshotStore.spool`,
         `FullSnapshot.stream`): the load holds a few batches and the key index,
-        never the table. `publish` it next; a staged snapshot not published is
+        never the table; a key's rows ordered by ``order_by`` first. `publish` it
+        next; a staged snapshot not published is
         deleted by the next stage or by `close` (served meanwhile, it stays valid:
         its files are mapped).
 
@@ -222,7 +224,7 @@ class SharedFullCache(LookupFullCache):
         try:
             snapshot = FullSnapshot.stream(batches, self.key_columns, spool=spool,
                                            loaded_at=loaded_at, version=version,
-                                           source_version=source_version)
+                                           source_version=source_version, order_by=order_by)
         except BaseException:
             spool.discard()
             raise

@@ -140,6 +140,7 @@ class FullSnapshot:
         loaded_at: float,
         version: int = 1,
         source_version: str | None = None,
+        order_by: Sequence[str] = (),
     ) -> FullSnapshot:
         """Read a table with ``read`` and index it by ``key_columns``.
 
@@ -147,9 +148,9 @@ class FullSnapshot:
         key has one row the table keeps its order (group ``g`` is row ``g``); its
         columns are combined into one chunk each, releasing the loaded chunks as they
         are copied, so the build costs about one table and its index. When a key has
-        several rows the table is sorted by key (and a key's rows by their other
-        columns, so that they come in the same order after every load), which costs a
-        second copy of the table.
+        several rows the table is sorted by key (and a key's rows by ``order_by``, then
+        by their other columns, so that they come in the same order after every load),
+        which costs a second copy of the table.
 
         Raises
         ------
@@ -157,7 +158,7 @@ class FullSnapshot:
             When a key column is missing from the table.
         """
         return cls._build([read()], key_columns, loaded_at=loaded_at, version=version,
-                          source_version=source_version)
+                          source_version=source_version, order_by=order_by)
 
     @classmethod
     @loading()  # lookups of this process take turns meanwhile (spark_lookup.load_priority)
@@ -170,6 +171,7 @@ class FullSnapshot:
         loaded_at: float,
         version: int = 1,
         source_version: str | None = None,
+        order_by: Sequence[str] = (),
     ) -> FullSnapshot:
         """Index the rows of ``batches``, written into ``spool`` as they arrive.
 
@@ -203,7 +205,7 @@ class FullSnapshot:
         give_back()  # the index's temporaries
         if index is not None:
             return cls(table, keys, index, loaded_at, version, source_version)
-        order = pc.sort_indices(table, sort_keys=_sort_keys(table.schema, keys))
+        order = pc.sort_indices(table, sort_keys=_sort_keys(table.schema, keys, order_by))
         del table
         table = spool.reorder(order)
         del order
@@ -221,6 +223,7 @@ class FullSnapshot:
         loaded_at: float,
         version: int,
         source_version: str | None = None,
+        order_by: Sequence[str] = (),
     ) -> FullSnapshot:
         # ``holder`` is the only reference to the loaded table (when built by load()).
         keys = _key_columns_of(holder[0].schema, key_columns)
@@ -230,7 +233,7 @@ class FullSnapshot:
         give_back()  # the index's temporaries
         if index is not None:
             return cls(table, keys, index, loaded_at, version, source_version)
-        table = table.sort_by(_sort_keys(table.schema, keys))
+        table = table.sort_by(_sort_keys(table.schema, keys, order_by))
         return cls.from_sorted(table, keys, loaded_at=loaded_at, version=version, unique=False,
                                source_version=source_version)
 
@@ -581,11 +584,14 @@ def _spool_rows(batches: Iterable[pa.RecordBatch], keys: Sequence[str], spool: C
             hashes.append(KeyIndex.row_hashes([kept.column(name) for name in keys]))
 
 
-def _sort_keys(schema: pa.Schema, keys: Sequence[str]) -> list[tuple[str, str]]:
+def _sort_keys(schema: pa.Schema, keys: Sequence[str], order_by: Sequence[str] = ()
+               ) -> list[tuple[str, str]]:
     """A table's order when a key has several rows: by key, so that a key's rows are
-    one range, then by the other columns, so that they come in the same order after
-    every load (parallel splits arrive in any order, and "the first match" of the SQL
-    function must not change)."""
-    order = [(name, "ascending") for name in keys]
+    one range, then by ``order_by`` (a key's versions by valid_from: a point-in-time
+    probe then searches them in order), then by the other columns, so that they come in
+    the same order after every load (parallel splits arrive in any order, and "the
+    first match" of the SQL function must not change)."""
+    first = [*keys, *(name for name in order_by if name not in keys)]
+    order = [(name, "ascending") for name in first]
     return order + [(field.name, "ascending") for field in schema
-                    if field.name not in keys and _orderable(field.type)]
+                    if field.name not in first and _orderable(field.type)]

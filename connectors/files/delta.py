@@ -676,6 +676,12 @@ class DeltaSource(BatchReadingSource[DeltaSplit | DeltaHistorySplit, _Reading]):
         return keys
 
     @property
+    def bad_value_mode(self) -> BadValuePolicy:
+        """The ``mode`` given (also what bad version history of a point-in-time lookup
+        follows)."""
+        return self._mode
+
+    @property
     def uri(self) -> str:
         """The table's path or URI as given."""
         return self._uri

@@ -332,6 +332,12 @@ class IcebergSource(BatchReadingSource[IcebergSplit, BatchReading]):
         """The declared schema, or the table's types of the columns read."""
         return self._schema
 
+    @property
+    def bad_value_mode(self) -> BadValuePolicy:
+        """The ``mode`` given (also what bad version history of a point-in-time lookup
+        follows)."""
+        return self._mode
+
     def current_version(self) -> tuple[int | None, int, str]:
         """The current snapshot id and schema id, and the table's UUID (a table dropped
         and created anew under the name is another table), from the catalog (one

@@ -422,6 +422,12 @@ class FileSource(BatchReadingSource[FileSplit, BatchReading]):
         return list(self._paths)
 
     @property
+    def bad_value_mode(self) -> BadValuePolicy:
+        """The ``mode`` given (also what bad version history of a point-in-time lookup
+        follows)."""
+        return self._mode
+
+    @property
     def format(self) -> str:
         """``"parquet"`` or ``"csv"``."""
         return self._format

@@ -21,6 +21,7 @@ from cache.metrics import CacheMetrics
 from connectors.keys import EncodedKeys, KeyCodec, has_null
 from connectors.rows import python_values
 from lookup.providers import LookupProvider
+from lookup.versions import VersionIndex, row_groups, version_index
 from spark_lookup.errors import KeyKindError, LookupLoadError
 from spark_lookup.schema import to_arrow_schema
 from spark_lookup.shown import shown
@@ -181,6 +182,22 @@ class LookupRuntime:
         except TypeError as exc:
             raise LookupLoadError(f"{describe}: {exc}") from exc
         return Answers(None, groups, offsets, rows)
+
+    def versions(self, answers: Answers) -> VersionIndex:
+        """The validity pieces of the rows of ``answers`` (the provider has a validity):
+        what a point-in-time join picks each row's version from.
+
+        Bad history was handled where the rows were loaded (under the source's policy:
+        dropped, counted or refused); what is left is read as PERMISSIVE reads it.
+        """
+        validity = self.provider.validity
+        if validity is None:
+            raise ValueError(f"{self.provider.describe()} has no validity")
+        rows = answers.rows
+        return version_index(
+            row_groups(answers.offsets, rows.num_rows, answers.groups),
+            rows.column(validity.valid_from),
+            None if validity.valid_to is None else rows.column(validity.valid_to))
 
     def lookup(self, key: Key) -> tuple[Row, ...]:
         """Rows of one key."""

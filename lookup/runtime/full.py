@@ -39,6 +39,7 @@ from lookup.runtime.base import (
 )
 from lookup.runtime.due import DueTimer
 from lookup.runtime.full_load import load_snapshot
+from lookup.versions import VersionIndex, describer, policy_of, row_groups, version_index
 from spark_lookup.adaptive_concurrency import AdaptiveLimit
 from spark_lookup.load_priority import loading, lookup_turn
 from spark_lookup.schema import to_arrow_schema
@@ -93,6 +94,9 @@ class FullCachingRuntime(LookupRuntime):
         # Held while a load's outcome is recorded (a swap, a publication, a count):
         # close() sets _closed under it, so nothing is recorded once close() returned.
         self._recording = threading.Lock()
+        # The served table's validity pieces (point-in-time lookups), and who builds them.
+        self._versions: tuple[pa.Table, VersionIndex] | None = None
+        self._versions_lock = threading.Lock()
         self._running: Future[None] | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._change_reloads: ChangeReloads | None = None
@@ -385,6 +389,36 @@ class FullCachingRuntime(LookupRuntime):
         self.metrics.inc_hits(hits)
         self.metrics.inc_misses(len(groups) - hits - _null_keys(keys))
         return probe
+
+    def versions(self, answers: Answers) -> VersionIndex:
+        """The validity pieces of the served snapshot, built once per snapshot by the
+        first probe that needs them, under the source's bad-value policy (bad versions
+        counted once per snapshot; FAILFAST refuses every probe of the snapshot). An
+        overlay's answer (changed keys) is indexed per probe."""
+        validity = self._provider.validity
+        current = self.cache.current()
+        if validity is None or current is None or answers.rows is not current.table:
+            return super().versions(answers)
+        built = self._versions
+        if built is not None and built[0] is current.table:
+            return built[1]
+        with self._versions_lock:
+            built = self._versions
+            if built is not None and built[0] is current.table:
+                return built[1]
+            table = current.table
+            source = self._provider.source
+            name = getattr(source, "table", None) or getattr(source, "uri", None)
+            index = version_index(
+                row_groups(current.offsets, table.num_rows), table.column(validity.valid_from),
+                None if validity.valid_to is None else table.column(validity.valid_to),
+                policy_of(source),
+                describer(str(name or type(source).__name__), table, self._provider.key_columns,
+                          validity.valid_from, validity.valid_to))
+            if index.bad:
+                self.metrics.inc_bad_values(index.bad)
+            self._versions = (table, index)
+            return index
 
     def _serving(self) -> tuple[FullSnapshot, Overlay | None]:
         """The snapshot served and the changes in front of it (None: none, nor a feed).

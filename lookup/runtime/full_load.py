@@ -66,11 +66,14 @@ def load_snapshot(
     """
     source = provider.source
     keys = provider.key_columns
+    # A key's versions in valid_from order: a point-in-time probe searches them.
+    order_by = () if provider.validity is None else (provider.validity.valid_from,)
     if shared is not None:
         batches = _batches(provider)
         try:
             return shared.stage(batches, to_arrow_schema(source.schema), loaded_at=loaded_at,
-                                version=version, source_version=source_version)
+                                version=version, source_version=source_version,
+                                order_by=order_by)
         except SpoolError as exc:
             log.warning("full cache of %s: the snapshot store %s cannot take the table "
                         "(%s); loading it in memory, for this process only",
@@ -80,7 +83,7 @@ def load_snapshot(
     read = partial(read_arrow, source, provider.parallelism, max_batch_rows=_MEMORY_BATCH_ROWS,
                    options=_MEMORY_LOAD_OPTIONS)
     return FullSnapshot.load(read, keys, loaded_at=loaded_at, version=version,
-                             source_version=source_version)
+                             source_version=source_version, order_by=order_by)
 
 
 def _batches(provider: FullCachingLookupProvider) -> Generator[pa.RecordBatch, None, None]:

@@ -26,6 +26,7 @@ from cache.default.cache import DefaultLookupCache
 from cache.fit import misfit_check
 from cache.host.tier import HostAnswers, HostTier
 from connectors.keys import EncodedKeys, KeyCodec
+from connectors.policy import BadValuePolicy
 from lookup.changes.feed import ChangeFeed
 from lookup.changes.listener import Subscription, subscribe
 from lookup.changes.partial import CacheInvalidation
@@ -45,6 +46,7 @@ from lookup.runtime.base import (
     place_probe_answers,
 )
 from lookup.runtime.loaders import Loader, PartialLoad, loader_for
+from lookup.versions import describer, instants, policy_of, version_index
 from spark_lookup.adaptive_concurrency import AdaptiveLimit
 from spark_lookup.connection_budget import setup_seconds
 from spark_lookup.errors import ConfigError, LookupLoadError
@@ -383,7 +385,37 @@ class LoadingRuntime(LookupRuntime):
             more_index, more = self._load_arrow_chunked(function, [a.take(take) for a in keys])
             index = pa.concat_arrays([index, take.take(more_index)])
             rows = pa.concat_tables([rows, more])
+        if self.provider.validity is not None:
+            return self._screened(function, index, rows)
         return index, rows
+
+    def _screened(self, function: LookupFunction, index: pa.Array, rows: pa.Table
+                  ) -> tuple[pa.Array, pa.Table]:
+        """Loaded versions under the function's bad-value policy (counted, dropped or
+        refused: `lookup.versions.version_index`), each key's in valid_from order, as
+        the cache keeps them: a probe then finds them in order."""
+        validity = self.provider.validity
+        assert validity is not None
+        if not rows.num_rows:
+            return index, rows
+        positions = index.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        starts = rows.column(validity.valid_from)
+        ends = None if validity.valid_to is None else rows.column(validity.valid_to)
+        table = getattr(function, "table", None)
+        policy = policy_of(function)
+        found = version_index(
+            positions, starts, ends, policy,
+            describer(table if isinstance(table, str) else self.provider.describe(), rows,
+                      self.provider.key_columns, validity.valid_from, validity.valid_to))
+        if found.bad:
+            self.metrics.inc_bad_values(found.bad)
+        order = np.lexsort((instants(starts)[0], positions))
+        if policy is BadValuePolicy.DROPMALFORMED and found.bad:
+            kept = np.zeros(rows.num_rows, dtype=bool)
+            kept[found.row] = True
+            order = order[kept[order]]
+        take = pa.array(order, type=pa.int64())
+        return index.take(take), rows.take(take)
 
     def _load_arrow_chunked(self, function: LookupFunction, keys: list[pa.Array]
                             ) -> tuple[pa.Array, pa.Table]:

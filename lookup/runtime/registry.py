@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from cache.base import Key, Row
@@ -21,6 +22,7 @@ from lookup.providers import (
     LookupFunctionProvider,
     LookupProvider,
 )
+from lookup.runtime.as_of import versions_at
 from lookup.runtime.base import LookupRuntime
 from lookup.runtime.full import FullCachingRuntime
 from lookup.runtime.partial import LoadingRuntime
@@ -114,9 +116,15 @@ class LookupHandle:
     """
 
     def __init__(self, provider: LookupProvider) -> None:
+        self._provider = provider
         self._provider_id = provider.provider_id
         self._runtime: LookupRuntime | None = REGISTRY.acquire(provider)
         self._close_lock = threading.Lock()
+        self.clock: Callable[[], float] = time.time
+        """What "now" is for a provider with validity asked without ``as_of`` (epoch
+        seconds; tests set another)."""
+        self.time_zone = "UTC"
+        """Whose wall clock "now" is read on against TIMESTAMP_NTZ or DATE versions."""
 
     @property
     def runtime(self) -> LookupRuntime:
@@ -131,8 +139,12 @@ class LookupHandle:
         """Metrics of the shared runtime: cache hits and misses, loads, failures, sizes."""
         return self.runtime.metrics
 
-    def lookup(self, key: Key) -> tuple[Row, ...]:
+    def lookup(self, key: Key, as_of: object = None) -> tuple[Row, ...]:
         """The rows of ``key`` (a tuple in key-column order); empty when none match.
+
+        For a provider with a validity, the one version valid at ``as_of`` (a
+        ``datetime``: aware against TIMESTAMP versions, naive or a ``date`` against
+        TIMESTAMP_NTZ and DATE ones), or now without it.
 
         Raises
         ------
@@ -140,13 +152,38 @@ class LookupHandle:
             When ``key`` is not a tuple of as many values as there are key columns.
         LookupLoadError
             When loading from the source failed after all retries.
+        ConfigError
+            For ``as_of`` given to a provider without validity, or of the wrong kind.
         """
-        return self.runtime.lookup(key)
+        if self._provider.validity is None:
+            if as_of is not None:
+                raise ConfigError(f"as_of: {self._provider.describe()} has no validity")
+            return self.runtime.lookup(key)
+        return self._at([key], None if as_of is None else [as_of])[0]
 
-    def lookup_batch(self, keys: Iterable[Key]) -> dict[Key, tuple[Row, ...]]:
+    def lookup_batch(self, keys: Iterable[Key], as_of: Sequence[object] | None = None
+                     ) -> dict[Key, tuple[Row, ...]] | list[tuple[Row, ...]]:
         """The rows of every distinct key of ``keys``: cache first, then one batched load
-        of the misses (chunked above the provider's ``batch_size``)."""
-        return self.runtime.lookup_batch(keys)
+        of the misses (chunked above the provider's ``batch_size``).
+
+        For a provider with a validity, the version of each key valid now; with
+        ``as_of`` (a time per key, as `lookup` takes them), a list: the version of
+        ``keys[i]`` valid at ``as_of[i]`` (one row or none), in order, since one key may
+        come at several times.
+        """
+        if self._provider.validity is None:
+            if as_of is not None:
+                raise ConfigError(f"as_of: {self._provider.describe()} has no validity")
+            return self.runtime.lookup_batch(keys)
+        given = list(keys)
+        picked = self._at(given, None if as_of is None else list(as_of))
+        if as_of is not None:
+            return picked
+        return dict(zip(given, picked, strict=True))
+
+    def _at(self, keys: list[Key], times: list[object] | None) -> list[tuple[Row, ...]]:
+        found = self.runtime.lookup_batch(keys)
+        return versions_at(self._provider, found, keys, times, self.clock, self.time_zone)
 
     def close(self) -> None:
         """Release this handle; the last handle of a provider closes its runtime."""

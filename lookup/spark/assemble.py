@@ -12,7 +12,8 @@ Pure pyarrow/numpy/pandas: it is unit-tested without a JVM.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,8 +23,31 @@ import pyarrow.compute as pc
 
 from cache.base import expand
 from lookup.runtime.base import LookupRuntime
+from lookup.versions import instants, now_micros, pick
 
-__all__ = ["JoinShape", "factorize", "join_batch"]
+__all__ = ["JoinShape", "PointInTime", "factorize", "join_batch"]
+
+
+@dataclass(frozen=True)
+class PointInTime:
+    """Which version of a key a row joins (the provider has a validity): the one valid
+    at the row's ``as_of`` column, or (None) at the time the batch is joined."""
+
+    as_of: str | None
+    wall_clock_zone: str | None = None
+    """For "now" against TIMESTAMP_NTZ or DATE versions: the zone whose wall clock they
+    are on (the session's); None: TIMESTAMP versions, instants."""
+
+    def times(self, batch: pa.RecordBatch, clock: Callable[[], float]
+              ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Each row's time as microseconds (`lookup.versions.instants`), and where it
+        is there (None: everywhere)."""
+        if self.as_of is None:
+            return np.full(batch.num_rows, now_micros(clock, self.wall_clock_zone),
+                           dtype=np.int64), None
+        column = batch.column(self.as_of)
+        values, valid = instants(column)
+        return values, valid if column.null_count else None
 
 
 @dataclass(frozen=True)
@@ -35,6 +59,7 @@ class JoinShape:
     out_names: tuple[str, ...]  # of ``dim_columns``, after ``prefix``
     dim_types: tuple[pa.DataType, ...]  # Arrow types of ``dim_columns``
     how: str  # "left" or "inner"
+    point_in_time: PointInTime | None = None  # the provider has a validity
 
 
 def factorize(arrays: Sequence[pa.Array | pa.ChunkedArray]) -> tuple[np.ndarray, list[pa.Array]]:
@@ -74,8 +99,14 @@ def factorize(arrays: Sequence[pa.Array | pa.ChunkedArray]) -> tuple[np.ndarray,
 
 
 def join_batch(batch: pa.RecordBatch, shape: JoinShape, runtime: LookupRuntime,
-               describe: str = "lookup") -> pa.RecordBatch:
-    """Join one stream batch with the dimension through ``runtime``."""
+               describe: str = "lookup", clock: Callable[[], float] = time.time
+               ) -> pa.RecordBatch:
+    """Join one stream batch with the dimension through ``runtime``.
+
+    Point in time (``shape.point_in_time``), each row's key answers all its versions and
+    the row takes the one valid at its time (``clock`` reads "now", epoch seconds):
+    `lookup.versions.pick`, vectorized, after which the join has one row per match.
+    """
     keys = [batch.column(name) for name in shape.stream_keys]
     if runtime.probes_rows:
         # One probe per stream row costs what one per distinct key would: the
@@ -89,8 +120,13 @@ def join_batch(batch: pa.RecordBatch, shape: JoinShape, runtime: LookupRuntime,
     dim = probe.rows.select(list(shape.dim_columns))
     n = batch.num_rows
     stream_part = batch
-    if probe.one_row_each:
-        # A group is its row: no ranges to expand, and a left join keeps the batch whole.
+    point_in_time = shape.point_in_time
+    if point_in_time is not None:
+        as_of, known = point_in_time.times(batch, clock)
+        groups = pick(runtime.versions(probe), groups, as_of, known)
+    if probe.one_row_each or point_in_time is not None:
+        # A group (a picked version) is its row: no ranges to expand, and a left join
+        # keeps the batch whole.
         rows = groups
         if shape.how != "left":
             keep = np.flatnonzero(rows >= 0)

@@ -34,6 +34,7 @@ def lookup_join(
     *,
     engine: str = "arrow",
     metrics: bool | None = None,
+    as_of: str | None = None,
 ) -> DataFrame:
     """Enrich ``df`` with the dimension rows ``provider`` looks up by key.
 
@@ -72,6 +73,16 @@ def lookup_join(
         microseconds, and numbers come back as Arrow-backed pandas columns. No session
         setting is read or changed. (A TIMESTAMP_NTZ outside the years 1677-2262 fails
         in PySpark's conversion: use ``"arrow"``.)
+    as_of
+        For a provider with a [`Validity`][lookup.Validity] (a dimension keeping its
+        versions): the stream column whose time picks each row's version, the one valid
+        then (``valid_from <= as_of < valid_to``). A row with a NULL ``as_of``, or
+        earlier than its key's first version, matches nothing (a left join: nulls).
+        A TIMESTAMP ``as_of`` goes with TIMESTAMP versions, a TIMESTAMP_NTZ or DATE one
+        with TIMESTAMP_NTZ or DATE versions (a DATE is its midnight). Without
+        ``as_of``, such a provider answers the version valid when the batch is joined
+        (processing time, as Flink's lookup join), on the session time zone's wall clock
+        for TIMESTAMP_NTZ and DATE versions. See docs/point-in-time.md.
     metrics
         Report the workers' cache metrics to the driver for [`lookup.lookup_metrics`][].
         Off by default: they travel in an extra column that the plan observes and drops
@@ -93,7 +104,8 @@ def lookup_join(
         workers would start an interpreter that cannot import spark-lookup
         (``PYSPARK_PYTHON`` unset, ``python3`` on ``PATH`` another environment's);
         with metrics on a Spark Connect session of PySpark 3.5 (its client reads no
-        observed metrics).
+        observed metrics); for an ``as_of`` the stream lacks, not comparable with the
+        version columns without a time zone, or given for a provider without validity.
 
     Notes
     -----
@@ -106,6 +118,8 @@ def lookup_join(
     >>> enriched = lookup_join(orders, customers, on="customer_id")  # doctest: +SKIP
     >>> enriched = lookup_join(orders, countries, on={"country": "code"},
     ...                        columns=["name"], prefix="country_")  # doctest: +SKIP
+    >>> at_order_time = lookup_join(orders, rates, on="currency",
+    ...                             as_of="order_time")  # doctest: +SKIP
     """
     if engine not in ("arrow", "pandas"):
         raise ConfigError(f"engine must be 'arrow' or 'pandas', got {engine!r}")
@@ -123,7 +137,10 @@ def lookup_join(
             f"the stream DataFrame has a column {REPORT_COLUMN!r}, the name lookup_join "
             "uses for its metrics: rename it, or turn metrics off"
         )
-    plan = plan_join(stream_schema, provider, on, how, columns, prefix)
+    time_zone = "UTC"
+    if as_of is None and getattr(provider, "validity", None) is not None:
+        time_zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
+    plan = plan_join(stream_schema, provider, on, how, columns, prefix, as_of, time_zone)
     added = plan.schema.fields[len(stream_schema.fields):]
     schema = plan.schema
     function = JoinFunction(

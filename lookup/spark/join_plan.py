@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pyspark.sql import types as T
 
 from lookup.providers import LookupProvider
-from lookup.spark.assemble import JoinShape
+from lookup.spark.assemble import JoinShape, PointInTime
+from lookup.versions import comparable
 from spark_lookup.errors import ConfigError
 from spark_lookup.schema import to_arrow_type
 from spark_lookup.shown import shown
@@ -112,6 +113,36 @@ def _join_kind(how: object) -> str:
     return kind
 
 
+def _point_in_time(stream_schema: T.StructType, provider: LookupProvider,
+                   as_of: object, time_zone: str) -> PointInTime | None:
+    """How rows pick their version, checked: None for a provider without validity."""
+    validity = provider.validity
+    if as_of is not None and not isinstance(as_of, str):
+        raise ConfigError(f"as_of must be a column name, got {shown(as_of)}")
+    if validity is None:
+        if as_of is not None:
+            raise ConfigError(
+                f"as_of={as_of!r}: {provider.describe()} has no validity, so its keys have "
+                "one version each; give the provider validity=lookup.Validity(...)")
+        return None
+    version_types = [provider.schema[name].dataType for name in validity.columns]
+    if as_of is None:
+        wall = not isinstance(version_types[0], T.TimestampType)
+        return PointInTime(None, time_zone if wall else None)
+    names = stream_schema.fieldNames()
+    if as_of not in names:
+        raise ConfigError(f"as_of: {as_of!r} is not a column of the stream DataFrame {names}")
+    as_of_type = stream_schema[as_of].dataType
+    for name, version_type in zip(validity.columns, version_types, strict=True):
+        if not comparable(as_of_type, version_type):
+            raise ConfigError(
+                f"as_of: stream column {as_of!r} is {as_of_type.simpleString()} but the "
+                f"version column {name!r} is {version_type.simpleString()}: they compare "
+                "only through a time zone. TIMESTAMP goes with TIMESTAMP; TIMESTAMP_NTZ and "
+                "DATE with each other; cast one side in the zone you mean")
+    return PointInTime(as_of)
+
+
 @dataclass(frozen=True)
 class JoinPlan:
     """A validated lookup join: what executors do and the output schema."""
@@ -127,14 +158,23 @@ def plan_join(
     how: str = "left",
     columns: Sequence[str] | str | None = None,
     prefix: str | None = None,
+    as_of: str | None = None,
+    time_zone: str = "UTC",
 ) -> JoinPlan:
     """Validate a lookup join on the driver, before any task runs.
+
+    ``as_of`` names the stream column whose time picks each row's version of a provider
+    with a validity; without it such a provider answers the version valid when the
+    batch is joined, on the wall clock of ``time_zone`` (the session's) for
+    TIMESTAMP_NTZ and DATE versions.
 
     Raises
     ------
     ConfigError
         (a ``ValueError``) for an unknown column on either side, key types that cannot
-        match, a bad ``how``, ``columns`` or ``prefix``, or an output name clash.
+        match, a bad ``how``, ``columns`` or ``prefix``, or an output name clash; for an
+        ``as_of`` the stream lacks, of a type its versions' cannot be compared with
+        without a time zone, or given for a provider without validity.
     """
     if not isinstance(provider, LookupProvider):
         raise ConfigError(f"provider must be a lookup provider, got {type(provider).__name__}")
@@ -187,5 +227,6 @@ def plan_join(
     shape = JoinShape(stream_keys=tuple(s for s, _ in pairs), dim_columns=tuple(chosen),
                       out_names=tuple(out_names),
                       dim_types=tuple(to_arrow_type(dim_schema[n].dataType) for n in chosen),
-                      how=how)
+                      how=how,
+                      point_in_time=_point_in_time(stream_schema, provider, as_of, time_zone))
     return JoinPlan(shape, T.StructType(out_fields))

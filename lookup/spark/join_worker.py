@@ -4,7 +4,8 @@ worker's report written into the output; see `lookup.spark.report`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 
@@ -34,6 +35,8 @@ class JoinFunction:
         self.provider = provider
         self.shape = shape
         self.report_nullable = report_nullable
+        # What "now" is for a point-in-time join without as_of (tests set another).
+        self.clock: Callable[[], float] = time.time
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         runtime = None
@@ -43,7 +46,7 @@ class JoinFunction:
             for batch in batches:
                 if runtime is None:
                     runtime = worker_runtime(self.provider)
-                out = join_batch(batch, self.shape, runtime, describe)
+                out = join_batch(batch, self.shape, runtime, describe, self.clock)
                 if not reporting:
                     yield out
                     continue

@@ -198,3 +198,6 @@ def test_comparable_without_guessing_a_zone(as_of: T.DataType, version: T.DataTy
 def test_row_groups_of_an_answer() -> None:
     assert row_groups(np.array([1, 3, 3, 4]), 6).tolist() == [-1, 0, 0, 2, -1, -1]
     assert row_groups(np.zeros(0, dtype=np.int64), 3).tolist() == [0, 1, 2]
+    # A cache's offsets may run on past its last group: only the groups named count.
+    offsets = np.array([0, 2, 3, 5, 0, 0])
+    assert row_groups(offsets, 5, np.array([2, -1, 0])).tolist() == [0, 0, -1, 2, 2]

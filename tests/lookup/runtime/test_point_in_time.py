@@ -1,0 +1,278 @@
+"""Point-in-time lookups through every kind of runtime, without Spark: a SQLite table
+of versions, joined by `join_batch` as a worker joins, and asked per key through a
+`LookupHandle`; compared with a reference computed here in plain Python (issue 45)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import sqlite3
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import types as T
+
+from cache import DefaultLookupCache
+from connectors.sql.lookup_function import SqlLookupFunction
+from connectors.sql.source import SqlTableSource
+from lookup import (
+    FullCachingLookupProvider,
+    LookupFunctionProvider,
+    LookupProvider,
+    PartialCachingLookupProvider,
+    Validity,
+    open_lookup,
+)
+from lookup.spark.assemble import join_batch
+from lookup.spark.join_plan import plan_join
+from spark_lookup.errors import BadValueError, ConfigError
+from triggers import PeriodicCacheReloadTrigger
+
+UTC = dt.timezone.utc
+SCHEMA = ("id BIGINT, cur STRING, region INT, rate DOUBLE, valid_from TIMESTAMP, "
+          "valid_to TIMESTAMP")
+VALIDITY = Validity("valid_from", "valid_to")
+
+
+def at(day: int, hour: int = 0) -> dt.datetime:
+    return dt.datetime(2024, 1, day, hour, tzinfo=UTC)
+
+
+# (cur, region, rate, valid_from, valid_to): EUR/1 changes twice, the last open-ended;
+# EUR/2 (same currency, another region: a composite key) has a gap; USD/1 one version.
+VERSIONS = [
+    ("EUR", 1, 1.10, at(1), at(5)),
+    ("EUR", 1, 1.20, at(5), at(10)),
+    ("EUR", 1, 1.30, at(10), None),
+    ("EUR", 2, 2.10, at(2), at(4)),
+    ("EUR", 2, 2.20, at(6), None),
+    ("USD", 1, 0.90, at(3), None),
+]
+
+# (order, cur, region, order_time): at valid_from, at valid_to, between, before the first
+# version, in a gap, NULL, an unknown key, a null key part.
+EVENTS = [
+    (1, "EUR", 1, at(1)), (2, "EUR", 1, at(5)), (3, "EUR", 1, at(4, 23)),
+    (4, "EUR", 1, at(9)), (5, "EUR", 1, at(30)), (6, "EUR", 1, dt.datetime(2023, 12, 31,
+                                                                           tzinfo=UTC)),
+    (7, "EUR", 2, at(4)), (8, "EUR", 2, at(5)), (9, "EUR", 2, at(6)), (10, "EUR", 2, at(3)),
+    (11, "USD", 1, at(2)), (12, "USD", 1, at(3)), (13, "EUR", 1, None), (14, "GBP", 1, at(6)),
+    (15, None, 1, at(6)), (16, "USD", 1, at(20)),
+]
+
+
+def expected(how: str) -> list[tuple[Any, ...]]:
+    out = []
+    for order, cur, region, when in EVENTS:
+        match = [rate for c, r, rate, start, end in VERSIONS
+                 if when is not None and (c, r) == (cur, region)
+                 and start <= when and (end is None or when < end)]
+        assert len(match) <= 1
+        if match or how == "left":
+            out.append((order, match[0] if match else None))
+    return out
+
+
+@pytest.fixture
+def connect(tmp_path: Path) -> Callable[[], sqlite3.Connection]:
+    path = tmp_path / "rates.sqlite"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE rates (id INTEGER PRIMARY KEY, cur TEXT, region INTEGER, "
+                   "rate REAL, valid_from TIMESTAMP, valid_to TIMESTAMP)")
+        # Rows in no particular order: the runtimes order each key's versions.
+        db.executemany(
+            "INSERT INTO rates (cur, region, rate, valid_from, valid_to) VALUES (?,?,?,?,?)",
+            [(c, r, rate, _text(start), _text(end)) for c, r, rate, start, end
+             in reversed(VERSIONS)])
+    return functools.partial(sqlite3.connect, path)
+
+
+def _text(value: dt.datetime | None) -> str | None:
+    return None if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def provider(kind: str, connect: Callable[[], Any], tmp_path: Path, mode: str = "PERMISSIVE",
+             validity: Validity = VALIDITY) -> LookupProvider:
+    keys = ["cur", "region"]
+    if kind == "full" or kind == "full-shared":
+        source = SqlTableSource(connect, "rates", schema=SCHEMA, mode=mode)
+        shared = {"snapshot_dir": str(tmp_path / "store")} if kind == "full-shared" else {
+            "share_across_workers": False}
+        return FullCachingLookupProvider.of(
+            source, PeriodicCacheReloadTrigger(dt.timedelta(hours=1)), keys,
+            validity=validity, **shared)
+    function = SqlLookupFunction(connect, "rates", keys, schema=SCHEMA, mode=mode)
+    if kind == "none":
+        return LookupFunctionProvider.of(function, validity=validity)
+    cache = DefaultLookupCache.new_builder().maximum_size(100).build()
+    return PartialCachingLookupProvider.of(function, cache, validity=validity)
+
+
+KINDS = ["none", "partial", "full", "full-shared"]
+STREAM = T.StructType([T.StructField("order", T.LongType()), T.StructField("cur", T.StringType()),
+                       T.StructField("region", T.IntegerType()),
+                       T.StructField("order_time", T.TimestampType())])
+
+
+def _batch() -> pa.RecordBatch:
+    columns = list(zip(*EVENTS, strict=True))
+    return pa.RecordBatch.from_arrays(
+        [pa.array(columns[0], pa.int64()), pa.array(columns[1], pa.string()),
+         pa.array(columns[2], pa.int32()), pa.array(columns[3], pa.timestamp("us", tz="UTC"))],
+        names=STREAM.fieldNames())
+
+
+@pytest.fixture
+def opened() -> Iterator[list[Any]]:
+    handles: list[Any] = []
+    yield handles
+    for handle in handles:
+        handle.close()
+
+
+@pytest.mark.parametrize("how", ["left", "inner"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_join_batch_picks_the_version_at_each_rows_time(
+        kind: str, how: str, connect: Callable[[], Any], tmp_path: Path,
+        opened: list[Any]) -> None:
+    chosen = provider(kind, connect, tmp_path)
+    handle = open_lookup(chosen)
+    opened.append(handle)
+    plan = plan_join(STREAM, chosen, ["cur", "region"], how, ["rate"], as_of="order_time")
+    for _ in range(2):  # the second from the partial cache
+        out = join_batch(_batch(), plan.shape, handle.runtime)
+        assert list(zip(out.column("order").to_pylist(), out.column("rate").to_pylist(),
+                        strict=True)) == expected(how)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_without_as_of_the_version_valid_now(kind: str, connect: Callable[[], Any],
+                                             tmp_path: Path, opened: list[Any]) -> None:
+    chosen = provider(kind, connect, tmp_path)
+    handle = open_lookup(chosen)
+    opened.append(handle)
+    plan = plan_join(STREAM, chosen, ["cur", "region"], "left", ["rate"])
+    now = at(7).timestamp()
+    out = join_batch(_batch().slice(0, 1), plan.shape, handle.runtime, clock=lambda: now)
+    assert out.column("rate").to_pylist() == [1.20]
+    handle.clock = lambda: now
+    assert handle.lookup(("EUR", 2))[0][3] == 2.20
+    assert handle.lookup_batch([("EUR", 1), ("USD", 1), ("GBP", 1)]) == {
+        ("EUR", 1): handle.lookup(("EUR", 1), at(7)),
+        ("USD", 1): handle.lookup(("USD", 1), at(7)), ("GBP", 1): ()}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_per_key_lookups_at_times(kind: str, connect: Callable[[], Any], tmp_path: Path,
+                                  opened: list[Any]) -> None:
+    handle = open_lookup(provider(kind, connect, tmp_path))
+    opened.append(handle)
+    keys = [(cur, region) for _, cur, region, _ in EVENTS]
+    times = [when for *_, when in EVENTS]
+    found = handle.lookup_batch(keys, as_of=times)
+    rates = [rows[0][3] if rows else None for rows in found]
+    assert rates == [rate for _, rate in expected("left")]
+    assert handle.lookup(("EUR", 1), as_of=at(5)) == handle.lookup_batch(
+        [("EUR", 1)], as_of=[at(5)])[0]
+    with pytest.raises(ConfigError, match="aware datetime"):
+        handle.lookup(("EUR", 1), as_of=dt.datetime(2024, 1, 5))
+
+
+def test_as_of_needs_validity_and_a_comparable_column(
+        connect: Callable[[], Any], tmp_path: Path) -> None:
+    plain = provider("none", connect, tmp_path).__class__.of(
+        SqlLookupFunction(connect, "rates", ["cur", "region"], schema=SCHEMA))
+    with pytest.raises(ConfigError, match="has no validity"):
+        plan_join(STREAM, plain, ["cur", "region"], as_of="order_time")
+    versioned = provider("none", connect, tmp_path)
+    with pytest.raises(ConfigError, match="'when' is not a column"):
+        plan_join(STREAM, versioned, ["cur", "region"], as_of="when")
+    wall = T.StructType([*STREAM.fields[:3], T.StructField("order_time", T.TimestampNTZType())])
+    with pytest.raises(ConfigError, match="only through a time zone"):
+        plan_join(wall, versioned, ["cur", "region"], as_of="order_time")
+
+
+OVERLAPPING = [("EUR", 1, 1.0, at(1), at(10)), ("EUR", 1, 2.0, at(3), at(5))]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_bad_history_follows_the_sources_policy(kind: str, tmp_path: Path,
+                                                opened: list[Any]) -> None:
+    path = tmp_path / "bad.sqlite"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE rates (id INTEGER PRIMARY KEY, cur TEXT, region INTEGER, "
+                   "rate REAL, valid_from TIMESTAMP, valid_to TIMESTAMP)")
+        db.executemany(
+            "INSERT INTO rates (cur, region, rate, valid_from, valid_to) VALUES (?,?,?,?,?)",
+            [(c, r, rate, _text(s), _text(e)) for c, r, rate, s, e in OVERLAPPING])
+    connect = functools.partial(sqlite3.connect, path)
+    times = [at(2), at(4), at(6)]
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array([1, 2, 3], pa.int64()), pa.array(["EUR"] * 3), pa.array([1] * 3, pa.int32()),
+         pa.array(times, pa.timestamp("us", tz="UTC"))], names=STREAM.fieldNames())
+    answers = {"PERMISSIVE": [1.0, 2.0, 1.0], "DROPMALFORMED": [None, None, None]}
+    for mode, rates in answers.items():
+        chosen = provider(kind, connect, tmp_path / mode, mode)
+        handle = open_lookup(chosen)
+        opened.append(handle)
+        plan = plan_join(STREAM, chosen, ["cur", "region"], "left", ["rate"], as_of="order_time")
+        assert join_batch(batch, plan.shape, handle.runtime).column("rate").to_pylist() == rates
+        assert handle.metrics.num_bad_values == 2
+    chosen = provider(kind, connect, tmp_path / "FAILFAST", "FAILFAST")
+    plan = plan_join(STREAM, chosen, ["cur", "region"], "left", ["rate"], as_of="order_time")
+    with pytest.raises((BadValueError, Exception), match="key \\('EUR', 1\\): versions overl"):
+        handle = open_lookup(chosen)
+        opened.append(handle)
+        join_batch(batch, plan.shape, handle.runtime)
+
+
+DAYS = ("id BIGINT, cur STRING, region INT, rate DOUBLE, valid_from DATE, valid_to DATE")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("as_of_type", [T.DateType(), T.TimestampNTZType()])
+def test_date_versions(kind: str, as_of_type: T.DataType, tmp_path: Path,
+                       opened: list[Any]) -> None:
+    path = tmp_path / "days.sqlite"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE rates (id INTEGER PRIMARY KEY, cur TEXT, region INTEGER, "
+                   "rate REAL, valid_from DATE, valid_to DATE)")
+        db.executemany(
+            "INSERT INTO rates (cur, region, rate, valid_from, valid_to) VALUES (?,?,?,?,?)",
+            [("EUR", 1, 1.0, "2024-01-01", "2024-01-05"), ("EUR", 1, 2.0, "2024-01-05", None)])
+    connect = functools.partial(sqlite3.connect, path)
+    keys = ["cur", "region"]
+    if kind.startswith("full"):
+        chosen: LookupProvider = FullCachingLookupProvider.of(
+            SqlTableSource(connect, "rates", schema=DAYS),
+            PeriodicCacheReloadTrigger(dt.timedelta(hours=1)), keys, validity=VALIDITY,
+            share_across_workers=kind == "full-shared",
+            snapshot_dir=str(tmp_path / "store") if kind == "full-shared" else None)
+    else:
+        function = SqlLookupFunction(connect, "rates", keys, schema=DAYS)
+        chosen = (LookupFunctionProvider.of(function, validity=VALIDITY) if kind == "none"
+                  else PartialCachingLookupProvider.of(
+                      function, DefaultLookupCache.new_builder().maximum_size(9).build(),
+                      validity=VALIDITY))
+    handle = open_lookup(chosen)
+    opened.append(handle)
+    stream = T.StructType([*STREAM.fields[:3], T.StructField("order_time", as_of_type)])
+    if isinstance(as_of_type, T.DateType):
+        times: list[Any] = [dt.date(2023, 12, 31), dt.date(2024, 1, 4), dt.date(2024, 1, 5)]
+        arrow: pa.DataType = pa.date32()
+    else:
+        times = [dt.datetime(2024, 1, 1), dt.datetime(2024, 1, 4, 23, 59),
+                 dt.datetime(2024, 1, 5)]
+        arrow = pa.timestamp("us")
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array([1, 2, 3], pa.int64()), pa.array(["EUR"] * 3), pa.array([1] * 3, pa.int32()),
+         pa.array(times, arrow)], names=stream.fieldNames())
+    plan = plan_join(stream, chosen, keys, "left", ["rate"], as_of="order_time")
+    rates = join_batch(batch, plan.shape, handle.runtime).column("rate").to_pylist()
+    first = None if isinstance(as_of_type, T.DateType) else 1.0
+    assert rates == [first, 1.0, 2.0]
+    found = handle.lookup_batch([("EUR", 1)] * 3, as_of=times)
+    assert [rows[0][3] if rows else None for rows in found] == rates
