@@ -74,6 +74,18 @@ class Segments:
                 total += struct.unpack_from("<Q", header, 16)[0]
             segment += 1
 
+    def last(self) -> int:
+        """The segment appends go to."""
+        segment = self._writing
+        while self._path(segment + 1).exists():
+            segment += 1
+        return segment
+
+    def blocks(self, segment: int) -> tuple[list[int], list[pa.RecordBatch | None]]:
+        """The offsets and rows of every block of ``segment`` (None: failed its CRC)."""
+        parsed = self._parse(segment, SEGMENT_BYTES)
+        return ([], []) if parsed is None else (parsed.offsets, parsed.batches)
+
     def append(self, rows: pa.Table) -> tuple[int, int]:
         """Write ``rows`` as one block: its segment and the offset of its header."""
         batch = rows.combine_chunks().to_batches()

@@ -81,6 +81,15 @@ class Slots:
         """Slots the writer filled (its counter in the header)."""
         return int(struct.unpack_from("<Q", self._mm, 24)[0])
 
+    @property
+    def base_bytes(self) -> int:
+        """Bytes of rows the generation started with (set by the compaction making it)."""
+        return int(struct.unpack_from("<Q", self._mm, 32)[0])
+
+    @base_bytes.setter
+    def base_bytes(self, value: int) -> None:
+        struct.pack_into("<Q", self._mm, 32, value)
+
     def _count_used(self, n: int) -> None:
         struct.pack_into("<Q", self._mm, 24, self.used + n)
 

@@ -46,7 +46,8 @@ _NEVER = np.iinfo(np.int64).max
 _FIRST_CAPACITY = 1 << 14
 _USERS = "host-tier-users"  # named for this module: a sweep deletes only what holds it
 _TRASH_PREFIX = ".trash-host-tier-"
-_CLAIM_POLL = 0.002
+_MAX_BLOCKS = 16
+_MIN_REWRITE_BYTES = 256 << 20
 
 
 class HostAnswers(NamedTuple):
@@ -314,6 +315,55 @@ class HostTier:
             records = records[_distinct(hashes)]
             if not slots.write(records) or self._over_size(slots):
                 self._compact(records)
+            else:
+                self._merge_tail(slots)
+
+    def _merge_tail(self, slots: Slots) -> None:
+        """Keep a generation's blocks few: a read takes from each block it touches, so
+        once there are many, the newest are merged into one (a row is rewritten about
+        log(n) times; a read touches at most ``_MAX_BLOCKS`` + log2(n) blocks)."""
+        segments = self._segments
+        assert segments is not None
+        segment = segments.last()
+        offsets, batches = segments.blocks(segment)
+        if len(batches) <= _MAX_BLOCKS:
+            return
+        sizes = [0 if b is None else b.num_rows for b in batches]
+        # The newest blocks, back to the first that holds more rows than all after it:
+        # what is left grows at least twofold block to block.
+        start, total = len(sizes) - 1, sizes[-1]
+        while start > 0 and sizes[start - 1] <= total:
+            start -= 1
+            total += sizes[start]
+        if start >= len(sizes) - 1:
+            return
+        merged = [b for b in batches[start:] if b is not None]
+        if not merged:
+            return
+        rows = pa.Table.from_batches(merged, self.schema)
+        new_segment, new_offset = segments.append(rows)
+        bases = dict(zip(offsets[start:], np.cumsum([0, *sizes[start:-1]]).tolist(),
+                         strict=True))
+        keys = [rows.column(i).combine_chunks() for i in self._key_positions]
+        hashes = np.unique(hash_keys(keys))
+        found, records = slots.find(hashes)
+        records = records[found >= 0]
+        ref = records["ref"]
+        old_segment = (ref >> np.uint64(48)).astype(np.int64)
+        old_offset = (ref & np.uint64((1 << 48) - 1)).astype(np.int64)
+        count = (records["meta"] & np.uint64(0xFFFFFFFF)).astype(np.int64)
+        base = np.array([bases.get(int(o), -1) for o in np.unique(old_offset)], dtype=np.int64)
+        base_of = dict(zip(np.unique(old_offset).tolist(), base.tolist(), strict=True))
+        moved_base = np.array([base_of[int(o)] for o in old_offset], dtype=np.int64) \
+            if len(old_offset) else np.zeros(0, dtype=np.int64)
+        moved = (old_segment == segment) & (moved_base >= 0) & (count > 0) & (count != CLAIMED)
+        records = records[moved]
+        first = (records["meta"] >> np.uint64(32)).astype(np.int64) + moved_base[moved]
+        records["ref"] = np.uint64((new_segment << 48) | new_offset)
+        records["meta"] = (first.astype(np.uint64) << np.uint64(32)) | (
+            records["meta"] & np.uint64(0xFFFFFFFF))
+        if len(records):
+            slots.write(records)
 
     def release(self, keys: list[pa.Array]) -> None:
         """End this process's claims of keys it could not load (others load them)."""
@@ -332,7 +382,12 @@ class HostTier:
                 slots.write(ended)
 
     def _over_size(self, slots: Slots) -> bool:
-        return self.maximum_size is not None and slots.used > self.maximum_size * 5 // 4
+        """Over ``maximum_size`` keys, or rows rewritten by merges to four times what
+        the generation began with: time for the next generation."""
+        if self.maximum_size is not None and slots.used > self.maximum_size * 5 // 4:
+            return True
+        assert self._segments is not None
+        return self._segments.used_bytes() > max(_MIN_REWRITE_BYTES, 4 * slots.base_bytes)
 
     def _compact(self, pending: np.ndarray) -> None:
         """Write the next generation: the live entries, newest first, up to
@@ -372,6 +427,7 @@ class HostTier:
                 keep["meta"] = (firsts.astype(np.uint64) << np.uint64(32)) | count.astype(
                     np.uint64)
             slots.write(keep)
+            slots.base_bytes = segments.used_bytes()
         finally:
             slots.close()
         self._publish(name)

@@ -264,3 +264,35 @@ def test_a_sweep_deletes_only_tiers_nobody_uses(tmp_path: Path) -> None:
         assert (tmp_path / "not-ours").exists()
     finally:
         used.close()
+
+
+def test_many_small_puts_are_merged_into_few_blocks(tmp_path: Path) -> None:
+    directory = tmp_path / "p"
+    t = tier(directory, maximum_size=None, write_ttl=None)
+    try:
+        rng = np.random.default_rng(3)
+        latest: dict[int, int] = {}
+        for version in range(1, 301):
+            keys = np.unique(rng.integers(0, 3_000, 40)).astype(np.int64)
+            t.put([pa.array(keys)], *rows_of(keys, version, each=1 + version % 2))
+            latest.update(dict.fromkeys(keys.tolist(), version))
+        assert t._segments is not None
+        _, blocks = t._segments.blocks(t._segments.last())
+        # Every block stays readable, but reads touch few: merged blocks, not 300.
+        generation = directory / (directory / "CURRENT").read_text()
+        found = t.get([pa.array(np.arange(3_000, dtype=np.int64))])
+        check_rows(np.arange(3_000), found)
+        wanted = sorted(latest)
+        assert np.flatnonzero(found.hit).tolist() == wanted
+        names = found.rows.column("name").to_pylist()
+        owners = np.repeat(np.arange(3_000), found.counts)
+        served = {int(k): int(n.split("-v")[1]) for k, n in zip(owners, names, strict=True)}
+        assert served == latest  # each key's newest rows, through every merge
+        assert generation.exists()
+        assert t._slots is not None
+        filled = t._slots.slots[t._slots.slots["check"] != 0]
+        touched = len(np.unique(filled["ref"]))  # blocks the slots refer to
+        assert touched <= 16 + 12
+        assert len(blocks) > touched  # merged blocks stay in the file until compaction
+    finally:
+        t.close()
