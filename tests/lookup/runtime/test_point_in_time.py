@@ -276,3 +276,14 @@ def test_date_versions(kind: str, as_of_type: T.DataType, tmp_path: Path,
     assert rates == [first, 1.0, 2.0]
     found = handle.lookup_batch([("EUR", 1)] * 3, as_of=times)
     assert [rows[0][3] if rows else None for rows in found] == rates
+
+
+@pytest.mark.parametrize("kind", ["full", "full-shared"])
+def test_a_snapshot_orders_each_keys_versions_by_valid_from(
+        kind: str, connect: Callable[[], Any], tmp_path: Path, opened: list[Any]) -> None:
+    handle = open_lookup(provider(kind, connect, tmp_path))
+    opened.append(handle)
+    table = handle.runtime.cache.snapshot().table
+    rows = list(zip(table.column("cur").to_pylist(), table.column("region").to_pylist(),
+                    table.column("valid_from").to_pylist(), strict=True))
+    assert rows == sorted(rows)  # inserted newest first
