@@ -37,6 +37,7 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _SALT = np.uint64(0x5BD1E9955BD1E995)
 _WINDOW = 8
 _MAX_PROBE = 512
+_MAX_LIVE_BLOCKS = 256  # in the header's 4096 bytes, after 56 of its own
 
 
 def slot_checks(records: np.ndarray) -> np.ndarray:
@@ -89,6 +90,20 @@ class Slots:
     @base_bytes.setter
     def base_bytes(self, value: int) -> None:
         struct.pack_into("<Q", self._mm, 32, value)
+
+    @property
+    def live_blocks(self) -> tuple[int, list[int]]:
+        """The writer's record of the segment it appends to and the offsets of its
+        blocks no merge has replaced, oldest first (at most ``_MAX_LIVE_BLOCKS``)."""
+        segment, count = struct.unpack_from("<QQ", self._mm, 40)
+        count = min(int(count), _MAX_LIVE_BLOCKS)
+        return int(segment), list(struct.unpack_from(f"<{count}Q", self._mm, 56))
+
+    @live_blocks.setter
+    def live_blocks(self, value: tuple[int, list[int]]) -> None:
+        segment, offsets = value
+        offsets = offsets[-_MAX_LIVE_BLOCKS:]
+        struct.pack_into(f"<QQ{len(offsets)}Q", self._mm, 40, segment, len(offsets), *offsets)
 
     def _count_used(self, n: int) -> None:
         struct.pack_into("<Q", self._mm, 24, self.used + n)

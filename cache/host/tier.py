@@ -325,9 +325,19 @@ class HostTier:
         segments = self._segments
         assert segments is not None
         segment = segments.last()
-        offsets, batches = segments.blocks(segment)
-        if len(batches) <= _MAX_BLOCKS:
+        recorded, live = slots.live_blocks
+        if recorded != segment:
+            live = []  # a new segment: older ones are never merged
+        offsets_all, batches_all = segments.blocks(segment)
+        known = dict(zip(offsets_all, batches_all, strict=True))
+        live = [o for o in live if o in known]
+        if offsets_all and (not live or offsets_all[-1] > live[-1]):
+            live.append(offsets_all[-1])  # the block this put appended
+        slots.live_blocks = (segment, live)
+        if len(live) <= _MAX_BLOCKS:
             return
+        offsets = live
+        batches = [known[o] for o in live]
         sizes = [0 if b is None else b.num_rows for b in batches]
         # The newest blocks, back to the first that holds more rows than all after it:
         # what is left grows at least twofold block to block.
@@ -342,8 +352,8 @@ class HostTier:
             return
         rows = pa.Table.from_batches(merged, self.schema)
         new_segment, new_offset = segments.append(rows)
-        bases = dict(zip(offsets[start:], np.cumsum([0, *sizes[start:-1]]).tolist(),
-                         strict=True))
+        merged_offsets = np.asarray(offsets[start:], dtype=np.int64)  # ascending
+        merged_bases = np.cumsum([0, *sizes[start:-1]]).astype(np.int64)
         keys = [rows.column(i).combine_chunks() for i in self._key_positions]
         hashes = np.unique(hash_keys(keys))
         found, records = slots.find(hashes)
@@ -352,10 +362,9 @@ class HostTier:
         old_segment = (ref >> np.uint64(48)).astype(np.int64)
         old_offset = (ref & np.uint64((1 << 48) - 1)).astype(np.int64)
         count = (records["meta"] & np.uint64(0xFFFFFFFF)).astype(np.int64)
-        base = np.array([bases.get(int(o), -1) for o in np.unique(old_offset)], dtype=np.int64)
-        base_of = dict(zip(np.unique(old_offset).tolist(), base.tolist(), strict=True))
-        moved_base = np.array([base_of[int(o)] for o in old_offset], dtype=np.int64) \
-            if len(old_offset) else np.zeros(0, dtype=np.int64)
+        which = np.minimum(np.searchsorted(merged_offsets, old_offset), len(merged_offsets) - 1)
+        in_merged = merged_offsets[which] == old_offset
+        moved_base = np.where(in_merged, merged_bases[which], -1)
         moved = (old_segment == segment) & (moved_base >= 0) & (count > 0) & (count != CLAIMED)
         records = records[moved]
         first = (records["meta"] >> np.uint64(32)).astype(np.int64) + moved_base[moved]
@@ -364,6 +373,8 @@ class HostTier:
             records["meta"] & np.uint64(0xFFFFFFFF))
         if len(records):
             slots.write(records)
+        slots.live_blocks = (new_segment, [*offsets[:start], new_offset]
+                             if new_segment == segment else [new_offset])
 
     def release(self, keys: list[pa.Array]) -> None:
         """End this process's claims of keys it could not load (others load them)."""
