@@ -99,12 +99,26 @@ class Segments:
             fd = os.open(self._path(segment), os.O_RDWR | os.O_CREAT, 0o600)
             try:
                 header = os.pread(fd, _HEADER, 0)
-                if len(header) < _HEADER or header[:8] != _MAGIC:
+                if (len(header) == _HEADER and header[:8] == _MAGIC
+                        and struct.unpack_from("<Q", header, 8)[0] != self.generation):
+                    header = b""  # not this generation's: never written into
+                elif header and (len(header) < _HEADER or header[:8] != _MAGIC):
+                    # Damaged: readers may still map blocks of it, so it is never
+                    # written again (nor shrunk under them); appends go to the next.
+                    segment += 1
+                    continue
+                if not header:
+                    if os.fstat(fd).st_size:
+                        segment += 1
+                        continue
                     os.ftruncate(fd, SEGMENT_BYTES)
                     os.pwrite(fd, _MAGIC + struct.pack("<QQ", self.generation, _HEADER), 0)
                     tail = _HEADER
                 else:
                     tail = struct.unpack_from("<Q", header, 16)[0]
+                    if tail < _HEADER or tail % 8:
+                        segment += 1  # a damaged tail: writing there could overwrite blocks
+                        continue
                 if tail + size <= SEGMENT_BYTES:
                     crc = zlib.crc32(message)
                     os.pwrite(fd, _BLOCK_HEADER.pack(_BLOCK_MAGIC, message.size, crc, 0)

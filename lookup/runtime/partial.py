@@ -4,6 +4,7 @@ retries (Flink's ``CachingLookupFunction``). `lookup.runtime.registry` shares it
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -112,6 +113,7 @@ class LoadingRuntime(LookupRuntime):
         self._function: LookupFunctionBase = provider.function
         self._unwatch: Callable[[], None] | None = None
         self._host: HostTier | None = None
+        self._host_failure_logged = False
         # The host's adaptive limit, where the function's connections are budgeted.
         self._concurrency: AdaptiveLimit | None = None
 
@@ -288,6 +290,25 @@ class LoadingRuntime(LookupRuntime):
         """The rows of keys the in-process cache missed: the host tier's, then what
         this process claimed and loaded, then what others were loading (waited for up
         to the load timeout, then loaded here). All of it is put in-process too."""
+        try:
+            return self._through_host_tier(host, function, cache, keys)
+        except _HostTierFailed as failed:
+            # The host tier is a cache: a file it cannot use (deleted, damaged, a full
+            # disk) costs loads, never a lookup. Keys answered before it failed are
+            # answered again from the source.
+            self.metrics.inc_cache_errors()
+            if not self._host_failure_logged:
+                self._host_failure_logged = True
+                log.warning("%s: the host tier failed (%s); loading from the source",
+                            self.provider.describe(), failed.__cause__)
+            index, loaded = self._load_arrow(function, keys)
+            cache.put_arrow(keys, index, loaded)
+            return index, _as_table(loaded, self._schema)
+
+    def _through_host_tier(self, host: HostTier, function: LookupFunction,
+                           cache: LookupCache, keys: list[pa.Array]
+                           ) -> tuple[pa.Array, pa.Table]:
+        host = _Guarded(host)  # type: ignore[assignment]
         n = len(keys[0])
         parts = _Parts(self._schema)
         found = host.get(keys)
@@ -595,6 +616,28 @@ class LoadingRuntime(LookupRuntime):
                     )
             frozen[key] = out
         return frozen
+
+
+class _HostTierFailed(Exception):
+    """The host tier raised (its ``__cause__``): the batch is answered without it."""
+
+
+class _Guarded:
+    """A host tier whose failures (``OSError``, a damaged file's ``ValueError``) are
+    `_HostTierFailed`; nothing else of the lookup is caught by mistake."""
+
+    def __init__(self, tier: HostTier) -> None:
+        self._tier = tier
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._tier, name)
+
+        def guarded(*args: Any) -> Any:
+            try:
+                return method(*args)
+            except (OSError, ValueError, struct.error) as exc:
+                raise _HostTierFailed() from exc
+        return guarded
 
 
 class _Parts:
