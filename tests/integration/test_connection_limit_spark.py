@@ -68,7 +68,9 @@ def test_a_source_over_its_connection_limit_is_waited_for(
         small_batches: None) -> None:
     # The default budget (4 a host) allows more than the role: the role refuses, and the
     # refused loads wait (their queue tickets make the others' idle connections close).
-    provider = _provider(postgres_dsn, pg_schema, limited_role)
+    # Each worker caches alone, so that loads overlap: a host tier's single loads would
+    # mostly keep them under the role's limit.
+    provider = _provider(postgres_dsn, pg_schema, limited_role, share_across_workers=False)
     _join(spark, provider)
     metrics = lookup_metrics(provider)
     assert metrics.num_load_failures == 0

@@ -113,4 +113,8 @@ def test_lookup_join_on_two_executor_jvms_with_the_library_in_py_files(tmp_path:
     # Both executors run on this host: the first worker to open the full cache scans
     # the table and publishes the snapshot; every other worker maps it without a scan.
     assert results["full-arrow"]["metrics"]["load_count"] == 1
-    assert results["partial-pandas"]["metrics"]["load_count"] >= 2
+    # The partial caches of both executors share the host tier: each key is loaded from
+    # the source about once (120 keys), the other executor's misses are host hits.
+    partial = results["partial-pandas"]["metrics"]
+    assert partial["num_host_hits"] >= 1
+    assert partial["miss_count"] - partial["num_host_hits"] <= 120
