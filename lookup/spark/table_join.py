@@ -23,6 +23,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+from pyspark.sql import types as T
 
 from lookup.providers import LookupProvider
 from lookup.runtime.worker import worker_runtime
@@ -41,6 +42,8 @@ else:
 
 __all__ = ["register_lookup_join"]
 
+_TIME_ZONE = "spark.sql.session.timeZone"
+
 
 class _LookupJoinTable:
     """Base of the UDTF classes [`register_lookup_join`][] builds (one subclass per
@@ -55,11 +58,13 @@ class _LookupJoinTable:
     _how: str = "left"
     _columns: Sequence[str] | str | None = None
     _prefix: str | None = None
+    _as_of: str | None = None
+    _time_zone: str = "UTC"  # the session's when registered
 
     def __init__(self, analyze_result: _JoinAnalysis) -> None:
         shape = analyze_result.shape
         assert shape is not None  # analyze always sets it
-        self._shape = shape
+        self._shape = _in_query_zone(shape)
         self._describe = self._provider.describe()
 
     def eval(self, batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
@@ -88,7 +93,7 @@ def _make_analyze(cls: type[_LookupJoinTable]) -> Any:
                     f"{name}(TABLE(SELECT ...)); got {len(arguments)} argument(s)"
                     + ("" if len(arguments) != 1 else " that is not a TABLE"))
             plan = plan_join(arguments[0].dataType, cls._provider, cls._on, cls._how,
-                             cls._columns, cls._prefix)
+                             cls._columns, cls._prefix, cls._as_of, cls._time_zone)
         except ConfigError as exc:
             error = _spark_message(name, exc)
         else:
@@ -96,6 +101,29 @@ def _make_analyze(cls: type[_LookupJoinTable]) -> Any:
         raise error  # outside the handler: no context, one line
 
     return analyze
+
+
+def _in_query_zone(shape: JoinShape) -> JoinShape:
+    """``shape`` reading "now" (no ``as_of``, TIMESTAMP_NTZ or DATE versions) on the
+    wall clock of the query's session time zone.
+
+    ``analyze`` runs in a Python process that sees no session conf, so the plan holds
+    the zone of the registration; but Spark hands each task the SQL settings set on the
+    session at query time as local properties, so a zone set after the registration
+    (``SET TIME ZONE``) is the one the query means. Unset, the registration's zone is
+    the session's default still.
+    """
+    point_in_time = shape.point_in_time
+    if point_in_time is None or point_in_time.wall_clock_zone is None:
+        return shape
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    zone = None if context is None else context.getLocalProperty(_TIME_ZONE)
+    if not zone or zone == point_in_time.wall_clock_zone:
+        return shape
+    return dataclasses.replace(
+        shape, point_in_time=dataclasses.replace(point_in_time, wall_clock_zone=zone))
 
 
 def _spark_message(name: str, exc: ConfigError) -> Exception:
@@ -118,6 +146,8 @@ def register_lookup_join(
     columns: Sequence[str] | str | None = None,
     prefix: str | None = None,
     metrics: bool | None = None,
+    *,
+    as_of: str | None = None,
 ) -> AnyTableFunction:
     """Register ``name`` as a SQL table function that enriches its table argument with
     the dimension rows ``provider`` looks up by key: ``lookup_join`` in one SQL call.
@@ -139,6 +169,12 @@ def register_lookup_join(
         The SQL function name (letters, digits, ``_``; not a built-in's).
     provider, on, how, columns, prefix
         As for [`lookup.lookup_join`][]; ``on`` names columns of the table argument.
+    as_of
+        As for [`lookup.lookup_join`][]: the column of the table argument whose time
+        picks each row's version of a provider with a [`Validity`][lookup.Validity],
+        checked when a query is analyzed. Without it, such a provider answers the
+        version valid when the batch is joined, on the wall clock of the session time
+        zone (the query's) for TIMESTAMP_NTZ and DATE versions.
     metrics
         ``None`` or ``False``. A table function's output is not observable from here
         (no DataFrame of ours in the query), so it reports no metrics, like the other
@@ -154,8 +190,10 @@ def register_lookup_join(
     ------
     ConfigError
         On the driver, for a bad name, provider, ``how``, ``prefix`` or ``metrics=True``,
-        or on a PySpark without Arrow UDTFs with ``analyze`` (before 4.1); in the query's
-        analysis, for columns or key types that do not fit its argument.
+        for an ``as_of`` that is no column name or given for a provider without
+        validity, or on a PySpark without Arrow UDTFs with ``analyze`` (before 4.1); in
+        the query's analysis, for columns, key types or an ``as_of`` type that do not
+        fit its argument.
 
     Examples
     --------
@@ -163,6 +201,8 @@ def register_lookup_join(
     >>> spark.sql("SELECT * FROM enrich_orders(TABLE(orders))")  # doctest: +SKIP
     >>> spark.sql("SELECT * FROM enrich_orders(TABLE(SELECT * FROM orders "
     ...           "WHERE region = 'EU'))")  # doctest: +SKIP
+    >>> register_lookup_join(spark, "priced", rates, on="currency",
+    ...                      as_of="order_time")  # doctest: +SKIP
     """
     require(ARROW_UDTF_ANALYZE, "register_lookup_join",
             "use register_lookup_table_function (a LATERAL join per key) or lookup_join on a "
@@ -176,14 +216,21 @@ def register_lookup_join(
         raise ConfigError(f"metrics must be None or False, got {metrics!r}")
     # Checked now too, as far as the argument's schema is not needed: bad options fail
     # the registration, not each query.
-    from lookup.spark.join_plan import _join_kind
+    from lookup.spark.join_plan import _join_kind, _point_in_time
 
     _join_kind(how)
     if prefix is not None and (not isinstance(prefix, str) or not prefix):
         raise ConfigError(f"prefix must be a non-empty string, got {prefix!r}")
+    if as_of is not None and (not isinstance(as_of, str) or provider.validity is None):
+        # Refused before any schema is read: the registration fails, not each query. (The
+        # column and its type are the argument's: checked in analyze.)
+        _point_in_time(T.StructType(), provider, as_of, "UTC")
+    time_zone = "UTC"
+    if provider.validity is not None and as_of is None:
+        time_zone = spark.conf.get(_TIME_ZONE) or "UTC"
     handler = type(f"LookupJoin_{name}", (_LookupJoinTable,), {
         "_name": name, "_provider": provider, "_on": on, "_how": how, "_columns": columns,
-        "_prefix": prefix})
+        "_prefix": prefix, "_as_of": as_of, "_time_zone": time_zone})
     handler.analyze = staticmethod(_make_analyze(handler))  # type: ignore[attr-defined]
     from pyspark.util import PythonEvalType
 
