@@ -55,6 +55,7 @@ _COUNTERS = (
     "num_host_waits",
     "num_concurrency_decreases",
     "num_concurrency_increases",
+    "num_out_of_retention",
 )
 _GAUGES = ("num_cached_records", "num_cached_bytes")
 FIELDS: tuple[str, ...] = (*_COUNTERS, "latest_load_time", "source_concurrency_limit", *_GAUGES)
@@ -108,14 +109,17 @@ class CacheMetrics:
     ``num_concurrency_decreases`` and ``num_concurrency_increases`` (changes of the
     host's limit of concurrent connections this worker made: down while the source was
     slow or failing, up as it recovered) and ``source_concurrency_limit`` (that limit at
-    the worker's latest load; ``max_source_connections`` while the source keeps up).
+    the worker's latest load; ``max_source_connections`` while the source keeps up);
+    and of point-in-time joins: ``num_out_of_retention`` (rows whose ``as_of`` was
+    older than their provider's ``Validity.retention``, joined with no version).
 
     - Counters (``hit_count``, ``miss_count``, ``load_count``, ``num_load_failures``,
       ``num_retries``, ``num_cache_errors``, ``num_bad_values``, ``reloads_skipped``,
       ``num_notifications``, ``num_keys_invalidated``, ``num_reconnect_flushes``,
       ``num_change_reads``, ``num_connection_waits``, ``connection_wait_ms``,
       ``num_host_hits``, ``num_host_waits``,
-      ``num_concurrency_decreases``, ``num_concurrency_increases``) only grow.
+      ``num_concurrency_decreases``, ``num_concurrency_increases``,
+      ``num_out_of_retention``) only grow.
     - ``latest_load_time`` is the duration in milliseconds of the latest load, -1 before any.
     - ``source_concurrency_limit`` is -1 before any load under an adaptive budget.
     - Gauges (``num_cached_records``, ``num_cached_bytes``) are read from the cache that
@@ -207,6 +211,11 @@ class CacheMetrics:
     def inc_host_waits(self, n: int = 1) -> None:
         """Count ``n`` keys waited for while another worker of the host loaded them."""
         self._add("num_host_waits", n)
+
+    def inc_out_of_retention(self, n: int = 1) -> None:
+        """Count ``n`` stream rows whose time was older than the retention."""
+        self._add("num_out_of_retention", n)
+
     def record_concurrency(self, limit: int, change: int = 0) -> None:
         """Set ``source_concurrency_limit`` to ``limit``, and count a ``change`` of it made
         here (-1 down, +1 up, 0 none)."""
@@ -265,6 +274,9 @@ class CacheMetrics:
     num_concurrency_increases = _Counter(
         "Times the host's limit of concurrent connections went back up, one at a time, as "
         "the source kept up.")
+    num_out_of_retention = _Counter(
+        "Stream rows whose as_of was older than now minus their provider's "
+        "Validity.retention: joined with no version (never a wrong one).")
     latest_load_time = _Counter("Duration in ms of the latest load; -1 before any load.")
     source_concurrency_limit = _Counter(
         "The host's limit of concurrent connections to the source at the latest load "

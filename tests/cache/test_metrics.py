@@ -20,7 +20,7 @@ def test_fresh_metrics() -> None:
         "num_change_reads": 0, "num_connection_waits": 0, "connection_wait_ms": 0,
         "num_host_hits": 0, "num_host_waits": 0,
         "num_concurrency_decreases": 0, "num_concurrency_increases": 0,
-        "latest_load_time": -1, "source_concurrency_limit": -1, "num_cached_records": 0,
+        "num_out_of_retention": 0, "latest_load_time": -1, "source_concurrency_limit": -1, "num_cached_records": 0,
         "num_cached_bytes": 0,
     }
 
@@ -72,6 +72,15 @@ def test_change_feed_counters() -> None:
     m.inc_reconnect_flushes()
     assert (m.num_notifications, m.num_keys_invalidated, m.num_reconnect_flushes) == (3, 5, 1)
     assert (m + m).num_keys_invalidated == 10
+
+
+def test_out_of_retention_rows_count_and_travel() -> None:
+    m = CacheMetrics()
+    m.inc_out_of_retention(4)
+    m.inc_out_of_retention()
+    assert m.num_out_of_retention == 5
+    assert CacheMetrics.from_dict(m.as_dict()) == m
+    assert CacheMetrics.sum([m, m.as_dict()]).num_out_of_retention == 10
 
 
 def test_sum_adds_counters_and_gauges_and_keeps_the_max_load_time() -> None:
