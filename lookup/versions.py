@@ -32,8 +32,8 @@ from pyspark.sql import types as T
 from connectors.policy import BadValuePolicy
 from spark_lookup.errors import BadValueError
 
-__all__ = ["OPEN", "VersionIndex", "comparable", "describer", "instants", "now_micros",
-           "pick", "policy_of", "row_groups", "version_index"]
+__all__ = ["OPEN", "VersionIndex", "comparable", "describer", "instants", "load_cutoff",
+           "now_micros", "pick", "policy_of", "retained", "row_groups", "version_index"]
 
 OPEN = np.iinfo(np.int64).max
 """The end of a version still valid (no ``valid_to``, or a NULL one)."""
@@ -90,6 +90,50 @@ def now_micros(clock: Callable[[], float], wall_clock_zone: str | None) -> int:
         return int(seconds * 1_000_000)
     wall = dt.datetime.fromtimestamp(seconds, ZoneInfo(wall_clock_zone)).replace(tzinfo=None)
     return (wall - dt.datetime(1970, 1, 1)) // dt.timedelta(microseconds=1)
+
+
+def load_cutoff(clock: Callable[[], float], retention: dt.timedelta, instants: bool) -> int:
+    """The time (microseconds, as `instants` reads version columns) before which a
+    version that ended may be dropped at load under ``retention``.
+
+    Against wall-clock versions (TIMESTAMP_NTZ, DATE) a load knows no session time zone,
+    so it reads UTC's wall clock a day early: earlier than any zone's, so a join's cutoff
+    (on its session's wall clock, `PointInTime`) is never before the load's and a row
+    in retention never misses a version the load dropped."""
+    slack = 0 if instants else _DAY_MICROS
+    return int(clock() * 1_000_000) - retention // dt.timedelta(microseconds=1) - slack
+
+
+def retained(group: np.ndarray | None, valid_from: pa.Array | pa.ChunkedArray,
+             valid_to: pa.Array | pa.ChunkedArray | None, cutoff: int) -> np.ndarray:
+    """Which rows of a table of versions to keep under a retention: all but the
+    versions that ended before ``cutoff`` (their own ``valid_to``, or without one the
+    next version of their key by ``group``, each row's key group, -1: none). A version
+    still valid never ended; a NULL ``valid_from`` or an inverted interval is kept for
+    the source's bad-value policy to judge."""
+    start, has_start = instants(valid_from)
+    if valid_to is not None:
+        end, has_end = instants(valid_to)
+        ended: np.ndarray = has_start & has_end & (end > start) & (end < cutoff)
+        return ~ended
+    if group is None:
+        raise ValueError("without valid_to, a version's end is its key's next start: "
+                         "give each row's key group")
+    rows = np.flatnonzero((group >= 0) & has_start)
+    order = rows[np.lexsort((start[rows], group[rows]))]
+    g, s = group[order], start[order]
+    drop = np.zeros(len(group), dtype=bool)
+    if len(order) > 1:
+        # Runs of equal (key, start) end together, where the key's next later version
+        # starts; the key's last run never ends.
+        first = np.ones(len(order), dtype=bool)
+        first[1:] = (g[1:] != g[:-1]) | (s[1:] != s[:-1])
+        run = np.cumsum(first) - 1
+        run_g, run_s = g[first], s[first]
+        ended = np.zeros(len(run_g), dtype=bool)
+        ended[:-1] = (run_g[1:] == run_g[:-1]) & (run_s[1:] < cutoff)
+        drop[order[ended[run]]] = True
+    return ~drop
 
 
 def policy_of(reader: object) -> BadValuePolicy:

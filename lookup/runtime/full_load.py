@@ -14,15 +14,17 @@ the allocator of each reader thread kept.
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator
+from collections.abc import Callable, Generator, Iterator
 from functools import partial
 
 import pyarrow as pa
+from pyspark.sql import types as T
 
 from cache.full.shared import SharedFullCache
 from cache.full.snapshot import FullSnapshot
 from cache.full.spool import SpoolError
 from lookup.providers import FullCachingLookupProvider
+from lookup.versions import load_cutoff, retained
 from scan.reader import ReaderOptions
 from scan.runner import LocalSourceRunner, read_arrow
 from spark_lookup.schema import to_arrow_schema
@@ -68,8 +70,11 @@ def load_snapshot(
     keys = provider.key_columns
     # A key's versions in valid_from order: a point-in-time probe searches them.
     order_by = () if provider.validity is None else (provider.validity.valid_from,)
+    screen = _retention_screen(provider, loaded_at)
     if shared is not None:
         batches = _batches(provider)
+        if screen is not None:
+            batches = _screened(batches, screen)
         try:
             return shared.stage(batches, to_arrow_schema(source.schema), loaded_at=loaded_at,
                                 version=version, source_version=source_version,
@@ -80,10 +85,56 @@ def load_snapshot(
                         provider.describe(), shared.store.directory, exc)
         finally:
             batches.close()  # the readers stop now, not when the generator is collected
-    read = partial(read_arrow, source, provider.parallelism, max_batch_rows=_MEMORY_BATCH_ROWS,
-                   options=_MEMORY_LOAD_OPTIONS)
+    read: Callable[[], pa.Table] = partial(
+        read_arrow, source, provider.parallelism, max_batch_rows=_MEMORY_BATCH_ROWS,
+        options=_MEMORY_LOAD_OPTIONS)
+    if screen is not None:
+        read_all, keep = read, screen
+
+        def read() -> pa.Table:
+            return keep(read_all())
     return FullSnapshot.load(read, keys, loaded_at=loaded_at, version=version,
                              source_version=source_version, order_by=order_by)
+
+
+def _retention_screen(provider: FullCachingLookupProvider, loaded_at: float
+                      ) -> Callable[[pa.Table | pa.RecordBatch], pa.Table | pa.RecordBatch] | None:
+    """What drops the versions a validity's retention lets go of, batch by batch (None:
+    nothing to drop).
+
+    Only with a ``valid_to`` column: a version's end is then on its own row. Without
+    one it is the next version's start, maybe in another batch of a streamed load, so
+    the snapshot keeps those versions (a join still answers no row older than the
+    retention, `lookup.spark.assemble.PointInTime.out_of_retention`).
+    """
+    validity = provider.validity
+    if validity is None or validity.retention is None or validity.valid_to is None:
+        return None
+    instants = isinstance(provider.source.schema[validity.valid_from].dataType,
+                          T.TimestampType)
+    cutoff = load_cutoff(lambda: loaded_at, validity.retention, instants)
+    valid_from, valid_to = validity.valid_from, validity.valid_to
+
+    def keep(rows: pa.Table | pa.RecordBatch) -> pa.Table | pa.RecordBatch:
+        mask = retained(None, rows.column(valid_from), rows.column(valid_to), cutoff)
+        return rows if mask.all() else rows.filter(pa.array(mask))
+
+    return keep
+
+
+def _screened(batches: Iterator[pa.RecordBatch],
+              keep: Callable[[pa.Table | pa.RecordBatch], pa.Table | pa.RecordBatch]
+              ) -> Generator[pa.RecordBatch, None, None]:
+    try:
+        for batch in batches:
+            kept = keep(batch)
+            assert isinstance(kept, pa.RecordBatch)
+            if kept.num_rows:
+                yield kept
+    finally:
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()  # the readers stop with the load, however it ends
 
 
 def _batches(provider: FullCachingLookupProvider) -> Generator[pa.RecordBatch, None, None]:

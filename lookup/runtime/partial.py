@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.sql import types as T
 
 from cache.answers import Answers
 from cache.base import (
@@ -47,7 +48,7 @@ from lookup.runtime.base import (
     place_probe_answers,
 )
 from lookup.runtime.loaders import Loader, PartialLoad, loader_for
-from lookup.versions import describer, instants, policy_of, version_index
+from lookup.versions import describer, instants, load_cutoff, policy_of, retained, version_index
 from spark_lookup.adaptive_concurrency import AdaptiveLimit
 from spark_lookup.connection_budget import setup_seconds
 from spark_lookup.errors import ConfigError, LookupLoadError
@@ -99,6 +100,8 @@ class LoadingRuntime(LookupRuntime):
             type(self._arrow_function).lookup_arrow is not LookupFunction.lookup_arrow)
         # With a change feed, loads put through its guard (see lookup.changes.partial).
         self._feed: ChangeFeed | None = getattr(provider, "changes", None)
+        self.clock: Callable[[], float] = time.time
+        """"Now" of a validity's retention at load (epoch seconds); tests replace it."""
         feed = self._feed
         self._guard: CacheInvalidation | None = None
         if feed is not None and self._cache is not None:
@@ -422,6 +425,18 @@ class LoadingRuntime(LookupRuntime):
         positions = index.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
         starts = rows.column(validity.valid_from)
         ends = None if validity.valid_to is None else rows.column(validity.valid_to)
+        if validity.retention is not None:
+            instants_ = isinstance(self.provider.schema[validity.valid_from].dataType,
+                                   T.TimestampType)
+            keep = retained(positions, starts, ends,
+                            load_cutoff(self.clock, validity.retention, instants_))
+            if not keep.all():
+                take = pa.array(np.flatnonzero(keep), type=pa.int64())
+                index, rows, positions = index.take(take), rows.take(take), positions[keep]
+                if not rows.num_rows:
+                    return index, rows
+                starts = rows.column(validity.valid_from)
+                ends = None if validity.valid_to is None else rows.column(validity.valid_to)
         table = getattr(function, "table", None)
         policy = policy_of(function)
         found = version_index(

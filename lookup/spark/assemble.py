@@ -37,6 +37,9 @@ class PointInTime:
     wall_clock_zone: str | None = None
     """For "now" against TIMESTAMP_NTZ or DATE versions: the zone whose wall clock they
     are on (the session's); None: TIMESTAMP versions, instants."""
+    retention_micros: int | None = None
+    """The provider's ``Validity.retention``: an ``as_of`` older than now minus it gets
+    no version (loads may have dropped the one it should get)."""
 
     def times(self, batch: pa.RecordBatch, clock: Callable[[], float]
               ) -> tuple[np.ndarray, np.ndarray | None]:
@@ -48,6 +51,18 @@ class PointInTime:
         column = batch.column(self.as_of)
         values, valid = instants(column)
         return values, valid if column.null_count else None
+
+    def out_of_retention(self, as_of: np.ndarray, known: np.ndarray | None,
+                         clock: Callable[[], float]) -> np.ndarray | None:
+        """Which rows' times are older than now minus the retention (None: none can
+        be: no retention, or "now" itself)."""
+        if self.retention_micros is None or self.as_of is None:
+            return None
+        # On the same clock as the loads' cutoff (`lookup.versions.load_cutoff`), and
+        # never earlier than it: a row kept here finds every version it may need.
+        cutoff = now_micros(clock, self.wall_clock_zone) - self.retention_micros
+        old = as_of < cutoff
+        return old if known is None else old & known
 
 
 @dataclass(frozen=True)
@@ -124,6 +139,10 @@ def join_batch(batch: pa.RecordBatch, shape: JoinShape, runtime: LookupRuntime,
     if point_in_time is not None:
         as_of, known = point_in_time.times(batch, clock)
         groups = pick(runtime.versions(probe), groups, as_of, known)
+        old = point_in_time.out_of_retention(as_of, known, clock)
+        if old is not None and old.any():
+            groups = np.where(old, -1, groups)
+            runtime.metrics.inc_out_of_retention(int(np.count_nonzero(old)))
     if probe.one_row_each or point_in_time is not None:
         # A group (a picked version) is its row: no ranges to expand, and a left join
         # keeps the batch whole.

@@ -138,7 +138,7 @@ def lookup_join(
             "uses for its metrics: rename it, or turn metrics off"
         )
     time_zone = "UTC"
-    if as_of is None and getattr(provider, "validity", None) is not None:
+    if getattr(provider, "validity", None) is not None:
         time_zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
     plan = plan_join(stream_schema, provider, on, how, columns, prefix, as_of, time_zone)
     added = plan.schema.fields[len(stream_schema.fields):]

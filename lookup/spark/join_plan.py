@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 
 from pyspark.sql import types as T
 
@@ -126,9 +127,12 @@ def _point_in_time(stream_schema: T.StructType, provider: LookupProvider,
                 "one version each; give the provider validity=lookup.Validity(...)")
         return None
     version_types = [provider.schema[name].dataType for name in validity.columns]
+    wall = not isinstance(version_types[0], T.TimestampType)
+    zone = time_zone if wall else None
+    retention = (None if validity.retention is None
+                 else validity.retention // timedelta(microseconds=1))
     if as_of is None:
-        wall = not isinstance(version_types[0], T.TimestampType)
-        return PointInTime(None, time_zone if wall else None)
+        return PointInTime(None, zone, retention)
     names = stream_schema.fieldNames()
     if as_of not in names:
         raise ConfigError(f"as_of: {as_of!r} is not a column of the stream DataFrame {names}")
@@ -140,7 +144,7 @@ def _point_in_time(stream_schema: T.StructType, provider: LookupProvider,
                 f"version column {name!r} is {version_type.simpleString()}: they compare "
                 "only through a time zone. TIMESTAMP goes with TIMESTAMP; TIMESTAMP_NTZ and "
                 "DATE with each other; cast one side in the zone you mean")
-    return PointInTime(as_of)
+    return PointInTime(as_of, zone, retention)
 
 
 @dataclass(frozen=True)
@@ -166,7 +170,7 @@ def plan_join(
     ``as_of`` names the stream column whose time picks each row's version of a provider
     with a validity; without it such a provider answers the version valid when the
     batch is joined, on the wall clock of ``time_zone`` (the session's) for
-    TIMESTAMP_NTZ and DATE versions.
+    TIMESTAMP_NTZ and DATE versions (and a retention's "now" is read there too).
 
     Raises
     ------

@@ -104,8 +104,8 @@ def _make_analyze(cls: type[_LookupJoinTable]) -> Any:
 
 
 def _in_query_zone(shape: JoinShape) -> JoinShape:
-    """``shape`` reading "now" (no ``as_of``, TIMESTAMP_NTZ or DATE versions) on the
-    wall clock of the query's session time zone.
+    """``shape`` reading "now" against TIMESTAMP_NTZ or DATE versions (without
+    ``as_of``, and for a retention) on the wall clock of the query's session time zone.
 
     ``analyze`` runs in a Python process that sees no session conf, so the plan holds
     the zone of the registration; but Spark hands each task the SQL settings set on the
@@ -115,7 +115,7 @@ def _in_query_zone(shape: JoinShape) -> JoinShape:
     """
     point_in_time = shape.point_in_time
     if point_in_time is None or point_in_time.wall_clock_zone is None:
-        return shape
+        return shape  # instants: no zone to read
     from pyspark import TaskContext
 
     context = TaskContext.get()
@@ -226,7 +226,7 @@ def register_lookup_join(
         # column and its type are the argument's: checked in analyze.)
         _point_in_time(T.StructType(), provider, as_of, "UTC")
     time_zone = "UTC"
-    if provider.validity is not None and as_of is None:
+    if provider.validity is not None:
         time_zone = spark.conf.get(_TIME_ZONE) or "UTC"
     handler = type(f"LookupJoin_{name}", (_LookupJoinTable,), {
         "_name": name, "_provider": provider, "_on": on, "_how": how, "_columns": columns,

@@ -20,8 +20,8 @@ def test_fresh_metrics() -> None:
         "num_change_reads": 0, "num_connection_waits": 0, "connection_wait_ms": 0,
         "num_host_hits": 0, "num_host_waits": 0,
         "num_concurrency_decreases": 0, "num_concurrency_increases": 0,
-        "num_out_of_retention": 0, "latest_load_time": -1, "source_concurrency_limit": -1, "num_cached_records": 0,
-        "num_cached_bytes": 0,
+        "num_out_of_retention": 0, "latest_load_time": -1, "source_concurrency_limit": -1,
+        "num_cached_records": 0, "num_cached_bytes": 0,
     }
 
 

@@ -17,7 +17,9 @@ from lookup.versions import (
     comparable,
     describer,
     instants,
+    load_cutoff,
     pick,
+    retained,
     row_groups,
     version_index,
 )
@@ -201,3 +203,52 @@ def test_row_groups_of_an_answer() -> None:
     # A cache's offsets may run on past its last group: only the groups named count.
     offsets = np.array([0, 2, 3, 5, 0, 0])
     assert row_groups(offsets, 5, np.array([2, -1, 0])).tolist() == [0, 0, -1, 2, 2]
+
+
+def _micros_array(values: list[int | None]) -> pa.Array:
+    return pa.array(values, pa.timestamp("us", tz="UTC"))
+
+
+@given(st.lists(st.tuples(st.integers(0, 2), st.one_of(st.none(), st.integers(0, 30)),
+                          st.one_of(st.none(), st.integers(0, 30))), max_size=12),
+       st.integers(0, 30), st.booleans())
+@settings(max_examples=200, deadline=None)
+def test_retention_drops_only_versions_that_ended_before_the_cutoff(
+        versions: list[Version], cutoff: int, with_to: bool) -> None:
+    group = np.array([g for g, _, _ in versions], dtype=np.int64)
+    starts = _micros_array([s for _, s, _ in versions])
+    ends = _micros_array([e for _, _, e in versions]) if with_to else None
+    keep = retained(group, starts, ends, cutoff)
+    rows = [i for i, (_, s, e) in enumerate(versions)
+            if s is not None and not (with_to and e is not None and e <= s)]
+    end_of = _ends(versions, rows, with_to)
+    for i in range(len(versions)):
+        dropped = i in end_of and end_of[i] < cutoff
+        assert keep[i] == (not dropped), (i, versions, cutoff)
+    # What a time at or after the cutoff picks is the same with the dropped versions gone.
+    times = np.arange(cutoff, 32, dtype=np.int64)
+    for g in range(3):
+        groups = np.full(len(times), g, dtype=np.int64)
+        full = version_index(group, starts, ends)
+        kept = np.flatnonzero(keep)
+        take = pa.array(kept, type=pa.int64())
+        part = version_index(group[kept], starts.take(take),
+                             None if ends is None else ends.take(take))
+        before = pick(full, groups, times)
+        after = pick(part, groups, times)
+        assert [kept[r] if r >= 0 else -1 for r in after.tolist()] == before.tolist()
+
+
+def test_the_load_cutoff_of_wall_clock_versions_is_a_day_early() -> None:
+    clock = lambda: 1_000.0  # noqa: E731
+    week = dt.timedelta(days=7)
+    assert load_cutoff(clock, week, True) == 1_000_000_000 - week // dt.timedelta(
+        microseconds=1)
+    assert load_cutoff(clock, week, False) == load_cutoff(clock, week, True) - 86_400_000_000
+
+
+def test_retention_without_groups_needs_valid_to() -> None:
+    with pytest.raises(ValueError, match="key group"):
+        retained(None, _micros_array([1]), None, 5)
+    assert retained(None, _micros_array([1, 1, 1]), _micros_array([3, None, 9]), 5).tolist() == [
+        False, True, True]
