@@ -1,0 +1,361 @@
+"""Point-in-time lookup joins (issue 45, "Done when") on every source and mode, on Spark:
+`lookup_join(..., as_of=...)` compared with a reference computed here in plain Python.
+
+- Per source and mode: PostgreSQL and MySQL/MariaDB (no cache, partial cache, full cache
+  in process and shared), Parquet files and a Delta SCD2 table (full caches: files have
+  no keyed lookup), a Delta table's history (``DeltaSource(history=True)``, events
+  between its commits). The data covers an event exactly at ``valid_from`` and at
+  ``valid_to``, a NULL ``as_of``, events before a key's first version, open-ended
+  versions, a gap, a composite key, overlapping, inverted and NULL-start versions under
+  each bad-value policy, and DATE version columns against a DATE ``as_of``. (SQLite:
+  tests/lookup/spark/test_join_point_in_time.py.)
+- Determinism: one input joined twice, with new versions committed in between (later
+  than every event), gives the same rows, batch and streaming.
+- Late events: a stream whose events are hours behind the table's newest versions joins
+  the versions valid at their event times while the table changes between micro-batches.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import itertools
+import sqlite3
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from cache import DefaultLookupCache
+from connectors.sql.lookup_function import SqlLookupFunction
+from lookup import (
+    FullCachingLookupProvider,
+    LookupFunctionProvider,
+    LookupProvider,
+    PartialCachingLookupProvider,
+    Validity,
+    lookup_join,
+)
+from scan import DeltaSource, FileSource, SqlTableSource
+from tests.conftest import mysql_params
+from triggers import PeriodicCacheReloadTrigger
+
+pytestmark = pytest.mark.spark
+
+UTC = dt.timezone.utc
+HOUR = dt.timedelta(hours=1)
+KEYS = ["cur", "region"]
+VALIDITY = Validity("valid_from", "valid_to")
+SCHEMA = ("id BIGINT, cur STRING, region INT, rate DOUBLE, valid_from TIMESTAMP, "
+          "valid_to TIMESTAMP")
+DAYS_SCHEMA = ("id BIGINT, cur STRING, region INT, rate DOUBLE, valid_from DATE, "
+               "valid_to DATE")
+EVENTS_SCHEMA = "order BIGINT, cur STRING, region INT, order_time TIMESTAMP"
+DAY_EVENTS_SCHEMA = "order BIGINT, cur STRING, region INT, day DATE"
+POLICIES = ["PERMISSIVE", "DROPMALFORMED", "FAILFAST"]
+
+Time = dt.datetime | dt.date
+# (cur, region, rate, valid_from, valid_to): a version of key (cur, region).
+Version = tuple[str, int, float, Time | None, Time | None]
+# (order, cur, region, as_of)
+Event = tuple[int, str | None, int | None, Time | None]
+
+
+def at(day: int, hour: int = 0) -> dt.datetime:
+    return dt.datetime(2024, 1, day, hour, tzinfo=UTC)
+
+
+def day(number: int) -> dt.date:
+    return dt.date(2024, 1, number)
+
+
+# EUR/1 changes twice, the last version open-ended; EUR/2 (a composite key: the same
+# currency in another region) has a gap; USD/1 has one open-ended version.
+VERSIONS: list[Version] = [
+    ("EUR", 1, 1.10, at(1), at(5)),
+    ("EUR", 1, 1.20, at(5), at(10)),
+    ("EUR", 1, 1.30, at(10), None),
+    ("EUR", 2, 2.10, at(2), at(4)),
+    ("EUR", 2, 2.20, at(6), None),
+    ("USD", 1, 0.90, at(3), None),
+]
+# At valid_from, at valid_to, between, long after the last (open-ended), before the
+# first version, in a gap, NULL, an unknown key, a NULL key part.
+EVENTS: list[Event] = [
+    (1, "EUR", 1, at(1)), (2, "EUR", 1, at(5)), (3, "EUR", 1, at(4, 23)),
+    (4, "EUR", 1, at(9)), (5, "EUR", 1, at(30)),
+    (6, "EUR", 1, dt.datetime(2023, 12, 31, tzinfo=UTC)),
+    (7, "EUR", 2, at(4)), (8, "EUR", 2, at(5)), (9, "EUR", 2, at(6)), (10, "EUR", 2, at(3)),
+    (11, "USD", 1, at(2)), (12, "USD", 1, at(3)), (13, "EUR", 1, None), (14, "GBP", 1, at(6)),
+    (15, None, 1, at(6)), (16, "USD", 1, at(20)), (17, "EUR", 1, at(10)),
+]
+
+# Bad history. EUR/1: a version inside another; CHF/1: a closed version inside an
+# open-ended one; USD/1: an inverted interval beside a good one; GBP/1: a NULL
+# valid_from beside a good one; JPY/1: clean (no policy touches it).
+BAD_VERSIONS: list[Version] = [
+    ("EUR", 1, 1.0, at(1), at(10)),
+    ("EUR", 1, 2.0, at(3), at(5)),
+    ("CHF", 1, 5.0, at(1), None),
+    ("CHF", 1, 5.5, at(4), at(6)),
+    ("USD", 1, 3.0, at(5), at(3)),
+    ("USD", 1, 3.5, at(1), at(2)),
+    ("GBP", 1, 4.0, None, at(9)),
+    ("GBP", 1, 4.5, at(2), None),
+    ("JPY", 1, 6.0, at(2), None),
+]
+BAD_EVENTS: list[Event] = [
+    (1, "EUR", 1, at(2)), (2, "EUR", 1, at(4)), (3, "EUR", 1, at(6)), (4, "EUR", 1, at(5)),
+    (5, "CHF", 1, at(3)), (6, "CHF", 1, at(5)), (7, "CHF", 1, at(7)), (8, "CHF", 1, at(6)),
+    (9, "USD", 1, at(1, 12)), (10, "USD", 1, at(4)), (11, "GBP", 1, at(1)),
+    (12, "GBP", 1, at(3)), (13, "JPY", 1, at(3)), (14, "JPY", 1, None),
+]
+
+# DATE versions against a DATE as_of (a date is its midnight).
+DAY_VERSIONS: list[Version] = [
+    ("EUR", 1, 1.0, day(1), day(5)),
+    ("EUR", 1, 2.0, day(5), None),
+    ("USD", 1, 3.0, day(3), day(4)),
+]
+DAY_EVENTS: list[Event] = [
+    (1, "EUR", 1, dt.date(2023, 12, 31)), (2, "EUR", 1, day(1)), (3, "EUR", 1, day(4)),
+    (4, "EUR", 1, day(5)), (5, "EUR", 1, day(28)), (6, "USD", 1, day(3)),
+    (7, "USD", 1, day(4)), (8, "USD", 1, None), (9, "GBP", 1, day(3)),
+]
+
+
+# --- the reference ---------------------------------------------------------------------
+
+
+def _ends_after(end: Time | None, when: Time) -> bool:
+    return end is None or when < end  # type: ignore[operator]
+
+
+def _overlap(a: Version, b: Version) -> bool:
+    a_start, a_end, b_start, b_end = a[3], a[4], b[3], b[4]
+    assert a_start is not None and b_start is not None
+    return _ends_after(b_end, a_start) and _ends_after(a_end, b_start)  # type: ignore[arg-type]
+
+
+def reference(versions: Sequence[Version], events: Sequence[Event],
+              policy: str = "PERMISSIVE") -> list[tuple[int, float | None]]:
+    """Each event's rate under the policy (docs/point-in-time.md), version by version:
+    a NULL valid_from or an inverted interval never matches; overlapping versions are
+    all dropped (DROPMALFORMED) or the one with the latest valid_from wins (PERMISSIVE).
+    """
+    usable = [v for v in versions if v[3] is not None
+              and (v[4] is None or v[4] > v[3])]  # type: ignore[operator]
+    if policy == "DROPMALFORMED":
+        usable = [v for v in usable if not any(
+            w is not v and w[:2] == v[:2] and _overlap(v, w) for w in usable)]
+    out: list[tuple[int, float | None]] = []
+    for order, cur, region, when in events:
+        valid = [v for v in usable if when is not None and v[:2] == (cur, region)
+                 and v[3] <= when and _ends_after(v[4], when)]  # type: ignore[operator]
+        valid.sort(key=lambda v: v[3])  # type: ignore[arg-type,return-value]
+        out.append((order, valid[-1][2] if valid else None))
+    return sorted(out)
+
+
+def test_the_reference_follows_the_documented_semantics() -> None:
+    assert dict(reference(VERSIONS, EVENTS)) == {
+        1: 1.10, 2: 1.20, 3: 1.10, 4: 1.20, 5: 1.30, 6: None, 7: None, 8: None, 9: 2.20,
+        10: 2.10, 11: None, 12: 0.90, 13: None, 14: None, 15: None, 16: 0.90, 17: 1.30}
+    assert dict(reference(BAD_VERSIONS, BAD_EVENTS)) == {
+        1: 1.0, 2: 2.0, 3: 1.0, 4: 1.0, 5: 5.0, 6: 5.5, 7: 5.0, 8: 5.0, 9: 3.5, 10: None,
+        11: None, 12: 4.5, 13: 6.0, 14: None}
+    dropped = dict(reference(BAD_VERSIONS, BAD_EVENTS, "DROPMALFORMED"))
+    assert [dropped[order] for order in range(1, 9)] == [None] * 8
+    assert dict(reference(DAY_VERSIONS, DAY_EVENTS)) == {
+        1: None, 2: 1.0, 3: 1.0, 4: 2.0, 5: 2.0, 6: 3.0, 7: None, 8: None, 9: None}
+
+
+# --- the tables, per source --------------------------------------------------------------
+
+
+def _arrow(versions: Sequence[Version], dates: bool) -> pa.Table:
+    kind = pa.date32() if dates else pa.timestamp("us", tz="UTC")
+    columns = list(zip(*versions, strict=True))
+    return pa.table({
+        "id": pa.array(range(1, len(versions) + 1), pa.int64()),
+        "cur": pa.array(columns[0], pa.string()),
+        "region": pa.array(columns[1], pa.int32()),
+        "rate": pa.array(columns[2], pa.float64()),
+        "valid_from": pa.array(columns[3], kind),
+        "valid_to": pa.array(columns[4], kind),
+    })
+
+
+TABLES: dict[str, tuple[list[Version], bool]] = {
+    "rates": (VERSIONS, False), "bad": (BAD_VERSIONS, False), "days": (DAY_VERSIONS, True)}
+
+
+@dataclass
+class Tables:
+    """The tables ``rates``, ``bad`` and ``days`` of one source, and providers over them."""
+
+    name: str
+    where: Path
+    connect: Callable[[], Any] | None = None  # SQL sources
+
+    def _source(self, table: str, policy: str) -> Any:
+        schema = DAYS_SCHEMA if TABLES[table][1] else SCHEMA
+        if self.connect is not None:
+            return SqlTableSource(self.connect, table, schema=schema, mode=policy)
+        if self.name == "parquet":
+            return FileSource(str(self.where / table), schema=schema, mode=policy)
+        return DeltaSource(str(self.where / table), schema=schema, mode=policy)
+
+    def provider(self, mode: str, table: str = "rates",
+                 policy: str = "PERMISSIVE") -> LookupProvider:
+        if mode.startswith("full"):
+            shared: dict[str, Any] = (
+                {"snapshot_dir": str(self.where / f"store-{uuid.uuid4().hex[:8]}")}
+                if mode == "full-shared" else {"share_across_workers": False})
+            return FullCachingLookupProvider.of(
+                self._source(table, policy), PeriodicCacheReloadTrigger(HOUR), KEYS,
+                validity=VALIDITY, **shared)
+        assert self.connect is not None
+        schema = DAYS_SCHEMA if TABLES[table][1] else SCHEMA
+        function = SqlLookupFunction(self.connect, table, KEYS, schema=schema, mode=policy)
+        if mode == "none":
+            return LookupFunctionProvider.of(function, validity=VALIDITY)
+        cache = DefaultLookupCache.new_builder().maximum_size(100).build()
+        return PartialCachingLookupProvider.of(function, cache, validity=VALIDITY)
+
+
+def _pg_type(dates: bool) -> str:
+    return "date" if dates else "timestamptz"
+
+
+def _create_sql(execute: Callable[[str, Sequence[Any]], None], time_type: Callable[[bool], str],
+                placeholder: str) -> None:
+    for table, (versions, dates) in TABLES.items():
+        execute(f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, cur VARCHAR(8), region INT, "
+                f"rate DOUBLE PRECISION, valid_from {time_type(dates)} NULL, "
+                f"valid_to {time_type(dates)} NULL)", ())
+        # Rows newest first: the runtimes order each key's versions themselves.
+        for number, version in reversed(list(enumerate(versions, 1))):
+            values = [number, *version[:3], *(_naive(value) for value in version[3:])]
+            execute(f"INSERT INTO {table} VALUES ({', '.join([placeholder] * 6)})", values)
+
+
+def _naive(value: Time | None) -> Time | None:
+    """A UTC time as the naive wall-clock value of UTC (MySQL's DATETIME holds no zone)."""
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return value.astimezone(UTC).replace(tzinfo=None)
+    return value
+
+
+def _postgres(dsn: str, schema: str, where: Path) -> Tables:
+    import psycopg
+
+    connect = functools.partial(psycopg.connect, dsn, options=f"-c search_path={schema}")
+    with connect(autocommit=True) as conn:
+        def execute(statement: str, values: Sequence[Any]) -> None:
+            conn.execute(statement, [  # timestamptz: the aware value
+                value.replace(tzinfo=UTC) if isinstance(value, dt.datetime) else value
+                for value in values])
+
+        _create_sql(execute, _pg_type, "%s")
+    return Tables("postgres", where, connect)
+
+
+def _mysql(url: str, database: str, where: Path) -> Tables:
+    import pymysql
+
+    params = mysql_params(url, database)
+    with pymysql.connect(**params, autocommit=True) as conn, conn.cursor() as cursor:
+        def execute(statement: str, values: Sequence[Any]) -> None:
+            cursor.execute(statement, list(values))
+
+        _create_sql(execute, lambda dates: "DATE" if dates else "DATETIME(6)", "%s")
+    return Tables("mysql", where, functools.partial(pymysql.connect, **params))
+
+
+def _files(name: str, where: Path) -> Tables:
+    from deltalake import write_deltalake
+
+    for table, (versions, dates) in TABLES.items():
+        data = _arrow(list(reversed(versions)), dates)
+        if name == "parquet":
+            (where / table).mkdir()
+            # Two files: a key's versions in both.
+            pq.write_table(data.slice(0, 3), where / table / "part-0.parquet")
+            pq.write_table(data.slice(3), where / table / "part-1.parquet")
+        else:
+            write_deltalake(str(where / table), data.slice(0, 3))
+            write_deltalake(str(where / table), data.slice(3), mode="append")
+    return Tables(name, where, None)
+
+
+@pytest.fixture
+def tables(request: pytest.FixtureRequest, tmp_path: Path) -> Tables:
+    name = request.param
+    if name == "postgres":
+        dsn = request.getfixturevalue("postgres_dsn")
+        return _postgres(dsn, request.getfixturevalue("pg_schema"), tmp_path)
+    if name == "mysql":
+        url = request.getfixturevalue("mysql_url")
+        return _mysql(url, request.getfixturevalue("mysql_db"), tmp_path)
+    return _files(name, tmp_path)
+
+
+SQL_MODES = ["none", "partial", "full", "full-shared"]
+CASES = [
+    *(pytest.param("postgres", mode, marks=pytest.mark.postgres, id=f"postgres-{mode}")
+      for mode in SQL_MODES),
+    *(pytest.param("mysql", mode, marks=pytest.mark.mysql, id=f"mysql-{mode}")
+      for mode in SQL_MODES),
+    # Files have no keyed lookup: a full cache only.
+    *(pytest.param(name, mode, id=f"{name}-{mode}")
+      for name in ("parquet", "delta") for mode in ("full", "full-shared")),
+]
+
+
+def _joined(spark: Any, provider: LookupProvider, events: Sequence[Event], schema: str,
+            how: str = "left") -> list[tuple[int, float | None]]:
+    as_of = schema.rsplit(" ", 2)[-2]
+    df = spark.createDataFrame(list(events), schema).repartition(2)
+    out = lookup_join(df, provider, on=KEYS, how=how, columns=["rate"], as_of=as_of)
+    return sorted((row["order"], row["rate"]) for row in out.collect())
+
+
+@pytest.mark.classic_only
+@pytest.mark.parametrize(("tables", "mode"), CASES, indirect=["tables"])
+def test_each_event_joins_the_version_valid_at_its_time(spark: Any, tables: Tables,
+                                                        mode: str) -> None:
+    rates = tables.provider(mode)
+    assert _joined(spark, rates, EVENTS, EVENTS_SCHEMA) == reference(VERSIONS, EVENTS)
+    inner = [(order, rate) for order, rate in reference(VERSIONS, EVENTS) if rate is not None]
+    assert _joined(spark, rates, EVENTS, EVENTS_SCHEMA, "inner") == inner
+    days = tables.provider(mode, "days")
+    assert _joined(spark, days, DAY_EVENTS, DAY_EVENTS_SCHEMA) == reference(
+        DAY_VERSIONS, DAY_EVENTS)
+
+
+@pytest.mark.classic_only
+@pytest.mark.parametrize(("tables", "mode"), CASES, indirect=["tables"])
+def test_bad_history_follows_each_policy(spark: Any, tables: Tables, mode: str) -> None:
+    for policy in ("PERMISSIVE", "DROPMALFORMED"):
+        bad = tables.provider(mode, "bad", policy)
+        assert _joined(spark, bad, BAD_EVENTS, EVENTS_SCHEMA) == reference(
+            BAD_VERSIONS, BAD_EVENTS, policy), policy
+    failing = tables.provider(mode, "bad", "FAILFAST")
+    with pytest.raises(Exception, match=r"BadValueError") as failure:
+        _joined(spark, failing, BAD_EVENTS, EVENTS_SCHEMA)
+    assert "(mode FAILFAST)" in str(failure.value)
+
+
+def test_on_spark_connect(spark: Any, spark_kind: str, tmp_path: Path) -> None:
+    if spark_kind != "connect":
+        pytest.skip("the classic session runs every source and mode above")
+    tables = _files("delta", tmp_path)
+    rates = tables.provider("full-shared")
+    assert _joined(spark, rates, EVENTS, EVENTS_SCHEMA) == reference(VERSIONS, EVENTS)
