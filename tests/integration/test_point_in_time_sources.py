@@ -138,14 +138,14 @@ DAY_EVENTS: list[Event] = [
 
 
 def _ends_after(end: Time | None, when: Time) -> bool:
-    return end is None or when < end  # type: ignore[operator]
+    return end is None or when < end
 
 
 def _overlap(a: Version, b: Version) -> bool:
     a_start, a_end, b_start, b_end = a[3], a[4], b[3], b[4]
     assert a_start is not None
     assert b_start is not None
-    return _ends_after(b_end, a_start) and _ends_after(a_end, b_start)  # type: ignore[arg-type]
+    return _ends_after(b_end, a_start) and _ends_after(a_end, b_start)
 
 
 def reference(versions: Sequence[Version], events: Sequence[Event],
@@ -155,7 +155,7 @@ def reference(versions: Sequence[Version], events: Sequence[Event],
     all dropped (DROPMALFORMED) or the one with the latest valid_from wins (PERMISSIVE).
     """
     usable = [v for v in versions if v[3] is not None
-              and (v[4] is None or v[4] > v[3])]  # type: ignore[operator]
+              and (v[4] is None or v[4] > v[3])]
     if policy == "DROPMALFORMED":
         usable = [v for v in usable if not any(
             w is not v and w[:2] == v[:2] and _overlap(v, w) for w in usable)]
