@@ -620,7 +620,7 @@ def test_late_events_join_the_versions_of_their_time_while_the_table_changes(
                          for cur, region in LATE_KEYS]
             # The caches see the change: a partial cache's entries expire, a full cache
             # reloads (every 200 ms).
-            time.sleep({"none": 0.0, "partial": 0.5, "full": 1.5}[mode])
+            time.sleep({"none": 0.0, "partial": 0.5, "full": 1.0}[mode])
             batch = [(next(order), cur, region, opened - late)
                      for cur, region in LATE_KEYS for late in LATENESS]
             events += batch
