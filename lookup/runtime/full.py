@@ -408,7 +408,10 @@ class FullCachingRuntime(LookupRuntime):
                 return built[1]
             table = current.table
             source = self._provider.source
-            name = getattr(source, "table", None) or getattr(source, "uri", None)
+            paths = getattr(source, "paths", None)
+            # A SQL table, a lakehouse table's URI, or a FileSource's paths.
+            name = (getattr(source, "table", None) or getattr(source, "uri", None)
+                    or (", ".join(str(p) for p in paths) if paths else None))
             index = version_index(
                 row_groups(current.offsets, table.num_rows), table.column(validity.valid_from),
                 None if validity.valid_to is None else table.column(validity.valid_to),

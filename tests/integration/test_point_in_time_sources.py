@@ -354,18 +354,12 @@ def test_bad_history_follows_each_policy(spark: Any, tables: Tables, mode: str) 
             BAD_VERSIONS, BAD_EVENTS, policy), policy
 
 
-FILE_SOURCE_UNNAMED = pytest.mark.xfail(
-    strict=True, reason="bug: a full cache's FAILFAST BadValueError names a FileSource "
-    "'FileSource', not its paths (lookup/runtime/full.py names the source by its `table` "
-    "or `uri` attribute; FileSource has `paths`), so the error names no table")
-FAILFAST_CASES = [
-    pytest.param(*case.values, marks=[*case.marks, *(
-        [FILE_SOURCE_UNNAMED] if case.values[0] == "parquet" else [])], id=case.id)
-    for case in CASES]
 
 
-@pytest.mark.parametrize(("tables", "mode"), FAILFAST_CASES, indirect=["tables"])
-def test_failfast_names_the_table_the_key_and_its_versions(tables: Tables, mode: str) -> None:
+
+@pytest.mark.parametrize(("tables", "mode"), CASES, indirect=["tables"])
+def test_failfast_names_the_table_the_key_and_its_versions(
+        spark: Any, tables: Tables, mode: str) -> None:
     """FAILFAST as a worker joins a batch (`join_batch`), without Spark: a failed Spark
     job costs the next one new Python workers (seconds); the job fails once, below."""
     failing = tables.provider(mode, "bad", "FAILFAST")
