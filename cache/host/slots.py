@@ -1,13 +1,14 @@
 """The host tier's index: a memory-mapped open-addressing table of fixed-size slots.
 
 A slot holds a key's 64-bit hash (`cache.key_hash`), where its rows are (segment,
-block, first row, count), when it was written and when it expires, and a checksum of
-all of these. Readers take no lock and copy the slots they probe: a slot whose
-checksum does not match is torn (a writer killed mid-write, a damaged file) and reads
-as a miss; an empty slot ends a probe. Writers hold the tier's lock.
+block, first row, count), when it was written (its expiry follows from the tier's
+lifetimes), and a checksum of all of these. Readers take no lock and copy the slots
+they probe: a slot whose checksum does not match is torn (a writer killed mid-write,
+a damaged file) and reads as a miss; an empty slot ends a probe. Writers hold the tier's lock.
 
-A count of ``CLAIMED`` marks a key being loaded by the process in ``written``'s low
-bits (single loads): others wait for its rows rather than load it again.
+A count of ``CLAIMED`` marks a key being loaded since ``written`` by the process whose
+pid is in ``ref`` (single loads): others wait for its rows rather than load it again.
+A count of ``ENDED`` is a slot that answers nothing (a claim given up).
 """
 
 from __future__ import annotations
@@ -23,27 +24,29 @@ import numpy as np
 
 from cache.key_hash import spread
 
-__all__ = ["CLAIMED", "SLOT", "Slots", "slot_checks"]
+__all__ = ["CLAIMED", "ENDED", "FILL", "SLOT", "Slots", "slot_checks"]
 
 SLOT = np.dtype([("hash", "<u8"), ("ref", "<u8"), ("meta", "<u8"), ("written", "<i8"),
-                 ("deadline", "<i8"), ("check", "<u8")])
-"""``ref``: segment << 48 | block offset; ``meta``: first row << 32 | count;
-``written`` and ``deadline``: milliseconds since the epoch (a claim: its owner's pid in
-``written``)."""
+                 ("check", "<u8")])
+"""``ref``: segment << 48 | block offset (a claim: its owner's pid); ``meta``: first row
+<< 32 | count; ``written``: milliseconds since the epoch."""
 CLAIMED = 0xFFFFFFFF
+ENDED = 0xFFFFFFFE
 _MAGIC = b"SLHTIDX1"
 _HEADER = 4096  # magic, capacity, generation, then the writer's counters
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _SALT = np.uint64(0x5BD1E9955BD1E995)
 _WINDOW = 8
 _MAX_PROBE = 512
+FILL = 0.75
+"""The share of slots filled before a generation grows."""
 _MAX_LIVE_BLOCKS = 256  # in the header's 4096 bytes, after 56 of its own
 
 
 def slot_checks(records: np.ndarray) -> np.ndarray:
     """Each slot's checksum over all its fields; never 0 (0 marks an empty slot)."""
     mixed = spread(records["hash"] ^ _SALT)
-    for name in ("ref", "meta", "written", "deadline"):
+    for name in ("ref", "meta", "written"):
         mixed = spread(mixed ^ records[name].view(np.uint64))
     checks: np.ndarray = mixed | np.uint64(1)
     return checks
@@ -151,7 +154,7 @@ class Slots:
         found, _ = self.find(records["hash"])
         target = found.copy()
         pending = np.flatnonzero(found < 0)
-        if self.used + len(pending) > self.capacity * 0.7:
+        if self.used + len(pending) > self.capacity * FILL:
             return False
         position = self._home(records["hash"][pending])
         walked = 0
@@ -176,12 +179,12 @@ class Slots:
         self.slots[target[replace]] = records[replace]
         return True
 
-    def live(self, now_ms: int) -> np.ndarray:
-        """Copies of the slots that are whole, answered and not expired."""
+    def whole(self) -> np.ndarray:
+        """Copies of the slots that are whole and answer a key (rows or none)."""
         records = self.slots.copy()
         count = records["meta"] & np.uint64(0xFFFFFFFF)
         keep = ((records["check"] != 0) & (records["check"] == slot_checks(records))
-                & (count != CLAIMED) & (records["deadline"] > now_ms))
+                & (count != CLAIMED) & (count != ENDED))
         kept: np.ndarray = records[keep]
         return kept
 

@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cache.host.segments import Segments
-from cache.host.slots import CLAIMED, SLOT, Slots
+from cache.host.slots import CLAIMED, ENDED, FILL, SLOT, Slots
 from cache.key_hash import hash_keys, is_exact
 from spark_lookup.host_dirs import sweep_directories, sweep_once, trash_path, try_flock
 
@@ -47,7 +47,7 @@ _FIRST_CAPACITY = 1 << 14
 _USERS = "host-tier-users"  # named for this module: a sweep deletes only what holds it
 _TRASH_PREFIX = ".trash-host-tier-"
 _MAX_BLOCKS = 16
-_MIN_REWRITE_BYTES = 256 << 20
+_MIN_REWRITE_BYTES = 8 << 20
 
 
 class HostAnswers(NamedTuple):
@@ -178,8 +178,8 @@ class HostTier:
         now = self._now_ms()
         count = (records["meta"] & np.uint64(0xFFFFFFFF)).astype(np.int64)
         present = found >= 0
-        claimed = present & (count == CLAIMED) & (records["deadline"] > now)
-        hit = present & (count != CLAIMED) & (records["deadline"] > now)
+        claimed = present & (count == CLAIMED) & (records["written"] + _CLAIM_MS > now)
+        hit = present & (count < ENDED) & self._alive_at(records["written"], count, now)
         if not self._exact:
             hit &= count > 0
         counts = np.where(hit, count, 0)
@@ -220,6 +220,12 @@ class HostTier:
         counts = counts.copy()
         counts[bad] = 0
         return hit, counts, rows.filter(pa.array(keep))
+
+    def _alive_at(self, written: np.ndarray, count: np.ndarray, now: int) -> np.ndarray:
+        """Which entries written at ``written`` (ms) with ``count`` rows live at ``now``."""
+        life = np.where(count > 0, _life(self._write_life), _life(self._missing_life))
+        alive: np.ndarray = (life == _NEVER) | (written + np.minimum(life, _NEVER // 2) > now)
+        return alive
 
     # --- writing
 
@@ -266,8 +272,8 @@ class HostTier:
             found, records = slots.find(hashes)
             now = self._now_ms()
             count = (records["meta"] & np.uint64(0xFFFFFFFF)).astype(np.int64)
-            claimed = (found >= 0) & (count == CLAIMED) & (records["deadline"] > now)
-            owners = records["written"]
+            claimed = (found >= 0) & (count == CLAIMED) & (records["written"] + _CLAIM_MS > now)
+            owners = records["ref"].astype(np.int64)
             for pid in np.unique(owners[claimed]):
                 if int(pid) == os.getpid() or not _alive(int(pid)):
                     claimed &= owners != pid
@@ -275,8 +281,8 @@ class HostTier:
             claims = np.zeros(int((mine & _distinct(hashes)).sum()), dtype=SLOT)
             claims["hash"] = hashes[mine & _distinct(hashes)]
             claims["meta"] = CLAIMED
-            claims["written"] = os.getpid()
-            claims["deadline"] = now + _CLAIM_MS
+            claims["ref"] = os.getpid()
+            claims["written"] = now
             if len(claims):
                 slots.write(claims)  # too full to claim: loaded anyway, the put compacts
         return mine, claimed[:n]
@@ -307,11 +313,9 @@ class HostTier:
             records["meta"] = (firsts.astype(np.uint64) << np.uint64(32)) | counts.astype(
                 np.uint64)
             records["written"] = now
-            life = np.where(counts > 0, _life(self._write_life), _life(self._missing_life))
-            records["deadline"] = np.where(life == _NEVER, _NEVER, now + life)
             if not self._keep_missing:
-                # Kept only to end claims at once: already expired.
-                records["deadline"][counts == 0] = now
+                # Written only to end claims at once: answers nothing.
+                records["meta"][counts == 0] = ENDED
             records = records[_distinct(hashes)]
             if not slots.write(records) or self._over_size(slots):
                 self._compact(records)
@@ -365,7 +369,7 @@ class HostTier:
         which = np.minimum(np.searchsorted(merged_offsets, old_offset), len(merged_offsets) - 1)
         in_merged = merged_offsets[which] == old_offset
         moved_base = np.where(in_merged, merged_bases[which], -1)
-        moved = (old_segment == segment) & (moved_base >= 0) & (count > 0) & (count != CLAIMED)
+        moved = (old_segment == segment) & (moved_base >= 0) & (count > 0) & (count < ENDED)
         records = records[moved]
         first = (records["meta"] >> np.uint64(32)).astype(np.int64) + moved_base[moved]
         records["ref"] = np.uint64((new_segment << 48) | new_offset)
@@ -386,19 +390,21 @@ class HostTier:
             found, records = slots.find(hashes)
             now = self._now_ms()
             count = (records["meta"] & np.uint64(0xFFFFFFFF)).astype(np.int64)
-            mine = (found >= 0) & (count == CLAIMED) & (records["written"] == os.getpid())
+            mine = (found >= 0) & (count == CLAIMED) & (records["ref"] == os.getpid())
             ended = records[mine]
-            ended["deadline"] = now
+            ended["meta"] = ENDED
+            ended["written"] = now
             if len(ended):
                 slots.write(ended)
 
     def _over_size(self, slots: Slots) -> bool:
-        """Over ``maximum_size`` keys, or rows rewritten by merges to four times what
-        the generation began with: time for the next generation."""
+        """Over ``maximum_size`` keys, or rows rewritten by merges to twice what the
+        generation began with (merged blocks stay in the files until then): time for
+        the next generation."""
         if self.maximum_size is not None and slots.used > self.maximum_size * 5 // 4:
             return True
         assert self._segments is not None
-        return self._segments.used_bytes() > max(_MIN_REWRITE_BYTES, 4 * slots.base_bytes)
+        return self._segments.used_bytes() > max(_MIN_REWRITE_BYTES, 2 * slots.base_bytes)
 
     def _compact(self, pending: np.ndarray) -> None:
         """Write the next generation: the live entries, newest first, up to
@@ -406,14 +412,16 @@ class HostTier:
         assert self._slots is not None
         assert self._segments is not None
         now = self._now_ms()
-        live = self._slots.live(now)
+        live = self._slots.whole()
+        live = live[self._alive_at(live["written"], (live["meta"] & np.uint64(0xFFFFFFFF))
+                                   .astype(np.int64), now)]
         live = live[~np.isin(live["hash"], pending["hash"])]
         keep = np.concatenate([pending, live[np.argsort(-live["written"], kind="stable")]])
         if self.maximum_size is not None:
             keep = keep[: self.maximum_size]
         count = (keep["meta"] & np.uint64(0xFFFFFFFF)).astype(np.int64)
-        keep = keep[count != CLAIMED]
-        count = count[count != CLAIMED]
+        keep = keep[count < ENDED]
+        count = count[count < ENDED]
         with_rows = np.flatnonzero(count > 0)
         ref = keep["ref"][with_rows]
         ok, rows = self._segments.gather(
@@ -424,7 +432,7 @@ class HostTier:
         good[with_rows[~ok]] = False
         keep, count = keep[good], count[good]
         capacity = _FIRST_CAPACITY
-        while capacity * 0.7 < 2 * max(len(keep), 1):
+        while capacity * FILL < 1.5 * max(len(keep), 1):  # half full: room to grow
             capacity *= 2
         name = self._new_generation(capacity)
         slots = Slots(self.directory / name / "index")
