@@ -9,7 +9,8 @@ Two steps, both vectorized over all rows and keys:
   answers in it. A key whose versions overlap (bad history, rare) takes a slower path,
   a Python loop over its own versions only.
 - `pick` finds, for each stream row (its key's group and its ``as_of`` time), the one
-  row valid then, or -1: two ``searchsorted`` calls over all rows at once.
+  row valid then, or -1: a binary search of each row's own key's pieces, all rows at
+  once (``log2`` of a key's versions numpy steps).
 
 Times are int64 microseconds (`instants`): a TIMESTAMP's since the epoch in UTC, a
 TIMESTAMP_NTZ's since the epoch on the wall clock, a DATE's midnight on that clock.
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from zoneinfo import ZoneInfo
 
 import numpy as np
@@ -157,7 +158,11 @@ def row_groups(offsets: np.ndarray, num_rows: int, groups: np.ndarray | None = N
         found[first:last] = np.repeat(np.arange(len(offsets) - 1, dtype=np.int64),
                                       np.diff(offsets))
         return found
-    used = np.unique(groups[groups >= 0])
+    # The groups used, sorted: marked in a flag per group (a cache's slots), a tenth of
+    # what np.unique's hashing costs for the ten thousand keys of a batch.
+    marked = np.zeros(len(offsets), dtype=bool)
+    marked[groups[groups >= 0]] = True
+    used = np.flatnonzero(marked)
     starts = offsets[used].astype(np.int64)
     counts = offsets[used + 1].astype(np.int64) - starts
     # Row numbers of each used group's range, end to end.
@@ -176,10 +181,14 @@ class VersionIndex:
     start: np.ndarray
     end: np.ndarray
     row: np.ndarray
-    starts: np.ndarray
-    """The distinct piece starts, sorted: a start's rank is its place here plus one."""
-    codes: np.ndarray
-    """``group * (len(starts) + 1) + rank``, strictly increasing: what `pick` searches."""
+    first: np.ndarray
+    """``first[g]``: the first piece of group ``g``, for ``g`` from 0 to ``G``, one past
+    the largest group (``first[G] == first[G + 1]``, the number of pieces: a group past
+    the largest has none). Where `pick` searches."""
+    depth: int
+    """The most pieces of one group: how many halvings a search takes."""
+    row_is_piece: bool
+    """Whether ``row[j] == j`` (a full snapshot of good history): no lookup of rows."""
     bad: int = 0
     """Versions the policy found bad (counted once, where the index is built)."""
 
@@ -187,10 +196,13 @@ class VersionIndex:
     def of(cls, group: np.ndarray, start: np.ndarray, end: np.ndarray, row: np.ndarray,
            bad: int = 0) -> VersionIndex:
         """Index pieces given sorted by (group, start)."""
-        starts = np.unique(start)
-        rank = np.searchsorted(starts, start) + 1
-        codes = group * (len(starts) + 1) + rank
-        return cls(group, start, end, row, starts, codes, bad)
+        counts = np.bincount(group) if len(group) else np.zeros(0, dtype=np.int64)
+        first = np.zeros(len(counts) + 2, dtype=np.int64)
+        np.cumsum(counts, out=first[1:-1])
+        first[-1] = first[-2]
+        depth = int(counts.max()) if len(counts) else 0
+        row_is_piece = bool(np.array_equal(row, np.arange(len(row))))
+        return cls(group, start, end, row, first, depth, row_is_piece, bad)
 
 
 def pick(index: VersionIndex, groups: np.ndarray, as_of: np.ndarray,
@@ -198,20 +210,35 @@ def pick(index: VersionIndex, groups: np.ndarray, as_of: np.ndarray,
     """The row valid at ``as_of[i]`` among group ``groups[i]``'s, or -1 (a group of -1,
     a null ``as_of``, a time before the key's first version or in a gap of its history).
 
-    Vectorized: the rank of each time among the pieces' starts, then the last piece at or
-    before (group, rank), checked to be of the group and not yet ended.
+    Vectorized: each row searches only its own group's pieces (from ``first``), all
+    rows at once, in ``log2(depth)`` halvings (four for ten versions a key). A binary
+    search of the whole index instead (a million pieces) went to main memory at each
+    of its twenty steps, for every row: fourteen times a plain full-cache join's time.
     """
     count = len(groups)
-    if not len(index.codes) or not count:
+    if not len(index.group) or not count:
         return np.full(count, -1, dtype=np.int64)
-    rank = np.searchsorted(index.starts, as_of, side="right")  # starts at or before as_of
-    wanted = groups * (len(index.starts) + 1) + rank
-    found = np.searchsorted(index.codes, wanted, side="right") - 1
-    at = np.maximum(found, 0)
-    ok = (groups >= 0) & (found >= 0) & (index.group[at] == groups) & (as_of < index.end[at])
+    pieces = len(index.group)
+    # np.maximum and np.minimum: np.clip reads the dtype's limits on every call.
+    at_group = np.minimum(np.maximum(groups, 0), len(index.first) - 2)
+    low = index.first[at_group]
+    high = index.first[at_group + 1]
+    # low plus the number of the group's pieces starting at or before as_of (starts
+    # increase within a group): the largest step first, each taken where it stays in
+    # the group and the last piece it passes starts at or before as_of.
+    found = low.copy()
+    starts = index.start
+    for shift in range(index.depth.bit_length() - 1, -1, -1):
+        candidate = found + (1 << shift)
+        take = candidate <= high
+        take &= starts[np.minimum(candidate - 1, pieces - 1)] <= as_of
+        # Adding the step where taken: a third of what assigning through a mask costs.
+        found += take.astype(np.int64) << shift
+    at = np.maximum(found - 1, 0)
+    ok = (groups >= 0) & (found > low) & (as_of < index.end[at])
     if as_of_valid is not None:
         ok &= as_of_valid
-    return np.where(ok, index.row[at], -1)
+    return np.where(ok, at if index.row_is_piece else index.row[at], -1)
 
 
 @dataclass(frozen=True)
@@ -261,10 +288,14 @@ def _overlapping(versions: _Sorted, end: np.ndarray) -> np.ndarray:
     over[1:] |= ties
     over[:-1] |= ties
     if versions.own_end is not None:
-        over[:-1] |= same & (s[1:] < end[:-1])
-        # The latest end of the key's earlier versions, per version.
-        reach = pd.Series(end).groupby(g, sort=False).cummax().to_numpy()
-        over[1:] |= same & (s[1:] < reach[:-1])
+        after = same & (s[1:] < end[:-1])
+        # Unless a version ends after the next of its key starts, a key's ends increase
+        # (each after its start): the latest end before a version is the one before it,
+        # checked already. Only then the latest end of the key's earlier versions.
+        if after.any():
+            over[:-1] |= after
+            reach = pd.Series(end).groupby(g, sort=False).cummax().to_numpy()
+            over[1:] |= same & (s[1:] < reach[:-1])
     return over
 
 
@@ -315,8 +346,20 @@ def version_index(group: np.ndarray, valid_from: pa.Array | pa.ChunkedArray,
     BadValueError
         Under ``FAILFAST``, for the first key with bad history.
     """
-    start, has_start = instants(valid_from)
     member = group >= 0
+    kept = np.flatnonzero(member)
+    if len(kept) < len(group):
+        # Rows of no group (a partial cache's rows of the keys not probed): the index of
+        # the others, their row numbers mapped back.
+        taken = pa.array(kept, type=pa.int64())
+        index = version_index(
+            group[kept], valid_from.take(taken),
+            None if valid_to is None else valid_to.take(taken), policy,
+            None if describe is None else describe.taken(taken))
+        row = kept[index.row]
+        return replace(index, row=row,
+                       row_is_piece=bool(np.array_equal(row, np.arange(len(row)))))
+    start, has_start = instants(valid_from)
     null_start = member & ~has_start
     own_end: np.ndarray | None = None
     inverted = np.zeros(len(group), dtype=bool)
@@ -367,6 +410,12 @@ class _Describer:
         self.keys = keys
         self.valid_from = valid_from
         self.valid_to = valid_to
+
+    def taken(self, rows: pa.Array) -> _Describer:
+        """The describer of ``rows`` only, in their order."""
+        return _Describer(self.table, [column.take(rows) for column in self.keys],
+                          self.valid_from.take(rows),
+                          None if self.valid_to is None else self.valid_to.take(rows))
 
     def key(self, row: int) -> str:
         values = [column[row].as_py() for column in self.keys]

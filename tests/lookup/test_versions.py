@@ -252,3 +252,62 @@ def test_retention_without_groups_needs_valid_to() -> None:
         retained(None, _micros_array([1]), None, 5)
     assert retained(None, _micros_array([1, 1, 1]), _micros_array([3, None, 9]), 5).tolist() == [
         False, True, True]
+
+
+def test_deep_histories_and_rows_of_no_group_against_a_direct_search() -> None:
+    # Keys of 1 to 1,000 versions (the search halves each key's own versions: depths
+    # that are and are not powers of two), a key with none, gaps, rows of no group (-1:
+    # a partial cache's rows of keys not probed), all in shuffled order.
+    rng = np.random.default_rng(45)
+    counts = [1, 2, 3, 7, 8, 9, 300, 1000, 0, 5]
+    versions: list[Version] = []
+    for g, n in enumerate(counts):
+        starts = np.sort(rng.choice(10**7, n, replace=False)).tolist()
+        for i, start in enumerate(starts):
+            following = starts[i + 1] if i + 1 < n else None
+            gap = following is not None and rng.random() < 0.2
+            end = None if following is None else (
+                start + (following - start) // 2 + 1 if gap else following)
+            versions.append((g, start, end))
+    versions += [(-1, int(s), None) for s in rng.integers(0, 10**7, 200)]
+    order = rng.permutation(len(versions))
+    versions = [versions[i] for i in order]
+    times = [t for _, s, e in versions if s is not None
+             for t in (s, e, s - 1) if t is not None]
+    picked = zip(rng.integers(-1, len(counts) + 2, 4000), rng.choice(times, 4000), strict=True)
+    queries: list[tuple[int, int | None]] = [(int(g), int(t)) for g, t in picked]
+    queries += [(0, None), (7, None)]
+    expected = []
+    for g, t in queries:
+        live = [i for i, (vg, s, e) in enumerate(versions) if g >= 0 and vg == g
+                and t is not None and s <= t and (e is None or t < e)]  # type: ignore[operator]
+        assert len(live) <= 1
+        expected.append(live[0] if live else -1)
+    found, bad = run(versions, True, BadValuePolicy.PERMISSIVE, queries)
+    assert found == expected
+    assert bad == 0
+    assert sum(f >= 0 for f in found) > 1000
+
+
+def test_a_snapshot_in_order_answers_its_own_rows() -> None:
+    # A full snapshot's good history: piece j is row j, answered with no lookup of rows.
+    ts = pa.timestamp("us", tz="UTC")
+    group = np.array([0, 0, 0, 1, 2, 2], dtype=np.int64)
+    starts = pa.array([1, 5, 9, 2, 3, 4], ts)
+    index = version_index(group, starts, None)
+    assert index.row_is_piece
+    assert index.first.tolist() == [0, 3, 4, 6, 6]
+    assert index.depth == 3
+    found = pick(index, np.array([0, 0, 0, 0, 1, 2, 2, 3, -1], dtype=np.int64),
+                 np.array([0, 1, 8, 100, 2, 3, 10, 5, 5], dtype=np.int64))
+    assert found.tolist() == [-1, 0, 1, 2, 3, 4, 5, -1, -1]
+    # Rows of no group before them (a partial cache's other keys): their own row numbers.
+    after = version_index(np.concatenate(([-1, -1], group)),
+                          pa.concat_arrays([pa.array([7, 8], ts), starts]), None)
+    assert not after.row_is_piece
+    assert pick(after, np.array([0, 2], dtype=np.int64),
+                np.array([6, 3], dtype=np.int64)).tolist() == [3, 6]
+    shuffled = version_index(group[::-1].copy(), starts[::-1], None)
+    assert not shuffled.row_is_piece
+    assert pick(shuffled, np.array([0, 2], dtype=np.int64),
+                np.array([6, 3], dtype=np.int64)).tolist() == [4, 1]
