@@ -4,7 +4,7 @@ together), then write a summary and the plot.
 The scripts run in sequence (never two at once: they would measure each other):
 cache_ops, scan_full_load, lookup_batch_pg, join_throughput, naive_vs_lookup,
 cache_memory, and scan_file_load / file_source_pruning / lakehouse_load /
-refresh_vs_lookup / worker_churn when they are in the tree. Each writes its JSON to
+refresh_vs_lookup / point_in_time / worker_churn when they are in the tree. Each writes its JSON to
 ``benchmarks/out/``; this script collects them into ``benchmarks/out/summary.json``
 (status, duration and command of every script, its result, the headline ratios, the
 machine and the load average) and plots the main comparison -- throughput of the
@@ -56,7 +56,7 @@ ROOT = HERE.parent
 SCRIPTS = ("cache_ops", "scan_full_load", "scan_file_load", "file_source_pruning",
            "lakehouse_load", "lookup_batch_pg",
            "cache_memory", "snapshot_check", "join_throughput", "naive_vs_lookup",
-           "refresh_vs_lookup", "worker_churn")
+           "refresh_vs_lookup", "point_in_time", "worker_churn")
 REQUIRED = ("cache_ops", "scan_full_load", "lookup_batch_pg", "cache_memory", "join_throughput",
             "naive_vs_lookup")
 # Reduced sizes for the scripts that have no --quick option of their own.
@@ -72,7 +72,7 @@ TIMEOUT_S = {True: 300, False: 4 * 3600}  # per script, quick and full
 # A quick run runs these in one process, so one JVM (see _one_process.py): starting
 # Spark took 10-20 s of each on 2 CPUs. A full run gives every script a process and a
 # fresh JVM of its own: the JIT state one left would be measured by the next.
-SHARED_JVM = ("join_throughput", "naive_vs_lookup", "refresh_vs_lookup")
+SHARED_JVM = ("join_throughput", "naive_vs_lookup", "refresh_vs_lookup", "point_in_time")
 
 
 def cpu_model() -> str | None:
@@ -241,6 +241,18 @@ def headline(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
         out["refreshed_view_local_vs_join_full_cache"] = refresh["ratio_to_lookup_join"][view]
         out["refreshed_view_local_vs_join_full_cache_per_round"] = refresh.get(
             "median_per_round_ratio_to_lookup_join", {}).get(view)
+
+    point_in_time = results.get("point_in_time", {})
+    pit_ratios = point_in_time.get("ratios", {})
+    for kind in ("full", "partial"):
+        out[f"point_in_time_{kind}_as_of_vs_plain"] = pit_ratios.get(
+            f"{kind}_as_of_vs_{kind}_plain")
+        out[f"point_in_time_{kind}_as_of_vs_plain_per_round"] = pit_ratios.get(
+            f"{kind}_as_of_vs_{kind}_plain_per_round")
+    delta = point_in_time.get("delta_history") or {}
+    out["delta_history_reload_reads_only_its_commit"] = delta.get(
+        "every_reload_read_only_its_commit")
+    out["delta_history_reload_seconds"] = delta.get("median_reload_seconds")
 
     naive = results.get("naive_vs_lookup", {}).get("results", {})
     rates = {name: case["rows_per_second"] for name, case in naive.items()}

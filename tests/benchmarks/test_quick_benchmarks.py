@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.postgres, pytest.
 
 ROOT = Path(__file__).resolve().parents[2]
 REQUIRED = ("cache_ops", "scan_full_load", "lookup_batch_pg", "cache_memory", "join_throughput",
-            "naive_vs_lookup")
+            "naive_vs_lookup", "point_in_time")
 # Ratios every quick run must produce (others depend on optional scripts).
 HEADLINE = (
     "join_full_cache_vs_mapInPandas",
@@ -35,6 +35,9 @@ HEADLINE = (
     "arrow_bytes_per_row",
     "snapshot_bytes_per_row",
     "join_partial_90pct_vs_mapInPandas",
+    "point_in_time_full_as_of_vs_plain",
+    "point_in_time_partial_as_of_vs_plain",
+    "delta_history_reload_reads_only_its_commit",
 )
 
 
@@ -83,7 +86,10 @@ def test_quick_benchmarks_run_and_summarize(postgres_dsn: str, redis_url: str,
         assert entry["status"] in ("ok", "skipped"), (name, entry.get("status"))
     # The Spark scripts ran in one process, so they started one JVM between them.
     assert all(summary["benchmarks"][name].get("shared_process")
-               for name in ("join_throughput", "naive_vs_lookup")), summary["benchmarks"]
+               for name in ("join_throughput", "naive_vs_lookup", "point_in_time")), (
+        summary["benchmarks"])
+    # A Delta history reload after one commit read that commit only.
+    assert summary["headline"]["delta_history_reload_reads_only_its_commit"] is True
     missing = [key for key in HEADLINE if summary["headline"].get(key) is None]
     assert not missing, missing
     assert (tmp_path / "plot.png").stat().st_size > 10_000
