@@ -144,6 +144,25 @@ def policy_of(reader: object) -> BadValuePolicy:
     return mode if isinstance(mode, BadValuePolicy) else BadValuePolicy.PERMISSIVE
 
 
+def group_rows(offsets: np.ndarray, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of the groups named in ``groups`` (an answer's, per key; -1: none) and
+    each one's group, in group order: what a point-in-time join searches, however many
+    other rows the answer's table holds (a partial cache answers from all of its own)."""
+    if not len(offsets):  # one row a group: row g is group g
+        used = np.unique(groups[groups >= 0])
+        return used, used
+    # The groups used, sorted: marked in a flag per group (a cache's slots), a tenth of
+    # what np.unique's hashing costs for the ten thousand keys of a batch.
+    marked = np.zeros(len(offsets), dtype=bool)
+    marked[groups[groups >= 0]] = True
+    used = np.flatnonzero(marked)
+    starts = offsets[used].astype(np.int64)
+    counts = offsets[used + 1].astype(np.int64) - starts
+    rows = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(
+        starts - np.cumsum(counts) + counts, counts)
+    return rows, np.repeat(used, counts)
+
+
 def row_groups(offsets: np.ndarray, num_rows: int, groups: np.ndarray | None = None
                ) -> np.ndarray:
     """The group of each of ``num_rows`` rows of an answer in the form of
@@ -360,13 +379,24 @@ def version_index(group: np.ndarray, valid_from: pa.Array | pa.ChunkedArray,
         return replace(index, row=row,
                        row_is_piece=bool(np.array_equal(row, np.arange(len(row)))))
     start, has_start = instants(valid_from)
+    return index_of_times(group, start, has_start,
+                          None if valid_to is None else instants(valid_to), policy, describe)
+
+
+def index_of_times(group: np.ndarray, start: np.ndarray, has_start: np.ndarray,
+                   to: tuple[np.ndarray, np.ndarray] | None,
+                   policy: BadValuePolicy = BadValuePolicy.PERMISSIVE,
+                   describe: _Describer | None = None) -> VersionIndex:
+    """`version_index` of versions whose times are microseconds already (`instants`:
+    values and presence; ``to`` None: no valid_to column); every row in a group."""
+    member = group >= 0
     null_start = member & ~has_start
     own_end: np.ndarray | None = None
     inverted = np.zeros(len(group), dtype=bool)
-    if valid_to is not None:
-        to, has_to = instants(valid_to)
-        own_end = np.where(has_to, to, OPEN)
-        inverted = member & has_start & has_to & (to <= start)
+    if to is not None:
+        to_values, has_to = to
+        own_end = np.where(has_to, to_values, OPEN)
+        inverted = member & has_start & has_to & (to_values <= start)
     versions = _sorted_versions(group, start, member & has_start & ~inverted, own_end)
     end = versions.own_end if versions.own_end is not None else _next_starts(
         versions.group, versions.start)

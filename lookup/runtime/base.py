@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Protocol
 
 import numpy as np
@@ -21,7 +22,7 @@ from cache.metrics import CacheMetrics
 from connectors.keys import EncodedKeys, KeyCodec, has_null
 from connectors.rows import python_values
 from lookup.providers import LookupProvider
-from lookup.versions import VersionIndex, row_groups, version_index
+from lookup.versions import VersionIndex, group_rows, index_of_times, instants
 from spark_lookup.errors import KeyKindError, LookupLoadError
 from spark_lookup.schema import to_arrow_schema
 from spark_lookup.shown import shown
@@ -120,6 +121,9 @@ class LookupRuntime:
         self._width = len(provider.schema.fields)
         self._codec = KeyCodec(list(provider.key_columns), provider.key_types,
                                provider.describe())
+        # The version times of the table last answered (see versions).
+        self._times: tuple[pa.Table, tuple[np.ndarray, np.ndarray],
+                           tuple[np.ndarray, np.ndarray] | None] | None = None
 
     def open(self) -> None:
         """Open the function, cache or trigger; called once, by
@@ -188,16 +192,26 @@ class LookupRuntime:
         what a point-in-time join picks each row's version from.
 
         Bad history was handled where the rows were loaded (under the source's policy:
-        dropped, counted or refused); what is left is read as PERMISSIVE reads it.
+        dropped, counted or refused); what is left is read as PERMISSIVE reads it. Only
+        the probed keys' rows are indexed; the version times of a table answered again
+        (a warm partial cache answers from its own rows) are read from it once.
         """
         validity = self.provider.validity
         if validity is None:
             raise ValueError(f"{self.provider.describe()} has no validity")
-        rows = answers.rows
-        return version_index(
-            row_groups(answers.offsets, rows.num_rows, answers.groups),
-            rows.column(validity.valid_from),
-            None if validity.valid_to is None else rows.column(validity.valid_to))
+        table = answers.rows
+        memo = self._times
+        if memo is None or memo[0] is not table:
+            start = instants(table.column(validity.valid_from))
+            to = None if validity.valid_to is None else instants(
+                table.column(validity.valid_to))
+            memo = self._times = (table, start, to)
+        _, (start_all, has_start_all), to_all = memo
+        rows, group = group_rows(answers.offsets, answers.groups)
+        index = index_of_times(
+            group, start_all[rows], has_start_all[rows],
+            None if to_all is None else (to_all[0][rows], to_all[1][rows]))
+        return replace(index, row=rows[index.row], row_is_piece=False)
 
     def lookup(self, key: Key) -> tuple[Row, ...]:
         """Rows of one key."""
