@@ -21,11 +21,12 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cache.answers import Answers
 from cache.base import expand
 from lookup.runtime.base import LookupRuntime
 from lookup.versions import instants, now_micros, pick
 
-__all__ = ["JoinShape", "PointInTime", "factorize", "join_batch"]
+__all__ = ["JoinShape", "PointInTime", "factorize", "join_batch", "pick_versions"]
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,21 @@ def factorize(arrays: Sequence[pa.Array | pa.ChunkedArray]) -> tuple[np.ndarray,
     return codes, uniques
 
 
+def pick_versions(point_in_time: PointInTime, batch: pa.RecordBatch, runtime: LookupRuntime,
+                  probe: Answers, groups: np.ndarray, clock: Callable[[], float]
+                  ) -> np.ndarray:
+    """The row of each stream row's version (``groups``: each row's group of ``probe``)
+    valid at its time in ``batch``, or -1; rows older than the retention get -1 and are
+    counted. Shared by joins and the SQL functions, so that all answer alike."""
+    as_of, known = point_in_time.times(batch, clock)
+    picked = pick(runtime.versions(probe), groups, as_of, known)
+    old = point_in_time.out_of_retention(as_of, known, clock)
+    if old is not None and old.any():
+        picked = np.where(old, -1, picked)
+        runtime.metrics.inc_out_of_retention(int(np.count_nonzero(old)))
+    return picked
+
+
 def join_batch(batch: pa.RecordBatch, shape: JoinShape, runtime: LookupRuntime,
                describe: str = "lookup", clock: Callable[[], float] = time.time
                ) -> pa.RecordBatch:
@@ -137,12 +153,7 @@ def join_batch(batch: pa.RecordBatch, shape: JoinShape, runtime: LookupRuntime,
     stream_part = batch
     point_in_time = shape.point_in_time
     if point_in_time is not None:
-        as_of, known = point_in_time.times(batch, clock)
-        groups = pick(runtime.versions(probe), groups, as_of, known)
-        old = point_in_time.out_of_retention(as_of, known, clock)
-        if old is not None and old.any():
-            groups = np.where(old, -1, groups)
-            runtime.metrics.inc_out_of_retention(int(np.count_nonzero(old)))
+        groups = pick_versions(point_in_time, batch, runtime, probe, groups, clock)
     if probe.one_row_each or point_in_time is not None:
         # A group (a picked version) is its row: no ranges to expand, and a left join
         # keeps the batch whole.

@@ -30,7 +30,7 @@ from lookup.runtime.worker import worker_runtime
 from lookup.spark.assemble import JoinShape, join_batch
 from lookup.spark.join_plan import plan_join
 from lookup.spark.session import is_connect
-from lookup.spark.sql_functions import _checked
+from lookup.spark.sql_functions import _TIME_ZONE, _checked, query_zone
 from spark_lookup.compat import ARROW_UDTF_ANALYZE, analyze_result_class, require
 from spark_lookup.errors import ConfigError
 from spark_lookup.spark_types import AnySparkSession, AnyTableFunction
@@ -41,9 +41,6 @@ else:
     AnalyzeResult = analyze_result_class()  # PySpark 3.5 has none: see register_lookup_join
 
 __all__ = ["register_lookup_join"]
-
-_TIME_ZONE = "spark.sql.session.timeZone"
-
 
 class _LookupJoinTable:
     """Base of the UDTF classes [`register_lookup_join`][] builds (one subclass per
@@ -104,26 +101,15 @@ def _make_analyze(cls: type[_LookupJoinTable]) -> Any:
 
 
 def _in_query_zone(shape: JoinShape) -> JoinShape:
-    """``shape`` reading "now" against TIMESTAMP_NTZ or DATE versions (without
-    ``as_of``, and for a retention) on the wall clock of the query's session time zone.
-
+    """``shape`` reading "now" on the query's session time zone (`query_zone`):
     ``analyze`` runs in a Python process that sees no session conf, so the plan holds
-    the zone of the registration; but Spark hands each task the SQL settings set on the
-    session at query time as local properties, so a zone set after the registration
-    (``SET TIME ZONE``) is the one the query means. Unset, the registration's zone is
-    the session's default still.
-    """
+    the zone of the registration."""
     point_in_time = shape.point_in_time
-    if point_in_time is None or point_in_time.wall_clock_zone is None:
-        return shape  # instants: no zone to read
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
-    zone = None if context is None else context.getLocalProperty(_TIME_ZONE)
-    if not zone or zone == point_in_time.wall_clock_zone:
+    if point_in_time is None:
         return shape
-    return dataclasses.replace(
-        shape, point_in_time=dataclasses.replace(point_in_time, wall_clock_zone=zone))
+    zoned = query_zone(point_in_time)
+    return shape if zoned is point_in_time else dataclasses.replace(
+        shape, point_in_time=zoned)
 
 
 def _spark_message(name: str, exc: ConfigError) -> Exception:
