@@ -48,10 +48,15 @@ def _micros(value: object, instants: bool) -> int | None:
 
 def versions_at(provider: LookupProvider, found: dict[Key, tuple[Row, ...]],
                 keys: Sequence[Key], times: Sequence[object] | None,
-                clock: Callable[[], float], time_zone: str) -> list[tuple[Row, ...]]:
+                clock: Callable[[], float], time_zone: str,
+                out_of_retention: Callable[[int], None] | None = None
+                ) -> list[tuple[Row, ...]]:
     """The version of each of ``keys`` valid at ``times[i]`` (None: now, on the wall
     clock of ``time_zone`` for TIMESTAMP_NTZ and DATE versions), from ``found``: every
     version of each key, as a runtime's ``lookup_batch`` answers. One row or none each.
+
+    A time older than now minus the validity's retention gets none, as in a join (a
+    load may have dropped its version): counted through ``out_of_retention``.
 
     Raises
     ------
@@ -84,6 +89,16 @@ def versions_at(provider: LookupProvider, found: dict[Key, tuple[Row, ...]],
             raise ConfigError(f"as_of has {len(times)} time(s) for {len(keys)} key(s)")
         micros = [_micros(value, instants) for value in times]
     known = np.array([m is not None for m in micros], dtype=bool)
+    at = np.array([0 if m is None else m for m in micros], dtype=np.int64)
+    old = np.zeros(len(keys), dtype=bool)
+    if times is not None and validity.retention is not None:
+        # The cutoff a join reads (`lookup.spark.assemble.PointInTime`), never before
+        # the loads' (`lookup.versions.load_cutoff`).
+        cutoff = (now_micros(clock, None if instants else time_zone)
+                  - validity.retention // _MICRO)
+        old = known & (at < cutoff)
+        if old.any() and out_of_retention is not None:
+            out_of_retention(int(np.count_nonzero(old)))
     picked = pick(index, np.array([slot.get(key, -1) for key in keys], dtype=np.int64),
-                  np.array([0 if m is None else m for m in micros], dtype=np.int64), known)
+                  at, known & ~old)
     return [(rows[r],) if r >= 0 else () for r in picked.tolist()]

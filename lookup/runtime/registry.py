@@ -144,7 +144,9 @@ class LookupHandle:
 
         For a provider with a validity, the one version valid at ``as_of`` (a
         ``datetime``: aware against TIMESTAMP versions, naive or a ``date`` against
-        TIMESTAMP_NTZ and DATE ones), or now without it.
+        TIMESTAMP_NTZ and DATE ones), or now without it. An ``as_of`` older than now
+        minus the validity's retention gets none (counted in ``num_out_of_retention``),
+        as in a join.
 
         Raises
         ------
@@ -182,8 +184,10 @@ class LookupHandle:
         return dict(zip(given, picked, strict=True))
 
     def _at(self, keys: list[Key], times: list[object] | None) -> list[tuple[Row, ...]]:
-        found = self.runtime.lookup_batch(keys)
-        return versions_at(self._provider, found, keys, times, self.clock, self.time_zone)
+        runtime = self.runtime
+        found = runtime.lookup_batch(keys)
+        return versions_at(self._provider, found, keys, times, self.clock, self.time_zone,
+                           runtime.metrics.inc_out_of_retention)
 
     def close(self) -> None:
         """Release this handle; the last handle of a provider closes its runtime."""

@@ -287,3 +287,41 @@ def test_a_snapshot_orders_each_keys_versions_by_valid_from(
     rows = list(zip(table.column("cur").to_pylist(), table.column("region").to_pylist(),
                     table.column("valid_from").to_pylist(), strict=True))
     assert rows == sorted(rows)  # inserted newest first
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_per_key_times_older_than_the_retention_get_none_and_are_counted(
+        kind: str, tmp_path: Path, opened: list[Any]) -> None:
+    now = dt.datetime.now(UTC).replace(microsecond=0)
+
+    def ago(days: int) -> dt.datetime:
+        return now - dt.timedelta(days=days)
+
+    # The first version ended before now minus 30 days (a load may drop it), the second
+    # within the retention, the third is still valid.
+    versions = [(1.0, ago(400), ago(100)), (2.0, ago(100), ago(10)), (3.0, ago(10), None)]
+    path = tmp_path / "retained.sqlite"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE rates (id INTEGER PRIMARY KEY, cur TEXT, region INTEGER, "
+                   "rate REAL, valid_from TIMESTAMP, valid_to TIMESTAMP)")
+        db.executemany(
+            "INSERT INTO rates (cur, region, rate, valid_from, valid_to) VALUES (?,?,?,?,?)",
+            [("EUR", 1, rate, _text(start), _text(end)) for rate, start, end in versions])
+    handle = open_lookup(provider(
+        kind, functools.partial(sqlite3.connect, path), tmp_path,
+        validity=Validity("valid_from", "valid_to", retention=dt.timedelta(days=30))))
+    opened.append(handle)
+    key = ("EUR", 1)
+    times = [ago(200), ago(50), ago(20), ago(1), None]
+    found = handle.lookup_batch([key] * len(times), as_of=times)
+    # 2 would be 1.0 without a retention (and 1 too where no load dropped it): none.
+    assert [rows[0][3] if rows else None for rows in found] == [None, None, 2.0, 3.0, None]
+    assert handle.metrics.num_out_of_retention == 2  # a NULL time is not counted
+    assert handle.lookup(key, as_of=ago(50)) == ()
+    assert handle.lookup(key, as_of=ago(20))[0][3] == 2.0
+    assert handle.metrics.num_out_of_retention == 3
+    assert handle.lookup(key)[0][3] == 3.0  # now is never out of retention
+    # The cutoff moves with the handle's clock.
+    handle.clock = lambda: ago(60).timestamp()
+    assert handle.lookup(key, as_of=ago(80))[0][3] == 2.0
+    assert handle.metrics.num_out_of_retention == 3
