@@ -52,7 +52,7 @@ from lookup.versions import describer, instants, load_cutoff, policy_of, retaine
 from spark_lookup.adaptive_concurrency import AdaptiveLimit
 from spark_lookup.connection_budget import setup_seconds
 from spark_lookup.errors import ConfigError, LookupLoadError
-from spark_lookup.schema import to_arrow_schema
+from spark_lookup.schema import to_arrow_schema, to_arrow_type
 from spark_lookup.shown import shown
 
 __all__ = ["LoadingRuntime"]
@@ -416,13 +416,23 @@ class LoadingRuntime(LookupRuntime):
     def _screened(self, function: LookupFunction, index: pa.Array, rows: pa.Table
                   ) -> tuple[pa.Array, pa.Table]:
         """Loaded versions under the function's bad-value policy (counted, dropped or
-        refused: `lookup.versions.version_index`), each key's in valid_from order, as
-        the cache keeps them: a probe then finds them in order."""
-        validity = self.provider.validity
-        assert validity is not None
+        refused: `lookup.versions.version_index`) and the validity's retention, each
+        key's in valid_from order, as the cache keeps them: a probe then finds them in
+        order."""
         if not rows.num_rows:
             return index, rows
         positions = index.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        take = pa.array(self._version_order(function, positions, rows), type=pa.int64())
+        return index.take(take), rows.take(take)
+
+    def _version_order(self, function: object, positions: np.ndarray, rows: pa.Table
+                       ) -> np.ndarray:
+        """Which of the loaded ``rows`` (``positions``: each one's key) to keep, in the
+        order to keep them: those the retention and the bad-value policy leave, each
+        key's by valid_from. Both load paths (Arrow, Python tuples) screen alike."""
+        validity = self.provider.validity
+        assert validity is not None
+        kept = np.arange(rows.num_rows, dtype=np.int64)
         starts = rows.column(validity.valid_from)
         ends = None if validity.valid_to is None else rows.column(validity.valid_to)
         if validity.retention is not None:
@@ -431,10 +441,10 @@ class LoadingRuntime(LookupRuntime):
             keep = retained(positions, starts, ends,
                             load_cutoff(self.clock, validity.retention, instants_))
             if not keep.all():
-                take = pa.array(np.flatnonzero(keep), type=pa.int64())
-                index, rows, positions = index.take(take), rows.take(take), positions[keep]
-                if not rows.num_rows:
-                    return index, rows
+                kept = np.flatnonzero(keep)
+                if not len(kept):
+                    return kept
+                rows, positions = rows.take(pa.array(kept, type=pa.int64())), positions[keep]
                 starts = rows.column(validity.valid_from)
                 ends = None if validity.valid_to is None else rows.column(validity.valid_to)
         table = getattr(function, "table", None)
@@ -447,11 +457,45 @@ class LoadingRuntime(LookupRuntime):
             self.metrics.inc_bad_values(found.bad)
         order = np.lexsort((instants(starts)[0], positions))
         if policy is BadValuePolicy.DROPMALFORMED and found.bad:
-            kept = np.zeros(rows.num_rows, dtype=bool)
-            kept[found.row] = True
-            order = order[kept[order]]
-        take = pa.array(order, type=pa.int64())
-        return index.take(take), rows.take(take)
+            good = np.zeros(rows.num_rows, dtype=bool)
+            good[found.row] = True
+            order = order[good[order]]
+        return kept[order]
+
+    def _screened_rows(self, loaded: dict[Key, tuple[Row, ...]]
+                       ) -> dict[Key, tuple[Row, ...]]:
+        """`_screened` for versions loaded as Python tuples (asynchronous functions,
+        and functions answering in tuples asked per key): the same screening, so every
+        kind of provider answers alike. Only the key and validity columns go to Arrow."""
+        validity = self.provider.validity
+        assert validity is not None
+        keys = [key for key, rows in loaded.items() if rows]
+        if not keys:
+            return loaded
+        flat = [row for key in keys for row in loaded[key]]
+        positions = np.repeat(np.arange(len(keys), dtype=np.int64),
+                              [len(loaded[key]) for key in keys])
+        schema = self.provider.schema
+        names = schema.fieldNames()
+        columns = {}
+        for name in dict.fromkeys([*self.provider.key_columns, *validity.columns]):
+            at = names.index(name)
+            data_type = schema[name].dataType
+            try:
+                columns[name] = pa.array([row[at] for row in flat], to_arrow_type(data_type))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
+                raise LookupLoadError(
+                    f"{self.provider.describe()}: column {name!r} holds a value that is no "
+                    f"{data_type.simpleString()}: {exc}") from exc
+        order = self._version_order(self._function, positions, pa.table(columns))
+        screened: dict[Key, tuple[Row, ...]] = dict.fromkeys(loaded, EMPTY)
+        if len(order):
+            # order groups each key's rows together: one slice per key, no Python per row
+            # beyond the tuple the answer is made of.
+            cuts = np.flatnonzero(np.diff(positions[order])) + 1
+            for span in np.split(order, cuts):
+                screened[keys[int(positions[span[0]])]] = tuple(map(flat.__getitem__, span))
+        return screened
 
     def _load_arrow_chunked(self, function: LookupFunction, keys: list[pa.Array]
                             ) -> tuple[pa.Array, pa.Table]:
@@ -539,13 +583,13 @@ class LoadingRuntime(LookupRuntime):
         if misses:
             guard = self._guard
             if guard is None:
-                loaded = self._load(misses)
+                loaded = self._load_screened(misses)
                 if cache is not None:
                     cache.put_all(loaded)
             else:
                 token = guard.begin()
                 try:
-                    loaded = self._load(misses)
+                    loaded = self._load_screened(misses)
                     guard.put_all(token, loaded)
                 finally:
                     guard.end(token)
@@ -572,6 +616,11 @@ class LoadingRuntime(LookupRuntime):
                     self.provider.describe(), len(bad), problem, bad[0])
 
     # --- loading
+
+    def _load_screened(self, keys: list[Key]) -> dict[Key, tuple[Row, ...]]:
+        """`_load`, then with a validity its versions screened as the Arrow path's are."""
+        loaded = self._load(keys)
+        return loaded if self.provider.validity is None else self._screened_rows(loaded)
 
     def _load(self, keys: list[Key]) -> dict[Key, tuple[Row, ...]]:
         """Rows of null-free keys, ``batch_size`` a call, misses retried as configured."""
