@@ -280,6 +280,10 @@ class LookupOptions:
                 key_columns = list(self.key_columns)
             target, key_columns = self._from_table(
                 key_columns, schema if schema is not None else self.schema)
+            if self.table is not None and self.cache_type == "FULL":
+                validity = self.table.validity()
+                if validity is not None:
+                    kwargs.setdefault("validity", validity)
         elif schema is not None:
             raise ConfigError("schema= describes a table built from the connector options; "
                               "the target declares its own schema")

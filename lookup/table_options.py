@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 from lookup.function import LookupFunction
+from lookup.validity import Validity
 from spark_lookup import options as opts
 from spark_lookup.credentials import Secret, redact_credentials
 from spark_lookup.errors import ConfigError
@@ -160,6 +161,11 @@ class TableOptions(ABC):
     @abstractmethod
     def source(self, key_columns: list[str], schema: SchemaLike | None) -> Any:
         """The ``scan.Source`` a FULL provider loads."""
+
+    def validity(self) -> Validity | None:
+        """The version columns of the rows `source` reads, where it makes them (a
+        Delta table's history): the provider built from the options takes them."""
+        return None
 
 
 CONNECTOR_MODULES: Mapping[str, str] = {

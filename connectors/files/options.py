@@ -10,12 +10,14 @@ from typing import Any, ClassVar
 from urllib.parse import unquote, urlsplit
 
 from connectors.files.delta import DeltaSource
+from connectors.files.delta_history import VALID_FROM, VALID_TO
 from connectors.files.source import FileSource
 from lookup.table_options import TableOptions, non_empty_text, one_of
+from lookup.validity import Validity
 from spark_lookup import options as opts
 from spark_lookup.errors import ConfigError
 from spark_lookup.options import ConfigOption
-from spark_lookup.schema import SchemaLike
+from spark_lookup.schema import SchemaLike, parse_schema
 
 __all__ = ["DeltaTableOptions", "FileTableOptions"]
 
@@ -63,6 +65,10 @@ DELTA_PATH: ConfigOption[str] = ConfigOption(
 DELTA_VERSION: ConfigOption[int] = ConfigOption(
     "versionAsOf", opts.non_negative_int, None,
     "a table version to pin (default: the latest at each load)")
+DELTA_HISTORY: ConfigOption[bool] = ConfigOption(
+    "history", opts.parse_bool, False,
+    "true: every version of each row from the change data feed, valid from its commit "
+    "(point-in-time lookups; keyed by the PRIMARY KEY)")
 
 
 @dataclass(frozen=True)
@@ -71,11 +77,25 @@ class DeltaTableOptions(TableOptions):
     through a full cache."""
 
     connector: ClassVar[str] = "delta"
-    OPTIONS: ClassVar[tuple[ConfigOption[Any], ...]] = (DELTA_PATH, DELTA_VERSION)
+    OPTIONS: ClassVar[tuple[ConfigOption[Any], ...]] = (DELTA_PATH, DELTA_VERSION,
+                                                        DELTA_HISTORY)
 
     table_path: str | None
     version: int | None
+    history: bool
 
     def source(self, key_columns: list[str], schema: SchemaLike | None) -> DeltaSource:
-        return DeltaSource(self.required(self.table_path, DELTA_PATH), version=self.version,
-                           schema=schema)
+        path = self.required(self.table_path, DELTA_PATH)
+        if not self.history:
+            return DeltaSource(path, version=self.version, schema=schema)
+        if schema is not None:
+            # A DDL may declare the version columns history adds (so that SQL over the
+            # table names them); the table itself has none.
+            declared = parse_schema(schema, "the table's columns")
+            schema = type(declared)([f for f in declared.fields
+                                     if f.name not in (VALID_FROM, VALID_TO)])
+        return DeltaSource(path, version=self.version, schema=schema, history=True,
+                           key_columns=key_columns)
+
+    def validity(self) -> Validity | None:
+        return Validity(VALID_FROM, VALID_TO) if self.history else None

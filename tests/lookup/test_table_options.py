@@ -475,3 +475,45 @@ def test_flink_filesystem_cache_ttl_is_the_reload_interval(tmp_path: Path) -> No
         "lookup.full-cache.reload-strategy": "TIMED",
         "lookup.full-cache.timed-reload.iso-time": "03:00Z"})
     assert type(timed.build_trigger()).__name__ == "TimedCacheReloadTrigger"
+
+
+def test_a_delta_tables_history_gives_a_point_in_time_provider(tmp_path: Path) -> None:
+    import datetime as dt
+    import time
+
+    from deltalake import DeltaTable, write_deltalake
+
+    from lookup import Validity
+
+    path = str(tmp_path / "prices")
+    write_deltalake(path, pa.table({"id": pa.array([1, 2], pa.int64()), "price": [1.0, 2.0]}),
+                    configuration={"delta.enableChangeDataFeed": "true"})
+    time.sleep(0.003)  # commit timestamps are in milliseconds
+    DeltaTable(path).update(updates={"price": "1.5"}, predicate="id = 1")
+    stamps = {int(h["version"]): dt.datetime.fromtimestamp(h["timestamp"] / 1000, dt.timezone.utc)
+              for h in DeltaTable(path).history()}
+    # The key is the DDL's PRIMARY KEY; the version columns history adds may be declared.
+    options = LookupOptions.from_ddl(f"""
+        CREATE TABLE prices (
+          id BIGINT, price DOUBLE, _valid_from TIMESTAMP(6), _valid_to TIMESTAMP(6),
+          PRIMARY KEY (id) NOT ENFORCED
+        ) WITH ('connector' = 'delta', 'table-path' = '{path}', 'history' = 'true',
+                'lookup.cache' = 'FULL', 'lookup.full-cache.reload-strategy' = 'PERIODIC',
+                'lookup.full-cache.periodic-reload.interval' = '1 h')""")
+    provider = options.provider()
+    assert provider.validity == Validity("_valid_from", "_valid_to")
+    source = provider.source  # type: ignore[attr-defined]
+    assert isinstance(source, DeltaSource)
+    assert repr(source) == f"DeltaSource({path!r}, history=True, key_columns=['id'])"
+    with open_lookup(provider) as handle:
+        assert handle.lookup((1,), as_of=stamps[0])[0][:2] == (1, 1.0)
+        assert handle.lookup((1,), as_of=stamps[1])[0][:2] == (1, 1.5)
+        assert handle.lookup((1,))[0][:2] == (1, 1.5)  # now
+        assert handle.lookup((2,), as_of=stamps[0] - dt.timedelta(seconds=1)) == ()
+    # Without 'history', the same table is its latest rows, with no validity.
+    plain = LookupOptions.from_dict({"connector": "delta", "table-path": path,
+                                     "history": "false", **FULL}).provider(key_columns=["id"])
+    assert plain.validity is None
+    with pytest.raises(ConfigError, match="option 'history': expected 'true' or 'false'"):
+        LookupOptions.from_dict({"connector": "delta", "table-path": path, "history": "yes",
+                                 **FULL})
