@@ -33,8 +33,9 @@ from pyspark.sql import types as T
 from connectors.policy import BadValuePolicy
 from spark_lookup.errors import BadValueError
 
-__all__ = ["OPEN", "VersionIndex", "comparable", "describer", "instants", "load_cutoff",
-           "now_micros", "pick", "policy_of", "retained", "row_groups", "version_index"]
+__all__ = ["OPEN", "TableTimes", "VersionIndex", "comparable", "describer", "instants",
+           "load_cutoff", "now_micros", "pick", "pick_in_place", "policy_of", "retained",
+           "row_groups", "version_index"]
 
 OPEN = np.iinfo(np.int64).max
 """The end of a version still valid (no ``valid_to``, or a NULL one)."""
@@ -258,6 +259,87 @@ def pick(index: VersionIndex, groups: np.ndarray, as_of: np.ndarray,
     if as_of_valid is not None:
         ok &= as_of_valid
     return np.where(ok, at if index.row_is_piece else index.row[at], -1)
+
+
+@dataclass(frozen=True)
+class TableTimes:
+    """The version times of a table whose groups are ranges of rows, each sorted by
+    valid_from (a partial cache's, a loaded answer's), read once: starts, own ends
+    (`OPEN`: none), and running counts of the rows that make a group's history need
+    the index (a NULL or inverted version, or one sharing time with the next row)."""
+
+    start: np.ndarray
+    end: np.ndarray | None  # None: no valid_to (a version ends where the next starts)
+    bad: np.ndarray  # bad[r]: NULL or inverted versions before row r
+    shared: np.ndarray  # shared[r]: rows before row r sharing time with the next row
+
+    @classmethod
+    def of(cls, valid_from: pa.Array | pa.ChunkedArray,
+           valid_to: pa.Array | pa.ChunkedArray | None) -> TableTimes:
+        start, has_start = instants(valid_from)
+        bad_row = ~has_start
+        end: np.ndarray | None = None
+        if valid_to is not None:
+            to, has_to = instants(valid_to)
+            end = np.where(has_to, to, OPEN)
+            bad_row |= has_to & (to <= start)
+        shared_row = np.zeros(len(start), dtype=bool)
+        if len(start) > 1:
+            # With the next row: equal starts, or (with valid_to) an overlap. Across two
+            # groups this is a false alarm, which only sends them to the index.
+            shared_row[:-1] = start[1:] == start[:-1]
+            if end is not None:
+                shared_row[:-1] |= start[1:] < end[:-1]
+        bad = np.zeros(len(start) + 1, dtype=np.int64)
+        np.cumsum(bad_row, out=bad[1:])
+        shared = np.zeros(len(start) + 1, dtype=np.int64)
+        np.cumsum(shared_row, out=shared[1:])
+        return cls(start, end, bad, shared)
+
+
+def pick_in_place(times: TableTimes, offsets: np.ndarray, groups: np.ndarray,
+                  as_of: np.ndarray, as_of_valid: np.ndarray | None,
+                  index_of: Callable[[np.ndarray], VersionIndex]) -> np.ndarray:
+    """`pick` over a table's own rows (group ``g``: rows ``offsets[g]`` to
+    ``offsets[g + 1]``, sorted by valid_from), with no index: a search within each
+    row's group. Groups whose history is odd (see `TableTimes`) are picked from
+    ``index_of(their rows)`` instead, as PERMISSIVE reads them."""
+    count = len(groups)
+    member = groups >= 0
+    if not member.any() or not len(times.start):
+        return np.full(count, -1, dtype=np.int64)
+    at = np.where(member, groups, 0)
+    low = offsets[at].astype(np.int64)
+    high = offsets[at + 1].astype(np.int64)
+    high = np.where(member, high, low)
+    # A group's last row shares time with the next group's first: not its concern.
+    odd = ((times.bad[high] - times.bad[low] > 0)
+           | (times.shared[np.maximum(high - 1, low)] - times.shared[low] > 0))
+    found = low.copy()
+    start = times.start
+    last = max(len(start) - 1, 0)
+    depth = int((high - low).max()) if count else 0
+    for shift in range(depth.bit_length() - 1, -1, -1):
+        candidate = found + (1 << shift)
+        take = candidate <= high
+        take &= start[np.minimum(candidate - 1, last)] <= as_of
+        found += take.astype(np.int64) << shift
+    row = np.maximum(found - 1, 0)
+    if times.end is not None:
+        end = times.end[np.minimum(row, last)]
+    else:
+        following = np.minimum(row + 1, last)
+        end = np.where(row + 1 < high, start[following], OPEN)
+    ok = member & (found > low) & (as_of < end)
+    if as_of_valid is not None:
+        ok &= as_of_valid
+    picked = np.where(ok, row, -1)
+    if odd.any():
+        rows_odd = np.flatnonzero(odd & member)
+        index = index_of(np.unique(groups[rows_odd]))
+        picked[rows_odd] = pick(index, groups[rows_odd], as_of[rows_odd],
+                                None if as_of_valid is None else as_of_valid[rows_odd])
+    return picked
 
 
 @dataclass(frozen=True)

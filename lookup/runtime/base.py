@@ -22,7 +22,15 @@ from cache.metrics import CacheMetrics
 from connectors.keys import EncodedKeys, KeyCodec, has_null
 from connectors.rows import python_values
 from lookup.providers import LookupProvider
-from lookup.versions import VersionIndex, group_rows, index_of_times, instants
+from lookup.versions import (
+    TableTimes,
+    VersionIndex,
+    group_rows,
+    index_of_times,
+    instants,
+    pick,
+    pick_in_place,
+)
 from spark_lookup.errors import KeyKindError, LookupLoadError
 from spark_lookup.schema import to_arrow_schema
 from spark_lookup.shown import shown
@@ -121,9 +129,8 @@ class LookupRuntime:
         self._width = len(provider.schema.fields)
         self._codec = KeyCodec(list(provider.key_columns), provider.key_types,
                                provider.describe())
-        # The version times of the table last answered (see versions).
-        self._times: tuple[pa.Table, tuple[np.ndarray, np.ndarray],
-                           tuple[np.ndarray, np.ndarray] | None] | None = None
+        # The version times of the table last answered (see pick_at).
+        self._times: tuple[pa.Table, TableTimes] | None = None
 
     def open(self) -> None:
         """Open the function, cache or trigger; called once, by
@@ -192,26 +199,45 @@ class LookupRuntime:
         what a point-in-time join picks each row's version from.
 
         Bad history was handled where the rows were loaded (under the source's policy:
-        dropped, counted or refused); what is left is read as PERMISSIVE reads it. Only
-        the probed keys' rows are indexed; the version times of a table answered again
-        (a warm partial cache answers from its own rows) are read from it once.
+        dropped, counted or refused); what is left is read as PERMISSIVE reads it.
         """
+        return self._index_of(answers, answers.groups)
+
+    def _index_of(self, answers: Answers, groups: np.ndarray) -> VersionIndex:
+        """The index of the rows of ``groups`` of ``answers`` only."""
+        validity = self.provider.validity
+        if validity is None:
+            raise ValueError(f"{self.provider.describe()} has no validity")
+        rows, group = group_rows(answers.offsets, groups)
+        take = pa.array(rows, type=pa.int64())
+        table = answers.rows
+        start, has_start = instants(table.column(validity.valid_from).take(take))
+        to = None if validity.valid_to is None else instants(
+            table.column(validity.valid_to).take(take))
+        index = index_of_times(group, start, has_start, to)
+        return replace(index, row=rows[index.row], row_is_piece=False)
+
+    def pick_at(self, answers: Answers, groups: np.ndarray, as_of: np.ndarray,
+                known: np.ndarray | None) -> np.ndarray:
+        """The row of ``answers`` each stream row takes (``groups``: its key's group),
+        the version valid at ``as_of`` (microseconds; ``known``: where it is given), or
+        -1. A group's versions are searched where they lie, sorted by valid_from as
+        they were loaded, with no index: a warm partial cache answers from its own rows,
+        whose times are read once."""
         validity = self.provider.validity
         if validity is None:
             raise ValueError(f"{self.provider.describe()} has no validity")
         table = answers.rows
+        if not len(answers.offsets):
+            return pick(self.versions(answers), groups, as_of, known)
         memo = self._times
         if memo is None or memo[0] is not table:
-            start = instants(table.column(validity.valid_from))
-            to = None if validity.valid_to is None else instants(
-                table.column(validity.valid_to))
-            memo = self._times = (table, start, to)
-        _, (start_all, has_start_all), to_all = memo
-        rows, group = group_rows(answers.offsets, answers.groups)
-        index = index_of_times(
-            group, start_all[rows], has_start_all[rows],
-            None if to_all is None else (to_all[0][rows], to_all[1][rows]))
-        return replace(index, row=rows[index.row], row_is_piece=False)
+            times = TableTimes.of(table.column(validity.valid_from),
+                                  None if validity.valid_to is None
+                                  else table.column(validity.valid_to))
+            memo = self._times = (table, times)
+        return pick_in_place(memo[1], answers.offsets, groups, as_of, known,
+                             lambda used: self._index_of(answers, used))
 
     def lookup(self, key: Key) -> tuple[Row, ...]:
         """Rows of one key."""

@@ -39,7 +39,14 @@ from lookup.runtime.base import (
 )
 from lookup.runtime.due import DueTimer
 from lookup.runtime.full_load import load_snapshot
-from lookup.versions import VersionIndex, describer, policy_of, row_groups, version_index
+from lookup.versions import (
+    VersionIndex,
+    describer,
+    pick,
+    policy_of,
+    row_groups,
+    version_index,
+)
 from spark_lookup.adaptive_concurrency import AdaptiveLimit
 from spark_lookup.load_priority import loading, lookup_turn
 from spark_lookup.schema import to_arrow_schema
@@ -389,6 +396,11 @@ class FullCachingRuntime(LookupRuntime):
         self.metrics.inc_hits(hits)
         self.metrics.inc_misses(len(groups) - hits - _null_keys(keys))
         return probe
+
+    def pick_at(self, answers: Answers, groups: np.ndarray, as_of: np.ndarray,
+                known: np.ndarray | None) -> np.ndarray:
+        """As `LookupRuntime.pick_at`, from the snapshot's index (`versions`)."""
+        return pick(self.versions(answers), groups, as_of, known)
 
     def versions(self, answers: Answers) -> VersionIndex:
         """The validity pieces of the served snapshot, built once per snapshot by the

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from cache.answers import Answers
 from cache.base import expand
 from lookup.runtime.base import LookupRuntime
-from lookup.versions import instants, now_micros, pick
+from lookup.versions import instants, now_micros
 
 __all__ = ["JoinShape", "PointInTime", "factorize", "join_batch", "pick_versions"]
 
@@ -121,7 +121,7 @@ def pick_versions(point_in_time: PointInTime, batch: pa.RecordBatch, runtime: Lo
     valid at its time in ``batch``, or -1; rows older than the retention get -1 and are
     counted. Shared by joins and the SQL functions, so that all answer alike."""
     as_of, known = point_in_time.times(batch, clock)
-    picked = pick(runtime.versions(probe), groups, as_of, known)
+    picked = runtime.pick_at(probe, groups, as_of, known)
     old = point_in_time.out_of_retention(as_of, known, clock)
     if old is not None and old.any():
         picked = np.where(old, -1, picked)

@@ -311,3 +311,43 @@ def test_a_snapshot_in_order_answers_its_own_rows() -> None:
     assert not shuffled.row_is_piece
     assert pick(shuffled, np.array([0, 2], dtype=np.int64),
                 np.array([6, 3], dtype=np.int64)).tolist() == [4, 1]
+
+
+@given(st.lists(st.lists(st.tuples(st.one_of(st.none(), st.integers(0, 40)),
+                                   st.one_of(st.none(), st.integers(0, 40))),
+                         max_size=6), max_size=8),
+       st.booleans(), st.lists(st.tuples(st.integers(-1, 8), st.integers(-2, 44)),
+                               min_size=1, max_size=40))
+@settings(max_examples=300, deadline=None)
+def test_a_search_in_place_picks_what_the_index_picks(
+        groups_versions: list[list[tuple[int | None, int | None]]], with_to: bool,
+        queries: list[tuple[int, int]]) -> None:
+    from lookup.versions import TableTimes, index_of_times, instants, pick_in_place
+
+    # A partial cache's table: each group's versions a range of rows, sorted by
+    # valid_from as loads leave them (NULL starts first), some histories bad.
+    rows: list[tuple[int, int | None, int | None]] = []
+    offsets = [0]
+    for g, versions in enumerate(groups_versions):
+        ordered = sorted(versions, key=lambda v: (-1 if v[0] is None else v[0]))
+        rows += [(g, s, e) for s, e in ordered]
+        offsets.append(len(rows))
+    starts = pa.array([s for _, s, _ in rows], pa.timestamp("us", tz="UTC"))
+    ends = pa.array([e for _, _, e in rows], pa.timestamp("us", tz="UTC")) if with_to else None
+    table_offsets = np.array(offsets, dtype=np.int64)
+    groups = np.array([g if g < len(groups_versions) else -1 for g, _ in queries],
+                      dtype=np.int64)
+    times = np.array([t for _, t in queries], dtype=np.int64)
+    known = np.array([t >= -1 for _, t in queries], dtype=bool)
+    group_of_row = np.array([g for g, _, _ in rows], dtype=np.int64)
+    start, has_start = instants(starts)
+    full = index_of_times(group_of_row, start, has_start,
+                          None if ends is None else instants(ends))
+
+    def index_of(used: np.ndarray) -> object:
+        return full  # the whole table's index answers any of its groups
+
+    expected = pick(full, groups, times, known)
+    got = pick_in_place(TableTimes.of(starts, ends), table_offsets, groups, times, known,
+                        index_of)  # type: ignore[arg-type]
+    assert got.tolist() == expected.tolist()
