@@ -270,31 +270,30 @@ class TableTimes:
 
     start: np.ndarray
     end: np.ndarray | None  # None: no valid_to (a version ends where the next starts)
-    bad: np.ndarray  # bad[r]: NULL or inverted versions before row r
-    shared: np.ndarray  # shared[r]: rows before row r sharing time with the next row
+    bad: np.ndarray  # bool: a NULL or inverted version
+    odd: np.ndarray  # int32 prefix: rows before row r bad or sharing time with the one before
 
     @classmethod
     def of(cls, valid_from: pa.Array | pa.ChunkedArray,
            valid_to: pa.Array | pa.ChunkedArray | None) -> TableTimes:
         start, has_start = instants(valid_from)
-        bad_row = ~has_start
+        bad = ~has_start
         end: np.ndarray | None = None
         if valid_to is not None:
             to, has_to = instants(valid_to)
             end = np.where(has_to, to, OPEN)
-            bad_row |= has_to & (to <= start)
-        shared_row = np.zeros(len(start), dtype=bool)
+            bad |= has_to & (to <= start)
+        flag = bad.copy()
         if len(start) > 1:
-            # With the next row: equal starts, or (with valid_to) an overlap. Across two
-            # groups this is a false alarm, which only sends them to the index.
-            shared_row[:-1] = start[1:] == start[:-1]
+            # Sharing time with the row before: an equal start, or (with valid_to) an
+            # overlap. Across two groups a false alarm, left out by the group's bounds.
+            shared = start[1:] == start[:-1]
             if end is not None:
-                shared_row[:-1] |= start[1:] < end[:-1]
-        bad = np.zeros(len(start) + 1, dtype=np.int64)
-        np.cumsum(bad_row, out=bad[1:])
-        shared = np.zeros(len(start) + 1, dtype=np.int64)
-        np.cumsum(shared_row, out=shared[1:])
-        return cls(start, end, bad, shared)
+                shared |= start[1:] < end[:-1]
+            flag[1:] |= shared
+        odd = np.zeros(len(start) + 1, dtype=np.int32)
+        np.cumsum(flag, out=odd[1:])
+        return cls(start, end, bad, odd)
 
 
 def pick_in_place(times: TableTimes, offsets: np.ndarray, groups: np.ndarray,
@@ -309,27 +308,25 @@ def pick_in_place(times: TableTimes, offsets: np.ndarray, groups: np.ndarray,
     if not member.any() or not len(times.start):
         return np.full(count, -1, dtype=np.int64)
     at = np.where(member, groups, 0)
-    low = offsets[at].astype(np.int64)
-    high = offsets[at + 1].astype(np.int64)
-    high = np.where(member, high, low)
-    # A group's last row shares time with the next group's first: not its concern.
-    odd = ((times.bad[high] - times.bad[low] > 0)
-           | (times.shared[np.maximum(high - 1, low)] - times.shared[low] > 0))
+    low = offsets.take(at).astype(np.int64, copy=False)
+    high = np.where(member, offsets.take(at + 1), low).astype(np.int64, copy=False)
+    # Odd: its first row bad, or any later row bad or sharing time with the one before
+    # (the first row's relation to the row before is another group's).
+    odd = ((times.odd.take(high) - times.odd.take(np.minimum(low + 1, high)) > 0)
+           | times.bad.take(low, mode="clip"))
     found = low.copy()
     start = times.start
-    last = max(len(start) - 1, 0)
     depth = int((high - low).max()) if count else 0
     for shift in range(depth.bit_length() - 1, -1, -1):
         candidate = found + (1 << shift)
         take = candidate <= high
-        take &= start[np.minimum(candidate - 1, last)] <= as_of
+        take &= start.take(candidate - 1, mode="clip") <= as_of
         found += take.astype(np.int64) << shift
     row = np.maximum(found - 1, 0)
     if times.end is not None:
-        end = times.end[np.minimum(row, last)]
+        end = times.end.take(row, mode="clip")
     else:
-        following = np.minimum(row + 1, last)
-        end = np.where(row + 1 < high, start[following], OPEN)
+        end = np.where(row + 1 < high, start.take(row + 1, mode="clip"), OPEN)
     ok = member & (found > low) & (as_of < end)
     if as_of_valid is not None:
         ok &= as_of_valid
