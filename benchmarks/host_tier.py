@@ -132,6 +132,9 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=400_000)
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--zipf", type=float, default=1.2)
+    parser.add_argument("--uniform", type=int, default=0, metavar="N",
+                        help="keys drawn uniformly from the first N instead (every worker "
+                             "then sees most of them: the private caches overlap)")
     parser.add_argument("--dsn", default=os.environ.get(
         "POSTGRES_DSN", "postgresql://127.0.0.1:5432/test"))
     args = parser.parse_args()
@@ -146,7 +149,8 @@ def main() -> None:
 
     _dimension(args.dsn, args.keys)
     rng = np.random.default_rng(7)
-    keys = (rng.zipf(args.zipf, args.events) - 1) % args.keys
+    keys = (rng.integers(0, args.uniform, args.events) if args.uniform
+            else (rng.zipf(args.zipf, args.events) - 1) % args.keys)
     distinct = len(np.unique(keys))
     spark = (SparkSession.builder.master(f"local[{args.workers}]")
              .appName("spark-lookup-host-tier").config("spark.ui.enabled", "false")
@@ -182,7 +186,7 @@ def main() -> None:
     spark.stop()
     hit = _host_hit_cost(args.keys)
     payload = {
-        "events": args.events, "keys": args.keys, "zipf": args.zipf,
+        "events": args.events, "keys": args.keys, "zipf": args.zipf, "uniform": args.uniform,
         "workers": args.workers, "distinct_keys_in_stream": distinct,
         "runs": results, "host_hit_1000_keys": hit,
         "loaded_vs_one_worker": {
@@ -190,7 +194,7 @@ def main() -> None:
         "budget": 4, "machine": machine(),
     }
     print(payload)
-    write_result("host_tier", payload)
+    write_result("host_tier" + (f"_uniform_{args.uniform}" if args.uniform else ""), payload)
     with psycopg.connect(args.dsn, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA IF EXISTS {SCHEMA_NAME} CASCADE")
 
