@@ -87,8 +87,11 @@ class DefaultLookupCache(LookupCache):
       ``expire_missing_after`` after it was put, or sooner by the two above: a row that
       arrives late in the dimension is found once its key's miss expires, while rows
       keep their longer life;
-    - after a batch the cache holds at most ``maximum_size`` keys and at most
-      ``maximum_bytes`` bytes (``num_cached_bytes``). Expired entries go first, then
+    - after a batch the cache holds at most ``maximum_size`` keys (for a provider
+      with a ``Validity``, ``maximum_size`` rows: each version of a key is a row, a
+      missing key counts as one, and whole keys go; the lookup runtime switches this
+      on with [`count_rows`][]) and at most ``maximum_bytes`` bytes
+      (``num_cached_bytes``). Expired entries go first, then
       the least recently used: recency is counted in batches, so the entries of one
       batch are equally recent, and among them the earlier put goes first. When it must
       evict, it evicts ``1/64`` of the bound more than needed, so that evictions come in
@@ -226,6 +229,15 @@ class DefaultLookupCache(LookupCache):
         CacheKeys(key_columns, key_types)  # a key type no key can have: refused here
         with self._lock:
             self._entries.bind(schema.remove_metadata(), list(key_columns), key_types)
+
+    def count_rows(self) -> None:
+        """Bound ``maximum_size`` on rows rather than keys, from now on: the lookup
+        runtime calls it when it opens a provider with a ``Validity``, whose entries
+        hold a key's versions. A missing key counts as one row; whole entries go, least
+        recently used first. Not pickled: the runtime calls it where the cache runs."""
+        with self._lock:
+            self._eviction.count_rows = True
+            self._eviction.evict(self._entries)
 
     @property
     def expire_missing_after(self) -> timedelta | None:
@@ -491,7 +503,9 @@ class DefaultLookupCacheBuilder:
         return self
 
     def maximum_size(self, n: int) -> DefaultLookupCacheBuilder:
-        """Keep at most ``n`` keys (least recently used evicted first); ``n >= 1``."""
+        """Keep at most ``n`` keys (least recently used evicted first); ``n >= 1``. For
+        a provider with a ``Validity``, at most ``n`` rows: versions, a missing key
+        counting as one (see [`DefaultLookupCache`][])."""
         return self._set("maximum_size", n)
 
     def maximum_bytes(self, n: int) -> DefaultLookupCacheBuilder:

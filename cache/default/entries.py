@@ -76,6 +76,9 @@ class Entries:
         self.count = 0  # slots used, live or dead
         self.reads_since_put = 0
         self.live = 0
+        # The rows of the live entries, a missing key (no rows) counting as one: what
+        # a cache bounding versions (`Eviction.count_rows`) holds within its bound.
+        self.live_rows = 0
         self.seq = 0
         self.next_deadline = NEVER
         self.hashes = np.zeros(0, dtype=np.uint64)
@@ -170,6 +173,8 @@ class Entries:
     def kill(self, slots: np.ndarray) -> None:
         """Mark live ``slots`` dead (their rows stay until compaction)."""
         if len(slots):
+            starts = self.starts
+            self.live_rows -= int(np.maximum(starts[slots + 1] - starts[slots], 1).sum())
             self.touched[slots] = 0
             if self.deadline is not None:
                 self.deadline[slots] = -NEVER  # dead is expired: one test on reads
@@ -325,6 +330,7 @@ class Entries:
                 self.cap[first : first + k] = cap
         self.count += k
         self.live += k
+        self.live_rows += int(np.maximum(accepted_counts, 1).sum())
         reuse = present[accepted]
         self.table.repoint(positions[accepted[reuse]], new_slots[reuse])
         fresh = accepted[~reuse]

@@ -2,7 +2,8 @@
 
 The cache calls `Eviction` around each batch: expired
 entries go before a put, and after it the cache is brought back within ``maximum_size``
-keys and ``maximum_bytes`` bytes.
+keys (or rows, with `Eviction.count_rows`: a cache of versions) and ``maximum_bytes``
+bytes.
 """
 
 from __future__ import annotations
@@ -21,13 +22,17 @@ _SLACK = 64
 
 
 class Eviction:
-    """The bounds of one cache's entries on keys and bytes (None: unbounded)."""
+    """The bounds of one cache's entries on keys and bytes (None: unbounded).
 
-    __slots__ = ("maximum_bytes", "maximum_size")
+    With ``count_rows``, ``maximum_size`` bounds the rows held (`Entries.live_rows`: a
+    missing key counts as one) rather than the keys: a cache of a key's versions."""
+
+    __slots__ = ("count_rows", "maximum_bytes", "maximum_size")
 
     def __init__(self, maximum_size: int | None, maximum_bytes: int | None) -> None:
         self.maximum_size = maximum_size
         self.maximum_bytes = maximum_bytes
+        self.count_rows = False
 
     def expire(self, entries: Entries, now: float) -> None:
         """Kill every expired entry, if any can have expired by ``now``."""
@@ -49,8 +54,12 @@ class Eviction:
     def evict(self, entries: Entries) -> None:
         """Bring the entries within the bounds, least recently used first."""
         bound = self.maximum_size
-        if bound is not None and entries.live > bound:
-            _evict_oldest(entries, entries.live - bound + bound // _SLACK)
+        if bound is not None:
+            if self.count_rows:
+                if entries.live_rows > bound:
+                    _evict_oldest_rows(entries, entries.live_rows - bound + bound // _SLACK)
+            elif entries.live > bound:
+                _evict_oldest(entries, entries.live - bound + bound // _SLACK)
         limit = self.maximum_bytes
         if limit is None:
             return
@@ -75,3 +84,14 @@ def _evict_oldest(entries: Entries, count: int) -> None:
     # Least recent batch first; within a batch, the earlier slot.
     order = (entries.touched[live].astype(np.uint64) << np.uint64(32)) | live.astype(np.uint64)
     entries.kill(live[np.argpartition(order, count - 1)[:count]])
+
+
+def _evict_oldest_rows(entries: Entries, rows: int) -> None:
+    """Kill whole entries, least recently used first, until at least ``rows`` rows
+    (a missing key counting as one) are gone."""
+    live = np.flatnonzero(entries.touched[: entries.count] > 0)
+    order = (entries.touched[live].astype(np.uint64) << np.uint64(32)) | live.astype(np.uint64)
+    oldest = live[np.argsort(order)]
+    starts = entries.starts
+    held = np.cumsum(np.maximum(starts[oldest + 1] - starts[oldest], 1))
+    entries.kill(oldest[: int(np.searchsorted(held, rows)) + 1])

@@ -161,6 +161,9 @@ class LoadingRuntime(LookupRuntime):
                     raise
         if self._cache is not None:
             try:
+                if (self.provider.validity is not None
+                        and isinstance(self._cache, DefaultLookupCache)):
+                    self._cache.count_rows()  # an entry holds a key's versions
                 self._cache.bind(self._schema, list(self.provider.key_columns))
                 self._cache.open(self.metrics)
                 if self._guard is not None and self._feed is not None:

@@ -596,3 +596,86 @@ def test_invalidated_entries_are_compacted_away() -> None:
     assert cache.invalidate_arrow([pa.array(range(4000), pa.int64())]) == 4000
     assert cache.size() == 1000
     assert cache.metrics.num_cached_bytes < held / 2
+
+
+def _versions(key: int, count: int) -> list[tuple[int, int]]:
+    return [(key, version) for version in range(count)]
+
+
+def _rows_held(cache: DefaultLookupCache, keys: range) -> int:
+    held = (cache.get_if_present((k,)) for k in keys)
+    return sum(max(len(rows), 1) for rows in held if rows is not None)
+
+
+def test_counting_rows_bounds_versions_not_keys() -> None:
+    cache = build(maximum_size=25)
+    cache.count_rows()
+    for key in range(6):
+        cache.put((key,), _versions(key, 10))
+        assert _rows_held(cache, range(6)) <= 25
+    # Whole keys go, least recently used first: the two last put stay.
+    assert cache.size() == 2
+    assert cache.get_if_present((4,)) == tuple(_versions(4, 10))
+    assert cache.get_if_present((5,)) == tuple(_versions(5, 10))
+
+
+def test_counting_rows_evicts_the_least_recently_used_and_counts_a_miss_as_one() -> None:
+    cache = build(maximum_size=10)
+    cache.count_rows()
+    cache.put((1,), _versions(1, 4))
+    cache.put((2,), [])  # a missing key: one
+    cache.put((3,), _versions(3, 4))
+    assert cache.size() == 3  # 9 rows
+    cache.get_if_present((1,))  # 2, then 3, are now the least recently used
+    cache.put((4,), _versions(4, 2))  # 11 rows: the miss goes, and it is enough
+    assert cache.get_if_present((2,)) is None
+    assert [cache.get_if_present((k,)) is not None for k in (1, 3, 4)] == [True] * 3
+    cache.put((5,), _versions(5, 3))  # 13 rows: 1 (read just above, before 3) goes
+    assert cache.get_if_present((1,)) is None
+    assert _rows_held(cache, range(6)) == 9
+
+
+def test_counting_rows_with_replacement_invalidation_and_expiry() -> None:
+    timer = FakeTimer()
+    cache = build(timer, maximum_size=10, expire_after_write=10)
+    cache.count_rows()
+    cache.put((1,), _versions(1, 5))
+    cache.put((1,), _versions(1, 3))  # replaced: 3 rows, not 8
+    cache.put((2,), _versions(2, 7))
+    assert cache.size() == 2
+    cache.invalidate((2,))
+    cache.put((3,), _versions(3, 7))  # 2's rows no longer count
+    assert cache.size() == 2
+    timer.tick(11)
+    cache.put((4,), _versions(4, 10))  # the expired go first: 4 alone fits
+    assert cache.get_if_present((4,)) == tuple(_versions(4, 10))
+    assert cache.size() == 1
+
+
+def test_a_key_with_more_versions_than_the_bound_is_not_kept() -> None:
+    cache = build(maximum_size=5)
+    cache.count_rows()
+    cache.put((1,), _versions(1, 3))
+    cache.put((2,), _versions(2, 6))
+    assert cache.size() == 0 or cache.get_if_present((2,)) is None
+    assert _rows_held(cache, range(3)) <= 5
+
+
+def test_without_counting_rows_the_bound_counts_keys() -> None:
+    cache = build(maximum_size=3)
+    for key in range(3):
+        cache.put((key,), _versions(key, 10))
+    assert cache.size() == 3
+    assert _rows_held(cache, range(3)) == 30
+    cache.put((3,), _versions(3, 10))
+    assert cache.size() == 3
+    assert cache.get_if_present((0,)) is None
+
+
+def test_counting_rows_is_not_shipped() -> None:
+    cache = build(maximum_size=2)
+    cache.count_rows()
+    copy = pickle.loads(pickle.dumps(cache))
+    copy.open()
+    copy.put((1,), _versions(1, 5))
+    assert copy.size() == 1

@@ -325,3 +325,42 @@ def test_per_key_times_older_than_the_retention_get_none_and_are_counted(
     handle.clock = lambda: ago(60).timestamp()
     assert handle.lookup(key, as_of=ago(80))[0][3] == 2.0
     assert handle.metrics.num_out_of_retention == 3
+
+
+@pytest.mark.parametrize("path", ["join", "per-key"])
+def test_a_partial_caches_size_bound_counts_versions(path: str, tmp_path: Path,
+                                                     opened: list[Any]) -> None:
+    # Ten keys of ten versions each, through a cache of maximum_size 25: at most 25
+    # versions held (two keys), however the keys are loaded; every answer still right.
+    file = tmp_path / "many.sqlite"
+    with sqlite3.connect(file) as db:
+        db.execute("CREATE TABLE rates (id INTEGER PRIMARY KEY, cur TEXT, region INTEGER, "
+                   "rate REAL, valid_from TIMESTAMP, valid_to TIMESTAMP)")
+        db.executemany(
+            "INSERT INTO rates (cur, region, rate, valid_from, valid_to) VALUES (?,?,?,?,?)",
+            [(f"C{k}", 1, k + v / 100, _text(at(v + 1)), _text(at(v + 2)) if v < 9 else None)
+             for k in range(10) for v in range(10)])
+    cache = DefaultLookupCache.new_builder().maximum_size(25).build()
+    function = SqlLookupFunction(functools.partial(sqlite3.connect, file), "rates",
+                                 ["cur", "region"], schema=SCHEMA)
+    chosen = PartialCachingLookupProvider.of(function, cache, validity=VALIDITY)
+    handle = open_lookup(chosen)
+    opened.append(handle)
+    keys = [(f"C{k}", 1) for k in range(10)]
+    times = [at(k % 10 + 1, 12) for k in range(10)]
+    want = [k + (k % 10) / 100 for k in range(10)]
+    if path == "join":
+        batch = pa.RecordBatch.from_arrays(
+            [pa.array(range(10), pa.int64()), pa.array([c for c, _ in keys]),
+             pa.array([1] * 10, pa.int32()), pa.array(times, pa.timestamp("us", tz="UTC"))],
+            names=STREAM.fieldNames())
+        plan = plan_join(STREAM, chosen, ["cur", "region"], "left", ["rate"],
+                         as_of="order_time")
+        got = join_batch(batch, plan.shape, handle.runtime).column("rate").to_pylist()
+    else:
+        got = [rows[0][3] if rows else None for rows in handle.lookup_batch(keys, as_of=times)]
+    assert got == want
+    held = [cache.get_if_present(key) for key in keys]
+    assert sum(len(rows) for rows in held if rows is not None) <= 25
+    assert cache.size() == 2
+    assert all(len(rows) == 10 for rows in held if rows is not None)
