@@ -130,7 +130,13 @@ class ChangeOverlay:
 
     def changes(self, changes: Sequence[Change]) -> None:
         """Queue the changed keys for a keyed read ("everything": a full reload)."""
-        self._reloads.metrics.inc_notifications(len(changes))
+        try:
+            self._take(changes)
+        finally:
+            # Counted once queued: whoever sees the count sees the read pending too.
+            self._reloads.metrics.inc_notifications(len(changes))
+
+    def _take(self, changes: Sequence[Change]) -> None:
         if any(change.everything for change in changes):
             self._reloads.reload_soon()
             return

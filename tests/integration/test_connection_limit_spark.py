@@ -70,7 +70,10 @@ def test_a_source_over_its_connection_limit_is_waited_for(
     # refused loads wait (their queue tickets make the others' idle connections close).
     # Each worker caches alone, so that loads overlap: a host tier's single loads would
     # mostly keep them under the role's limit.
-    provider = _provider(postgres_dsn, pg_schema, limited_role, share_across_workers=False)
+    # Adaptive concurrency off too: it lowers the host's limit under the role's once the
+    # role refuses, which is its job, and then nothing more is refused to wait for.
+    provider = _provider(postgres_dsn, pg_schema, limited_role, share_across_workers=False,
+                         adaptive_concurrency=False)
     _join(spark, provider)
     metrics = lookup_metrics(provider)
     assert metrics.num_load_failures == 0
