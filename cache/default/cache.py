@@ -280,22 +280,16 @@ class DefaultLookupCache(LookupCache):
     def put_arrow(self, keys: Sequence[pa.Array], index: pa.Array,
                   rows: pa.Table | pa.RecordBatch) -> None:
         """Cache the answers of distinct keys in bulk (see [`LookupCache.put_arrow`][])."""
-        self._bound_schema()
-        arrays = [a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in keys]
-        table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
-        positions = index.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-        with self._lock:
-            entries = self._entries
-            entries.reads_since_put = 0
-            assert entries.schema is not None
-            if table.schema != entries.schema:
-                table = table.cast(entries.schema)
-            self._put(arrays, positions, table if table.num_rows else None, self._now())
+        self._put_arrow(keys, index, rows, None)
 
     def put_arrow_aged(self, keys: Sequence[pa.Array], index: pa.Array,
                        rows: pa.Table | pa.RecordBatch, ages: np.ndarray) -> None:
         """`put_arrow` of answers loaded ``ages`` seconds ago (a host tier's), whose
         lives count from their load: a row never outlives its TTL by passing through."""
+        self._put_arrow(keys, index, rows, np.asarray(ages, dtype=np.float64))
+
+    def _put_arrow(self, keys: Sequence[pa.Array], index: pa.Array,
+                   rows: pa.Table | pa.RecordBatch, ages: np.ndarray | None) -> None:
         self._bound_schema()
         arrays = [a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in keys]
         table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
@@ -308,7 +302,7 @@ class DefaultLookupCache(LookupCache):
                 table = table.cast(entries.schema)
             now = self._now()
             self._put(arrays, positions, table if table.num_rows else None, now,
-                      now - np.asarray(ages, dtype=np.float64))
+                      None if ages is None else now - ages)
 
     def host_tier_bounds(self) -> dict[str, Any]:
         """The bounds a host tier behind this cache keeps: ``maximum_size``, and the
