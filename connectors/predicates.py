@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from spark_lookup.errors import ConfigError
 from spark_lookup.identifiers import validate_identifier
@@ -24,6 +24,8 @@ from spark_lookup.shown import shown
 __all__ = [
     "OPERATORS",
     "Predicate",
+    "VersionBoundedLookup",
+    "VersionBounds",
     "predicates_mask",
     "predicates_to_pruning",
     "predicates_to_sql",
@@ -84,6 +86,38 @@ class Predicate:
             raise ConfigError(
                 f"predicate {self.column!r} {op} None is never true in SQL: use 'is null'"
             )
+
+
+@dataclass(frozen=True)
+class VersionBounds:
+    """The versions a point-in-time lookup may leave unread: those starting after
+    ``latest_start`` and, given ``valid_to``, those ending at or before
+    ``earliest_end``. Times are microseconds as `lookup.versions.instants` reads the
+    version columns (a TIMESTAMP's since the epoch in UTC, a TIMESTAMP_NTZ's or a
+    DATE's on the wall clock).
+
+    A bound, not a filter: a source may read more (rows whose times it cannot order
+    as they read), never fewer; rows whose ``valid_from`` is NULL are read (the
+    bad-value policy counts them). Which joins may use it is the runtime's to decide
+    (`lookup.runtime.partial`).
+    """
+
+    valid_from: str
+    latest_start: int
+    valid_to: str | None = None
+    earliest_end: int | None = None
+
+
+@runtime_checkable
+class VersionBoundedLookup(Protocol):
+    """A lookup function that can leave versions out of a batched load
+    (``SqlLookupFunction``): a no-cache point-in-time join asks it for the versions
+    its batch's times may need only."""
+
+    def lookup_arrow_between(self, keys: Sequence[Any], bounds: VersionBounds
+                             ) -> tuple[Any, Any]:
+        """``lookup_arrow``, reading no version ``bounds`` rules out."""
+        ...
 
 
 def check_predicates(

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -73,9 +73,15 @@ class KeyedLookupFunction(CountsBadValues, LookupFunction):
 
         Runs on executors. Raises as [`lookup_batch`][] does.
         """
+        return self._arrow_answer(keys, self._query)
+
+    def _arrow_answer(self, keys: Sequence[Any],
+                      query: Callable[[EncodedKeys], tuple[pa.Int64Array, pa.RecordBatch]]
+                      ) -> tuple[pa.Int64Array, pa.RecordBatch]:
+        """`lookup_arrow`'s answer, the encoded keys asked of ``query``."""
         encoded = self._codec.encode_arrays(keys)
         if not len(encoded):
             schema = to_arrow_schema(self._struct)
             return pa.array([], pa.int64()), pa.RecordBatch.from_pylist([], schema=schema)
-        index, batch = self._query(encoded)
+        index, batch = query(encoded)
         return encoded.original_positions(index), batch

@@ -13,7 +13,7 @@ from pyspark.sql import types as T
 
 from connectors.keys import EncodedKeys, KeyCodec
 from connectors.policy import BadValuePolicy
-from connectors.predicates import Predicate
+from connectors.predicates import Predicate, VersionBounds
 from connectors.sql import SqlConnection, SqlTable
 from lookup.keyed import KeyedLookupFunction
 from spark_lookup.connection_budget import ConnectionBudget
@@ -252,13 +252,21 @@ class SqlLookupFunction(PerProcess, KeyedLookupFunction):
 
     # --- lookups
 
-    def _query(self, encoded: EncodedKeys) -> tuple[pa.Int64Array, pa.RecordBatch]:
+    def lookup_arrow_between(self, keys: Sequence[Any], bounds: VersionBounds
+                             ) -> tuple[pa.Int64Array, pa.RecordBatch]:
+        """`lookup_arrow`, the statement leaving out the versions ``bounds`` rules
+        out where the database orders their times as they read (see
+        `connectors.sql.table`): a no-cache point-in-time join's load."""
+        return self._arrow_answer(keys, lambda encoded: self._query(encoded, bounds))
+
+    def _query(self, encoded: EncodedKeys, bounds: VersionBounds | None = None
+               ) -> tuple[pa.Int64Array, pa.RecordBatch]:
         if self._sql.budgeted:
-            return self._pooled_query(encoded)
+            return self._pooled_query(encoded, bounds)
         for attempt in (1, 2):
             connection, fresh = self._acquire()
             try:
-                return self._sql.lookup(connection, encoded, self._max_batch_size)
+                return self._sql.lookup(connection, encoded, self._max_batch_size, bounds)
             except TransientConnectorError as exc:
                 self._discard(connection)
                 if attempt == 1 and not fresh:
@@ -271,7 +279,8 @@ class SqlLookupFunction(PerProcess, KeyedLookupFunction):
                 raise
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _pooled_query(self, encoded: EncodedKeys) -> tuple[pa.Int64Array, pa.RecordBatch]:
+    def _pooled_query(self, encoded: EncodedKeys, bounds: VersionBounds | None
+                      ) -> tuple[pa.Int64Array, pa.RecordBatch]:
         """The lookup on a connection of the table's pool (under a budget), given back
         after the statement; a pooled connection that broke while idle is replaced and
         the statement retried once, at once."""
@@ -280,7 +289,7 @@ class SqlLookupFunction(PerProcess, KeyedLookupFunction):
             pooled = table.pool().take()
             connection = pooled if pooled is not None else table.connect()
             try:
-                found = table.lookup(connection, encoded, self._max_batch_size)
+                found = table.lookup(connection, encoded, self._max_batch_size, bounds)
             except TransientConnectorError as exc:
                 connection.close()
                 if attempt == 1 and pooled is not None:

@@ -8,6 +8,7 @@ table gives the same values and types whichever reads it.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -21,11 +22,11 @@ from connectors.convert import Conformer
 from connectors.keys import EncodedKeys
 from connectors.policy import BadValuePolicy, BadValueStats
 from connectors.pool import POOL_LOCK, ConnectionPool
-from connectors.predicates import Predicate, check_predicates, predicates_to_sql
+from connectors.predicates import Predicate, VersionBounds, check_predicates, predicates_to_sql
 from connectors.sql.catalog import ColumnInfo, TableInfo
 from connectors.sql.connection import SqlConnection, open_connection
 from connectors.sql.dialects import Dialect, dialect_for
-from connectors.sql.dialects.base import KeyBinding
+from connectors.sql.dialects.base import KeyBinding, LookupPlan
 from connectors.sql.flavor import SQLITE
 from connectors.sql.types import ColumnRead, check_read
 from spark_lookup.connection_budget import ConnectionBudget
@@ -35,6 +36,7 @@ from spark_lookup.options import as_timedelta
 from spark_lookup.per_process import PerProcess
 from spark_lookup.schema import SchemaLike, parse_schema, to_arrow_schema
 from spark_lookup.shown import shown
+from spark_lookup.type_families import DATETIME_TYPES
 
 __all__ = ["KeyBinding", "SqlPlan", "SqlTable", "check_factory"]
 
@@ -89,6 +91,8 @@ class SqlPlan:
     filters: tuple[Predicate, ...]
     known_columns: tuple[str, ...] = ()
     """Every column the catalog lists (empty without a catalog)."""
+    ordered_times: frozenset[str] = frozenset()
+    """The time columns the database orders as they read (`Dialect.ordered_time`)."""
     _memo: dict[Hashable, Any] = field(default_factory=dict, compare=False, repr=False)
     """What is built from the plan alone, kept (a lookup statement's text)."""
 
@@ -377,6 +381,9 @@ class SqlTable(PerProcess):
             ),
             filters=self.filters,
             known_columns=tuple(known),
+            ordered_times=frozenset(
+                f.name for f in schema.fields if isinstance(f.dataType, DATETIME_TYPES)
+                and dialect.ordered_time(info.column(f.name), f.dataType)),
         )
 
     def _check_key(self, dialect: Dialect, column: ColumnInfo | None, spark: T.DataType
@@ -478,10 +485,11 @@ class SqlTable(PerProcess):
                                                  rest=rest):
             yield reading.to_batch(wires, built_flags, key_index)
 
-    def lookup(self, connection: SqlConnection, keys: EncodedKeys, max_keys: int | None = None
-               ) -> tuple[pa.Int64Array, pa.RecordBatch]:
+    def lookup(self, connection: SqlConnection, keys: EncodedKeys, max_keys: int | None = None,
+               versions: VersionBounds | None = None) -> tuple[pa.Int64Array, pa.RecordBatch]:
         """The rows of the distinct ``keys``: for each row, the index of its key in
-        ``keys.distinct``, and the rows as a record batch of the schema.
+        ``keys.distinct``, and the rows as a record batch of the schema; with
+        ``versions``, the rows they leave out may be left unread (`_BoundedPlan`).
 
         One statement per batch (split only above the driver's parameter limit or
         ``max_keys``). Keys that can never match a column (text that is no uuid, an
@@ -496,6 +504,7 @@ class SqlTable(PerProcess):
         if not plan.key_columns:
             raise ConfigError(f"{self.what} has no key columns to look rows up by")
         reading = self.reading()
+        statement_plan: LookupPlan = plan if versions is None else _BoundedPlan(plan, versions)
         positions = plan.dialect.sendable(plan.key_bindings, keys.arrays)
         arrays = keys.arrays if positions is None else [a.take(positions) for a in keys.arrays]
         count = len(arrays[0]) if arrays else 0
@@ -506,8 +515,8 @@ class SqlTable(PerProcess):
         batches: list[pa.RecordBatch] = []
         for start in range(0, count, per_statement):
             chunk = [array.slice(start, per_statement) for array in arrays]
-            for index, batch in self._lookup_chunk(connection, plan, reading, chunk, keys, start,
-                                                   positions):
+            for index, batch in self._lookup_chunk(connection, plan, statement_plan, reading,
+                                                   chunk, keys, start, positions):
                 indices.append(index)
                 batches.append(batch)
         if len(indices) == 1:
@@ -516,10 +525,11 @@ class SqlTable(PerProcess):
             index = pa.concat_arrays(indices) if indices else pa.array([], pa.int64())
         return index, _one_batch(batches, reading.schema)
 
-    def _lookup_chunk(self, connection: SqlConnection, plan: SqlPlan, reading: _TableReading,
+    def _lookup_chunk(self, connection: SqlConnection, plan: SqlPlan, statement_plan: LookupPlan,
+                      reading: _TableReading,
                       chunk: list[pa.Array], keys: EncodedKeys, start: int,
                       positions: pa.Array | None) -> Iterator[tuple[pa.Int64Array, pa.RecordBatch]]:
-        statement = plan.dialect.lookup_statement(plan, connection.flavor, chunk)
+        statement = plan.dialect.lookup_statement(statement_plan, connection.flavor, chunk)
         sql, params, by_value = statement.sql, statement.params, statement.by_value
         wire = reading.wire_types if by_value else reading.positioned_wire_types
         first = start if positions is None else positions[start].as_py()
@@ -552,6 +562,119 @@ class SqlTable(PerProcess):
 
             batch, keep = reading.conform(wires[1:], built_flags[1:], describe_sent)
             yield (sent_index if keep is None else sent_index.filter(keep)), batch
+
+
+_EPOCH = dt.datetime(1970, 1, 1)
+_DAY_MICROS = 86_400_000_000
+_SECOND_MICROS = 1_000_000
+_JULIAN_EPOCH = 2440587.5  # 1970-01-01 00:00 as a Julian day number
+# A loose time (`Dialect.loose_time_sql`) is compared a day wide: more than any offset
+# in a text, and any double's rounding.
+_LOOSE_MARGIN_DAYS = 1.0
+
+
+def _time_value(micros: int, target: T.DataType, up: bool) -> Any:
+    """``micros`` (as `lookup.versions.instants` reads ``target``) as a value of the
+    column's type to bind: a DATE's day, or a timestamp widened to the whole second
+    (``up``: the next one), so that no database's rounding of a fraction in a
+    comparison can leave a row out. None beyond Python's datetimes (no bound)."""
+    try:
+        if isinstance(target, T.DateType):
+            return (_EPOCH + dt.timedelta(days=micros // _DAY_MICROS)).date()
+        seconds = -(-micros // _SECOND_MICROS) if up else micros // _SECOND_MICROS
+        naive = _EPOCH + dt.timedelta(seconds=seconds)
+    except OverflowError:
+        return None
+    return naive.replace(tzinfo=dt.timezone.utc) if isinstance(target, T.TimestampType) else naive
+
+
+def _earliest(target: T.DataType) -> Any:
+    """Spark's first time of ``target``: the stored values before it read as bad."""
+    first = dt.datetime(1, 1, 1)
+    if isinstance(target, T.DateType):
+        return first.date()
+    return first.replace(tzinfo=dt.timezone.utc) if isinstance(target, T.TimestampType) else first
+
+
+class _BoundedPlan:
+    """A lookup statement's plan whose filters leave out versions a point-in-time
+    join's batch cannot need (`VersionBounds`): every dialect's lookup statement takes
+    them as the table's own filters, bound after them.
+
+    Only rows whose time the database orders as it reads are left out, so a bound
+    never drops a row the join would have used:
+
+    - ``valid_from`` after the latest start: compared as its own type (`ordered_time`),
+      or as a Julian day a day wide (`loose_time_sql`, SQLite's text); NULL, and text
+      the database cannot read, kept. (A stored value that reads as bad is a NULL
+      valid_from, which matches nothing: leaving it out changes a count only.)
+    - ``valid_to`` at or before the earliest end: only where ordered as its own type,
+      and never a value that reads as bad (`unread_time_sql`): read as NULL, it is a
+      version still valid. Text is not bounded: a valid_to the conformer cannot read
+      ('2024-02-30') is still valid, and SQLite's ``julianday`` reads it as a time.
+    """
+
+    def __init__(self, plan: SqlPlan, bounds: VersionBounds) -> None:
+        self._plan = plan
+        self._bounds = bounds
+
+    @property
+    def table_sql(self) -> str:
+        return self._plan.table_sql
+
+    @property
+    def key_columns(self) -> tuple[str, ...]:
+        return self._plan.key_columns
+
+    @property
+    def key_bindings(self) -> tuple[KeyBinding, ...]:
+        return self._plan.key_bindings
+
+    def select_sql(self) -> str:
+        return self._plan.select_sql()
+
+    def column_sql(self, name: str) -> str:
+        return self._plan.column_sql(name)
+
+    def memo(self, key: Hashable, build: Callable[[], _Built]) -> _Built:
+        # Not kept: the bounds' values change with every batch (a statement's text costs
+        # a tenth of a millisecond to build, a round trip far more).
+        return build()
+
+    def filter_sql(self, placeholder: Callable[[int], str], first: int = 0
+                   ) -> tuple[list[str], list[Any]]:
+        conditions, values = self._plan.filter_sql(placeholder, first)
+
+        def bind(value: Any) -> str:
+            values.append(value)
+            return placeholder(first + len(values) - 1)
+
+        plan, bounds = self._plan, self._bounds
+        dialect = plan.dialect
+        schema = plan.schema
+        start = plan.column_sql(bounds.valid_from)
+        start_type = schema[bounds.valid_from].dataType
+        if bounds.valid_from in plan.ordered_times:
+            latest = _time_value(bounds.latest_start, start_type, up=True)
+            if latest is not None:
+                conditions.append(f"({start} IS NULL OR {start} <= {bind(latest)})")
+        else:
+            loose = dialect.loose_time_sql(start)
+            if loose is not None:
+                day = (bounds.latest_start / _DAY_MICROS + _JULIAN_EPOCH
+                       + _LOOSE_MARGIN_DAYS)
+                conditions.append(f"({loose} IS NULL OR {loose} <= {bind(day)})")
+        if (bounds.valid_to is not None and bounds.earliest_end is not None
+                and bounds.valid_to in plan.ordered_times):
+            end = plan.column_sql(bounds.valid_to)
+            end_type = schema[bounds.valid_to].dataType
+            earliest = _time_value(bounds.earliest_end, end_type, up=False)
+            if earliest is not None:
+                # DATE: a day d ends after lo when its midnight does, d > lo's day.
+                unread = dialect.unread_time_sql(end, bind(_earliest(end_type)))
+                conditions.append(
+                    f"({end} IS NULL OR {end} > {bind(earliest)} OR {unread})")
+        return conditions, values
 
 
 class _TableReading:

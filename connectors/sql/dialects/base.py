@@ -164,6 +164,27 @@ class Dialect:
         ``spark`` key (its equality would miss rows a cache finds), or None."""
         return None
 
+    def ordered_time(self, column: ColumnInfo | None, target: T.DataType) -> bool:
+        """Whether the database orders ``column``'s values as they read as ``target``
+        (a DATE, TIMESTAMP or TIMESTAMP_NTZ), so that a bound time of ``target`` in a
+        comparison leaves out no row that reads as a time on its side: the column's
+        own type holding the target's values (not text, nor another kind of time).
+        Values read as bad (null) are `unread_time_sql`'s. None here: unknown."""
+        return False
+
+    def unread_time_sql(self, column_sql: str, earliest: str) -> str:
+        """A condition holding for every stored value of an `ordered_time` column that
+        the database orders before a time of Spark's range yet that reads as bad
+        (null): ``earliest`` is the placeholder of Spark's first time. Here those
+        before it (-infinity, BC)."""
+        return f"{column_sql} < {earliest}"
+
+    def loose_time_sql(self, column_sql: str) -> str | None:
+        """An expression of a time column that is not `ordered_time` (text) giving its
+        time as a Julian day number to within a few hours, or NULL where the database
+        cannot read it; None: the database has none."""
+        return None
+
     # --- values
 
     def bindable(self, value: Any) -> Any:

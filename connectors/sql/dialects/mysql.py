@@ -245,6 +245,22 @@ class MysqlDialect(Dialect):
                     f"text ('1.1' and '1.10'); declare it STRING")
         return None
 
+    def ordered_time(self, column: ColumnInfo | None, target: T.DataType) -> bool:
+        """DATE as DATE; DATETIME and TIMESTAMP as either timestamp (text without an
+        offset, read as UTC's wall clock, the connection's zone)."""
+        if column is None:
+            return False
+        if isinstance(target, T.DateType):
+            return column.type_name == "date"
+        return column.type_name in ("datetime", "timestamp")
+
+    def unread_time_sql(self, column_sql: str, earliest: str) -> str:
+        """Besides those before year 1, the zero dates and dates with a zero month or
+        day ('2024-00-10', stored outside strict mode): MySQL orders them among the
+        others, and they read as bad values."""
+        return (f"({column_sql} < {earliest} OR MONTH({column_sql}) = 0 "
+                f"OR DAYOFMONTH({column_sql}) = 0)")
+
     # --- values
 
     def bindable(self, value: Any) -> Any:

@@ -28,6 +28,10 @@ _KEY_TYPES: dict[type[T.DataType], str] = {
     T.ByteType: "int2", T.ShortType: "int2", T.IntegerType: "int4", T.LongType: "int8",
     T.FloatType: "float4", T.DoubleType: "float8", T.DecimalType: "numeric",
 }
+# The time types read as their own values (the driver's), in the session zone UTC.
+_OWN_TIMES = {
+    ("date", T.DateType), ("timestamp", T.TimestampNTZType), ("timestamptz", T.TimestampType),
+}
 _EXACT_PAIRS = {
     ("date", T.DateType), ("timestamp", T.TimestampNTZType), ("timestamptz", T.TimestampType),
     ("bool", T.BooleanType),
@@ -181,6 +185,9 @@ class PostgresDialect(base.Dialect):
         return base.KeyBinding(array_type=array_type, uuid=column.type_name == "uuid",
                                enum_labels=column.enum_labels if column.type_kind == "e" else (),
                                text=isinstance(spark, STRING_TYPES), exact=exact)
+
+    def ordered_time(self, column: ColumnInfo | None, target: T.DataType) -> bool:
+        return column is not None and (column.type_name, type(target)) in _OWN_TIMES
 
     def sendable(self, bindings: Sequence[base.KeyBinding], arrays: Sequence[pa.Array]
                  ) -> pa.Array | None:

@@ -155,6 +155,12 @@ class SqliteDialect(Dialect):
             f"THEN quote({quoted}) || ' (a ' || typeof({quoted}) || ' value)' END",
         )
 
+    def loose_time_sql(self, column_sql: str) -> str | None:
+        """``julianday``: it reads the ISO 8601 texts the conformer reads (an offset
+        applied, a double's precision), NULL for others; text comparison would order
+        '2024-01-02T00:00' after '2024-01-02 09:00'."""
+        return f"julianday({column_sql})"
+
     def bindable(self, value: Any) -> Any:
         """SQLite compares dates, timestamps and decimals as the text it stores."""
         if isinstance(value, bool):
