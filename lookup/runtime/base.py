@@ -171,13 +171,16 @@ class LookupRuntime:
         """Rows of distinct, null-free keys."""
         raise NotImplementedError
 
-    def probe(self, keys: Sequence[pa.Array], describe: str = "lookup") -> Answers:
+    def probe(self, keys: Sequence[pa.Array], describe: str = "lookup",
+              as_of_range: tuple[int, int] | None = None) -> Answers:
         """The rows of a batch of distinct keys, one Arrow array per key column (a key
         holding a null never matches): the one path of joins and SQL functions, for
         every kind of provider.
 
         This default answers through `lookup_batch` (a Python tuple per key and
-        row); a full cache answers from its snapshot's index.
+        row); a full cache answers from its snapshot's index. ``as_of_range``: the
+        range of a point-in-time batch's known times (microseconds), which a runtime
+        without a cache may use to read fewer versions; ignored here.
 
         Raises
         ------

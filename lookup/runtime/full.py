@@ -379,7 +379,8 @@ class FullCachingRuntime(LookupRuntime):
         running = self._running
         return (running is not None and not running.done()) or self._due.soon()
 
-    def probe(self, keys: Sequence[pa.Array], describe: str = "lookup") -> Answers:
+    def probe(self, keys: Sequence[pa.Array], describe: str = "lookup",
+              as_of_range: tuple[int, int] | None = None) -> Answers:
         """The keys' groups in the snapshot's index (one vectorized probe; repeats and
         nulls welcome), its offsets and rows; a hit or miss counted per non-null key."""
         self._before_lookups()

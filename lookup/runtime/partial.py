@@ -29,6 +29,7 @@ from cache.fit import misfit_check
 from cache.host.tier import HostAnswers, HostTier
 from connectors.keys import EncodedKeys, KeyCodec
 from connectors.policy import BadValuePolicy
+from connectors.predicates import VersionBoundedLookup, VersionBounds
 from lookup.changes.feed import ChangeFeed
 from lookup.changes.listener import Subscription, subscribe
 from lookup.changes.partial import CacheInvalidation
@@ -206,15 +207,18 @@ class LoadingRuntime(LookupRuntime):
 
     # --- the batch path of joins and SQL functions, in Arrow
 
-    def probe(self, keys: Sequence[pa.Array], describe: str = "lookup") -> Answers:
+    def probe(self, keys: Sequence[pa.Array], describe: str = "lookup",
+              as_of_range: tuple[int, int] | None = None) -> Answers:
         """Distinct keys: cast to the key columns' types (a key that cannot be, or holds
-        a null, never matches), then answered as `_answer` says."""
+        a null, never matches), then answered as `_answer` says; a load may leave out
+        the versions no time of ``as_of_range`` needs (`_version_bounds`)."""
         function = self._arrow_function
         if function is None:
             return super().probe(keys, describe)
         total = len(keys[0]) if keys else 0
         encoded = self._codec.encode_arrays(keys)
-        groups_kept, offsets, rows = self._answer(function, encoded.arrays)
+        groups_kept, offsets, rows = self._answer(
+            function, encoded.arrays, self._version_bounds(function, as_of_range))
         if encoded.kept is None:
             groups = groups_kept
         else:
@@ -222,11 +226,61 @@ class LoadingRuntime(LookupRuntime):
             groups[encoded.kept.to_numpy(zero_copy_only=False)] = groups_kept
         return Answers(None, groups, offsets, rows)
 
-    def _fetch(self, function: LookupFunction, arrays: list[pa.Array]) -> _Fetched:
+    def _version_bounds(self, function: LookupFunction, as_of_range: tuple[int, int] | None
+                        ) -> VersionBounds | None:
+        """What a load may leave out for a batch whose known ``as_of`` times lie in
+        ``as_of_range`` (microseconds, as `lookup.versions.instants` reads them), or
+        None: every version of the keys is read.
+
+        Only without a cache (a cache keeps a key's versions for every later time),
+        from a function that can (`VersionBoundedLookup`), and only where the versions
+        left out cannot change what `lookup.versions.version_index` makes of the rest
+        for a time t in [lo, hi] (rows with a NULL ``as_of`` match nothing anyway):
+
+        - No valid_to, PERMISSIVE or DROPMALFORMED: the version at t is the one with
+          the latest usable valid_from <= t, ending at the next later start, which is
+          after t wherever it lies. Versions starting after hi are never it; the only
+          overlaps are equal starts, all on one side of hi together, so the ties that
+          are read are the same ones, counted, dropped (DROPMALFORMED, each earlier
+          version then running on to the next start kept) or resolved (PERMISSIVE) as
+          before. Without valid_to a version ends where the next begins, so no bound
+          below.
+        - valid_to, PERMISSIVE: the version at t is the latest-starting one with
+          valid_from <= t < valid_to; a version starting after hi or ending at or
+          before lo holds at no such t, and leaving it out changes no other version's
+          pieces there. (Under DROPMALFORMED such a version still drops every version
+          it overlaps, ones that would answer: no bound.)
+        - FAILFAST: no bound: a bad version anywhere in a key's history refuses the
+          load, as a cache's or a full snapshot's load does.
+
+        NULL valid_from rows are read still (they are counted as before); versions left
+        out are not, so their bad values are not counted. A version's place among ties
+        of equal times is its place in the load, which no statement orders, with or
+        without the bound. A retention is applied to what is read: the version it
+        keeps that would have ended at a start beyond hi ends before the cutoff, so
+        the rows it would answer are out of retention and answer nothing anyway.
+        """
+        validity = self.provider.validity
+        if (as_of_range is None or validity is None or self._cache is not None
+                or not isinstance(function, VersionBoundedLookup)):
+            return None
+        low, high = as_of_range
+        policy = policy_of(function)
+        if policy is BadValuePolicy.FAILFAST:
+            return None
+        if validity.valid_to is None:
+            return VersionBounds(validity.valid_from, high)
+        if policy is BadValuePolicy.PERMISSIVE:
+            return VersionBounds(validity.valid_from, high, validity.valid_to, low)
+        return None
+
+    def _fetch(self, function: LookupFunction, arrays: list[pa.Array],
+               bounds: VersionBounds | None = None) -> _Fetched:
         """The answers of distinct keys of the key types: the cache's, in Arrow, and the
         misses loaded in one ``lookup_arrow`` call per ``batch_size`` keys and put back
         in bulk. No Python object per key or row for a [`DefaultLookupCache`][]
-        and a connector's function."""
+        and a connector's function. ``bounds`` (no cache only): versions the loads may
+        leave out."""
         count = len(arrays[0]) if arrays else 0
         cache = self._cache
         if cache is not None and count:
@@ -247,7 +301,8 @@ class LoadingRuntime(LookupRuntime):
         if self._host is not None and cache is not None:
             index, loaded = self._through_host(self._host, function, cache, miss_keys)
         elif guard is None:
-            index, loaded = self._load_arrow(function, miss_keys)
+            index, loaded = self._load_arrow(function, miss_keys,
+                                             bounds if cache is None else None)
             if cache is not None:
                 cache.put_arrow(miss_keys, index, loaded)
         else:
@@ -260,11 +315,11 @@ class LoadingRuntime(LookupRuntime):
         return _Fetched(groups, offsets, rows, miss, index.to_numpy(zero_copy_only=False),
                         _as_table(loaded, self._schema))
 
-    def _answer(self, function: LookupFunction, arrays: list[pa.Array]
-                ) -> tuple[np.ndarray, np.ndarray, pa.Table]:
+    def _answer(self, function: LookupFunction, arrays: list[pa.Array],
+                bounds: VersionBounds | None = None) -> tuple[np.ndarray, np.ndarray, pa.Table]:
         """The rows of distinct keys of the key types (see `_fetch`), in the form
         of `cache.answers.Answers`: ``groups``, ``offsets``, ``rows``."""
-        fetched = self._fetch(function, arrays)
+        fetched = self._fetch(function, arrays, bounds)
         groups, offsets, rows, miss = fetched.groups, fetched.offsets, fetched.rows, fetched.miss
         loaded = fetched.loaded
         if loaded is None:
@@ -397,10 +452,11 @@ class LoadingRuntime(LookupRuntime):
         self._drop_malformed(found)
         return answers_to_arrow(keys, found, self._schema)
 
-    def _load_arrow(self, function: LookupFunction, keys: list[pa.Array]
-                    ) -> tuple[pa.Array, pa.Table]:
-        """The rows of distinct keys (one array per key column), misses retried as configured."""
-        index, rows = self._load_arrow_chunked(function, keys)
+    def _load_arrow(self, function: LookupFunction, keys: list[pa.Array],
+                    bounds: VersionBounds | None = None) -> tuple[pa.Array, pa.Table]:
+        """The rows of distinct keys (one array per key column), misses retried as
+        configured; ``bounds``: versions the function may leave out."""
+        index, rows = self._load_arrow_chunked(function, keys, bounds)
         for _ in range(self._miss_attempts - 1):
             answered = np.zeros(len(keys[0]), dtype=bool)
             answered[index.to_numpy(zero_copy_only=False)] = True
@@ -409,7 +465,8 @@ class LoadingRuntime(LookupRuntime):
                 break
             self._policy.sleep(self._miss_delay)
             take = pa.array(missing, type=pa.int64())
-            more_index, more = self._load_arrow_chunked(function, [a.take(take) for a in keys])
+            more_index, more = self._load_arrow_chunked(
+                function, [a.take(take) for a in keys], bounds)
             index = pa.concat_arrays([index, take.take(more_index)])
             rows = pa.concat_tables([rows, more])
         if self.provider.validity is not None:
@@ -500,27 +557,30 @@ class LoadingRuntime(LookupRuntime):
                 screened[keys[int(positions[span[0]])]] = tuple(map(flat.__getitem__, span))
         return screened
 
-    def _load_arrow_chunked(self, function: LookupFunction, keys: list[pa.Array]
-                            ) -> tuple[pa.Array, pa.Table]:
+    def _load_arrow_chunked(self, function: LookupFunction, keys: list[pa.Array],
+                            bounds: VersionBounds | None = None) -> tuple[pa.Array, pa.Table]:
         size = self._batch_size
         indices: list[pa.Array] = []
         tables: list[pa.Table] = []
         for start in range(0, len(keys[0]), size):
             index, rows = self._load_arrow_with_retries(
-                function, [array.slice(start, size) for array in keys])
+                function, [array.slice(start, size) for array in keys], bounds)
             indices.append(pc.add(index, start) if start else index)
             tables.append(_as_table(rows, self._schema))
         if len(tables) == 1:
             return indices[0], tables[0]
         return pa.concat_arrays(indices), pa.concat_tables(tables)
 
-    def _load_arrow_with_retries(self, function: LookupFunction, keys: list[pa.Array]
-                                 ) -> tuple[pa.Array, Any]:
+    def _load_arrow_with_retries(self, function: LookupFunction, keys: list[pa.Array],
+                                 bounds: VersionBounds | None = None) -> tuple[pa.Array, Any]:
         tries = self._retries(f"lookup of {len(keys[0])} key(s)")
         for _ in tries:
             try:
                 with self._one_load(function, len(keys[0])):
-                    index, rows = function.lookup_arrow(keys)
+                    if bounds is not None and isinstance(function, VersionBoundedLookup):
+                        index, rows = function.lookup_arrow_between(keys, bounds)
+                    else:
+                        index, rows = function.lookup_arrow(keys)
             except Exception as exc:
                 if not tries.failed(exc):
                     break  # permanent (a missing table, a bad value): reported at once

@@ -26,7 +26,11 @@ from cache.base import expand
 from lookup.runtime.base import LookupRuntime
 from lookup.versions import instants, now_micros
 
-__all__ = ["JoinShape", "PointInTime", "factorize", "join_batch", "pick_versions"]
+__all__ = ["JoinShape", "PointInTime", "factorize", "join_batch", "known_range",
+           "pick_versions", "probe_between"]
+
+RowTimes = tuple[np.ndarray, np.ndarray | None]
+"""Each row's time (microseconds) and where it is known (None: everywhere)."""
 
 
 @dataclass(frozen=True)
@@ -42,8 +46,7 @@ class PointInTime:
     """The provider's ``Validity.retention``: an ``as_of`` older than now minus it gets
     no version (loads may have dropped the one it should get)."""
 
-    def times(self, batch: pa.RecordBatch, clock: Callable[[], float]
-              ) -> tuple[np.ndarray, np.ndarray | None]:
+    def times(self, batch: pa.RecordBatch, clock: Callable[[], float]) -> RowTimes:
         """Each row's time as microseconds (`lookup.versions.instants`), and where it
         is there (None: everywhere)."""
         if self.as_of is None:
@@ -114,13 +117,33 @@ def factorize(arrays: Sequence[pa.Array | pa.ChunkedArray]) -> tuple[np.ndarray,
     return codes, uniques
 
 
+def known_range(times: RowTimes) -> tuple[int, int] | None:
+    """The earliest and latest of the known times (None: none is): what a no-cache
+    load may bound the versions it reads by (`LookupRuntime.probe`)."""
+    as_of, known = times
+    values = as_of if known is None else as_of[known]
+    if not len(values):
+        return None
+    return int(values.min()), int(values.max())
+
+
+def probe_between(runtime: LookupRuntime, keys: Sequence[pa.Array], describe: str,
+                  as_of_range: tuple[int, int] | None) -> Answers:
+    """``runtime.probe``, given the batch's range of times where there is one (a
+    runtime of a user's, written before the range, is probed as it was)."""
+    if as_of_range is None:
+        return runtime.probe(keys, describe)
+    return runtime.probe(keys, describe, as_of_range=as_of_range)
+
+
 def pick_versions(point_in_time: PointInTime, batch: pa.RecordBatch, runtime: LookupRuntime,
-                  probe: Answers, groups: np.ndarray, clock: Callable[[], float]
-                  ) -> np.ndarray:
+                  probe: Answers, groups: np.ndarray, clock: Callable[[], float],
+                  times: RowTimes | None = None) -> np.ndarray:
     """The row of each stream row's version (``groups``: each row's group of ``probe``)
-    valid at its time in ``batch``, or -1; rows older than the retention get -1 and are
-    counted. Shared by joins and the SQL functions, so that all answer alike."""
-    as_of, known = point_in_time.times(batch, clock)
+    valid at its time in ``batch`` (``times``, if read already), or -1; rows older than
+    the retention get -1 and are counted. Shared by joins and the SQL functions, so
+    that all answer alike."""
+    as_of, known = point_in_time.times(batch, clock) if times is None else times
     picked = runtime.pick_at(probe, groups, as_of, known)
     old = point_in_time.out_of_retention(as_of, known, clock)
     if old is not None and old.any():
@@ -139,21 +162,29 @@ def join_batch(batch: pa.RecordBatch, shape: JoinShape, runtime: LookupRuntime,
     `lookup.versions.pick`, vectorized, after which the join has one row per match.
     """
     keys = [batch.column(name) for name in shape.stream_keys]
+    point_in_time = shape.point_in_time
+    times: RowTimes | None = None
+    as_of_range = None
+    if point_in_time is not None and point_in_time.as_of is not None:
+        # Read before the probe: a load without a cache reads only the versions the
+        # rows' times may need. ("Now" is read after it, as the retention's cutoff is:
+        # never before a load's.)
+        times = point_in_time.times(batch, clock)
+        as_of_range = known_range(times)
     if runtime.probes_rows:
         # One probe per stream row costs what one per distinct key would: the
         # factorization would be pure overhead (a third of a full-cache join's work).
-        probe = runtime.probe(keys, describe)
+        probe = probe_between(runtime, keys, describe, as_of_range)
         groups = probe.groups
     else:
         codes, uniques = factorize(keys)
-        probe = runtime.probe(uniques, describe)
+        probe = probe_between(runtime, uniques, describe, as_of_range)
         groups = np.append(probe.groups, -1)[codes]  # code -1 (a null key) takes the -1
     dim = probe.rows.select(list(shape.dim_columns))
     n = batch.num_rows
     stream_part = batch
-    point_in_time = shape.point_in_time
     if point_in_time is not None:
-        groups = pick_versions(point_in_time, batch, runtime, probe, groups, clock)
+        groups = pick_versions(point_in_time, batch, runtime, probe, groups, clock, times)
     if probe.one_row_each or point_in_time is not None:
         # A group (a picked version) is its row: no ranges to expand, and a left join
         # keeps the batch whole.

@@ -24,7 +24,14 @@ from connectors.keys import KeyCodec
 from lookup.providers import LookupProvider
 from lookup.runtime.base import LookupRuntime
 from lookup.runtime.worker import worker_runtime
-from lookup.spark.assemble import JoinShape, PointInTime, factorize, pick_versions
+from lookup.spark.assemble import (
+    JoinShape,
+    PointInTime,
+    factorize,
+    known_range,
+    pick_versions,
+    probe_between,
+)
 from lookup.spark.join_plan import keys_compatible
 from lookup.spark.session import is_connect
 from lookup.versions import comparable, now_micros, version_index
@@ -250,7 +257,11 @@ class _StructLookup:
             arrays = arrays[:-1]
         codes, uniques = factorize(arrays)
         describe = self.provider.describe()
-        probe = runtime.probe(uniques, describe)
+        # The times read before the probe, as a join reads them (`join_batch`).
+        row_times = None if point_in_time is None or not self.as_of else (
+            point_in_time.times(times, self.clock))
+        probe = probe_between(runtime, uniques, describe,
+                              None if row_times is None else known_range(row_times))
         unique_groups, offsets = probe.groups, probe.offsets
         dim = probe.rows.select(list(self.shape.dim_columns))
         if len(unique_groups):
@@ -258,7 +269,8 @@ class _StructLookup:
         else:
             groups = np.full(n, -1, dtype=np.int64)
         if point_in_time is not None:
-            groups = pick_versions(point_in_time, times, runtime, probe, groups, self.clock)
+            groups = pick_versions(point_in_time, times, runtime, probe, groups, self.clock,
+                                   row_times)
         missing = groups < 0
         # One row a key: a group is its row (a full snapshot then keeps no offsets); a
         # picked version is its row too.
