@@ -670,10 +670,11 @@ class _BoundedPlan:
             end_type = schema[bounds.valid_to].dataType
             earliest = _time_value(bounds.earliest_end, end_type, up=False)
             if earliest is not None:
-                # DATE: a day d ends after lo when its midnight does, d > lo's day.
+                # DATE: a day d ends after lo when its midnight does, d > lo's day. Bound
+                # in the order of the text: some drivers' placeholders are positional.
+                after = f"{end} > {bind(earliest)}"
                 unread = dialect.unread_time_sql(end, bind(_earliest(end_type)))
-                conditions.append(
-                    f"({end} IS NULL OR {end} > {bind(earliest)} OR {unread})")
+                conditions.append(f"({end} IS NULL OR {after} OR {unread})")
         return conditions, values
 
 
