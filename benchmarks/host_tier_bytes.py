@@ -1,0 +1,99 @@
+"""What the host tier costs per key, and how fast it answers: no Spark, no servers.
+
+A `HostTier` in a temporary directory over a table ``(id BIGINT, name STRING)`` (names
+like ``n12345``) takes ``--keys`` keys in random order, ``--batch`` keys a put (the
+shape of a lookup join's loads); then:
+
+- bytes per key: ``HostTier.nbytes()`` (index and rows) over the keys;
+- a get of ``--batch`` random keys among them: median and p95 of ``--gets`` gets (ms);
+- a put of ``--batch`` keys: the fill's time over its puts (ms; compactions and merges
+  included, as a load pays them).
+
+Times are elapsed, then (in parentheses) on the process's CPU: on a busy machine the
+latter compare runs better.
+
+    .venv/bin/python benchmarks/host_tier_bytes.py [--keys 1000000] [--batch 1000]
+        [--gets 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np
+import pyarrow as pa
+
+from cache.host.tier import HostTier
+
+SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
+
+
+def _rows(keys: np.ndarray) -> pa.Table:
+    return pa.table({"id": pa.array(keys, pa.int64()),
+                     "name": pa.array([f"n{k}" for k in keys.tolist()], pa.string())})
+
+
+def _fill(tier: HostTier, keys: np.ndarray, batch: int) -> tuple[float, float]:
+    """Put ``keys`` ``batch`` at a time; seconds spent in the puts (rows built before),
+    elapsed and on this process's CPU."""
+    spent = cpu = 0.0
+    for start in range(0, len(keys), batch):
+        part = keys[start: start + batch]
+        rows = _rows(part)
+        began, began_cpu = time.perf_counter(), time.process_time()
+        tier.put([pa.array(part)], np.arange(len(part)), rows)
+        spent += time.perf_counter() - began
+        cpu += time.process_time() - began_cpu
+    return spent, cpu
+
+
+def _gets(tier: HostTier, keys: np.ndarray, batch: int, times: int
+          ) -> tuple[np.ndarray, np.ndarray]:
+    """Milliseconds of each get, elapsed and on this process's CPU."""
+    rng = np.random.default_rng(2)
+    spent, cpu = [], []
+    for _ in range(times):
+        asked = pa.array(rng.choice(keys, batch, replace=False))
+        began, began_cpu = time.perf_counter(), time.process_time()
+        answer = tier.get([asked])
+        spent.append(time.perf_counter() - began)
+        cpu.append(time.process_time() - began_cpu)
+        assert answer.hit.all()
+    return np.asarray(spent) * 1000, np.asarray(cpu) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keys", type=int, default=1_000_000)
+    parser.add_argument("--batch", type=int, default=1_000)
+    parser.add_argument("--gets", type=int, default=200)
+    args = parser.parse_args()
+    keys = np.random.default_rng(1).permutation(args.keys).astype(np.int64)
+    with tempfile.TemporaryDirectory() as directory:
+        tier = HostTier(Path(directory) / "tier", SCHEMA, ["id"], maximum_size=None,
+                        write_ttl=None, missing_ttl=None, cache_missing_key=True)
+        tier.open()
+        try:
+            put_seconds, put_cpu = _fill(tier, keys, args.batch)
+            nbytes = tier.nbytes()
+            gets, gets_cpu = _gets(tier, keys, args.batch, args.gets)
+        finally:
+            tier.close()
+    puts = -(-args.keys // args.batch)
+    print(f"keys {args.keys:,} in puts of {args.batch:,}")
+    print(f"bytes per key      {nbytes / args.keys:.1f}  ({nbytes:,} bytes)")
+    print(f"get of {args.batch:,} keys    median {np.median(gets):.2f} ms, "
+          f"p95 {np.percentile(gets, 95):.2f} ms  (CPU: median {np.median(gets_cpu):.2f}, "
+          f"p95 {np.percentile(gets_cpu, 95):.2f})")
+    print(f"put of {args.batch:,} keys    {put_seconds / puts * 1000:.2f} ms  "
+          f"(CPU: {put_cpu / puts * 1000:.2f})")
+
+
+if __name__ == "__main__":
+    main()
