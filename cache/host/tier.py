@@ -12,9 +12,10 @@ One directory per provider (its ``provider_id``, so two applications never share
 A generation grows only by appending; a writer that finds it too full, or over
 ``maximum_size``, writes the next one with the live entries (the most recently written
 first) and points ``CURRENT`` at it. Readers take no lock: they look at ``CURRENT``'s
-identity once per call, and everything they read is checked (slot checksums, block
-CRCs, every row's key against the key asked), so a torn, damaged or foreign entry is a
-miss, never a row of another key.
+identity once per call, and everything they read is checked (slot versions and
+checksums, run checksums, block CRCs, every row's key against the key asked, a missing
+key's against the key-only row its slot points at), so a torn, damaged or foreign entry
+is a miss, never a row of another key.
 """
 
 from __future__ import annotations
@@ -34,7 +35,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cache.host.segments import Segments
-from cache.host.slots import CLAIMED, ENDED, FILL, SLOT, Slots
+from cache.host.slots import (
+    CLAIMED,
+    ENDED,
+    ENTRY,
+    MAX_COUNT,
+    MAX_RUNS,
+    RUN_ROWS,
+    Slots,
+    claim_fresh,
+    claim_stamp,
+)
 from cache.key_hash import hash_keys, is_exact
 from spark_lookup.host_dirs import sweep_directories, sweep_once, trash_path, try_flock
 
@@ -48,6 +59,7 @@ _USERS = "host-tier-users"  # named for this module: a sweep deletes only what h
 _TRASH_PREFIX = ".trash-host-tier-"
 _MAX_BLOCKS = 16
 _MIN_REWRITE_BYTES = 8 << 20
+_FRESH_FILL = 0.6  # a new generation's share of slots filled: room to grow to FILL
 
 
 class HostAnswers(NamedTuple):
@@ -174,30 +186,42 @@ class HostTier:
         assert self._slots is not None
         assert self._segments is not None
         hashes = hash_keys(keys)
-        found, records = self._slots.find(hashes)
+        found, entries = self._slots.find(hashes)
         now = self._now_ms()
-        count = (records["meta"] & np.uint64(0xFFFFFFFF)).astype(np.int64)
+        count = entries["count"]
         present = found >= 0
-        claimed = present & (count == CLAIMED) & (records["written"] + _CLAIM_MS > now)
-        hit = present & (count < ENDED) & self._alive_at(records["written"], count, now)
+        claimed = present & (count == CLAIMED) & claim_fresh(entries, now, _CLAIM_MS)
+        hit = present & (count < ENDED) & self._alive_at(entries["written"], count, now)
         if not self._exact:
             hit &= count > 0
         counts = np.where(hit, count, 0)
-        with_rows = np.flatnonzero(hit & (counts > 0))
         rows = self.schema.empty_table()
-        if len(with_rows):
-            ref = records["ref"][with_rows]
-            ok, rows = self._segments.gather(
-                (ref >> np.uint64(48)).astype(np.int64),
-                (ref & np.uint64((1 << 48) - 1)).astype(np.int64),
-                (records["meta"][with_rows] >> np.uint64(32)).astype(np.int64),
-                counts[with_rows])
-            if not ok.all():
-                hit[with_rows[~ok]] = False
-                counts[with_rows[~ok]] = 0
-            hit, counts, rows = self._own_rows(keys, hit, counts, rows)
-        age = np.maximum(now - records["written"], 0) / 1000.0
+        if hit.any():
+            hit, counts, rows = self._rows_of(keys, hit, counts, entries)
+        age = np.maximum(now - entries["written"], 0) / 1000.0
         return HostAnswers(hit, age, counts, rows, claimed & ~hit)
+
+    def _rows_of(self, keys: list[pa.Array], hit: np.ndarray, counts: np.ndarray,
+                 entries: np.ndarray) -> tuple[np.ndarray, np.ndarray, pa.Table]:
+        """The rows of the hits, checked against their keys: a missing key's one row
+        (its key alone) is checked too, then left out."""
+        assert self._segments is not None
+        hit, counts = hit.copy(), counts.copy()
+        with_rows = np.flatnonzero(hit)
+        taken = np.zeros(len(hit), dtype=np.int64)
+        taken[with_rows] = np.maximum(counts[with_rows], 1)
+        chosen = entries[with_rows]
+        ok, rows = self._segments.gather(chosen["segment"], chosen["offset"],
+                                         chosen["first"], taken[with_rows])
+        if not ok.all():
+            hit[with_rows[~ok]] = False
+            taken[with_rows[~ok]] = 0
+        hit, taken, rows = self._own_rows(keys, hit, taken, rows)
+        counts = np.where(hit, counts, 0)
+        if bool((taken > counts).any()):
+            owners = np.repeat(np.arange(len(hit)), taken)
+            rows = rows.filter(pa.array(counts[owners] > 0))
+        return hit, counts, rows
 
     def _own_rows(self, keys: list[pa.Array], hit: np.ndarray, counts: np.ndarray,
                   rows: pa.Table) -> tuple[np.ndarray, np.ndarray, pa.Table]:
@@ -269,22 +293,21 @@ class HostTier:
         n = len(keys[0])
         hashes = hash_keys(keys)
         with self._locked() as slots:
-            found, records = slots.find(hashes)
+            found, entries = slots.find(hashes)
             now = self._now_ms()
-            count = (records["meta"] & np.uint64(0xFFFFFFFF)).astype(np.int64)
-            claimed = (found >= 0) & (count == CLAIMED) & (records["written"] + _CLAIM_MS > now)
-            owners = records["ref"].astype(np.int64)
+            claimed = ((found >= 0) & (entries["count"] == CLAIMED)
+                       & claim_fresh(entries, now, _CLAIM_MS))
+            owners = entries["run"]
             for pid in np.unique(owners[claimed]):
-                if int(pid) == os.getpid() or not _alive(int(pid)):
+                if int(pid) == _pid() or not _alive(int(pid)):
                     claimed &= owners != pid
             mine = ~claimed
-            claims = np.zeros(int((mine & _distinct(hashes)).sum()), dtype=SLOT)
-            claims["hash"] = hashes[mine & _distinct(hashes)]
-            claims["meta"] = CLAIMED
-            claims["ref"] = os.getpid()
-            claims["written"] = now
-            if len(claims):
-                slots.write(claims)  # too full to claim: loaded anyway, the put compacts
+            claims = np.flatnonzero(mine & _distinct(hashes))
+            if len(claims) and _pid() < RUN_ROWS:  # a pid a slot holds
+                # Too full to claim: loaded anyway, the put compacts.
+                slots.write(hashes[claims], np.full(len(claims), _pid()),
+                            np.full(len(claims), claim_stamp(now)),
+                            np.full(len(claims), CLAIMED))
         return mine, claimed[:n]
 
     def put(self, keys: list[pa.Array], index: np.ndarray, rows: pa.Table) -> None:
@@ -296,31 +319,71 @@ class HostTier:
         counts = np.bincount(index, minlength=n).astype(np.int64) if len(index) else \
             np.zeros(n, dtype=np.int64)
         hashes = hash_keys(keys)
-        order = np.argsort(index, kind="stable")
-        firsts = np.zeros(n, dtype=np.int64)
-        np.cumsum(counts[:-1], out=firsts[1:])
+        kept = _distinct(hashes)
+        # Written only to end claims at once: answers nothing.
+        answered = kept & (counts <= MAX_COUNT) & ((counts > 0) | self._keep_missing)
         with self._locked() as slots:
             assert self._segments is not None
-            now = self._now_ms()
-            records = np.zeros(n, dtype=SLOT)
-            records["hash"] = hashes
-            if rows.num_rows:
-                table = rows.take(pa.array(order, type=pa.int64()))
-                if table.schema != self.schema:
-                    table = table.cast(self.schema)
-                segment, offset = self._segments.append(table)
-                records["ref"] = np.uint64((segment << 48) | offset)
-            records["meta"] = (firsts.astype(np.uint64) << np.uint64(32)) | counts.astype(
-                np.uint64)
-            records["written"] = now
-            if not self._keep_missing:
-                # Written only to end claims at once: answers nothing.
-                records["meta"][counts == 0] = ENDED
-            records = records[_distinct(hashes)]
-            if not slots.write(records) or self._over_size(slots):
-                self._compact(records)
+            entries = np.zeros(n, dtype=ENTRY)
+            entries["count"] = np.where(answered, counts, ENDED)
+            entries["written"] = self._now_ms()
+            table, entries["first"] = self._block_of(keys, index, rows, counts,
+                                                     answered & (counts == 0))
+            if table.num_rows:
+                entries["segment"], entries["offset"] = self._segments.append(table)
+            hashes, entries = hashes[kept], entries[kept]
+            if not self._write(slots, hashes, entries) or self._over_size(slots):
+                self._compact(entries)
             else:
                 self._merge_tail(slots)
+
+    def _block_of(self, keys: list[pa.Array], index: np.ndarray, rows: pa.Table,
+                  counts: np.ndarray, missing: np.ndarray) -> tuple[pa.Table, np.ndarray]:
+        """A put's block: the rows key after key, then a row holding only its key for
+        each ``missing`` key (what a later read checks its answer against); and each
+        key's first row there."""
+        firsts = np.zeros(len(counts), dtype=np.int64)
+        np.cumsum(counts[:-1], out=firsts[1:])
+        pieces = []
+        if rows.num_rows:
+            table = rows.take(pa.array(np.argsort(index, kind="stable"), type=pa.int64()))
+            pieces.append(table if table.schema == self.schema else table.cast(self.schema))
+        which = np.flatnonzero(missing)
+        if len(which):
+            firsts[which] = rows.num_rows + np.arange(len(which))
+            pieces.append(self._key_rows([k.take(pa.array(which)) for k in keys]))
+        if not pieces:
+            return self.schema.empty_table(), firsts
+        return (pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)), firsts
+
+    def _key_rows(self, keys: list[pa.Array]) -> pa.Table:
+        """Rows holding ``keys`` and nulls elsewhere."""
+        n = len(keys[0])
+        columns = [pa.nulls(n, field.type) for field in self.schema]
+        for position, key in zip(self._key_positions, keys, strict=True):
+            columns[position] = key.cast(self.schema.field(position).type)
+        return pa.Table.from_arrays(columns, schema=self.schema)
+
+    @staticmethod
+    def _write(slots: Slots, hashes: np.ndarray, entries: np.ndarray) -> bool:
+        """Write entries of one block into slots, with runs for them: False when the
+        generation is too full (the caller compacts)."""
+        runs, rows = np.zeros(len(entries), dtype=np.int64), np.zeros(len(entries),
+                                                                       dtype=np.int64)
+        answer = np.flatnonzero(entries["count"] < ENDED)
+        if len(answer):
+            first, written = entries["first"][answer], entries["written"][answer]
+            chunk = first // RUN_ROWS
+            # One run per write time and stretch of RUN_ROWS rows of the block.
+            group, inverse = np.unique(written * 4096 + chunk, return_inverse=True)
+            added = slots.add_runs(int(entries["segment"][answer[0]]),
+                                   int(entries["offset"][answer[0]]),
+                                   (group % 4096) * RUN_ROWS, group // 4096)
+            if added is None:
+                return False
+            runs[answer] = added[inverse]
+            rows[answer] = first - chunk * RUN_ROWS
+        return slots.write(hashes, runs, rows, entries["count"])
 
     def _merge_tail(self, slots: Slots) -> None:
         """Keep a generation's blocks few: a read takes from each block it touches, so
@@ -351,34 +414,49 @@ class HostTier:
             total += sizes[start]
         if start >= len(sizes) - 1:
             return
+        moved_runs = self._runs_in(slots, segment, offsets[start:], sizes[start:],
+                                   batches[start:])
+        if moved_runs is None:
+            return
+        old_runs, bases, written = moved_runs
         merged = [b for b in batches[start:] if b is not None]
         if not merged:
             return
         rows = pa.Table.from_batches(merged, self.schema)
         new_segment, new_offset = segments.append(rows)
-        merged_offsets = np.asarray(offsets[start:], dtype=np.int64)  # ascending
-        merged_bases = np.cumsum([0, *sizes[start:-1]]).astype(np.int64)
+        new_runs = slots.add_runs(new_segment, new_offset, bases, written)
+        assert new_runs is not None  # room checked by _runs_in
         keys = [rows.column(i).combine_chunks() for i in self._key_positions]
         hashes = np.unique(hash_keys(keys))
-        found, records = slots.find(hashes)
-        records = records[found >= 0]
-        ref = records["ref"]
-        old_segment = (ref >> np.uint64(48)).astype(np.int64)
-        old_offset = (ref & np.uint64((1 << 48) - 1)).astype(np.int64)
-        count = (records["meta"] & np.uint64(0xFFFFFFFF)).astype(np.int64)
-        which = np.minimum(np.searchsorted(merged_offsets, old_offset), len(merged_offsets) - 1)
-        in_merged = merged_offsets[which] == old_offset
-        moved_base = np.where(in_merged, merged_bases[which], -1)
-        moved = (old_segment == segment) & (moved_base >= 0) & (count > 0) & (count < ENDED)
-        records = records[moved]
-        first = (records["meta"] >> np.uint64(32)).astype(np.int64) + moved_base[moved]
-        records["ref"] = np.uint64((new_segment << 48) | new_offset)
-        records["meta"] = (first.astype(np.uint64) << np.uint64(32)) | (
-            records["meta"] & np.uint64(0xFFFFFFFF))
-        if len(records):
-            slots.write(records)
+        found, entries = slots.find(hashes)
+        # The keys whose slots point into the merged blocks (not at newer rows).
+        at = np.minimum(np.searchsorted(old_runs, entries["run"]), max(len(old_runs) - 1, 0))
+        moved = ((found >= 0) & (entries["count"] < ENDED) & (len(old_runs) > 0)
+                 & (old_runs[at] == entries["run"]))
+        if moved.any():
+            slots.write(hashes[moved], new_runs[at[moved]], entries["row"][moved],
+                        entries["count"][moved])
         slots.live_blocks = (new_segment, [*offsets[:start], new_offset]
                              if new_segment == segment else [new_offset])
+
+    @staticmethod
+    def _runs_in(slots: Slots, segment: int, offsets: list[int], sizes: list[int],
+                 batches: list[pa.RecordBatch | None]
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """The runs of blocks merged into one (their numbers, ascending), and where
+        each starts in the merged block, and when it was written; None when the
+        generation has no room for as many more runs."""
+        numbers, run_segment, run_offset, base, written = slots.whole_runs()
+        merged_offsets = np.asarray(offsets, dtype=np.int64)  # ascending
+        merged_bases = np.cumsum([0, *sizes[:-1]]).astype(np.int64)
+        readable = np.array([b is not None for b in batches])
+        which = np.minimum(np.searchsorted(merged_offsets, run_offset), len(offsets) - 1)
+        inside = ((run_segment == segment) & (merged_offsets[which] == run_offset)
+                  & readable[which])  # a block that failed its CRC carries nothing
+        if slots.runs_used + int(inside.sum()) > MAX_RUNS:
+            return None
+        return (numbers[inside], merged_bases[which[inside]] + base[inside],
+                written[inside])
 
     def release(self, keys: list[pa.Array]) -> None:
         """End this process's claims of keys it could not load (others load them)."""
@@ -387,15 +465,12 @@ class HostTier:
     def _expire(self, keys: list[pa.Array]) -> None:
         hashes = hash_keys(keys)
         with self._locked() as slots:
-            found, records = slots.find(hashes)
-            now = self._now_ms()
-            count = (records["meta"] & np.uint64(0xFFFFFFFF)).astype(np.int64)
-            mine = (found >= 0) & (count == CLAIMED) & (records["ref"] == os.getpid())
-            ended = records[mine]
-            ended["meta"] = ENDED
-            ended["written"] = now
-            if len(ended):
-                slots.write(ended)
+            found, entries = slots.find(hashes)
+            mine = np.flatnonzero((found >= 0) & (entries["count"] == CLAIMED)
+                                  & (entries["run"] == _pid()))
+            if len(mine):
+                zeros = np.zeros(len(mine), dtype=np.int64)
+                slots.write(hashes[mine], zeros, zeros, np.full(len(mine), ENDED))
 
     def _over_size(self, slots: Slots) -> bool:
         """Over ``maximum_size`` keys, or rows rewritten by merges to twice what the
@@ -407,49 +482,54 @@ class HostTier:
         return self._segments.used_bytes() > max(_MIN_REWRITE_BYTES, 2 * slots.base_bytes)
 
     def _compact(self, pending: np.ndarray) -> None:
-        """Write the next generation: the live entries, newest first, up to
-        ``maximum_size``, then ``pending`` (already in this generation's segments)."""
+        """Write the next generation: ``pending`` (entries already in this generation's
+        segments), then the live entries, newest first, up to ``maximum_size``."""
         assert self._slots is not None
         assert self._segments is not None
         now = self._now_ms()
-        live = self._slots.whole()
-        live = live[self._alive_at(live["written"], (live["meta"] & np.uint64(0xFFFFFFFF))
-                                   .astype(np.int64), now)]
-        live = live[~np.isin(live["hash"], pending["hash"])]
-        keep = np.concatenate([pending, live[np.argsort(-live["written"], kind="stable")]])
+        _, live = self._slots.whole()
+        live = live[self._alive_at(live["written"], live["count"], now)]
+        keep = np.concatenate([pending[pending["count"] < ENDED],
+                               live[np.argsort(-live["written"], kind="stable")]])
         if self.maximum_size is not None:
-            keep = keep[: self.maximum_size]
-        count = (keep["meta"] & np.uint64(0xFFFFFFFF)).astype(np.int64)
-        keep = keep[count < ENDED]
-        count = count[count < ENDED]
-        with_rows = np.flatnonzero(count > 0)
-        ref = keep["ref"][with_rows]
-        ok, rows = self._segments.gather(
-            (ref >> np.uint64(48)).astype(np.int64),
-            (ref & np.uint64((1 << 48) - 1)).astype(np.int64),
-            (keep["meta"][with_rows] >> np.uint64(32)).astype(np.int64), count[with_rows])
-        good = np.ones(len(keep), dtype=bool)
-        good[with_rows[~ok]] = False
-        keep, count = keep[good], count[good]
-        capacity = _FIRST_CAPACITY
-        while capacity * FILL < 1.5 * max(len(keep), 1):  # half full: room to grow
-            capacity *= 2
+            keep = keep[: self.maximum_size + len(pending)]
+        taken = np.maximum(keep["count"], 1)
+        ok, rows = self._segments.gather(keep["segment"], keep["offset"], keep["first"],
+                                         taken)
+        keep, taken = keep[ok], taken[ok]
+        hashes, chosen = self._first_of_each_key(rows, taken)
+        if self.maximum_size is not None:
+            chosen = chosen[: self.maximum_size]
+        if len(chosen) < len(keep):
+            owners = np.repeat(np.arange(len(keep)), taken)
+            rows = rows.filter(pa.array(np.isin(owners, chosen)))
+        keep, taken, hashes = keep[chosen], taken[chosen], hashes[chosen]
+        keep["first"] = np.concatenate(([0], np.cumsum(taken)[:-1])).astype(np.int64)
+        keep["written"] = _coarse(keep["written"])
+        capacity = max(_FIRST_CAPACITY, int(len(keep) / _FRESH_FILL) + 1)
         name = self._new_generation(capacity)
         slots = Slots(self.directory / name / "index")
         try:
             segments = Segments(self.directory / name, slots.generation, self.schema)
             if rows.num_rows:
-                segment, offset = segments.append(rows)
-                keep["ref"][count > 0] = np.uint64((segment << 48) | offset)
-                firsts = np.zeros(len(keep), dtype=np.int64)
-                np.cumsum(count[:-1], out=firsts[1:])
-                keep["meta"] = (firsts.astype(np.uint64) << np.uint64(32)) | count.astype(
-                    np.uint64)
-            slots.write(keep)
+                keep["segment"], keep["offset"] = segments.append(rows)
+            self._write(slots, hashes, keep)
             slots.base_bytes = segments.used_bytes()
         finally:
             slots.close()
         self._publish(name)
+
+    def _first_of_each_key(self, rows: pa.Table, taken: np.ndarray
+                           ) -> tuple[np.ndarray, np.ndarray]:
+        """The hashes of entries' keys, from their rows (a slot keeps only a tag), and
+        the entries to keep: each key's first (the newest)."""
+        if not len(taken):
+            return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)
+        starts = pa.array(np.concatenate(([0], np.cumsum(taken)[:-1])), type=pa.int64())
+        hashes = hash_keys([rows.column(p).take(starts).combine_chunks()
+                            for p in self._key_positions])
+        _, first = np.unique(hashes, return_index=True)
+        return hashes, np.sort(first)
 
     # --- what it costs
 
@@ -457,12 +537,26 @@ class HostTier:
         """Bytes the tier's current generation takes on the host (index and rows)."""
         if not self._follow() or self._segments is None or self._slots is None:
             return 0
-        return self._slots.capacity * SLOT.itemsize + self._segments.used_bytes()
+        return self._slots.nbytes + self._segments.used_bytes()
 
 
 _CLAIM_MS = 60_000
 """How long a claim holds when its owner neither answers nor dies: a waiter gives up
 sooner (the lookup's own timeout) and loads the key itself."""
+
+
+def _pid() -> int:
+    return os.getpid()
+
+
+def _coarse(written: np.ndarray) -> np.ndarray:
+    """Write times rounded down (older: expiring no later) to few enough distinct ones
+    for the runs a generation holds (one run per write time)."""
+    step = 1
+    while len(np.unique(written // step)) > MAX_RUNS // 2:
+        step *= 4
+    coarse: np.ndarray = written // step * step
+    return coarse
 
 
 def _life(life: int | None) -> int:

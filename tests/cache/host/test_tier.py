@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from cache.host.slots import SLOT
+from cache.host.slots import ENTRY, SLOT_BYTES
 from cache.host.tier import HostTier, sweep
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
@@ -109,7 +109,7 @@ def test_the_size_bound_keeps_the_newest(tmp_path: Path) -> None:
         assert newest.hit.all()
         check_rows(np.arange(4_000, 5_000), newest)
         assert t.get([pa.array(np.arange(0, 2_000, dtype=np.int64))]).hit.sum() == 0
-        assert t.nbytes() < 5_000 * SLOT.itemsize * 4
+        assert t.nbytes() < 5_000 * SLOT_BYTES * 10
     finally:
         t.close()
 
@@ -290,9 +290,86 @@ def test_many_small_puts_are_merged_into_few_blocks(tmp_path: Path) -> None:
         assert served == latest  # each key's newest rows, through every merge
         assert generation.exists()
         assert t._slots is not None
-        filled = t._slots.slots[t._slots.slots["check"] != 0]
-        touched = len(np.unique(filled["ref"]))  # blocks the slots refer to
+        _, entries = t._slots.whole()
+        # Blocks the slots refer to:
+        touched = len(np.unique(entries["segment"] * (1 << 48) + entries["offset"]))
         assert touched <= 16 + 12
         assert len(blocks) > touched  # merged blocks stay in the file until compaction
+    finally:
+        t.close()
+
+
+def _slot_of(t: HostTier, key: int) -> int:
+    from cache.key_hash import hash_keys
+
+    assert t._slots is not None
+    found, _ = t._slots.find(hash_keys([pa.array([key], pa.int64())]))
+    assert found[0] >= 0
+    return int(found[0])
+
+
+def test_a_slot_half_written_is_a_miss_whichever_word_landed(tmp_path: Path) -> None:
+    # A writer killed between a slot's two 8-byte stores: old and new words mixed.
+    t = tier(tmp_path / "p")
+    try:
+        keys = np.arange(50, dtype=np.int64)
+        t.put([pa.array(keys)], *rows_of(keys, 1))
+        assert t._slots is not None
+        at = _slot_of(t, 7)
+        old = t._slots.words[at].copy()
+        t.put([pa.array(keys[7:8])], *rows_of(keys[7:8], 2, each=2))
+        assert _slot_of(t, 7) == at
+        new = t._slots.words[at].copy()
+        for mixed in ([new[0], old[1]], [old[0], new[1]], [new[0], 0], [0, new[1]]):
+            t._slots.words[at] = mixed
+            found = t.get([pa.array(keys)])
+            assert not found.hit[7]
+            assert found.hit.sum() == 49
+            check_rows(keys, found)
+        t._slots.words[at] = new
+        assert t.get([pa.array(keys[7:8])]).rows.column("name").to_pylist() == ["7-v2"] * 2
+    finally:
+        t.close()
+
+
+def test_a_missing_key_is_checked_against_its_key(tmp_path: Path) -> None:
+    # A slot keeps a tag, not the key: an answer "no rows" is checked against a row
+    # holding the key, so another key's slot (same tag) never answers for it.
+    t = tier(tmp_path / "p")
+    try:
+        keys = pa.array([1, 2], pa.int64())
+        t.put([keys], np.array([0]), pa.table({"id": [1], "name": ["1-v1"]}))
+        found = t.get([keys])
+        assert found.hit.tolist() == [True, True]
+        assert found.counts.tolist() == [1, 0]
+        assert found.rows.num_rows == 1  # the key-only row of 2 is never served
+        assert t._slots is not None
+        one, two = _slot_of(t, 1), _slot_of(t, 2)
+        t._slots.words[one] = t._slots.words[two]  # key 1 finds key 2's "no rows"
+        assert t.get([keys]).hit.tolist() == [False, True]
+    finally:
+        t.close()
+
+
+def test_write_times_survive_merges_and_compactions(tmp_path: Path) -> None:
+    clock = Clock()
+    t = tier(tmp_path / "p", clock=clock, write_ttl=60, missing_ttl=None, maximum_size=None)
+    try:
+        early = np.arange(0, 100, dtype=np.int64)
+        index, rows = rows_of(early[::2])
+        t.put([pa.array(early)], index * 2, rows)  # odd keys: missing
+        for round_ in range(40):  # many small puts: merged with the first block
+            clock.now += 1
+            later = np.arange(1_000 + 10 * round_, 1_010 + 10 * round_, dtype=np.int64)
+            t.put([pa.array(later)], *rows_of(later))
+        assert t._segments is not None
+        t._compact(np.zeros(0, dtype=ENTRY))
+        found = t.get([pa.array(early)])
+        assert found.hit.all()
+        assert found.age == pytest.approx(np.full(100, 40.0))
+        assert found.counts.tolist() == [1, 0] * 50
+        clock.now += 21  # 61 s after the first put, 21 after the last
+        assert not t.get([pa.array(early)]).hit.any()
+        assert t.get([pa.array(np.arange(1_390, 1_400, dtype=np.int64))]).hit.all()
     finally:
         t.close()
