@@ -64,6 +64,7 @@ _VERSION = np.uint64(3)
 # The checksum's 28 bits: 6 in the first word's bits 2-7, 22 in the second's bits 2-23.
 _CHECK0 = np.uint64(0x3F << 2)
 _CHECK1 = np.uint64(0x3FFFFF << 2)
+_FIRST_WINDOW = 4  # 64 bytes, most keys' slot at 85% full: one round for most gets
 _WINDOW = 8
 _WIDEST = 64
 _MAX_PROBE = 4096
@@ -212,6 +213,12 @@ class Slots:
     def _count_used(self, n: int) -> None:
         struct.pack_into("<Q", self._mm, 24, self.used + n)
 
+    def _wrap(self, positions: np.ndarray) -> np.ndarray:
+        """Positions past the end, from the start (never more than a table further)."""
+        wrapped: np.ndarray = np.where(positions >= self.capacity, positions - self.capacity,
+                                       positions)
+        return wrapped
+
     def _placed(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Keys' tags and home slots, from independent halves of their mixed hash."""
         mixed = spread(hashes)
@@ -288,9 +295,9 @@ class Slots:
         words = np.zeros((n, 2), dtype=np.uint64)
         position = position.copy()
         active = np.arange(n, dtype=np.int64)
-        width, walked = 1, 0
+        width, walked = _FIRST_WINDOW, 0
         while len(active) and walked < _MAX_PROBE:
-            window = (position[active, None] + np.arange(width)) % self.capacity
+            window = self._wrap(position[active, None] + np.arange(width))
             seen = self.words[window]
             w0, w1 = seen[..., 0], seen[..., 1]
             match = (w0 >> _u64(32)) == tags[active, None]
@@ -306,11 +313,11 @@ class Slots:
             found[who] = window[rows[hit], at[hit]]
             words[who] = seen[rows[hit], at[hit]]
             empty_at[active[rows[~hit]]] = window[rows[~hit], at[~hit]]
-            position[active] += width
+            position[active] = self._wrap(position[active] + width)
             active = active[~ended]
             walked += width
             # Wider windows further out: a long cluster takes few rounds (numpy calls).
-            width = min(max(_WINDOW, 2 * width), _WIDEST)
+            width = min(4 * width, _WIDEST)
         return found, words, empty_at
 
     def write(self, hashes: np.ndarray, runs: np.ndarray, rows: np.ndarray,
@@ -363,7 +370,7 @@ class Slots:
         others go on from it."""
         walked, width = 0, _WINDOW
         while len(pending) and walked < _MAX_PROBE:
-            window = (position[:, None] + np.arange(width)) % self.capacity
+            window = self._wrap(position[:, None] + np.arange(width))
             seen = self.words[window]
             # Only empty slots: a torn one stays (a reader's probe goes past it).
             free = (seen[..., 0] == 0) & (seen[..., 1] == 0)
@@ -376,7 +383,7 @@ class Slots:
             self._store(chosen[winners], tuple(f[pending[winners]] for f in fields))
             placed = np.zeros(len(pending), dtype=bool)
             placed[winners] = True
-            position = np.where(some, chosen, (position + width) % self.capacity)
+            position = np.where(some, chosen, self._wrap(position + width))
             pending, position = pending[~placed], position[~placed]
             walked += width
             width = min(2 * width, _WIDEST)
