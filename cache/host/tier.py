@@ -259,7 +259,8 @@ class HostTier:
         fd = os.open(self.directory / "lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            if not self._follow():
+            # A generation deleted under us (CURRENT unchanged) would fail every put.
+            if not self._follow() or not (self.directory / str(self._generation)).is_dir():
                 self._publish(self._new_generation(_FIRST_CAPACITY))
             assert self._slots is not None
             yield self._slots
