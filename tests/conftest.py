@@ -62,11 +62,23 @@ _STATIC_CONFIG = {
 
 MATRIX_LINE = os.environ.get("SPARK_LOOKUP_MATRIX_LINE") == "1"
 """Set by the test matrix (noxfile.py) on the PySpark lines other than the one the whole
-suite runs on: there the Spark tests run on classic sessions, and on Spark Connect only
-those marked ``connect_on_every_line`` (the join, its metrics, the version gates); the
-contract runs on one backend (what a backend hands over is Arrow whatever the line; what
-the line changes is Spark's side). The demo and the local-cluster job run on 3.5 there,
-the benchmarks' join alone (``.ci/run`` must end within 35 minutes on 2 CPUs)."""
+suite runs on (``.ci/run`` must end within 35 minutes on 2 CPUs, so each line runs what
+can differ there):
+
+- On 3.5, the LTS line (pandas-based conversions, no data source API, no Connect server):
+  every Spark test, on classic sessions; the demo and the local-cluster job too.
+- On the other 4.x lines: the Spark tests marked ``every_line`` (each entry point, in each
+  cache mode, on each engine: the join, point in time, SQL functions, the table function,
+  refreshed views, the data source, the contract's types) and those marked
+  ``connect_on_every_line`` (the join and its metrics, on Spark Connect too), plus the
+  version gates (``matrix``). The rest test the library's own mechanisms through the
+  same calls, on the whole suite's line and 3.5.
+
+The contract runs on one backend there (what a backend hands over is Arrow whatever the
+line; what the line changes is Spark's side)."""
+
+LTS_LINE = "3.5."
+"""The matrix line that runs every Spark test (see `MATRIX_LINE`)."""
 
 MATRIX_CONTRACT = "TestPostgresPsycopg"
 """The contract's backend on the matrix's other lines: the one with the most types."""
@@ -99,6 +111,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _not_on_this_matrix_line(item: pytest.Item) -> str | None:
+    if not MATRIX_LINE:
+        return None
+    import pyspark
+
+    if (not pyspark.__version__.startswith(LTS_LINE)
+            and item.get_closest_marker("spark") is not None
+            and not any(item.get_closest_marker(name) is not None
+                        for name in ("every_line", "connect_on_every_line", "matrix"))):
+        return (f"not marked every_line: on PySpark {pyspark.__version__}, the matrix runs "
+                "each entry point's tests only (tests/conftest.py: MATRIX_LINE)")
     cls = getattr(item, "cls", None)
     if (MATRIX_LINE and cls is not None and item.module is not None
             and item.module.__name__.endswith("test_contract")

@@ -56,6 +56,7 @@ line lacks it, tests/spark_lookup/test_compat.py checks the refusal)."""
 
 
 @pytest.mark.spark
+@pytest.mark.every_line
 @pytest.mark.parametrize("name", [
     pytest.param(name, marks=pytest.mark.needs(*NEEDS[name])) if name in NEEDS else name
     for name in WITH_SPARK])

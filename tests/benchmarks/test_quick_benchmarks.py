@@ -42,8 +42,9 @@ HEADLINE = (
 
 
 LINE_SCRIPTS = ("join_throughput",)
-"""What the test matrix's other PySpark lines run (tests/conftest.py: MATRIX_LINE): the
-join against a mapInPandas pass-through, the ratios that depend on the Spark line."""
+"""What the test matrix's 3.5 line runs (tests/conftest.py: MATRIX_LINE; the 4.x lines
+run the join tests only): the join against a mapInPandas pass-through, the ratios that
+depend on the Spark line."""
 LINE_HEADLINE = ("join_full_cache_vs_mapInPandas", "join_partial_100pct_vs_mapInPandas",
                  "join_partial_90pct_vs_mapInPandas")
 

@@ -39,6 +39,7 @@ def test_collection_source_one_partition_per_split(spark: Any) -> None:
     assert sorted(tuple(r) for r in df.collect()) == sorted(rows)
 
 
+@pytest.mark.every_line
 def test_sql_table_source_reads_the_table_as_it_is_at_each_query(spark: Any,
                                                                    tmp_path: Path) -> None:
     db = tmp_path / "ref.db"

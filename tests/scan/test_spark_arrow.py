@@ -13,7 +13,7 @@ import pytest
 from scan import CollectionSource, FileSource, plan_splits, register_data_source
 from tests.connectors.files.test_source import _corrupt_columns_except, _wide
 
-pytestmark = [pytest.mark.spark, pytest.mark.needs("PYTHON_DATA_SOURCE")]
+pytestmark = [pytest.mark.spark, pytest.mark.every_line, pytest.mark.needs("PYTHON_DATA_SOURCE")]
 
 
 def partitions(df: Any) -> int:

@@ -28,7 +28,7 @@ _KEY_TYPES: dict[type[T.DataType], str] = {
     T.ByteType: "int2", T.ShortType: "int2", T.IntegerType: "int4", T.LongType: "int8",
     T.FloatType: "float4", T.DoubleType: "float8", T.DecimalType: "numeric",
 }
-# The time types read as their own values (the driver's), in the session zone UTC.
+# The time types read as their own values (the driver's), in the connection's zone, UTC.
 _OWN_TIMES = {
     ("date", T.DateType), ("timestamp", T.TimestampNTZType), ("timestamptz", T.TimestampType),
 }

@@ -150,6 +150,7 @@ class ContractMixin:
                                  f"{backend.name}, {mode} ({attempt})")
             assert handle.metrics.num_bad_values == 0
 
+    @pytest.mark.every_line
     @pytest.mark.spark
     @pytest.mark.needs("PYTHON_DATA_SOURCE", "SESSION_TAGS")  # refreshed views
     def test_values_and_types_of_a_refreshed_view(self, backend: Backend, spark: Any) -> None:

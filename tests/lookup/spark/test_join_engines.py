@@ -48,6 +48,7 @@ def collected(df: Any) -> list[tuple[Any, ...]]:
     return sorted((tuple(r) for r in df.collect()), key=repr)
 
 
+@pytest.mark.every_line
 @CACHES
 @BOTH
 def test_a_bigint_key_beyond_2_53_next_to_a_null_matches_its_own_row(
@@ -63,6 +64,7 @@ def test_a_bigint_key_beyond_2_53_next_to_a_null_matches_its_own_row(
     assert inner == [(2, BIG + 1, "odd"), (3, BIG, "even")]
 
 
+@pytest.mark.every_line
 @CACHES
 @BOTH
 def test_the_stream_columns_come_out_exactly_as_they_went_in(

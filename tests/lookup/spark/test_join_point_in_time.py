@@ -51,6 +51,7 @@ def _connect(tmp_path: Path) -> Any:
     return functools.partial(sqlite3.connect, str(path))
 
 
+@pytest.mark.every_line
 @pytest.mark.parametrize("engine", ["arrow", "pandas"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_each_order_joins_the_rate_valid_at_its_time(spark: Any, tmp_path: Path, kind: str,

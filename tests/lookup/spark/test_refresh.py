@@ -59,6 +59,7 @@ def served(refresh: ScheduledTableRefresh) -> Any:
     return current.df
 
 
+@pytest.mark.every_line
 def test_sql_on_the_view_sees_the_rows_of_each_reload(
     spark: Any, spark_kind: str, db: Path
 ) -> None:

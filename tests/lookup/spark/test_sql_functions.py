@@ -98,6 +98,7 @@ def test_composite_key(spark: Any, visits: str, kind: str) -> None:
     ]
 
 
+@pytest.mark.every_line
 @NEEDS_ARROW_UDF
 def test_scalar_keeps_exact_types(spark: Any) -> None:
     schema = (
@@ -127,6 +128,7 @@ def test_scalar_keeps_exact_types(spark: Any) -> None:
 # --- table function --------------------------------------------------------------------
 
 
+@pytest.mark.every_line
 def test_lateral_gives_every_matching_row(spark: Any, orders: str, kind: str) -> None:
     register_lookup_table_function(spark, "customer_rows", customers_provider(kind))
     inner = [(10, 1, "one"), (11, 2, "alpha"), (11, 2, "zeta")]

@@ -48,6 +48,7 @@ def _pairs(frame: Any) -> list[tuple[Any, Any]]:
     return sorted(((row[0], row[1]) for row in frame.collect()), key=lambda p: p[0])
 
 
+@pytest.mark.every_line
 @NEEDS_ARROW_UDF
 @pytest.mark.parametrize("kind", KINDS)
 def test_scalar_as_of_answers_the_version_at_the_last_argument(

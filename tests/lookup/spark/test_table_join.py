@@ -41,6 +41,7 @@ def provider_of(mode: str) -> Any:
     return customers_provider(mode)
 
 
+@pytest.mark.every_line
 @pytest.mark.parametrize("how", ["left", "inner"])
 def test_the_table_function_gives_lookup_joins_rows(
     spark: Any, orders: str, mode: str, how: str
