@@ -48,7 +48,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._util import interleaved, median, write_result
+from benchmarks._util import interleaved, local_spark, median, write_result
 
 BASELINE = "a. mapInPandas pass-through"
 HEADLINE = "c. lookup_join, full cache"
@@ -87,27 +87,7 @@ def _versions() -> dict[str, str]:
 
 
 def _start_spark(quick: bool) -> Any:
-    # Python workers must run this interpreter (it has the project installed).
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    builder = SparkSession.builder
-    if quick:
-        # A smoke run measures nothing worth JIT-compiling well: the C1 compiler only and
-        # the serial GC start the JVM about a third faster on 2 CPUs.
-        builder = builder.config("spark.driver.extraJavaOptions",
-                                 "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-    spark = (
-        builder.master("local[2]")
-        .appName("spark-lookup-join-throughput")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "2g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return local_spark("join-throughput", quick)
 
 
 def _dimension(keys: int) -> list[tuple[int, str, float]]:

@@ -69,7 +69,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._util import write_result
+from benchmarks._util import local_spark, write_result
 
 DEFAULT_DSN = os.environ.get("POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 DEFAULT_REDIS = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -198,26 +198,7 @@ def drop_redis(url: str, prefix: str) -> int:
 
 
 def start_spark(quick: bool) -> Any:
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers run this interpreter
-    from pyspark.sql import SparkSession
-
-    builder = SparkSession.builder
-    if quick:
-        # A smoke run: the C1 compiler only and the serial GC start the JVM faster on
-        # 2 CPUs (as join_throughput.py --quick does).
-        builder = builder.config("spark.driver.extraJavaOptions",
-                                 "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-    spark = (
-        builder.master("local[2]")
-        .appName("spark-lookup-naive-vs-lookup")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "2g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return local_spark("naive-vs-lookup", quick)
 
 
 def checksum(frame: Any) -> tuple[Any, ...]:

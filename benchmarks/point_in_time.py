@@ -59,7 +59,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._util import interleaved, median, write_result
+from benchmarks._util import interleaved, local_spark, median, write_result
 
 BASELINE = "a. mapInPandas pass-through"
 FULL_PLAIN = "b. lookup_join, full cache, plain"
@@ -87,25 +87,7 @@ def _versions() -> dict[str, str]:
 
 
 def _start_spark(quick: bool) -> Any:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    builder = SparkSession.builder
-    if quick:
-        builder = builder.config("spark.driver.extraJavaOptions",
-                                 "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-    spark = (
-        builder.master("local[2]")
-        .appName("spark-lookup-point-in-time")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "2g")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return local_spark("point-in-time", quick, **{"spark.sql.session.timeZone": "UTC"})
 
 
 def dimension(keys: int, versions: int) -> Any:

@@ -39,7 +39,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._util import interleaved, median, write_result
+from benchmarks._util import interleaved, local_spark, median, write_result
 
 LOCAL = "a. refreshed view (LOCAL), broadcast join"
 CACHED = "b. refreshed view (CACHE), broadcast join"
@@ -55,21 +55,7 @@ def _connect(path: str) -> sqlite3.Connection:
 
 
 def _start_spark() -> Any:
-    # Python workers must run this interpreter (it has the project installed).
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("spark-lookup-refresh-vs-lookup")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "2g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return local_spark("refresh-vs-lookup")
 
 
 def _sqlite_dimension(path: Path, keys: int) -> None:
