@@ -29,86 +29,22 @@ from lookup import (
 from lookup.spark.assemble import join_batch
 from lookup.spark.join_plan import plan_join
 from spark_lookup.errors import BadValueError, ConfigError
+from tests.fixtures.rates import (
+    EVENTS,
+    SCHEMA,
+    UTC,
+    VALIDITY,
+    at,
+    expected,
+    provider,
+    rates_table,
+)
 from triggers import PeriodicCacheReloadTrigger
-
-UTC = dt.timezone.utc
-SCHEMA = ("id BIGINT, cur STRING, region INT, rate DOUBLE, valid_from TIMESTAMP, "
-          "valid_to TIMESTAMP")
-VALIDITY = Validity("valid_from", "valid_to")
-
-
-def at(day: int, hour: int = 0) -> dt.datetime:
-    return dt.datetime(2024, 1, day, hour, tzinfo=UTC)
-
-
-# (cur, region, rate, valid_from, valid_to): EUR/1 changes twice, the last open-ended;
-# EUR/2 (same currency, another region: a composite key) has a gap; USD/1 one version.
-VERSIONS = [
-    ("EUR", 1, 1.10, at(1), at(5)),
-    ("EUR", 1, 1.20, at(5), at(10)),
-    ("EUR", 1, 1.30, at(10), None),
-    ("EUR", 2, 2.10, at(2), at(4)),
-    ("EUR", 2, 2.20, at(6), None),
-    ("USD", 1, 0.90, at(3), None),
-]
-
-# (order, cur, region, order_time): at valid_from, at valid_to, between, before the first
-# version, in a gap, NULL, an unknown key, a null key part.
-EVENTS = [
-    (1, "EUR", 1, at(1)), (2, "EUR", 1, at(5)), (3, "EUR", 1, at(4, 23)),
-    (4, "EUR", 1, at(9)), (5, "EUR", 1, at(30)), (6, "EUR", 1, dt.datetime(2023, 12, 31,
-                                                                           tzinfo=UTC)),
-    (7, "EUR", 2, at(4)), (8, "EUR", 2, at(5)), (9, "EUR", 2, at(6)), (10, "EUR", 2, at(3)),
-    (11, "USD", 1, at(2)), (12, "USD", 1, at(3)), (13, "EUR", 1, None), (14, "GBP", 1, at(6)),
-    (15, None, 1, at(6)), (16, "USD", 1, at(20)),
-]
-
-
-def expected(how: str) -> list[tuple[Any, ...]]:
-    out = []
-    for order, cur, region, when in EVENTS:
-        match = [rate for c, r, rate, start, end in VERSIONS
-                 if when is not None and (c, r) == (cur, region)
-                 and start <= when and (end is None or when < end)]
-        assert len(match) <= 1
-        if match or how == "left":
-            out.append((order, match[0] if match else None))
-    return out
 
 
 @pytest.fixture
 def connect(tmp_path: Path) -> Callable[[], sqlite3.Connection]:
-    path = tmp_path / "rates.sqlite"
-    with sqlite3.connect(path) as db:
-        db.execute("CREATE TABLE rates (id INTEGER PRIMARY KEY, cur TEXT, region INTEGER, "
-                   "rate REAL, valid_from TIMESTAMP, valid_to TIMESTAMP)")
-        # Rows in no particular order: the runtimes order each key's versions.
-        db.executemany(
-            "INSERT INTO rates (cur, region, rate, valid_from, valid_to) VALUES (?,?,?,?,?)",
-            [(c, r, rate, _text(start), _text(end)) for c, r, rate, start, end
-             in reversed(VERSIONS)])
-    return functools.partial(sqlite3.connect, path)
-
-
-def _text(value: dt.datetime | None) -> str | None:
-    return None if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
-
-
-def provider(kind: str, connect: Callable[[], Any], tmp_path: Path, mode: str = "PERMISSIVE",
-             validity: Validity = VALIDITY) -> LookupProvider:
-    keys = ["cur", "region"]
-    if kind == "full" or kind == "full-shared":
-        source = SqlTableSource(connect, "rates", schema=SCHEMA, mode=mode)
-        shared = {"snapshot_dir": str(tmp_path / "store")} if kind == "full-shared" else {
-            "share_across_workers": False}
-        return FullCachingLookupProvider.of(
-            source, PeriodicCacheReloadTrigger(dt.timedelta(hours=1)), keys,
-            validity=validity, **shared)
-    function = SqlLookupFunction(connect, "rates", keys, schema=SCHEMA, mode=mode)
-    if kind == "none":
-        return LookupFunctionProvider.of(function, validity=validity)
-    cache = DefaultLookupCache.new_builder().maximum_size(100).build()
-    return PartialCachingLookupProvider.of(function, cache, validity=validity)
+    return rates_table(tmp_path / "rates.sqlite")
 
 
 KINDS = ["none", "partial", "full", "full-shared"]
@@ -201,14 +137,7 @@ OVERLAPPING = [("EUR", 1, 1.0, at(1), at(10)), ("EUR", 1, 2.0, at(3), at(5))]
 @pytest.mark.parametrize("kind", KINDS)
 def test_bad_history_follows_the_sources_policy(kind: str, tmp_path: Path,
                                                 opened: list[Any]) -> None:
-    path = tmp_path / "bad.sqlite"
-    with sqlite3.connect(path) as db:
-        db.execute("CREATE TABLE rates (id INTEGER PRIMARY KEY, cur TEXT, region INTEGER, "
-                   "rate REAL, valid_from TIMESTAMP, valid_to TIMESTAMP)")
-        db.executemany(
-            "INSERT INTO rates (cur, region, rate, valid_from, valid_to) VALUES (?,?,?,?,?)",
-            [(c, r, rate, _text(s), _text(e)) for c, r, rate, s, e in OVERLAPPING])
-    connect = functools.partial(sqlite3.connect, path)
+    connect = rates_table(tmp_path / "bad.sqlite", OVERLAPPING)
     times = [at(2), at(4), at(6)]
     batch = pa.RecordBatch.from_arrays(
         [pa.array([1, 2, 3], pa.int64()), pa.array(["EUR"] * 3), pa.array([1] * 3, pa.int32()),
@@ -300,15 +229,10 @@ def test_per_key_times_older_than_the_retention_get_none_and_are_counted(
     # The first version ended before now minus 30 days (a load may drop it), the second
     # within the retention, the third is still valid.
     versions = [(1.0, ago(400), ago(100)), (2.0, ago(100), ago(10)), (3.0, ago(10), None)]
-    path = tmp_path / "retained.sqlite"
-    with sqlite3.connect(path) as db:
-        db.execute("CREATE TABLE rates (id INTEGER PRIMARY KEY, cur TEXT, region INTEGER, "
-                   "rate REAL, valid_from TIMESTAMP, valid_to TIMESTAMP)")
-        db.executemany(
-            "INSERT INTO rates (cur, region, rate, valid_from, valid_to) VALUES (?,?,?,?,?)",
-            [("EUR", 1, rate, _text(start), _text(end)) for rate, start, end in versions])
+    connect = rates_table(tmp_path / "retained.sqlite",
+                          [("EUR", 1, rate, start, end) for rate, start, end in versions])
     handle = open_lookup(provider(
-        kind, functools.partial(sqlite3.connect, path), tmp_path,
+        kind, connect, tmp_path,
         validity=Validity("valid_from", "valid_to", retention=dt.timedelta(days=30))))
     opened.append(handle)
     key = ("EUR", 1)
@@ -332,16 +256,12 @@ def test_a_partial_caches_size_bound_counts_versions(path: str, tmp_path: Path,
                                                      opened: list[Any]) -> None:
     # Ten keys of ten versions each, through a cache of maximum_size 25: at most 25
     # versions held (two keys), however the keys are loaded; every answer still right.
-    file = tmp_path / "many.sqlite"
-    with sqlite3.connect(file) as db:
-        db.execute("CREATE TABLE rates (id INTEGER PRIMARY KEY, cur TEXT, region INTEGER, "
-                   "rate REAL, valid_from TIMESTAMP, valid_to TIMESTAMP)")
-        db.executemany(
-            "INSERT INTO rates (cur, region, rate, valid_from, valid_to) VALUES (?,?,?,?,?)",
-            [(f"C{k}", 1, k + v / 100, _text(at(v + 1)), _text(at(v + 2)) if v < 9 else None)
-             for k in range(10) for v in range(10)])
+    connect = rates_table(
+        tmp_path / "many.sqlite",
+        [(f"C{k}", 1, k + v / 100, at(v + 1), at(v + 2) if v < 9 else None)
+         for k in range(10) for v in range(10)])
     cache = DefaultLookupCache.new_builder().maximum_size(25).build()
-    function = SqlLookupFunction(functools.partial(sqlite3.connect, file), "rates",
+    function = SqlLookupFunction(connect, "rates",
                                  ["cur", "region"], schema=SCHEMA)
     chosen = PartialCachingLookupProvider.of(function, cache, validity=VALIDITY)
     handle = open_lookup(chosen)

@@ -25,12 +25,11 @@ from lookup import (
     lookup_join,
 )
 from spark_lookup.errors import ConfigError
-from tests.lookup.runtime.test_point_in_time import (
+from tests.fixtures.rates import (
     EVENTS,
-    VERSIONS,
-    _text,
     expected,
     provider,
+    rates_table,
 )
 from triggers import PeriodicCacheReloadTrigger
 
@@ -40,15 +39,7 @@ KINDS = ["none", "partial", "full"]
 
 
 def _connect(tmp_path: Path) -> Any:
-    path = tmp_path / "rates.sqlite"
-    with sqlite3.connect(path) as db:
-        db.execute("CREATE TABLE rates (id INTEGER PRIMARY KEY, cur TEXT, region INTEGER, "
-                   "rate REAL, valid_from TIMESTAMP, valid_to TIMESTAMP)")
-        db.executemany(
-            "INSERT INTO rates (cur, region, rate, valid_from, valid_to) VALUES (?,?,?,?,?)",
-            [(c, r, rate, _text(start), _text(end)) for c, r, rate, start, end
-             in reversed(VERSIONS)])
-    return functools.partial(sqlite3.connect, str(path))
+    return rates_table(tmp_path / "rates.sqlite")
 
 
 @pytest.mark.every_line

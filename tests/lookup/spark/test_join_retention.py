@@ -6,14 +6,13 @@ the retention get their versions, with no cache, a partial cache and a full cach
 from __future__ import annotations
 
 import datetime as dt
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from lookup import Validity, lookup_join, lookup_metrics
-from tests.lookup.runtime.test_point_in_time import _text, provider
+from tests.fixtures.rates import provider, rates_table
 
 pytestmark = pytest.mark.spark
 
@@ -29,14 +28,9 @@ def test_rows_older_than_the_retention_get_no_version_and_are_counted(
     # The first version ended before now minus 30 days: dropped at load; the second
     # ended within the retention: kept; the third is still valid.
     versions = [(1.0, ago(400), ago(100)), (2.0, ago(100), ago(10)), (3.0, ago(10), None)]
-    path = tmp_path / "rates.sqlite"
-    with sqlite3.connect(path) as db:
-        db.execute("CREATE TABLE rates (id INTEGER PRIMARY KEY, cur TEXT, region INTEGER, "
-                   "rate REAL, valid_from TIMESTAMP, valid_to TIMESTAMP)")
-        db.executemany(
-            "INSERT INTO rates (cur, region, rate, valid_from, valid_to) VALUES (?,?,?,?,?)",
-            [("EUR", 1, rate, _text(start), _text(end)) for rate, start, end in versions])
-    rates = provider(kind, lambda: sqlite3.connect(str(path)), tmp_path,
+    connect = rates_table(tmp_path / "rates.sqlite",
+                          [("EUR", 1, rate, start, end) for rate, start, end in versions])
+    rates = provider(kind, connect, tmp_path,
                      validity=Validity("valid_from", "valid_to",
                                        retention=dt.timedelta(days=30)))
     events = [(1, ago(200)), (2, ago(50)), (3, ago(20)), (4, ago(1)), (5, None)]

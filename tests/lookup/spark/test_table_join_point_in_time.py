@@ -14,10 +14,9 @@ from typing import Any
 
 import pytest
 
-from lookup import LookupFunctionProvider, Validity, lookup_join, register_lookup_join
+from lookup import lookup_join, register_lookup_join
 from spark_lookup.errors import ConfigError
-from tests.lookup.functions import DictLookup
-from tests.lookup.runtime.test_point_in_time import EVENTS, expected, provider
+from tests.fixtures.rates import EVENTS, expected, prices_changing_ahead, provider
 from tests.lookup.spark.sql_support import customers_provider
 from tests.lookup.spark.test_join_point_in_time import _connect
 
@@ -84,13 +83,7 @@ def test_registration_refuses_an_as_of_it_can_check_now(spark: Any) -> None:
 def test_now_is_the_query_session_time_zones_wall_clock(spark: Any) -> None:
     # A new price from 7 hours ahead of UTC's wall clock: already valid on Kiritimati's
     # (UTC+14), not yet on UTC's or on UTC-12's.
-    utc_wall = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
-    change = utc_wall + dt.timedelta(hours=7)
-    prices = LookupFunctionProvider.of(
-        DictLookup([(1, 1.0, dt.datetime(2000, 1, 1), change), (1, 2.0, change, None)],
-                   schema="id BIGINT, price DOUBLE, valid_from TIMESTAMP_NTZ, "
-                          "valid_to TIMESTAMP_NTZ"),
-        validity=Validity("valid_from", "valid_to"))
+    prices = prices_changing_ahead(hours=7)
     register_lookup_join(spark, "price_now", prices, on="id", columns=["price"])
     spark.createDataFrame([(1,)], "id BIGINT").createOrReplaceTempView("price_keys")
     before = spark.conf.get(_ZONE)
