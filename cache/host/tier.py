@@ -46,7 +46,7 @@ from cache.host.slots import (
     claim_fresh,
     claim_stamp,
 )
-from cache.key_hash import hash_keys, is_exact
+from cache.key_hash import hash_keys
 from spark_lookup.host_dirs import sweep_directories, sweep_once, trash_path, try_flock
 
 __all__ = ["HostAnswers", "HostTier", "sweep"]
@@ -90,15 +90,14 @@ class HostTier:
         self.schema = schema
         self.key_columns = key_columns
         self._key_positions = [schema.get_field_index(name) for name in key_columns]
-        self._exact = is_exact([schema.field(name).type for name in key_columns])
         self.maximum_size = maximum_size
         self._write_life = None if write_ttl is None else int(write_ttl * 1000)
         self._missing_life = self._write_life if missing_ttl is None else (
             int(missing_ttl * 1000) if self._write_life is None
             else min(self._write_life, int(missing_ttl * 1000)))
-        # A missing key has no row to check its key against: only a key that is its
-        # own hash can be kept missing without risking another key's "no rows".
-        self._keep_missing = cache_missing_key and self._exact
+        # A missing key's slot points at a row of its key alone, checked as any row is:
+        # keys of every type can be kept missing without risking another key's "no rows".
+        self._keep_missing = cache_missing_key
         self._clock = clock
         self._users_fd: int | None = None
         self._current_id: tuple[int, int, int] | None = None
@@ -192,8 +191,6 @@ class HostTier:
         present = found >= 0
         claimed = present & (count == CLAIMED) & claim_fresh(entries, now, _CLAIM_MS)
         hit = present & (count < ENDED) & self._alive_at(entries["written"], count, now)
-        if not self._exact:
-            hit &= count > 0
         counts = np.where(hit, count, 0)
         rows = self.schema.empty_table()
         if hit.any():

@@ -88,15 +88,24 @@ def test_rows_and_missing_keys_expire(tmp_path: Path) -> None:
         t.close()
 
 
-def test_a_missing_text_key_is_never_kept(tmp_path: Path) -> None:
-    # No row to check a text key against: its hash alone must not answer "no rows".
-    t = tier(tmp_path / "p", schema=TEXT, key="code")
+def test_a_missing_text_key_is_shared_and_checked_against_its_key(tmp_path: Path) -> None:
+    # Its slot points at a row of its key alone: another process gets its "no rows", and
+    # a text key that finds that slot (the same tag) is not answered by it.
+    a, b = tier(tmp_path / "p", schema=TEXT, key="code"), tier(tmp_path / "p", schema=TEXT,
+                                                              key="code")
     try:
         keys = pa.array(["a", "b"])
-        t.put([keys], np.array([0]), pa.table({"code": ["a"], "n": [1]}))
-        assert t.get([keys]).hit.tolist() == [True, False]
+        a.put([keys], np.array([0]), pa.table({"code": ["a"], "n": [1]}))
+        found = b.get([keys])
+        assert found.hit.tolist() == [True, True]
+        assert found.counts.tolist() == [1, 0]
+        assert found.rows.to_pylist() == [{"code": "a", "n": 1}]
+        assert b._slots is not None
+        b._slots.words[_slot_of(b, "a")] = b._slots.words[_slot_of(b, "b")]
+        assert b.get([keys]).hit.tolist() == [False, True]
     finally:
-        t.close()
+        a.close()
+        b.close()
 
 
 def test_the_size_bound_keeps_the_newest(tmp_path: Path) -> None:
@@ -299,11 +308,12 @@ def test_many_small_puts_are_merged_into_few_blocks(tmp_path: Path) -> None:
         t.close()
 
 
-def _slot_of(t: HostTier, key: int) -> int:
+def _slot_of(t: HostTier, key: int | str) -> int:
     from cache.key_hash import hash_keys
 
     assert t._slots is not None
-    found, _ = t._slots.find(hash_keys([pa.array([key], pa.int64())]))
+    kind = pa.string() if isinstance(key, str) else pa.int64()
+    found, _ = t._slots.find(hash_keys([pa.array([key], kind)]))
     assert found[0] >= 0
     return int(found[0])
 
