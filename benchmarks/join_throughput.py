@@ -181,7 +181,7 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true",
-                        help="CI smoke run: 20,000 rows, 1,000 keys, 1 repeat")
+                        help="CI smoke run: 20,000 rows, 1,000 keys, 1 repeat, no warm-up")
     parser.add_argument("--cases", default="abcdefghij",
                         help="cases to run, by letter (default all: abcdefghij; a always runs)")
     args = parser.parse_args()
@@ -211,8 +211,9 @@ def main() -> None:
             providers = {name: provider for name, provider in providers.items()
                          if set(used[name]) & set(args.cases)}
             print(f"Spark and data ready after {time.perf_counter() - started:.0f} s")
-            interleaved(cases, 1)  # warm-up: JIT, Python workers, caches filled
-            print(f"warm-up round done after {time.perf_counter() - started:.0f} s")
+            if not args.quick:  # a smoke run's figures mean nothing: no warm-up there
+                interleaved(cases, 1)  # warm-up: JIT, Python workers, caches filled
+                print(f"warm-up round done after {time.perf_counter() - started:.0f} s")
             before = {n: lookup_metrics(p, spark).as_dict() for n, p in providers.items()}
             rates = interleaved(cases, args.repeats)
             after = {n: lookup_metrics(p, spark).as_dict() for n, p in providers.items()}

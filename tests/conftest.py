@@ -73,6 +73,8 @@ can differ there):
   ``connect_on_every_line`` (the join and its metrics, on Spark Connect too), plus the
   version gates (``matrix``). The rest test the library's own mechanisms through the
   same calls, on the whole suite's line and 3.5.
+- On none of them: the tests marked ``whole_suite_only`` (connection budgets, outages,
+  change feeds: the library's own machinery behind a join every line runs).
 
 The contract runs on one backend there (what a backend hands over is Arrow whatever the
 line; what the line changes is Spark's side)."""
@@ -113,6 +115,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _not_on_this_matrix_line(item: pytest.Item) -> str | None:
     if not MATRIX_LINE:
         return None
+    if item.get_closest_marker("whole_suite_only") is not None:
+        return ("the library's own mechanism, through the same Spark calls on every line: "
+                "the whole suite's line only (tests/conftest.py: MATRIX_LINE)")
     import pyspark
 
     if (not pyspark.__version__.startswith(LTS_LINE)

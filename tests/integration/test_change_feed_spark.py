@@ -21,7 +21,7 @@ from lookup import (
     lookup_metrics,
 )
 
-pytestmark = [pytest.mark.spark, pytest.mark.postgres]
+pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.whole_suite_only]
 
 TIMEOUT = 60.0
 

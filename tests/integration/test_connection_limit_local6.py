@@ -31,7 +31,8 @@ import pytest
 from tests.env import JVM_FAST_START, child_env
 from tests.pg_roles import role_reading_dim
 
-pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow,
+              pytest.mark.whole_suite_only]
 
 KEYS = 3_000
 EVENTS = 30_000

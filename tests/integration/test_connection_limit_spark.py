@@ -19,7 +19,7 @@ from cache import DefaultLookupCache
 from lookup import PartialCachingLookupProvider, SqlLookupFunction, lookup_join, lookup_metrics
 from tests.pg_roles import role_reading_dim
 
-pytestmark = [pytest.mark.spark, pytest.mark.postgres]
+pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.whole_suite_only]
 
 KEYS = 2_000
 EVENTS = 20_000
