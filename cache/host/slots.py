@@ -161,6 +161,11 @@ class Slots:
         self.runs = np.ndarray(MAX_RUNS, dtype=_RUN, buffer=self._mm,
                                offset=_HEADER + self.capacity * SLOT_BYTES)
         self._capacity = np.uint64(self.capacity)
+        # Runs are only appended, and never changed once counted: each is copied out of
+        # the file and checked once, and read from this copy after, so a get checks no
+        # run again and bytes later rewritten in the file cannot change what it serves.
+        self._runs_seen = np.zeros(0, dtype=_RUN)
+        self._runs_whole = np.zeros(0, dtype=bool)
 
     @staticmethod
     def create(path: Path, capacity: int) -> None:
@@ -265,8 +270,10 @@ class Slots:
         entries["run"] = run
         entries["row"] = (w1 >> _u64(40)).astype(np.int64)
         rows = count < ENDED
-        runs = self.runs[np.where(rows & (run < MAX_RUNS), run, 0)]
-        ok = rows & (run < self.runs_used) & (runs["check"] == _run_checks(runs))
+        seen, whole = self._runs_checked()
+        at = np.where(rows & (run < len(seen)), run, 0)
+        runs = seen[at] if len(seen) else np.zeros(len(run), dtype=_RUN)
+        ok = rows & (run < len(seen)) & (whole[at] if len(seen) else False)
         count[rows & ~ok] = ENDED
         entries["count"] = count
         ref = runs["ref"]
@@ -275,6 +282,16 @@ class Slots:
         entries["first"] = np.where(ok, runs["base"].astype(np.int64) + entries["row"], 0)
         entries["written"] = np.where(ok, runs["written"], 0)
         return entries
+
+    def _runs_checked(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every run counted so far, as copied and checked (see ``__init__``)."""
+        used = min(self.runs_used, MAX_RUNS)
+        if used > len(self._runs_seen):
+            added = self.runs[len(self._runs_seen): used].copy()
+            self._runs_seen = np.concatenate((self._runs_seen, added))
+            self._runs_whole = np.concatenate((self._runs_whole,
+                                               added["check"] == _run_checks(added)))
+        return self._runs_seen, self._runs_whole
 
     # --- slots
 

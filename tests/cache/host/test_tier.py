@@ -16,6 +16,7 @@ import pytest
 
 from cache.host.slots import ENTRY, SLOT_BYTES
 from cache.host.tier import HostTier, sweep
+from cache.key_hash import hash_keys
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 TEXT = pa.schema([("code", pa.string()), ("n", pa.int64())])
@@ -383,3 +384,27 @@ def test_write_times_survive_merges_and_compactions(tmp_path: Path) -> None:
         assert t.get([pa.array(np.arange(1_390, 1_400, dtype=np.int64))]).hit.all()
     finally:
         t.close()
+
+
+def test_a_damaged_run_is_a_miss_and_a_checked_run_is_read_from_its_copy(
+        tmp_path: Path) -> None:
+    a, b = tier(tmp_path / "p"), tier(tmp_path / "p")
+    try:
+        keys = np.arange(10, dtype=np.int64)
+        a.put([pa.array(keys)], *rows_of(keys))
+        assert a._slots is not None
+        run = int(a._slots.find(hash_keys([pa.array([3], pa.int64())]))[1]["run"][0])
+        good = a._slots.runs[run].copy()
+        # Checked once by a: its copy serves from then on, whatever the file says.
+        assert a.get([pa.array(keys)]).hit.all()
+        a._slots.runs["base"][run] = good["base"] + 1  # damaged in the file
+        found = a.get([pa.array(keys)])
+        assert found.hit.all()
+        check_rows(keys, found)
+        # b reads the run for the first time: its checksum fails, its keys are misses.
+        found = b.get([pa.array(keys)])
+        assert not found.hit.all()
+        check_rows(keys, found)
+    finally:
+        a.close()
+        b.close()
