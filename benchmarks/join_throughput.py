@@ -214,11 +214,13 @@ def main() -> None:
             if not args.quick:  # a smoke run's figures mean nothing: no warm-up there
                 interleaved(cases, 1)  # warm-up: JIT, Python workers, caches filled
                 print(f"warm-up round done after {time.perf_counter() - started:.0f} s")
-            before = {n: lookup_metrics(p, spark).as_dict() for n, p in providers.items()}
+            # Without a warm-up no action has reported metrics yet: nothing to subtract.
+            before = ({n: lookup_metrics(p, spark).as_dict() for n, p in providers.items()}
+                      if not args.quick else {})
             rates = interleaved(cases, args.repeats)
             after = {n: lookup_metrics(p, spark).as_dict() for n, p in providers.items()}
         lookups = {
-            name: {metric: after[name][metric] - before[name][metric]
+            name: {metric: after[name][metric] - before.get(name, {}).get(metric, 0)
                    for metric in ("hit_count", "miss_count", "load_count")}
             for name in providers
         }
