@@ -27,7 +27,7 @@ from lookup.runtime.base import LookupRuntime
 from lookup.versions import instants, now_micros
 
 __all__ = ["JoinShape", "PointInTime", "factorize", "join_batch", "known_range",
-           "pick_versions", "probe_between"]
+           "pick_versions"]
 
 RowTimes = tuple[np.ndarray, np.ndarray | None]
 """Each row's time (microseconds) and where it is known (None: everywhere)."""
@@ -127,15 +127,6 @@ def known_range(times: RowTimes) -> tuple[int, int] | None:
     return int(values.min()), int(values.max())
 
 
-def probe_between(runtime: LookupRuntime, keys: Sequence[pa.Array], describe: str,
-                  as_of_range: tuple[int, int] | None) -> Answers:
-    """``runtime.probe``, given the batch's range of times where there is one (a
-    runtime of a user's, written before the range, is probed as it was)."""
-    if as_of_range is None:
-        return runtime.probe(keys, describe)
-    return runtime.probe(keys, describe, as_of_range=as_of_range)
-
-
 def pick_versions(point_in_time: PointInTime, batch: pa.RecordBatch, runtime: LookupRuntime,
                   probe: Answers, groups: np.ndarray, clock: Callable[[], float],
                   times: RowTimes | None = None) -> np.ndarray:
@@ -174,11 +165,11 @@ def join_batch(batch: pa.RecordBatch, shape: JoinShape, runtime: LookupRuntime,
     if runtime.probes_rows:
         # One probe per stream row costs what one per distinct key would: the
         # factorization would be pure overhead (a third of a full-cache join's work).
-        probe = probe_between(runtime, keys, describe, as_of_range)
+        probe = runtime.probe(keys, describe, as_of_range)
         groups = probe.groups
     else:
         codes, uniques = factorize(keys)
-        probe = probe_between(runtime, uniques, describe, as_of_range)
+        probe = runtime.probe(uniques, describe, as_of_range)
         groups = np.append(probe.groups, -1)[codes]  # code -1 (a null key) takes the -1
     dim = probe.rows.select(list(shape.dim_columns))
     n = batch.num_rows

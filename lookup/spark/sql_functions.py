@@ -30,7 +30,6 @@ from lookup.spark.assemble import (
     factorize,
     known_range,
     pick_versions,
-    probe_between,
 )
 from lookup.spark.join_plan import keys_compatible
 from lookup.spark.session import is_connect
@@ -260,7 +259,7 @@ class _StructLookup:
         # The times read before the probe, as a join reads them (`join_batch`).
         row_times = None if point_in_time is None or not self.as_of else (
             point_in_time.times(times, self.clock))
-        probe = probe_between(runtime, uniques, describe,
+        probe = runtime.probe(uniques, describe,
                               None if row_times is None else known_range(row_times))
         unique_groups, offsets = probe.groups, probe.offsets
         dim = probe.rows.select(list(self.shape.dim_columns))

@@ -95,7 +95,8 @@ def test_a_join_over_a_snapshot_with_views_gives_takes_answer() -> None:
         def __init__(self, views: StringViews | None) -> None:
             self.views = views
 
-        def probe(self, keys: object, describe: str = "") -> Answers:
+        def probe(self, keys: object, describe: str = "", as_of_range: object = None
+                  ) -> Answers:
             return Answers(None, groups, snapshot.offsets, snapshot.table, one_row_each=True,
                          views=self.views)
 

@@ -103,7 +103,8 @@ def test_a_probe_answer_past_the_dimension_is_refused_not_gathered() -> None:
     class Broken:
         probes_rows = True
 
-        def probe(self, keys: Any, describe: str = "lookup") -> Answers:
+        def probe(self, keys: Any, describe: str = "lookup", as_of_range: Any = None
+                  ) -> Answers:
             return Answers(None, np.array([0, 7], dtype=np.int64), np.array([], dtype=np.int64),
                          pa.table({"id": [1], "name": ["a"]}), one_row_each=True)
 
