@@ -130,6 +130,12 @@ def _run_checks(runs: np.ndarray) -> np.ndarray:
     return checks
 
 
+def _blocks_of(runs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each run's block: its segment and its offset there."""
+    ref = runs["ref"]
+    return (ref >> _u64(48)).astype(np.int64), (ref & _u64((1 << 48) - 1)).astype(np.int64)
+
+
 def claim_stamp(now_ms: int) -> int:
     """A claim's time as its slot holds it."""
     return (now_ms // _CLAIM_UNIT_MS) % RUN_ROWS
@@ -253,12 +259,11 @@ class Slots:
                                   np.ndarray]:
         """Of every run appended and undamaged: its number, segment, block offset,
         first row and write time (for merges: which runs a merged block held)."""
-        runs = self.runs[: self.runs_used].copy()
-        ok = np.flatnonzero(runs["check"] == _run_checks(runs))
-        runs = runs[ok]
-        return (ok, (runs["ref"] >> _u64(48)).astype(np.int64),
-                (runs["ref"] & _u64((1 << 48) - 1)).astype(np.int64),
-                runs["base"].astype(np.int64), runs["written"])
+        seen, whole = self._runs_checked()
+        ok = np.flatnonzero(whole)
+        runs = seen[ok]
+        segment, offset = _blocks_of(runs)
+        return ok, segment, offset, runs["base"].astype(np.int64), runs["written"]
 
     def _entries(self, words: np.ndarray) -> np.ndarray:
         """Slots' words read as entries: a row-holding slot whose run is damaged or
@@ -276,9 +281,9 @@ class Slots:
         ok = rows & (run < len(seen)) & (whole[at] if len(seen) else False)
         count[rows & ~ok] = ENDED
         entries["count"] = count
-        ref = runs["ref"]
-        entries["segment"] = np.where(ok, ref >> _u64(48), 0)
-        entries["offset"] = np.where(ok, ref & _u64((1 << 48) - 1), 0)
+        segment, offset = _blocks_of(runs)
+        entries["segment"] = np.where(ok, segment, 0)
+        entries["offset"] = np.where(ok, offset, 0)
         entries["first"] = np.where(ok, runs["base"].astype(np.int64) + entries["row"], 0)
         entries["written"] = np.where(ok, runs["written"], 0)
         return entries
