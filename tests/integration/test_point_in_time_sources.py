@@ -39,7 +39,6 @@ from lookup import (
     LookupFunctionProvider,
     LookupProvider,
     PartialCachingLookupProvider,
-    Validity,
     lookup_join,
     open_lookup,
 )
@@ -48,16 +47,14 @@ from lookup.spark.join_plan import plan_join
 from scan import DeltaSource, FileSource, SqlTableSource
 from spark_lookup.errors import BadValueError
 from tests.conftest import mysql_params
+from tests.fixtures import rates
+from tests.fixtures.rates import SCHEMA, UTC, VALIDITY, at
 from triggers import PeriodicCacheReloadTrigger
 
 pytestmark = pytest.mark.spark
 
-UTC = dt.timezone.utc
 HOUR = dt.timedelta(hours=1)
 KEYS = ["cur", "region"]
-VALIDITY = Validity("valid_from", "valid_to")
-SCHEMA = ("id BIGINT, cur STRING, region INT, rate DOUBLE, valid_from TIMESTAMP, "
-          "valid_to TIMESTAMP")
 DAYS_SCHEMA = ("id BIGINT, cur STRING, region INT, rate DOUBLE, valid_from DATE, "
                "valid_to DATE")
 EVENTS_SCHEMA = "order BIGINT, cur STRING, region INT, order_time TIMESTAMP"
@@ -71,34 +68,16 @@ Version = tuple[str, int, float, Time | None, Time | None]
 Event = tuple[int, str | None, int | None, Time | None]
 
 
-def at(day: int, hour: int = 0) -> dt.datetime:
-    return dt.datetime(2024, 1, day, hour, tzinfo=UTC)
-
-
 def day(number: int) -> dt.date:
     return dt.date(2024, 1, number)
 
 
-# EUR/1 changes twice, the last version open-ended; EUR/2 (a composite key: the same
-# currency in another region) has a gap; USD/1 has one open-ended version.
-VERSIONS: list[Version] = [
-    ("EUR", 1, 1.10, at(1), at(5)),
-    ("EUR", 1, 1.20, at(5), at(10)),
-    ("EUR", 1, 1.30, at(10), None),
-    ("EUR", 2, 2.10, at(2), at(4)),
-    ("EUR", 2, 2.20, at(6), None),
-    ("USD", 1, 0.90, at(3), None),
-]
-# At valid_from, at valid_to, between, long after the last (open-ended), before the
-# first version, in a gap, NULL, an unknown key, a NULL key part.
-EVENTS: list[Event] = [
-    (1, "EUR", 1, at(1)), (2, "EUR", 1, at(5)), (3, "EUR", 1, at(4, 23)),
-    (4, "EUR", 1, at(9)), (5, "EUR", 1, at(30)),
-    (6, "EUR", 1, dt.datetime(2023, 12, 31, tzinfo=UTC)),
-    (7, "EUR", 2, at(4)), (8, "EUR", 2, at(5)), (9, "EUR", 2, at(6)), (10, "EUR", 2, at(3)),
-    (11, "USD", 1, at(2)), (12, "USD", 1, at(3)), (13, "EUR", 1, None), (14, "GBP", 1, at(6)),
-    (15, None, 1, at(6)), (16, "USD", 1, at(20)), (17, "EUR", 1, at(10)),
-]
+# The rates the runtime tests join (tests/fixtures/rates.py): EUR/1 changes twice, the
+# last version open-ended; EUR/2 (a composite key) has a gap; USD/1 one open-ended version.
+VERSIONS: list[Version] = list(rates.VERSIONS)
+# Theirs (at valid_from, at valid_to, between, long after the last, before the first
+# version, in a gap, NULL, an unknown key, a NULL key part), and one at the last start.
+EVENTS: list[Event] = [*rates.EVENTS, (17, "EUR", 1, at(10))]
 
 # Bad history. EUR/1: a version inside another; CHF/1: a closed version inside an
 # open-ended one; USD/1: an inverted interval beside a good one; GBP/1: a NULL
