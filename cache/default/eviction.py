@@ -76,21 +76,26 @@ class Eviction:
             held = entries.nbytes()
 
 
-def _evict_oldest(entries: Entries, count: int) -> None:
+def _by_recency(entries: Entries) -> tuple[np.ndarray, np.ndarray]:
+    """The live slots, and a key ordering them least recent batch first (within a
+    batch, the earlier slot)."""
     live = np.flatnonzero(entries.touched[: entries.count] > 0)
+    order = (entries.touched[live].astype(np.uint64) << np.uint64(32)) | live.astype(np.uint64)
+    return live, order
+
+
+def _evict_oldest(entries: Entries, count: int) -> None:
+    live, order = _by_recency(entries)
     if count >= len(live):
         entries.kill(live)
         return
-    # Least recent batch first; within a batch, the earlier slot.
-    order = (entries.touched[live].astype(np.uint64) << np.uint64(32)) | live.astype(np.uint64)
     entries.kill(live[np.argpartition(order, count - 1)[:count]])
 
 
 def _evict_oldest_rows(entries: Entries, rows: int) -> None:
     """Kill whole entries, least recently used first, until at least ``rows`` rows
     (a missing key counting as one) are gone."""
-    live = np.flatnonzero(entries.touched[: entries.count] > 0)
-    order = (entries.touched[live].astype(np.uint64) << np.uint64(32)) | live.astype(np.uint64)
+    live, order = _by_recency(entries)
     oldest = live[np.argsort(order)]
     starts = entries.starts
     held = np.cumsum(np.maximum(starts[oldest + 1] - starts[oldest], 1))
