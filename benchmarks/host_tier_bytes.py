@@ -22,6 +22,7 @@ import argparse
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -39,13 +40,14 @@ def _rows(keys: np.ndarray) -> pa.Table:
                      "name": pa.array([f"n{k}" for k in keys.tolist()], pa.string())})
 
 
-def _fill(tier: HostTier, keys: np.ndarray, batch: int) -> tuple[float, float]:
-    """Put ``keys`` ``batch`` at a time; seconds spent in the puts (rows built before),
-    elapsed and on this process's CPU."""
+def fill(tier: HostTier, keys: np.ndarray, batch: int,
+         rows_of: Callable[[np.ndarray], pa.Table] = _rows) -> tuple[float, float]:
+    """Put ``keys`` ``batch`` at a time (their rows from ``rows_of``); seconds spent in
+    the puts (rows built before), elapsed and on this process's CPU."""
     spent = cpu = 0.0
     for start in range(0, len(keys), batch):
         part = keys[start: start + batch]
-        rows = _rows(part)
+        rows = rows_of(part)
         began, began_cpu = time.perf_counter(), time.process_time()
         tier.put([pa.array(part)], np.arange(len(part)), rows)
         spent += time.perf_counter() - began
@@ -53,9 +55,10 @@ def _fill(tier: HostTier, keys: np.ndarray, batch: int) -> tuple[float, float]:
     return spent, cpu
 
 
-def _gets(tier: HostTier, keys: np.ndarray, batch: int, times: int
+def timed_gets(tier: HostTier, keys: np.ndarray, batch: int, times: int
           ) -> tuple[np.ndarray, np.ndarray]:
-    """Milliseconds of each get, elapsed and on this process's CPU."""
+    """Milliseconds of each of ``times`` gets of ``batch`` random ``keys`` (all held),
+    elapsed and on this process's CPU."""
     rng = np.random.default_rng(2)
     spent, cpu = [], []
     for _ in range(times):
@@ -80,9 +83,9 @@ def main() -> None:
                         write_ttl=None, missing_ttl=None, cache_missing_key=True)
         tier.open()
         try:
-            put_seconds, put_cpu = _fill(tier, keys, args.batch)
+            put_seconds, put_cpu = fill(tier, keys, args.batch)
             nbytes = tier.nbytes()
-            gets, gets_cpu = _gets(tier, keys, args.batch, args.gets)
+            gets, gets_cpu = timed_gets(tier, keys, args.batch, args.gets)
         finally:
             tier.close()
     puts = -(-args.keys // args.batch)
