@@ -19,7 +19,9 @@ a damaged slot or run fails its checksum and reads as a miss; an empty slot (bot
 A count of ``CLAIMED`` marks a key being loaded by the process whose pid the slot holds
 in place of a run, since the time it holds in place of a row (single loads): others
 wait for its rows rather than load it again. A count of ``ENDED`` answers nothing (a
-claim given up).
+claim given up). A count of ``CHANGED`` answers nothing either and holds, in its run
+and row fields, when a change feed said the key changed (ms): a load that began before
+then may not put the key (`cache.host.tier`).
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ import numpy as np
 
 from cache.key_hash import spread
 
-__all__ = ["CLAIMED", "ENDED", "ENTRY", "FILL", "MAX_COUNT", "MAX_RUNS", "RUN_ROWS",
-           "SLOT_BYTES", "Slots", "claim_fresh", "claim_stamp"]
+__all__ = ["CHANGED", "CLAIMED", "ENDED", "ENTRY", "FILL", "MAX_COUNT", "MAX_RUNS", "RUN_ROWS",
+           "SLOT_BYTES", "Slots", "change_fields", "changed_at", "claim_fresh", "claim_stamp"]
 
 SLOT_BYTES = 16
 ENTRY = np.dtype([("segment", "<i8"), ("offset", "<i8"), ("first", "<i8"),
@@ -46,15 +48,17 @@ written (ms since the epoch), and the slot's own run and row fields (a claim: it
 owner's pid and `claim_stamp`)."""
 _RUN = np.dtype([("ref", "<u8"), ("base", "<u8"), ("written", "<i8"), ("check", "<u8")])
 CLAIMED = 0xFFFF
-ENDED = 0xFFFE
-MAX_COUNT = 0xFFFD
+CHANGED = 0xFFFE
+ENDED = 0xFFFD
+"""The lowest count that is no count of rows: below it, a slot answers its key."""
+MAX_COUNT = 0xFFFC
 """The most rows a slot can count (a key with more stays in-process)."""
 RUN_ROWS = 1 << 24
 """A slot's row within its run is below this: longer runs are split."""
 MAX_RUNS = 1 << 18
 """Runs a generation can hold (a sparse area after the slots): then it is rewritten."""
 _RUN_BITS = 24
-_MAGIC = b"SLHTIDX2"
+_MAGIC = b"SLHTIDX3"
 _HEADER = 4096  # magic, capacity, generation, then the writer's counters
 _SALT = np.uint64(0x5BD1E9955BD1E995)
 _LOW32 = np.uint64(0xFFFFFFFF)
@@ -71,6 +75,7 @@ _MAX_PROBE = 4096
 FILL = 0.85
 """The share of slots filled before a generation is rewritten bigger."""
 _MAX_LIVE_BLOCKS = 256  # in the header's 4096 bytes, after 64 of its own
+_FLOOR_AT = 64 + 8 * _MAX_LIVE_BLOCKS  # then the floor and the latest change (ms)
 _CLAIM_UNIT_MS = 16  # a claim's time, in a slot's 24-bit row field: wraps after 3 days
 
 
@@ -141,6 +146,18 @@ def claim_stamp(now_ms: int) -> int:
     return (now_ms // _CLAIM_UNIT_MS) % RUN_ROWS
 
 
+def change_fields(at_ms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A change's time (ms since the epoch) as its slot holds it: run and row fields."""
+    at = np.asarray(at_ms, dtype=np.int64)
+    return at >> _RUN_BITS, at & ((1 << _RUN_BITS) - 1)
+
+
+def changed_at(entries: np.ndarray) -> np.ndarray:
+    """When the changes of `CHANGED` slots (as read) were noted, in ms."""
+    at: np.ndarray = (entries["run"] << _RUN_BITS) | entries["row"]
+    return at
+
+
 def claim_fresh(entries: np.ndarray, now_ms: int, hold_ms: int) -> np.ndarray:
     """Which claims (as read) were made less than ``hold_ms`` before ``now_ms``."""
     since = (claim_stamp(now_ms) - entries["row"]) % RUN_ROWS
@@ -174,14 +191,32 @@ class Slots:
         self._runs_whole = np.zeros(0, dtype=bool)
 
     @staticmethod
-    def create(path: Path, capacity: int) -> None:
+    def create(path: Path, capacity: int, floor: int = 0) -> None:
         """Write an empty index of ``capacity`` slots at ``path``, atomically (the caller
-        holds the tier's lock). The runs' area is sparse: unwritten, it takes no room."""
+        holds the tier's lock), refusing loads begun at or before ``floor`` (ms). The
+        runs' area is sparse: unwritten, it takes no room."""
         tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
         with open(tmp, "wb") as f:
             f.write(_MAGIC + struct.pack("<QQ", capacity, secrets.randbits(63)))
+            f.seek(_FLOOR_AT)
+            f.write(struct.pack("<qq", floor, floor))
             f.truncate(_file_size(capacity))
         os.replace(tmp, path)
+
+    @property
+    def floor(self) -> int:
+        """Loads begun at or before this time (ms) may put nothing here: the generation
+        began after an "everything changed", or dropped older changes' slots."""
+        return int(struct.unpack_from("<q", self._mm, _FLOOR_AT)[0])
+
+    @property
+    def latest_change(self) -> int:
+        """The latest time (ms) a `CHANGED` slot written here holds (or the floor)."""
+        return int(struct.unpack_from("<q", self._mm, _FLOOR_AT + 8)[0])
+
+    @latest_change.setter
+    def latest_change(self, value: int) -> None:
+        struct.pack_into("<q", self._mm, _FLOOR_AT + 8, max(value, self.latest_change))
 
     @property
     def used(self) -> int:

@@ -16,6 +16,14 @@ identity once per call, and everything they read is checked (slot versions and
 checksums, run checksums, block CRCs, every row's key against the key asked, a missing
 key's against the key-only row its slot points at), so a torn, damaged or foreign entry
 is a miss, never a row of another key.
+
+A tier that ``tracks_changes`` (a provider with a change feed) never keeps a row read
+before a change of its key that a worker was told of: each worker notes the keys its
+feed names (`changed`: a ``CHANGED`` slot holding when), and a put of a load that began
+at or before a key's noted change, or before a newer load's rows of that key, leaves
+that key out. An "everything changed" starts an empty generation whose floor refuses
+every load begun before it (`flush`); a compaction, which drops the notes, raises the
+floor to the latest of them.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ import pyarrow.compute as pc
 
 from cache.host.segments import Segments
 from cache.host.slots import (
+    CHANGED,
     CLAIMED,
     ENDED,
     ENTRY,
@@ -43,6 +52,8 @@ from cache.host.slots import (
     MAX_RUNS,
     RUN_ROWS,
     Slots,
+    change_fields,
+    changed_at,
     claim_fresh,
     claim_stamp,
 )
@@ -79,12 +90,14 @@ class HostTier:
     """A partial cache in ``directory`` shared by a host's processes (see the module).
 
     ``write_ttl`` / ``missing_ttl``: seconds a row / a missing key stays (None: until
-    size eviction); ``cache_missing_key``: whether missing keys are kept at all.
+    size eviction); ``cache_missing_key``: whether missing keys are kept at all;
+    ``tracks_changes``: puts are checked against changes noted (see the module).
     """
 
     def __init__(self, directory: Path, schema: pa.Schema, key_columns: list[str], *,
                  maximum_size: int | None, write_ttl: float | None,
                  missing_ttl: float | None, cache_missing_key: bool,
+                 tracks_changes: bool = False,
                  clock: Callable[[], float] = time.time) -> None:
         self.directory = directory
         self.schema = schema
@@ -98,6 +111,7 @@ class HostTier:
         # A missing key's slot points at a row of its key alone, checked as any row is:
         # keys of every type can be kept missing without risking another key's "no rows".
         self._keep_missing = cache_missing_key
+        self.tracks_changes = tracks_changes
         self._clock = clock
         self._users_fd: int | None = None
         self._current_id: tuple[int, int, int] | None = None
@@ -137,7 +151,8 @@ class HostTier:
         self._slots = self._segments = None
         self._generation = None
 
-    def _now_ms(self) -> int:
+    def now_ms(self) -> int:
+        """The tier's clock (ms since the epoch): a put's ``began`` is read from it."""
         return int(self._clock() * 1000)
 
     def _follow(self) -> bool:
@@ -186,7 +201,7 @@ class HostTier:
         assert self._segments is not None
         hashes = hash_keys(keys)
         found, entries = self._slots.find(hashes)
-        now = self._now_ms()
+        now = self.now_ms()
         count = entries["count"]
         present = found >= 0
         claimed = present & (count == CLAIMED) & claim_fresh(entries, now, _CLAIM_MS)
@@ -256,22 +271,24 @@ class HostTier:
         fd = os.open(self.directory / "lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            # A generation deleted under us (CURRENT unchanged) would fail every put.
+            # A generation deleted under us (CURRENT unchanged) would fail every put. One
+            # made from nothing refuses loads begun before it: changes noted in the one
+            # lost are not known.
             if not self._follow() or not (self.directory / str(self._generation)).is_dir():
-                self._publish(self._new_generation(_FIRST_CAPACITY))
+                self._publish(self._new_generation(_FIRST_CAPACITY, self.now_ms()))
             assert self._slots is not None
             yield self._slots
         finally:
             os.close(fd)
 
-    def _new_generation(self, capacity: int) -> str:
+    def _new_generation(self, capacity: int, floor: int) -> str:
         number = 0
         for entry in os.scandir(self.directory):
             if entry.name.startswith("gen-") and entry.name[4:].isdigit():
                 number = max(number, int(entry.name[4:]) + 1)
         name = f"gen-{number}"
         (self.directory / name).mkdir(mode=0o700)
-        Slots.create(self.directory / name / "index", capacity)
+        Slots.create(self.directory / name / "index", capacity, floor)
         return name
 
     def _publish(self, name: str) -> None:
@@ -292,7 +309,7 @@ class HostTier:
         hashes = hash_keys(keys)
         with self._locked() as slots:
             found, entries = slots.find(hashes)
-            now = self._now_ms()
+            now = self.now_ms()
             claimed = ((found >= 0) & (entries["count"] == CLAIMED)
                        & claim_fresh(entries, now, _CLAIM_MS))
             owners = entries["run"]
@@ -300,7 +317,9 @@ class HostTier:
                 if int(pid) == _pid() or not _alive(int(pid)):
                     claimed &= owners != pid
             mine = ~claimed
-            claims = np.flatnonzero(mine & _distinct(hashes))
+            # A key noted changed keeps its note: loaded here, unclaimed (a claim would
+            # erase the note that refuses older loads' puts).
+            claims = np.flatnonzero(mine & _distinct(hashes) & (entries["count"] != CHANGED))
             if len(claims) and _pid() < RUN_ROWS:  # a pid a slot holds
                 # Too full to claim: loaded anyway, the put compacts.
                 slots.write(hashes[claims], np.full(len(claims), _pid()),
@@ -308,12 +327,16 @@ class HostTier:
                             np.full(len(claims), CLAIMED))
         return mine, claimed[:n]
 
-    def put(self, keys: list[pa.Array], index: np.ndarray, rows: pa.Table) -> None:
+    def put(self, keys: list[pa.Array], index: np.ndarray, rows: pa.Table,
+            began: int | None = None) -> None:
         """Store the answers of distinct keys: row ``j`` of ``rows`` is key ``index[j]``'s
-        (every key asked, rows or none: a key with none is a missing key)."""
+        (every key asked, rows or none: a key with none is a missing key). ``began``:
+        when their load began (ms, `now_ms`; default now): their write time, and what
+        a tier that tracks changes checks."""
         n = len(keys[0]) if keys else 0
         if not n:
             return
+        began = self.now_ms() if began is None else began
         counts = np.bincount(index, minlength=n).astype(np.int64) if len(index) else \
             np.zeros(n, dtype=np.int64)
         hashes = hash_keys(keys)
@@ -322,9 +345,13 @@ class HostTier:
         answered = kept & (counts <= MAX_COUNT) & ((counts > 0) | self._keep_missing)
         with self._locked() as slots:
             assert self._segments is not None
+            if self.tracks_changes:
+                kept = kept & ~self._outdated(slots, hashes, began)
+                if not kept.any():
+                    return
             entries = np.zeros(n, dtype=ENTRY)
             entries["count"] = np.where(answered, counts, ENDED)
-            entries["written"] = self._now_ms()
+            entries["written"] = began
             table, entries["first"] = self._block_of(keys, index, rows, counts,
                                                      answered & (counts == 0))
             if table.num_rows:
@@ -334,6 +361,49 @@ class HostTier:
                 self._compact(entries)
             else:
                 self._merge_tail(slots)
+
+    @staticmethod
+    def _outdated(slots: Slots, hashes: np.ndarray, began: int) -> np.ndarray:
+        """Which keys a load begun at ``began`` may not put: all at or below the
+        generation's floor; else those noted changed since, or holding a newer load's
+        rows."""
+        if began <= slots.floor:
+            return np.ones(len(hashes), dtype=bool)
+        found, old = slots.find(hashes)
+        count = old["count"]
+        outdated: np.ndarray = (found >= 0) & (
+            ((count == CHANGED) & (changed_at(old) >= began))
+            | ((count < ENDED) & (old["written"] > began)))
+        return outdated
+
+    def changed(self, keys: list[pa.Array], at: int) -> None:
+        """Note that keys (of the key types) changed by ``at`` (ms, `now_ms`): their
+        rows are dropped, and no load begun at or before ``at`` may put them."""
+        hashes = np.unique(hash_keys(keys))
+        if not len(hashes):
+            return
+        with self._locked() as slots:
+            found, old = slots.find(hashes)
+            later = (found >= 0) & (old["count"] == CHANGED) & (changed_at(old) >= at)
+            hashes = hashes[~later]
+            runs, rows = change_fields(np.full(len(hashes), at, dtype=np.int64))
+            if slots.write(hashes, runs, rows, np.full(len(hashes), CHANGED)):
+                slots.latest_change = at
+            else:  # too full: the next generation's floor stands for these notes
+                self._compact(np.zeros(0, dtype=ENTRY), at)
+
+    def flush(self, at: int) -> None:
+        """Everything may have changed by ``at`` (ms): an empty generation, refusing
+        every load begun at or before ``at``."""
+        with self._locked():
+            self._publish(self._new_generation(_FIRST_CAPACITY, at))
+
+    def abandon(self) -> None:
+        """Serve nothing more to anyone (the tier could not note a change): ``CURRENT``
+        is removed, so every reader misses and the next writer starts a generation
+        that refuses the loads begun before it."""
+        with contextlib.suppress(FileNotFoundError):
+            (self.directory / "CURRENT").unlink()
 
     def _block_of(self, keys: list[pa.Array], index: np.ndarray, rows: pa.Table,
                   counts: np.ndarray, missing: np.ndarray) -> tuple[pa.Table, np.ndarray]:
@@ -479,12 +549,14 @@ class HostTier:
         assert self._segments is not None
         return self._segments.used_bytes() > max(_MIN_REWRITE_BYTES, 2 * slots.base_bytes)
 
-    def _compact(self, pending: np.ndarray) -> None:
+    def _compact(self, pending: np.ndarray, floor: int = 0) -> None:
         """Write the next generation: ``pending`` (entries already in this generation's
-        segments), then the live entries, newest first, up to ``maximum_size``."""
+        segments), then the live entries, newest first, up to ``maximum_size``. Its
+        floor: ``floor`` or the latest change noted here (whose notes it drops)."""
         assert self._slots is not None
         assert self._segments is not None
-        now = self._now_ms()
+        now = self.now_ms()
+        floor = max(floor, self._slots.floor, self._slots.latest_change)
         _, live = self._slots.whole()
         live = live[self._alive_at(live["written"], live["count"], now)]
         keep = np.concatenate([pending[pending["count"] < ENDED],
@@ -505,7 +577,7 @@ class HostTier:
         keep["first"] = np.concatenate(([0], np.cumsum(taken)[:-1])).astype(np.int64)
         keep["written"] = _coarse(keep["written"])
         capacity = max(_FIRST_CAPACITY, int(len(keep) / _FRESH_FILL) + 1)
-        name = self._new_generation(capacity)
+        name = self._new_generation(capacity, floor)
         slots = Slots(self.directory / name / "index")
         try:
             segments = Segments(self.directory / name, slots.generation, self.schema)

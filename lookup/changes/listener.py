@@ -89,6 +89,9 @@ class _Listener:
     def wait_connected(self, timeout: float) -> bool:
         return self._connected.wait(timeout)
 
+    def is_connected(self) -> bool:
+        return self._connected.is_set()
+
     def _run(self) -> None:
         failures = 0
         connected_before = False
@@ -163,6 +166,13 @@ class Subscription:
     def __init__(self, listener: _Listener, sink: ChangeSink) -> None:
         self._listener: _Listener | None = listener
         self._sink = sink
+
+    @property
+    def connected(self) -> bool:
+        """Whether the listener is connected now (a sink added to a listener connected
+        before gets no `ChangeSink.connected` call)."""
+        listener = self._listener
+        return listener is not None and listener.is_connected()
 
     def close(self) -> None:
         """Stop delivering to the sink; the last subscription stops the thread."""

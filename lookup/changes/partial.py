@@ -14,6 +14,15 @@ every load takes a token (`begin`) before it reads, and puts through
 (by their 64-bit hashes: a collision leaves a key uncached, never a stale one), or the
 whole load after an "everything". Puts and invalidations hold one lock, so nothing
 falls between the check and the put; lookups never take it.
+
+Behind a host tier (`cache.host.tier`), the same changes are noted there for the
+workers of the host: each changed key's note refuses the puts of loads begun before
+it, whichever worker's feed is behind; an "everything" flushes the tier. A worker
+shares a load only if its feed listened since before the load began
+(`listened_since`): every change the load could have missed is then noted by it. A
+feed that (re)connects flushes the tier too, unless another process of the host
+listens now (`lookup.changes.host_listeners` marks): since the tier's last flush some
+worker has then always listened, and noted every change.
 """
 
 from __future__ import annotations
@@ -28,11 +37,15 @@ import numpy as np
 import pyarrow as pa
 
 from cache.base import Key, LookupCache, Row
+from cache.default.cache import DefaultLookupCache
+from cache.host.tier import HostTier
 from cache.key_hash import hash_keys
 from cache.metrics import CacheMetrics
 from connectors.keys import KeyCodec
 from lookup.changes.feed import Change, ChangeFeed
+from lookup.changes.host_listeners import HostListeners
 from lookup.changes.keys import ChangedKeys
+from lookup.changes.listener import Subscription
 
 __all__ = ["CacheInvalidation"]
 
@@ -63,12 +76,34 @@ class CacheInvalidation:
         self._noted = 0
         self._loading: dict[int, int] = {}
         self._closed = False
+        self._host: HostTier | None = None
+        self._marks: HostListeners | None = None
+        self._host_lock = threading.Lock()
+        self._listening_since: int | None = None
+
+    def share_through(self, host: HostTier) -> None:
+        """Note changes in ``host`` too (an instance of the runtime's host tier for the
+        listener's thread alone); before `subscribe`."""
+        self._host = host
+        self._marks = HostListeners(host.directory)
+
+    def listened_since(self, began: int) -> bool:
+        """Whether the feed has listened without a break since ``began`` (ms, the host
+        tier's clock): a load begun then may be shared."""
+        since = self._listening_since
+        return since is not None and since <= began
 
     def close(self) -> None:
         """Apply nothing more (the runtime closes)."""
         with self._lock:
             self._closed = True
             self._notes.clear()
+        with self._host_lock:
+            if self._marks is not None:
+                self._marks.stopped()
+            if self._host is not None:
+                self._host.close()
+                self._host = None
 
     # --- the listener's side
 
@@ -102,22 +137,75 @@ class CacheInvalidation:
             self._note(hash_keys(arrays))
             removed = self._cache.invalidate_arrow(arrays)
         self._metrics.inc_keys_invalidated(removed)
+        self._in_host(lambda host: host.changed(arrays, host.now_ms()))
 
     def connected(self, reconnected: bool) -> None:
         """The feed listens (again): what happened before may have been missed."""
-        self._flush()
+        self._listens()
         if reconnected:
             self._metrics.inc_reconnect_flushes()
 
-    def disconnected(self) -> None:
-        """Nothing to do yet: the flush comes once the feed listens again."""
+    def subscribed(self, subscription: Subscription) -> None:
+        """The runtime subscribed, perhaps to a listener connected before (then no
+        `connected` comes): the host tier is flushed and shared from now, as a
+        connection would have it."""
+        if (self._host is None or self._listening_since is not None
+                or not subscription.connected):
+            return  # not shared, or told by `connected` already
+        self._listens(subscription)
 
-    def _flush(self) -> None:
+    def _listens(self, subscription: Subscription | None = None) -> None:
+        """Flush what may have been missed: the in-process cache, and the host tier
+        unless another process listens now; then share loads begun from now."""
+        marks, host = self._marks, self._host
+        now = None if host is None else host.now_ms()
+        covered = marks is not None and now is not None and marks.covered(now / 1000)
+        self._flush(host=not covered)
+        with self._host_lock:
+            # Checked under the lock a disconnection takes: never "listening since" a
+            # time the feed did not listen.
+            if (self._host is None or self._marks is None or now is None
+                    or (subscription is not None and not subscription.connected)):
+                return
+            self._listening_since = now
+            self._marks.listening(now / 1000)
+
+    def disconnected(self) -> None:
+        """No load shares its rows until the feed listens again; the flush comes then."""
+        with self._host_lock:
+            self._listening_since = None
+            if self._marks is not None:
+                self._marks.stopped()
+
+    def _flush(self, host: bool = True) -> None:
         with self._lock:
             if self._closed:
                 return
             self._note(_EVERYTHING)
             self._cache.invalidate_all()
+        if host:
+            self._in_host(lambda tier: tier.flush(tier.now_ms()))
+
+    def _in_host(self, note: Any) -> None:
+        """Note a change in the host tier; one it cannot note, no worker may be served
+        from it: the tier is abandoned (every worker misses until a new generation,
+        which refuses older loads)."""
+        with self._host_lock:
+            host = self._host
+            if host is None:
+                return
+            try:
+                note(host)
+            except Exception as exc:
+                self._metrics.inc_cache_errors()
+                log.warning("%s: could not note a change in the host tier (%s); abandoning "
+                            "its rows", self._describe, exc)
+                try:
+                    host.abandon()
+                except OSError as again:
+                    log.error("%s: could not abandon the host tier either (%s): other "
+                              "workers may serve rows of changed keys until they expire",
+                              self._describe, again)
 
     def _note(self, hashes: np.ndarray | None) -> None:
         """Remember a change for the loads in flight (under the lock)."""
@@ -167,15 +255,16 @@ class CacheInvalidation:
         return np.isin(hash_keys(arrays), notified)
 
     def put_arrow(self, token: int, keys: Sequence[pa.Array], index: pa.Array,
-                  rows: Any) -> None:
+                  rows: Any, age: np.ndarray | None = None) -> None:
         """``cache.put_arrow`` of what a load read since ``token``, without the keys that
-        changed meanwhile."""
+        changed meanwhile; with ``age`` (seconds a key's rows have lived, read from the
+        host tier), ``put_arrow_aged``."""
         with self._lock:
             if self._closed:
                 return
             stale = self._stale(token, keys)
             if stale is None:
-                self._cache.put_arrow(keys, index, rows)
+                self._put(keys, index, rows, age)
                 return
             keep = ~stale
             if not keep.any():
@@ -186,9 +275,17 @@ class CacheInvalidation:
             owners = index.to_numpy(zero_copy_only=False)
             rows_kept = keep[owners]
             take = pa.array(kept, type=pa.int64())
-            self._cache.put_arrow([array.take(take) for array in keys],
-                                  pa.array(renumber[owners[rows_kept]], type=pa.int64()),
-                                  rows.filter(pa.array(rows_kept)))
+            self._put([array.take(take) for array in keys],
+                      pa.array(renumber[owners[rows_kept]], type=pa.int64()),
+                      rows.filter(pa.array(rows_kept)), None if age is None else age[kept])
+
+    def _put(self, keys: Sequence[pa.Array], index: pa.Array, rows: Any,
+             age: np.ndarray | None) -> None:
+        if age is None:
+            self._cache.put_arrow(keys, index, rows)
+        else:
+            assert isinstance(self._cache, DefaultLookupCache)
+            self._cache.put_arrow_aged(keys, index, rows, age)
 
     def put_all(self, token: int, loaded: Mapping[Key, Sequence[Row]]) -> None:
         """``cache.put_all`` of what a load read since ``token`` (keys of the key types),

@@ -167,33 +167,47 @@ class LoadingRuntime(LookupRuntime):
                     self._cache.count_rows()  # an entry holds a key's versions
                 self._cache.bind(self._schema, list(self.provider.key_columns))
                 self._cache.open(self.metrics)
+                # Before the feed listens: its first connection flushes the tier too.
+                self._host = self._open_host_tier()
                 if self._guard is not None and self._feed is not None:
                     self._subscription = subscribe(self._feed, self._guard)
-                self._host = self._open_host_tier()
+                    self._guard.subscribed(self._subscription)
             except BaseException:
+                close_each(self._host)
                 self._loader.close()
                 raise
 
     def _open_host_tier(self) -> HostTier | None:
         """The host tier behind the in-process cache, where the provider shares one: a
-        [`DefaultLookupCache`][] over a function answering in Arrow, with no change feed
-        (its invalidations reach in-process caches only)."""
+        [`DefaultLookupCache`][] over a function answering in Arrow. With a change feed,
+        the tier tracks changes, noted through an instance of its own on the feed's
+        thread (see lookup.changes.partial)."""
         provider = self.provider
         cache = self._cache
         if (not isinstance(cache, DefaultLookupCache) or not self._arrow_native
-                or self._feed is not None
                 or not isinstance(provider, PartialCachingLookupProvider)
                 or not provider.shares_cache()):
             return None
-        tier = HostTier(provider.host_tier_directory(), self._schema,
-                        list(provider.key_columns), **cache.host_tier_bounds())
+        guard = self._guard
+
+        def tier() -> HostTier:
+            return HostTier(provider.host_tier_directory(), self._schema,
+                            list(provider.key_columns), tracks_changes=guard is not None,
+                            **cache.host_tier_bounds())
+
+        opened: list[HostTier] = []
         try:
-            tier.open()
+            for _ in range(1 if guard is None else 2):
+                opened.append(tier())
+                opened[-1].open()
         except OSError as exc:
+            close_each(*opened)
             log.warning("%s: no host tier (%s); each worker caches alone",
                         provider.describe(), exc)
             return None
-        return tier
+        if guard is not None:
+            guard.share_through(opened[1])
+        return opened[0]
 
     def close(self) -> None:
         try:
@@ -350,9 +364,12 @@ class LoadingRuntime(LookupRuntime):
                       keys: list[pa.Array]) -> tuple[pa.Array, pa.Table]:
         """The rows of keys the in-process cache missed: the host tier's, then what
         this process claimed and loaded, then what others were loading (waited for up
-        to the load timeout, then loaded here). All of it is put in-process too."""
+        to the load timeout, then loaded here). All of it is put in-process too,
+        through the change feed's guard where there is one."""
+        guard = self._guard
+        batch = _HostBatch(cache, guard, 0 if guard is None else guard.begin(), host.now_ms())
         try:
-            return self._through_host_tier(host, function, cache, keys)
+            return self._through_host_tier(host, function, batch, keys)
         except _HostTierFailed as failed:
             # The host tier is a cache: a file it cannot use (deleted, damaged, a full
             # disk) costs loads, never a lookup. Keys answered before it failed are
@@ -363,23 +380,26 @@ class LoadingRuntime(LookupRuntime):
                 log.warning("%s: the host tier failed (%s); loading from the source",
                             self.provider.describe(), failed.__cause__)
             index, loaded = self._load_arrow(function, keys)
-            cache.put_arrow(keys, index, loaded)
+            batch.put_in_process(keys, index, loaded)
             return index, _as_table(loaded, self._schema)
+        finally:
+            if guard is not None:
+                guard.end(batch.token)
 
     def _through_host_tier(self, host: HostTier, function: LookupFunction,
-                           cache: LookupCache, keys: list[pa.Array]
+                           batch: _HostBatch, keys: list[pa.Array]
                            ) -> tuple[pa.Array, pa.Table]:
         host = _Guarded(host)  # type: ignore[assignment]
         n = len(keys[0])
         parts = _Parts(self._schema)
         found = host.get(keys)
-        self._took_host(found, np.arange(n, dtype=np.int64), keys, cache, parts)
+        self._took_host(found, np.arange(n, dtype=np.int64), keys, batch, parts)
         rest = np.flatnonzero(~found.hit)
         if not len(rest):
             return parts.result()
         mine, others = host.claim(_taken(keys, rest))
         if mine.any():
-            self._load_shared(host, function, cache, keys, rest[mine], parts)
+            self._load_shared(host, function, batch, keys, rest[mine], parts)
         waiting = rest[others]
         if len(waiting):
             self.metrics.inc_host_waits(len(waiting))
@@ -389,17 +409,17 @@ class LoadingRuntime(LookupRuntime):
                 self._policy.sleep(pause)
                 pause = min(pause * 2, 0.05)
                 found = host.get(_taken(keys, waiting))
-                self._took_host(found, waiting, keys, cache, parts)
+                self._took_host(found, waiting, keys, batch, parts)
                 orphaned = waiting[~found.hit & ~found.claimed]
                 waiting = waiting[~found.hit & found.claimed]
                 if len(waiting) and time.monotonic() >= give_up:
                     orphaned, waiting = np.concatenate([orphaned, waiting]), waiting[:0]
                 if len(orphaned):  # its loader failed or died: load it here
-                    self._load_shared(host, function, cache, keys, orphaned, parts)
+                    self._load_shared(host, function, batch, keys, orphaned, parts)
         return parts.result()
 
     def _took_host(self, found: HostAnswers, positions: np.ndarray, keys: list[pa.Array],
-                   cache: LookupCache, parts: _Parts) -> None:
+                   batch: _HostBatch, parts: _Parts) -> None:
         """Add the host tier's answers (to the keys at ``positions``) to ``parts``, and
         put them in-process, their lives counted from their loads."""
         hit = np.flatnonzero(found.hit)
@@ -410,22 +430,31 @@ class LoadingRuntime(LookupRuntime):
         local = np.full(len(found.hit), -1, dtype=np.int64)
         local[hit] = np.arange(len(hit), dtype=np.int64)
         index = pa.array(local[owners], type=pa.int64())
-        assert isinstance(cache, DefaultLookupCache)
-        cache.put_arrow_aged(_taken(keys, positions[hit]), index, found.rows, found.age[hit])
+        batch.put_in_process(_taken(keys, positions[hit]), index, found.rows, found.age[hit])
         parts.add(positions[owners], found.rows)
 
-    def _load_shared(self, host: HostTier, function: LookupFunction, cache: LookupCache,
+    def _load_shared(self, host: HostTier, function: LookupFunction, batch: _HostBatch,
                      keys: list[pa.Array], positions: np.ndarray, parts: _Parts) -> None:
-        """Load the keys at ``positions`` from the source and put them in both tiers;
-        a failed load ends this process's claims first, so no one waits for it."""
+        """Load the keys at ``positions`` from the source and put them in both tiers
+        (in the host tier only where the change feed, if any, listened since the batch
+        began); a failed load ends this process's claims first, so no one waits for
+        it."""
         wanted = _taken(keys, positions)
         try:
             index, loaded = self._load_arrow(function, wanted)
         except BaseException:
             host.release(wanted)
             raise
-        host.put(wanted, index.to_numpy(zero_copy_only=False), _as_table(loaded, self._schema))
-        cache.put_arrow(wanted, index, loaded)
+        guard = batch.guard
+        if guard is None:
+            host.put(wanted, index.to_numpy(zero_copy_only=False),
+                     _as_table(loaded, self._schema))
+        elif guard.listened_since(batch.began):
+            host.put(wanted, index.to_numpy(zero_copy_only=False),
+                     _as_table(loaded, self._schema), batch.began)
+        else:
+            host.release(wanted)
+        batch.put_in_process(wanted, index, loaded)
         parts.add(positions[index.to_numpy(zero_copy_only=False)], loaded)
 
     def _python_answer(self, function: LookupFunction, arrays: list[pa.Array]
@@ -743,6 +772,29 @@ class LoadingRuntime(LookupRuntime):
                     )
             frozen[key] = out
         return frozen
+
+
+class _HostBatch(NamedTuple):
+    """One batch's way through the host tier: the in-process cache, the change feed's
+    guard and the batch's token from it, and when the batch began (ms, the tier's
+    clock: before any of its reads)."""
+
+    cache: LookupCache
+    guard: CacheInvalidation | None
+    token: int
+    began: int
+
+    def put_in_process(self, keys: list[pa.Array], index: pa.Array, rows: Any,
+                       age: np.ndarray | None = None) -> None:
+        """Put answers in-process (``age``: of the host tier's answers, see
+        `DefaultLookupCache.put_arrow_aged`), without keys the feed named since."""
+        if self.guard is not None:
+            self.guard.put_arrow(self.token, keys, index, rows, age)
+        elif age is None:
+            self.cache.put_arrow(keys, index, rows)
+        else:
+            assert isinstance(self.cache, DefaultLookupCache)
+            self.cache.put_arrow_aged(keys, index, rows, age)
 
 
 class _HostTierFailed(Exception):
