@@ -131,13 +131,15 @@ class CacheInvalidation:
             return
         if arrays is None:
             return
+        # The host tier first: a batch that takes its token after the note below must
+        # find the tier's rows of these keys gone already.
+        self._in_host(lambda host: host.changed(arrays, host.now_ms()))
         with self._lock:
             if self._closed:
                 return
             self._note(hash_keys(arrays))
             removed = self._cache.invalidate_arrow(arrays)
         self._metrics.inc_keys_invalidated(removed)
-        self._in_host(lambda host: host.changed(arrays, host.now_ms()))
 
     def connected(self, reconnected: bool) -> None:
         """The feed listens (again): what happened before may have been missed."""
@@ -178,13 +180,13 @@ class CacheInvalidation:
                 self._marks.stopped()
 
     def _flush(self, host: bool = True) -> None:
+        if host:  # first, as in `_apply`
+            self._in_host(lambda tier: tier.flush(tier.now_ms()))
         with self._lock:
             if self._closed:
                 return
             self._note(_EVERYTHING)
             self._cache.invalidate_all()
-        if host:
-            self._in_host(lambda tier: tier.flush(tier.now_ms()))
 
     def _in_host(self, note: Any) -> None:
         """Note a change in the host tier; one it cannot note, no worker may be served
