@@ -282,12 +282,6 @@ class _PartiallyCached:
     def kind(self) -> str:
         return "PARTIAL"
 
-
-@dataclass(frozen=True)
-class PartialCachingLookupProvider(_PartiallyCached, LookupFunctionProvider):
-    """Looks keys up in ``cache`` first and loads the misses from the function
-    (Flink's ``PartialCachingLookupProvider``)."""
-
     def shares_cache(self) -> bool:
         """Whether a runtime opened here puts a host tier behind its cache.
 
@@ -302,7 +296,13 @@ class PartialCachingLookupProvider(_PartiallyCached, LookupFunctionProvider):
         """This provider's host tier on this host:
         ``<system temp dir>/spark-lookup-partial-<uid>/<provider_id>``."""
         return (Path(tempfile.gettempdir()) / f"spark-lookup-partial-{os.getuid()}"
-                / self.provider_id)
+                / str(self.provider_id))  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class PartialCachingLookupProvider(_PartiallyCached, LookupFunctionProvider):
+    """Looks keys up in ``cache`` first and loads the misses from the function
+    (Flink's ``PartialCachingLookupProvider``)."""
 
     @classmethod
     def of(  # type: ignore[override]
@@ -330,10 +330,10 @@ class PartialCachingLookupProvider(_PartiallyCached, LookupFunctionProvider):
         flushed (see docs/freshness.md).
 
         ``share_across_workers``: the Python workers of a host share a host tier behind
-        their in-process caches (a [`cache.DefaultLookupCache`][], over a connector's
-        function): a key one worker loaded is a hit for the others, and a key several
-        miss at once is loaded once. None (the default): shared in Spark tasks;
-        ``False``: each worker caches alone (see docs/partial-cache.md).
+        their in-process caches (a [`cache.DefaultLookupCache`][]): a key one worker
+        loaded is a hit for the others, and a key several miss at once is loaded once.
+        None (the default): shared in Spark tasks; ``False``: each worker caches alone
+        (see docs/partial-cache.md).
 
         Examples
         --------
@@ -347,15 +347,19 @@ class PartialCachingLookupProvider(_PartiallyCached, LookupFunctionProvider):
         >>> provider.kind, provider.key_columns
         ('PARTIAL', ('n',))
         """
-        if share_across_workers is not None and not isinstance(share_across_workers, bool):
-            raise ConfigError("share_across_workers must be True, False or None, got "
-                              f"{share_across_workers!r}")
+        _check_share(share_across_workers)
         return _built(cls, fn, LookupFunction, max_retries, retry_policy, retry_on_miss,
                       batch_size, cache=cache, changes=changes,
                       max_source_connections=max_source_connections,
                       adaptive_concurrency=adaptive_concurrency,
                       load_timeout=load_timeout, share_across_workers=share_across_workers,
                       validity=validity)
+
+
+def _check_share(share_across_workers: object) -> None:
+    if share_across_workers is not None and not isinstance(share_across_workers, bool):
+        raise ConfigError("share_across_workers must be True, False or None, got "
+                          f"{share_across_workers!r}")
 
 
 def _async_options(capacity: object, timeout: object) -> dict[str, Any]:
@@ -435,15 +439,18 @@ class PartialCachingAsyncLookupProvider(_PartiallyCached, AsyncLookupFunctionPro
         changes: ChangeFeed | None = None,
         max_source_connections: int | None = DEFAULT_MAX_SOURCE_CONNECTIONS,
         adaptive_concurrency: bool = True,
+        share_across_workers: bool | None = None,
         validity: Validity | None = None,
     ) -> PartialCachingAsyncLookupProvider:
         """A provider caching the results of the async ``fn`` in ``cache``; options as
-        [`AsyncLookupFunctionProvider.of`][], ``changes`` as
-        [`PartialCachingLookupProvider.of`][]."""
+        [`AsyncLookupFunctionProvider.of`][], ``changes`` and ``share_across_workers``
+        as [`PartialCachingLookupProvider.of`][]."""
+        _check_share(share_across_workers)
         return _built(cls, fn, AsyncLookupFunction, max_retries, retry_policy, retry_on_miss,
                       batch_size, cache=cache, changes=changes,
                       max_source_connections=max_source_connections,
                       adaptive_concurrency=adaptive_concurrency, validity=validity,
+                      share_across_workers=share_across_workers,
                       **_async_options(capacity, timeout))
 
 

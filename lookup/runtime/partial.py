@@ -37,6 +37,7 @@ from lookup.function import LookupFunction, LookupFunctionBase
 from lookup.providers import (
     AsyncLookupFunctionProvider,
     LookupFunctionProvider,
+    PartialCachingAsyncLookupProvider,
     PartialCachingLookupProvider,
 )
 from lookup.retry import Retries
@@ -178,14 +179,14 @@ class LoadingRuntime(LookupRuntime):
                 raise
 
     def _open_host_tier(self) -> HostTier | None:
-        """The host tier behind the in-process cache, where the provider shares one: a
-        [`DefaultLookupCache`][] over a function answering in Arrow. With a change feed,
-        the tier tracks changes, noted through an instance of its own on the feed's
-        thread (see lookup.changes.partial)."""
+        """The host tier behind the in-process cache, where the provider shares one (a
+        [`DefaultLookupCache`][]). With a change feed, the tier tracks changes, noted
+        through an instance of its own on the feed's thread (see lookup.changes.partial)."""
         provider = self.provider
         cache = self._cache
-        if (not isinstance(cache, DefaultLookupCache) or not self._arrow_native
-                or not isinstance(provider, PartialCachingLookupProvider)
+        if (not isinstance(cache, DefaultLookupCache)
+                or not isinstance(provider, (PartialCachingLookupProvider,
+                                             PartialCachingAsyncLookupProvider))
                 or not provider.shares_cache()):
             return None
         guard = self._guard
@@ -288,13 +289,11 @@ class LoadingRuntime(LookupRuntime):
             return VersionBounds(validity.valid_from, high, validity.valid_to, low)
         return None
 
-    def _fetch(self, function: LookupFunction, arrays: list[pa.Array],
-               bounds: VersionBounds | None = None) -> _Fetched:
+    def _fetch(self, load: _Load, arrays: list[pa.Array]) -> _Fetched:
         """The answers of distinct keys of the key types: the cache's, in Arrow, and the
-        misses loaded in one ``lookup_arrow`` call per ``batch_size`` keys and put back
-        in bulk. No Python object per key or row for a [`DefaultLookupCache`][]
-        and a connector's function. ``bounds`` (no cache only): versions the loads may
-        leave out."""
+        misses loaded by ``load`` (`_arrow_load`: one ``lookup_arrow`` call per
+        ``batch_size`` keys) and put back in bulk. No Python object per key or row for
+        a [`DefaultLookupCache`][] and a connector's function."""
         count = len(arrays[0]) if arrays else 0
         cache = self._cache
         if cache is not None and count:
@@ -313,16 +312,15 @@ class LoadingRuntime(LookupRuntime):
         miss_keys = [array.take(take) for array in arrays] if len(miss) < count else arrays
         guard = self._guard
         if self._host is not None and cache is not None:
-            index, loaded = self._through_host(self._host, function, cache, miss_keys)
+            index, loaded = self._through_host(self._host, load, cache, miss_keys)
         elif guard is None:
-            index, loaded = self._load_arrow(function, miss_keys,
-                                             bounds if cache is None else None)
+            index, loaded = load(miss_keys)
             if cache is not None:
                 cache.put_arrow(miss_keys, index, loaded)
         else:
             token = guard.begin()
             try:
-                index, loaded = self._load_arrow(function, miss_keys)
+                index, loaded = load(miss_keys)
                 guard.put_arrow(token, miss_keys, index, loaded)
             finally:
                 guard.end(token)
@@ -333,7 +331,7 @@ class LoadingRuntime(LookupRuntime):
                 bounds: VersionBounds | None = None) -> tuple[np.ndarray, np.ndarray, pa.Table]:
         """The rows of distinct keys of the key types (see `_fetch`), in the form
         of `cache.answers.Answers`: ``groups``, ``offsets``, ``rows``."""
-        fetched = self._fetch(function, arrays, bounds)
+        fetched = self._fetch(self._arrow_load(function, bounds), arrays)
         groups, offsets, rows, miss = fetched.groups, fetched.offsets, fetched.rows, fetched.miss
         loaded = fetched.loaded
         if loaded is None:
@@ -360,7 +358,7 @@ class LoadingRuntime(LookupRuntime):
             miss_counts > 0, len(holders) + np.arange(len(miss), dtype=np.int64), -1)
         return groups, offsets, rows
 
-    def _through_host(self, host: HostTier, function: LookupFunction, cache: LookupCache,
+    def _through_host(self, host: HostTier, load: _Load, cache: LookupCache,
                       keys: list[pa.Array]) -> tuple[pa.Array, pa.Table]:
         """The rows of keys the in-process cache missed: the host tier's, then what
         this process claimed and loaded, then what others were loading (waited for up
@@ -369,7 +367,7 @@ class LoadingRuntime(LookupRuntime):
         guard = self._guard
         batch = _HostBatch(cache, guard, 0 if guard is None else guard.begin(), host.now_ms())
         try:
-            return self._through_host_tier(host, function, batch, keys)
+            return self._through_host_tier(host, load, batch, keys)
         except _HostTierFailed as failed:
             # The host tier is a cache: a file it cannot use (deleted, damaged, a full
             # disk) costs loads, never a lookup. Keys answered before it failed are
@@ -379,14 +377,14 @@ class LoadingRuntime(LookupRuntime):
                 self._host_failure_logged = True
                 log.warning("%s: the host tier failed (%s); loading from the source",
                             self.provider.describe(), failed.__cause__)
-            index, loaded = self._load_arrow(function, keys)
+            index, loaded = load(keys)
             batch.put_in_process(keys, index, loaded)
             return index, _as_table(loaded, self._schema)
         finally:
             if guard is not None:
                 guard.end(batch.token)
 
-    def _through_host_tier(self, host: HostTier, function: LookupFunction,
+    def _through_host_tier(self, host: HostTier, load: _Load,
                            batch: _HostBatch, keys: list[pa.Array]
                            ) -> tuple[pa.Array, pa.Table]:
         host = _Guarded(host)  # type: ignore[assignment]
@@ -399,7 +397,7 @@ class LoadingRuntime(LookupRuntime):
             return parts.result()
         mine, others = host.claim(_taken(keys, rest))
         if mine.any():
-            self._load_shared(host, function, batch, keys, rest[mine], parts)
+            self._load_shared(host, load, batch, keys, rest[mine], parts)
         waiting = rest[others]
         if len(waiting):
             self.metrics.inc_host_waits(len(waiting))
@@ -415,7 +413,7 @@ class LoadingRuntime(LookupRuntime):
                 if len(waiting) and time.monotonic() >= give_up:
                     orphaned, waiting = np.concatenate([orphaned, waiting]), waiting[:0]
                 if len(orphaned):  # its loader failed or died: load it here
-                    self._load_shared(host, function, batch, keys, orphaned, parts)
+                    self._load_shared(host, load, batch, keys, orphaned, parts)
         return parts.result()
 
     def _took_host(self, found: HostAnswers, positions: np.ndarray, keys: list[pa.Array],
@@ -433,7 +431,7 @@ class LoadingRuntime(LookupRuntime):
         batch.put_in_process(_taken(keys, positions[hit]), index, found.rows, found.age[hit])
         parts.add(positions[owners], found.rows)
 
-    def _load_shared(self, host: HostTier, function: LookupFunction, batch: _HostBatch,
+    def _load_shared(self, host: HostTier, load: _Load, batch: _HostBatch,
                      keys: list[pa.Array], positions: np.ndarray, parts: _Parts) -> None:
         """Load the keys at ``positions`` from the source and put them in both tiers
         (in the host tier only where the change feed, if any, listened since the batch
@@ -441,7 +439,7 @@ class LoadingRuntime(LookupRuntime):
         it."""
         wanted = _taken(keys, positions)
         try:
-            index, loaded = self._load_arrow(function, wanted)
+            index, loaded = load(wanted)
         except BaseException:
             host.release(wanted)
             raise
@@ -457,14 +455,13 @@ class LoadingRuntime(LookupRuntime):
         batch.put_in_process(wanted, index, loaded)
         parts.add(positions[index.to_numpy(zero_copy_only=False)], loaded)
 
-    def _python_answer(self, function: LookupFunction, arrays: list[pa.Array]
-                       ) -> list[tuple[Row, ...]]:
+    def _python_answer(self, load: _Load, arrays: list[pa.Array]) -> list[tuple[Row, ...]]:
         """The rows of distinct keys of the key types (see `_fetch`) as Python
         tuples, by key position, and one empty answer more at the end (so that
         position -1, a key that never matches, reads as none): only the answer is
         turned into Python values, a column at a time, and the loaded rows are placed
         as they came (never reordered in Arrow)."""
-        fetched = self._fetch(function, arrays)
+        fetched = self._fetch(load, arrays)
         answers = [EMPTY] * (len(arrays[0]) + 1)
         if self._cache is not None:
             place_probe_answers(answers, fetched.groups, fetched.offsets, fetched.rows)
@@ -480,6 +477,31 @@ class LoadingRuntime(LookupRuntime):
         found: dict[Key, Any] = cache.get_all(keys)
         self._drop_malformed(found)
         return answers_to_arrow(keys, found, self._schema)
+
+    def _arrow_load(self, function: LookupFunction, bounds: VersionBounds | None = None
+                    ) -> _Load:
+        """Loads in Arrow from ``function`` (see `_load_arrow`)."""
+        return lambda keys: self._load_arrow(function, keys, bounds)
+
+    def _tuples_load(self, keys: list[pa.Array]) -> tuple[pa.Array, pa.Table]:
+        """Load distinct keys of the key types from a function answering Python tuples
+        (or an asynchronous one), the rows in Arrow, as `_load_arrow` gives them (the
+        host tier's way for such functions).
+
+        Raises
+        ------
+        LookupLoadError
+            If a row does not convert to the schema's types.
+        """
+        tuples = key_tuples(keys)
+        loaded = self._load_screened(tuples)
+        try:
+            answers = answers_to_arrow(tuples, loaded, self._schema)
+        except TypeError as exc:
+            raise LookupLoadError(f"{self.provider.describe()}: {exc}") from exc
+        counts = np.diff(answers.offsets)
+        return (pa.array(np.repeat(np.arange(len(tuples), dtype=np.int64), counts),
+                         type=pa.int64()), answers.rows)
 
     def _load_arrow(self, function: LookupFunction, keys: list[pa.Array],
                     bounds: VersionBounds | None = None) -> tuple[pa.Array, pa.Table]:
@@ -657,7 +679,10 @@ class LoadingRuntime(LookupRuntime):
         # get_arrow/put_arrow); only the answer is turned into Python rows.
         if self._arrow_native:
             assert self._arrow_function is not None
-            return self._python_answer(self._arrow_function, encoded.arrays)
+            return self._python_answer(self._arrow_load(self._arrow_function),
+                                       encoded.arrays)
+        if self._host is not None:  # shared through the host tier, in Arrow
+            return self._python_answer(self._tuples_load, encoded.arrays)
         return super()._answers(encoded)
 
     def _lookup_distinct(self, keys: list[Key]) -> dict[Key, tuple[Row, ...]]:
@@ -772,6 +797,10 @@ class LoadingRuntime(LookupRuntime):
                     )
             frozen[key] = out
         return frozen
+
+
+_Load = Callable[[list[pa.Array]], tuple[pa.Array, pa.Table]]
+"""Loads distinct keys of the key types: each row's key position, and the rows."""
 
 
 class _HostBatch(NamedTuple):

@@ -4,6 +4,7 @@ the others, keys several workers miss at once are loaded once, and
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import multiprocessing
 import os
@@ -13,11 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 from cache import DefaultLookupCache
 from connectors.sql.lookup_function import SqlLookupFunction
-from lookup import PartialCachingLookupProvider
+from lookup import PartialCachingAsyncLookupProvider, PartialCachingLookupProvider
 from lookup.runtime.partial import LoadingRuntime
+from spark_lookup.errors import LookupLoadError
+from tests.lookup.functions import AsyncDictLookup, DictLookup
 
 
 class CountingLookup(SqlLookupFunction):
@@ -245,3 +249,59 @@ def test_a_tier_damaged_or_deleted_under_load_serves_only_right_rows(tmp_path: P
         thread.join(10)
         writer.close()
         reader.close()
+
+
+def _shared_workers(make: Any, keys: list[int]) -> tuple[list[Any], list[Any], Any]:
+    """The answers of two workers of one provider (built by ``make(cache)``), each with
+    its own in-process cache: the first's per-key answers, then the second's probe."""
+    first = LoadingRuntime(make(DefaultLookupCache.new_builder().maximum_size(100).build()))
+    second = LoadingRuntime(dataclasses.replace(
+        first.provider, cache=DefaultLookupCache.new_builder().maximum_size(100).build()))
+    first.open()
+    second.open()
+    try:
+        by_key = first.lookup_batch([(k,) for k in keys])
+        answers = second.probe([pa.array(keys, pa.int64())])
+        names = answers.rows.column("name").to_pylist()
+        probed = [names[answers.offsets[g]] if g >= 0 else None
+                  for g in answers.groups.tolist()]
+        return [by_key[(k,)] for k in keys], probed, second.metrics
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_function_answering_python_tuples_shares_the_host_tier() -> None:
+    function = DictLookup([(1, "a"), (2, "b")])
+    by_key, probed, metrics = _shared_workers(
+        lambda cache: PartialCachingLookupProvider.of(function, cache,
+                                                      share_across_workers=True), [1, 2, 3])
+    assert by_key == [((1, "a"),), ((2, "b"),), ()]
+    assert probed == ["a", "b", None]
+    assert (metrics.num_host_hits, metrics.load_count) == (3, 0)  # 3: a shared miss
+    assert function.keys_asked == [(1,), (2,), (3,)]
+
+
+def test_an_async_function_shares_the_host_tier() -> None:
+    function = AsyncDictLookup([(1, "a"), (2, "b")])
+    by_key, probed, metrics = _shared_workers(
+        lambda cache: PartialCachingAsyncLookupProvider.of(function, cache,
+                                                           share_across_workers=True),
+        [1, 2, 3])
+    assert by_key == [((1, "a"),), ((2, "b"),), ()]
+    assert probed == ["a", "b", None]
+    assert (metrics.num_host_hits, metrics.load_count) == (3, 0)
+    assert sorted(function.calls) == [(1,), (2,), (3,)]
+
+
+def test_python_rows_that_do_not_fit_the_schema_are_refused_naming_the_column() -> None:
+    function = DictLookup([(1, 12)])  # an INT where the name is a STRING
+    runtime = LoadingRuntime(PartialCachingLookupProvider.of(
+        function, DefaultLookupCache.new_builder().maximum_size(10).build(),
+        share_across_workers=True))
+    runtime.open()
+    try:
+        with pytest.raises(LookupLoadError, match="name"):
+            runtime.lookup_batch([(1,)])
+    finally:
+        runtime.close()
