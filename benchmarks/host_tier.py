@@ -7,6 +7,10 @@ follow a Zipf law (``--zipf``) over it; ``lookup_join`` with a partial cache on
     shared:  the default (a host tier behind the workers' caches)
     private: ``share_across_workers=False`` (each worker caches alone)
 
+Each cache holds up to ``--maximum-size`` keys (default ``--keys``: none evicts); the
+tier has the same bound, so with a smaller one it holds one cache's worth for the
+host where the private caches hold one each.
+
 The runs go private first, shared second: a worker's cache outlives a run, so the
 shared run is the one that could gain from the earlier's, and it cannot (another
 provider). Reported per run: keys loaded from the source (``miss_count - num_host_hits``, from
@@ -19,7 +23,7 @@ a host-tier hit: ``HostTier.get`` of 1,000 random keys of a tier holding ``--key
 keys, median of 200.
 
     .venv/bin/python benchmarks/host_tier.py [--keys 1000000] [--events 400000]
-        [--workers 8] [--dsn postgresql://127.0.0.1:5432/test]
+        [--workers 8] [--maximum-size N] [--dsn postgresql://127.0.0.1:5432/test]
 
 Writes ``benchmarks/out/host_tier.json``.
 """
@@ -125,6 +129,10 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=400_000)
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--zipf", type=float, default=1.2)
+    parser.add_argument("--maximum-size", type=int, default=0, metavar="N",
+                        help="each cache's maximum_size (default: --keys, so no cache "
+                             "evicts; smaller: the private caches fill, and so does the "
+                             "tier, which has the same bound)")
     parser.add_argument("--uniform", type=int, default=0, metavar="N",
                         help="keys drawn uniformly from the first N instead (every worker "
                              "then sees most of them: the private caches overlap)")
@@ -166,7 +174,8 @@ def main() -> None:
                                     options=f"-c search_path={SCHEMA_NAME}")
         return PartialCachingLookupProvider.of(
             SqlLookupFunction(connect, "dim", key_columns=["id"], schema=schema),
-            DefaultLookupCache.new_builder().maximum_size(args.keys).build(),
+            DefaultLookupCache.new_builder().maximum_size(args.maximum_size or args.keys)
+            .build(),
             share_across_workers=share)
 
     shared_provider = provider(None)
@@ -180,6 +189,7 @@ def main() -> None:
     hit = _host_hit_cost(args.keys)
     payload = {
         "events": args.events, "keys": args.keys, "zipf": args.zipf, "uniform": args.uniform,
+        "maximum_size": args.maximum_size or args.keys,
         "workers": args.workers, "distinct_keys_in_stream": distinct,
         "runs": results, "host_hit_1000_keys": hit,
         "loaded_vs_one_worker": {
@@ -187,7 +197,8 @@ def main() -> None:
         "budget": 4, "machine": machine(),
     }
     print(payload)
-    write_result("host_tier" + (f"_uniform_{args.uniform}" if args.uniform else ""), payload)
+    write_result("host_tier" + (f"_uniform_{args.uniform}" if args.uniform else "")
+                 + (f"_max_{args.maximum_size}" if args.maximum_size else ""), payload)
     with psycopg.connect(args.dsn, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA IF EXISTS {SCHEMA_NAME} CASCADE")
 

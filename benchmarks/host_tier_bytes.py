@@ -9,11 +9,16 @@ shape of a lookup join's loads); then:
 - a put of ``--batch`` keys: the fill's time over its puts (ms; compactions and merges
   included, as a load pays them).
 
+With ``--changes``, the tier tracks a change feed's changes (a provider with
+``changes=``), and the same figures come with what a feed's notes cost: `HostTier.changed`
+of 1, 10, 100 and 1,000 random keys (median of 50 each: what a worker's listener
+spends on a notification), the puts then checked against those notes.
+
 Times are elapsed, then (in parentheses) on the process's CPU: on a busy machine the
 latter compare runs better.
 
     .venv/bin/python benchmarks/host_tier_bytes.py [--keys 1000000] [--batch 1000]
-        [--gets 200]
+        [--gets 200] [--changes]
 """
 
 from __future__ import annotations
@@ -76,16 +81,24 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=1_000_000)
     parser.add_argument("--batch", type=int, default=1_000)
     parser.add_argument("--gets", type=int, default=200)
+    parser.add_argument("--changes", action="store_true",
+                        help="a tier tracking changes, and what noting them costs")
     args = parser.parse_args()
     keys = np.random.default_rng(1).permutation(args.keys).astype(np.int64)
+    notes: dict[int, float] = {}
     with tempfile.TemporaryDirectory() as directory:
         tier = HostTier(Path(directory) / "tier", SCHEMA, ["id"], maximum_size=None,
-                        write_ttl=None, missing_ttl=None, cache_missing_key=True)
+                        write_ttl=None, missing_ttl=None, cache_missing_key=True,
+                        tracks_changes=args.changes)
         tier.open()
         try:
+            if args.changes:
+                tier.flush(tier.now_ms() - 1)  # as a feed's first connection does
             put_seconds, put_cpu = fill(tier, keys, args.batch)
             nbytes = tier.nbytes()
             gets, gets_cpu = timed_gets(tier, keys, args.batch, args.gets)
+            if args.changes:
+                notes = _noting(tier, keys)
         finally:
             tier.close()
     puts = -(-args.keys // args.batch)
@@ -96,6 +109,23 @@ def main() -> None:
           f"p95 {np.percentile(gets_cpu, 95):.2f})")
     print(f"put of {args.batch:,} keys    {put_seconds / puts * 1000:.2f} ms  "
           f"(CPU: {put_cpu / puts * 1000:.2f})")
+    for count, seconds in notes.items():
+        print(f"note {count:,} changed keys  median {seconds * 1000:.2f} ms")
+
+
+def _noting(tier: HostTier, keys: np.ndarray) -> dict[int, float]:
+    """Median seconds of `HostTier.changed` of 1, 10, 100 and 1,000 random keys held."""
+    rng = np.random.default_rng(3)
+    medians = {}
+    for count in (1, 10, 100, 1_000):
+        spent = []
+        for _ in range(50):
+            changed = pa.array(rng.choice(keys, count, replace=False))
+            began = time.perf_counter()
+            tier.changed([changed], tier.now_ms())
+            spent.append(time.perf_counter() - began)
+        medians[count] = float(np.median(spent))
+    return medians
 
 
 if __name__ == "__main__":
