@@ -6,9 +6,9 @@ wheel, under a ``.zip`` name: PySpark puts only ``.zip``, ``.egg`` and ``.jar`` 
 
 from __future__ import annotations
 
+import importlib
 import json
 import shutil
-import site
 import subprocess
 import sys
 from pathlib import Path
@@ -40,7 +40,10 @@ def _executor_python(where: Path) -> Path:
     python = where / "bin" / "python"
     probe = [str(python), "-c", "import site; print(site.getsitepackages()[0])"]
     own = subprocess.run(probe, capture_output=True, text=True, check=True).stdout.strip()
-    deps = [p for p in site.getsitepackages() if Path(p, "pyspark").is_dir()]
+    # Where this interpreter imports them from: its site-packages, or a directory a .pth
+    # file of it names (a worktree's virtualenv that borrows another's packages).
+    deps = list(dict.fromkeys(str(Path(importlib.import_module(module).__file__).parents[1])
+                              for module in ("pyspark", "pyarrow", "pandas")))
     Path(own, "spark_lookup_test_deps.pth").write_text("\n".join(deps) + "\n")
     for module in ("pyspark", "pyarrow", "pandas"):
         subprocess.run([str(python), "-c", f"import {module}"], check=True, cwd=where,
