@@ -1,6 +1,6 @@
 """The demo: ``python -m examples demo`` runs end to end in a subprocess (it starts its own
-SparkSession, and a process holds one), on a classic session and with ``--connect`` on
-a local Spark Connect server, and shows the updated dimension values reaching the
+SparkSession, and a process holds one), on a classic session and with ``--remote`` on the
+test session's Spark Connect server, and shows the updated dimension values reaching the
 stream; the command line and the per-batch marking are checked without Spark."""
 
 from __future__ import annotations
@@ -23,35 +23,27 @@ from tests.env import child_env
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.spark
-@pytest.mark.slow
-@pytest.mark.parametrize("session", [[], ["--connect"]], ids=["classic", "connect"])
-def test_demo_shows_the_updated_values_and_ends_by_itself(session: list[str]) -> None:
-    import pyspark
-
-    if MATRIX_LINE and (session or not pyspark.__version__.startswith("3.5.")):
-        # A Spark of its own beside the test sessions' two: a minute a line on 2 CPUs.
-        pytest.skip("the matrix's other lines run the demo on 3.5, on a classic session "
-                    "(tests/conftest.py: MATRIX_LINE)")
+def _run_demo(*session: str, **env: str) -> tuple[str, float]:
+    """Run ``python -m examples demo`` with ``session``'s arguments; its output and how
+    long it took (seconds), once it has succeeded."""
     started = time.monotonic()
     result = subprocess.run(
         # A generous limit: on a loaded 2-CPU machine the first batch can take a minute.
         [sys.executable, "-m", "examples", "demo", "--seconds", "10", "--time-limit", "240",
          *session],
         cwd=ROOT,
-        # SPARK_TESTING: a local Connect server binds an ephemeral port instead of 15002,
-        # so that test runs side by side do not collide (it also puts the child's Spark in
-        # its test mode, stricter checks; the demo runs the same).
-        env=child_env(PYSPARK_PYTHON=sys.executable, **({"SPARK_TESTING": "1"} if session
-                                                        else {})),
+        env=child_env(PYSPARK_PYTHON=sys.executable, **env),
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
     )
     took = time.monotonic() - started
-    out = result.stdout
-    assert result.returncode == 0, f"{out}\n--- stderr ---\n{result.stderr[-5000:]}"
+    assert result.returncode == 0, f"{result.stdout}\n--- stderr ---\n{result.stderr[-5000:]}"
+    return result.stdout, took
+
+
+def _assert_the_updated_values_show(out: str, took: float) -> None:
     # At least 10 s of streaming (the shortest --seconds); when the new values are late
     # the query runs on, but the demo ends within its time limit.
     assert 10 < took < 250, out
@@ -80,6 +72,39 @@ def test_demo_shows_the_updated_values_and_ends_by_itself(session: list[str]) ->
     # host's new snapshot without loading).
     assert metrics["products"]["loads"] >= 1
     assert metrics["customers"]["failures"] == metrics["products"]["failures"] == 0
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_demo_shows_the_updated_values_and_ends_by_itself() -> None:
+    import pyspark
+
+    if MATRIX_LINE and not pyspark.__version__.startswith("3.5."):
+        # A Spark of its own beside the test sessions' two: a minute a line on 2 CPUs.
+        pytest.skip("the matrix's other lines run the demo on 3.5, on a classic session "
+                    "(tests/conftest.py: MATRIX_LINE)")
+    _assert_the_updated_values_show(*_run_demo())
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_demo_on_spark_connect_shows_the_updated_values_too(spark: Any, spark_kind: str) -> None:
+    """The demo with ``--remote sc://...``, on the test session's local Connect server:
+    the same run and checks, without a Spark of its own to start (a JVM and its JIT:
+    the ``--connect`` run it replaces took 10-15 s longer on 2 CPUs). ``--connect``
+    starts its local server as the fixture does (tests/conftest.py); its command line
+    is checked below."""
+    if spark_kind != "connect":
+        pytest.skip("the test above runs the demo on a classic session")
+    if MATRIX_LINE:
+        pytest.skip("the matrix's other lines run the demo on 3.5, on a classic session "
+                    "(tests/conftest.py: MATRIX_LINE)")
+    # The server listens on an ephemeral port (the fixture sets SPARK_TESTING) and
+    # takes the token of its start.
+    client = spark.client
+    _assert_the_updated_values_show(*_run_demo(
+        "--remote", f"sc://{client._builder.endpoint}",
+        SPARK_CONNECT_AUTHENTICATE_TOKEN=client.token))
 
 
 def test_command_line_help_and_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
