@@ -19,16 +19,17 @@ from datetime import timedelta
 from pathlib import Path
 
 
-def _where(_: object) -> list[tuple[int, str, str]]:
+def _where() -> tuple[int, str, str]:
     """In an executor's Python worker: its parent (the executor's daemon), where
     ``lookup`` was imported from, and the interpreter."""
     import lookup
 
-    return [(os.getppid(), str(lookup.__file__), sys.executable)]
+    return os.getppid(), str(lookup.__file__), sys.executable
 
 
 def main() -> None:
     from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
 
     from cache import DefaultLookupCache
     from lookup import (
@@ -59,6 +60,8 @@ def main() -> None:
     spark = SparkSession.builder.getOrCreate()  # master and options: spark-submit's
     try:
         spark.sparkContext.setLogLevel("ERROR")
+        where = F.udf(_where, "struct<ppid: int, imported_from: string, python: string>"
+                      ).asNondeterministic()
         stream = spark.range(0, 4000, numPartitions=8).selectExpr("id AS order_id",
                                                                   "id % 120 AS customer_id")
         results: dict[str, object] = {}
@@ -67,13 +70,14 @@ def main() -> None:
         for name, provider, engine in (("partial", partial, "pandas"), ("full", full, "arrow")):
             joined = lookup_join(stream, provider, on={"customer_id": "id"},
                                  engine=engine, metrics=True)
-            rows = joined.collect()
+            # Each row also says which Python worker, of which executor, computed it (a
+            # UDF of the same task): each executor JVM forks its Python workers from a
+            # daemon of its own, so the workers' parent processes tell the executors apart.
+            rows = joined.withColumn("worker", where()).collect()
             matched = sum(1 for r in rows if r["name"] is not None)
             wrong = sum(1 for r in rows if r["name"] is not None
                         and r["name"] != f"customer-{r['customer_id']}")
-            # Each executor JVM forks its Python workers from a daemon of its own, so
-            # the workers' parent processes tell the executors apart.
-            workers = joined.rdd.mapPartitions(_where).distinct().collect()
+            workers = {tuple(r["worker"]) for r in rows}
             results[f"{name}-{engine}"] = {
                 "rows": len(rows), "matched": matched, "wrong": wrong,
                 "executors": sorted({w[0] for w in workers}),

@@ -45,9 +45,8 @@ def _executor_python(where: Path) -> Path:
     deps = list(dict.fromkeys(str(Path(importlib.import_module(module).__file__).parents[1])
                               for module in ("pyspark", "pyarrow", "pandas")))
     Path(own, "spark_lookup_test_deps.pth").write_text("\n".join(deps) + "\n")
-    for module in ("pyspark", "pyarrow", "pandas"):
-        subprocess.run([str(python), "-c", f"import {module}"], check=True, cwd=where,
-                       env=_without_checkout())
+    subprocess.run([str(python), "-c", "import pyspark, pyarrow, pandas"], check=True,
+                   cwd=where, env=_without_checkout())
     lacks = subprocess.run([str(python), "-c", "import lookup"], capture_output=True,
                            check=False, cwd=where, env=_without_checkout())
     assert lacks.returncode != 0, "the executors' Python must not have spark-lookup"
