@@ -222,13 +222,13 @@ def main() -> None:
     parser.add_argument("--keys", type=int, help="distinct keys = dimension rows (default 10000)")
     parser.add_argument("--repeats", type=int, help="timed rounds (default 3)")
     parser.add_argument("--quick", action="store_true",
-                        help="CI: 5000 rows, 500 keys, 1 round, no warm-up unless given")
+                        help="CI: 2000 rows, 500 keys, 1 round, no warm-up unless given")
     parser.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=None,
                         help="run the untimed warm-up (default: yes, no with --quick)")
     parser.add_argument("--dsn", default=DEFAULT_DSN)
     parser.add_argument("--redis-url", default=DEFAULT_REDIS)
     args = parser.parse_args()
-    defaults = (5_000, 500, 1) if args.quick else (200_000, 10_000, 3)
+    defaults = (2_000, 500, 1) if args.quick else (200_000, 10_000, 3)
     warmup = args.warmup if args.warmup is not None else not args.quick
     rows = args.rows if args.rows is not None else defaults[0]
     keys = args.keys if args.keys is not None else defaults[1]

@@ -14,10 +14,11 @@ The probe side is one cached DataFrame of ``--rows`` rows whose ``key`` is drawn
 uniformly from the dimension's keys (every row matches), joined left. Each run writes to
 the ``noop`` sink, which evaluates every row and collects nothing. The views are resolved
 anew for each run (``spark.table``), as a query would. The cases run interleaved (each
-round runs every case once), ``--repeats`` rounds after one untimed warm-up round; a
-case's figure is the median of its rounds, next to the median of its per-round ratios to
-(c). The view's reload time (``RefreshStatus.last_load_time``) is measured too, over
-``--reloads`` explicit reloads of each view.
+round runs every case once), ``--repeats`` rounds after one untimed warm-up round (none
+with ``--quick``, a smoke run whose figures mean nothing); a case's figure is the median
+of its rounds, next to the median of its per-round ratios to (c). The view's reload time
+(``RefreshStatus.last_load_time``) is measured too, over ``--reloads`` explicit reloads
+of each view.
 
     .venv/bin/python benchmarks/refresh_vs_lookup.py [--rows 2000000] [--keys 10000]
     .venv/bin/python benchmarks/refresh_vs_lookup.py --quick   # CI smoke run, 2-3 min
@@ -86,7 +87,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--reloads", type=int, default=5)
     parser.add_argument("--quick", action="store_true",
-                        help="CI smoke run: 20,000 rows, 1,000 keys, 1 repeat, 2 reloads")
+                        help="CI smoke run: 20,000 rows, 1,000 keys, 1 repeat, no warm-up, "
+                             "2 reloads")
     args = parser.parse_args()
     if args.quick:
         args.rows, args.keys, args.repeats, args.reloads = 20_000, 1_000, 1, 2
@@ -142,8 +144,9 @@ def main() -> None:
                     CACHED: _is_broadcast(df.join(spark.table("dim_cached"), "key", "left")),
                 }
                 print(f"Spark and data ready after {time.perf_counter() - started:.0f} s")
-                interleaved(cases, 1)  # warm-up: JIT, Python workers, full cache loaded
-                print(f"warm-up round done after {time.perf_counter() - started:.0f} s")
+                if not args.quick:  # a smoke run's figures mean nothing: no warm-up there
+                    interleaved(cases, 1)  # warm-up: JIT, Python workers, full cache loaded
+                    print(f"warm-up round done after {time.perf_counter() - started:.0f} s")
                 rates = interleaved(cases, args.repeats)
                 reload_ms: dict[str, list[float]] = {LOCAL: [], CACHED: []}
                 for _ in range(args.reloads):
