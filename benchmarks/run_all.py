@@ -1,5 +1,5 @@
-"""Run every benchmark, one subprocess each (in a quick run, one for the Spark scripts
-together), then write a summary and the plot.
+"""Run every benchmark, one subprocess each (in a quick run, one for all of them), then
+write a summary and the plot.
 
 The scripts run in sequence (never two at once: they would measure each other):
 cache_ops, scan_full_load, lookup_batch_pg, join_throughput, naive_vs_lookup,
@@ -16,9 +16,9 @@ broadcast join and the naive per-row UDFs, whichever ran -- to
 script gets ``--quick`` (or reduced sizes, for scripts without that option; a script with
 neither is left out, status "skipped"), and runs from a copy of ``benchmarks/`` in a
 temporary directory, so its JSON never replaces a full run's; the summary and plot go to
-``benchmarks/out/quick/``. The Spark scripts of a quick run run one after the other in one
-process, so they start one JVM between them (``_one_process.py``). Quick figures are
-smoke figures: one round, small sizes.
+``benchmarks/out/quick/``. The scripts of a quick run run one after the other in one
+process, so the Spark ones start one JVM between them (``_one_process.py``). Quick
+figures are smoke figures: one round, small sizes.
 
 ``--out DIR`` puts the summary and the plot of either kind of run in ``DIR`` instead (the
 scripts' own JSON files stay in their ``out/``). ``--replot`` runs nothing: it reads the
@@ -69,10 +69,11 @@ QUICK_ARGS = {
     "scan_full_load": ["--rows", "50000", "--repeats", "2"],
 }
 TIMEOUT_S = {True: 300, False: 4 * 3600}  # per script, quick and full
-# A quick run runs these in one process, so one JVM (see _one_process.py): starting
-# Spark took 10-20 s of each on 2 CPUs. A full run gives every script a process and a
-# fresh JVM of its own: the JIT state one left would be measured by the next.
-SHARED_JVM = ("join_throughput", "naive_vs_lookup", "refresh_vs_lookup", "point_in_time")
+# A quick run runs every script in one process (see _one_process.py), so the Spark ones
+# start one JVM (starting Spark took 10-20 s of each on 2 CPUs) and the others one Python
+# with its imports (separately, the eight took 37 s against 26 s in one process, load
+# average 7). A full run gives every script a process and a fresh JVM of its own: the
+# JIT state and memory one left would be measured by the next.
 
 
 def cpu_model() -> str | None:
@@ -172,8 +173,8 @@ def run_script(name: str, path: Path, out_dir: Path, quick: bool) -> dict[str, A
 def run_in_one_process(scripts: list[tuple[str, Path]], out_dir: Path,
                        quick: bool) -> dict[str, dict[str, Any]]:
     """Run ``scripts`` one after the other in one process (``_one_process.py``): the
-    Spark scripts of a quick run, which then start one JVM between them. Each gets an
-    entry as from :func:`run_script`; the group has the time of all of them."""
+    scripts of a quick run, whose Spark ones then start one JVM between them. Each gets
+    an entry as from :func:`run_script`; the group has the time of all of them."""
     entries: dict[str, dict[str, Any]] = {}
     spec = []
     for name, path in scripts:
@@ -516,7 +517,7 @@ def main() -> None:
                 if name in REQUIRED:
                     entries[name] = {"status": "missing"}
                 continue
-            if args.quick and name in SHARED_JVM:
+            if args.quick:  # smoke figures: nothing to measure apart
                 shared.append((name, path))
                 entries[name] = {}  # keeps the run order in the summary
                 continue
