@@ -321,7 +321,8 @@ class EncodedKeys:
     __slots__ = ("_distinct", "arrays", "kept", "positions")
 
     def __init__(
-        self, arrays: list[pa.Array], positions: list[int], distinct: list[Key] | None = None,
+        self, arrays: list[pa.Array], positions: Sequence[int],
+        distinct: list[Key] | None = None,
         kept: pa.Array | None = None,
     ) -> None:
         self.arrays = arrays
@@ -565,7 +566,8 @@ class KeyCodec:
                 ok = pc.and_kleene(ok, pc.invert(pc.is_nan(array)))
             usable = ok if usable is None else pc.and_(usable, ok)
         if usable is None or pc.all(usable).as_py():
-            return EncodedKeys(cast, list(range(len(cast[0]) if cast else 0)))
+            # A range, not a list: no Python int per key on the probe path.
+            return EncodedKeys(cast, range(len(cast[0]) if cast else 0))
         kept = pc.indices_nonzero(usable)
         return EncodedKeys([a.take(kept) for a in cast], [], kept=kept)
 
