@@ -5,7 +5,6 @@ from a checkpoint, failures, and misuse."""
 from __future__ import annotations
 
 import dataclasses
-
 import datetime as dt
 import json
 import time
