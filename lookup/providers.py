@@ -356,10 +356,12 @@ class PartialCachingLookupProvider(_PartiallyCached, LookupFunctionProvider):
                       validity=validity)
 
 
-def _check_share(share_across_workers: object) -> None:
+def _check_share(share_across_workers: object) -> bool | None:
+    """``share_across_workers`` as given, once checked to be True, False or None."""
     if share_across_workers is not None and not isinstance(share_across_workers, bool):
         raise ConfigError("share_across_workers must be True, False or None, got "
                           f"{share_across_workers!r}")
+    return share_across_workers
 
 
 def _async_options(capacity: object, timeout: object) -> dict[str, Any]:
@@ -696,8 +698,7 @@ def _check_change_lookup(function: object, schema: StructType,
 
 
 def _sharing(share: object, directory: object, name: object) -> tuple[bool | None, str | None]:
-    if share is not None and not isinstance(share, bool):
-        raise ConfigError(f"share_across_workers must be True, False or None, got {share!r}")
+    share = _check_share(share)
     path: str | None = None
     if directory is not None:
         if not isinstance(directory, (str, os.PathLike)):

@@ -47,7 +47,7 @@ from lookup.changes.host_listeners import HostListeners
 from lookup.changes.keys import ChangedKeys
 from lookup.changes.listener import Subscription
 
-__all__ = ["CacheInvalidation"]
+__all__ = ["CacheInvalidation", "put_answers"]
 
 log = logging.getLogger("lookup")
 
@@ -160,17 +160,19 @@ class CacheInvalidation:
         """Flush what may have been missed: the in-process cache, and the host tier
         unless another process listens now; then share loads begun from now."""
         marks, host = self._marks, self._host
-        now = None if host is None else host.now_ms()
-        covered = marks is not None and now is not None and marks.covered(now / 1000)
-        self._flush(host=not covered)
+        if marks is None or host is None:
+            self._flush()
+            return
+        now = host.now_ms()
+        self._flush(host=not marks.covered(now / 1000))
         with self._host_lock:
             # Checked under the lock a disconnection takes: never "listening since" a
             # time the feed did not listen.
-            if (self._host is None or self._marks is None or now is None
-                    or (subscription is not None and not subscription.connected)):
+            if self._host is None or (subscription is not None
+                                      and not subscription.connected):
                 return
             self._listening_since = now
-            self._marks.listening(now / 1000)
+            marks.listening(now / 1000)
 
     def disconnected(self) -> None:
         """No load shares its rows until the feed listens again; the flush comes then."""
@@ -266,7 +268,7 @@ class CacheInvalidation:
                 return
             stale = self._stale(token, keys)
             if stale is None:
-                self._put(keys, index, rows, age)
+                put_answers(self._cache, keys, index, rows, age)
                 return
             keep = ~stale
             if not keep.any():
@@ -277,17 +279,9 @@ class CacheInvalidation:
             owners = index.to_numpy(zero_copy_only=False)
             rows_kept = keep[owners]
             take = pa.array(kept, type=pa.int64())
-            self._put([array.take(take) for array in keys],
-                      pa.array(renumber[owners[rows_kept]], type=pa.int64()),
-                      rows.filter(pa.array(rows_kept)), None if age is None else age[kept])
-
-    def _put(self, keys: Sequence[pa.Array], index: pa.Array, rows: Any,
-             age: np.ndarray | None) -> None:
-        if age is None:
-            self._cache.put_arrow(keys, index, rows)
-        else:
-            assert isinstance(self._cache, DefaultLookupCache)
-            self._cache.put_arrow_aged(keys, index, rows, age)
+            put_answers(self._cache, [array.take(take) for array in keys],
+                        pa.array(renumber[owners[rows_kept]], type=pa.int64()),
+                        rows.filter(pa.array(rows_kept)), None if age is None else age[kept])
 
     def put_all(self, token: int, loaded: Mapping[Key, Sequence[Row]]) -> None:
         """``cache.put_all`` of what a load read since ``token`` (keys of the key types),
@@ -307,3 +301,14 @@ class CacheInvalidation:
                      if position >= 0 and not stale[position]}
             if fresh:
                 self._cache.put_all(fresh)
+
+
+def put_answers(cache: LookupCache, keys: Sequence[pa.Array], index: pa.Array, rows: Any,
+                age: np.ndarray | None = None) -> None:
+    """``cache.put_arrow``, or with ``age`` (seconds each key's rows have lived, as a host
+    tier answers them) ``put_arrow_aged`` of a [`DefaultLookupCache`][]."""
+    if age is None:
+        cache.put_arrow(keys, index, rows)
+    else:
+        assert isinstance(cache, DefaultLookupCache)
+        cache.put_arrow_aged(keys, index, rows, age)

@@ -32,7 +32,7 @@ from connectors.policy import BadValuePolicy
 from connectors.predicates import VersionBoundedLookup, VersionBounds
 from lookup.changes.feed import ChangeFeed
 from lookup.changes.listener import Subscription, subscribe
-from lookup.changes.partial import CacheInvalidation
+from lookup.changes.partial import CacheInvalidation, put_answers
 from lookup.function import LookupFunction, LookupFunctionBase
 from lookup.providers import (
     AsyncLookupFunctionProvider,
@@ -444,12 +444,10 @@ class LoadingRuntime(LookupRuntime):
             host.release(wanted)
             raise
         guard = batch.guard
-        if guard is None:
+        if guard is None or guard.listened_since(batch.began):
+            # A tier that tracks changes checks the load's start against them.
             host.put(wanted, index.to_numpy(zero_copy_only=False),
-                     _as_table(loaded, self._schema))
-        elif guard.listened_since(batch.began):
-            host.put(wanted, index.to_numpy(zero_copy_only=False),
-                     _as_table(loaded, self._schema), batch.began)
+                     _as_table(loaded, self._schema), None if guard is None else batch.began)
         else:
             host.release(wanted)
         batch.put_in_process(wanted, index, loaded)
@@ -819,11 +817,8 @@ class _HostBatch(NamedTuple):
         `DefaultLookupCache.put_arrow_aged`), without keys the feed named since."""
         if self.guard is not None:
             self.guard.put_arrow(self.token, keys, index, rows, age)
-        elif age is None:
-            self.cache.put_arrow(keys, index, rows)
         else:
-            assert isinstance(self.cache, DefaultLookupCache)
-            self.cache.put_arrow_aged(keys, index, rows, age)
+            put_answers(self.cache, keys, index, rows, age)
 
 
 class _HostTierFailed(Exception):
