@@ -409,29 +409,32 @@ def test_a_connection_killed_mid_result_under_connectorx_is_retried(
     execute(mysql_url, mysql_db, "CREATE TABLE big (id BIGINT PRIMARY KEY, s VARCHAR(100))",
             *inserts("big", [f"({n}, REPEAT('x', 90))" for n in range(1, rows + 1)], 20_000))
     connect = factory(mysql_url, mysql_db, "pymysql")
-    retried = []
-    # A kill can land on one of the load's short queries after it has answered, which
-    # costs no retry: up to three loads, until one is killed mid-result.
-    for _ in range(3):
+    # The read is in the server's process list for a few tens of milliseconds, and a kill
+    # can land after it has answered (no retry then) or a loaded machine can poll past it:
+    # up to six loads, until one is killed mid-result. Each load must be whole either way.
+    attempts: list[tuple[bool, int]] = []
+    for _ in range(6):
         killed: list[int] = []
         done = threading.Event()
 
-        def kill_the_first_read(killed: list[int] = killed,
-                                done: threading.Event = done) -> None:
+        def kill_the_read(killed: list[int] = killed, done: threading.Event = done) -> None:
             import pymysql
 
             with pymysql.connect(**mysql_params(mysql_url, mysql_db),
                                  autocommit=True) as conn, conn.cursor() as cursor:
                 while not done.is_set() and not killed:
                     cursor.execute("SELECT id FROM information_schema.processlist "
-                                   "WHERE db = %s AND info LIKE 'SELECT%%big%%' "
+                                   "WHERE db = %s AND info LIKE 'SELECT%%FROM `big` AS%%' "
                                    "AND info NOT LIKE '%%processlist%%'", (mysql_db,))
                     for (pid,) in cursor.fetchall():
-                        cursor.execute(f"KILL CONNECTION {int(pid)}")
+                        try:
+                            cursor.execute(f"KILL CONNECTION {int(pid)}")
+                        except pymysql.err.OperationalError:  # it has just ended
+                            continue
                         killed.append(pid)
-                    done.wait(0.002)
+                    done.wait(0.001)
 
-        killer = threading.Thread(target=kill_the_first_read, daemon=True)
+        killer = threading.Thread(target=kill_the_read, daemon=True)
         killer.start()
         try:
             with open_lookup(FullCachingLookupProvider.of(
@@ -441,15 +444,14 @@ def test_a_connection_killed_mid_result_under_connectorx_is_retried(
                     initial_load_timeout=timedelta(seconds=60))) as handle:
                 assert handle.lookup_batch([(1,), (rows,)]) == {
                     (1,): ((1, "x" * 90),), (rows,): ((rows, "x" * 90),)}
-                assert killed, "the read was not killed (it ended before the killer saw it)"
                 assert handle.metrics.num_cached_records == rows
-                retried.append(handle.metrics.num_retries)
+                attempts.append((bool(killed), handle.metrics.num_retries))
         finally:
             done.set()
             killer.join(10)
-        if retried[-1] >= 1:
+        if attempts[-1][1] >= 1:
             break
-    assert retried[-1] >= 1, f"no load was killed mid-result: retries {retried}"
+    assert attempts[-1][1] >= 1, f"no load was killed mid-result: (killed, retries) {attempts}"
 
 
 def test_connectorx_failures_are_classified_by_what_they_say() -> None:
