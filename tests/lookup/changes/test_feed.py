@@ -126,6 +126,8 @@ def test_a_change_drops_exactly_the_changed_keys(table: Table) -> None:
         assert handle.lookup_batch([(1,), (2,), (3,)]) == {
             (1,): ((1, "a"),), (2,): ((2, "B"),), (3,): ((3, "c"),)}  # 3 was not notified
         assert table.loads[loads:] == [[(2,)]]
+        # Counted once the keys are dropped, and read here maybe just before.
+        wait_until(lambda: handle.metrics.num_notifications == 1, "the notification's count")
         metrics = handle.metrics
         assert (metrics.num_notifications, metrics.num_keys_invalidated,
                 metrics.num_reconnect_flushes) == (1, 1, 0)

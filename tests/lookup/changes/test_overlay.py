@@ -110,6 +110,8 @@ def test_updates_inserts_and_deletes_are_read_by_key(tmp_path: Path) -> None:
             (3,): ((3, "changed", "v1"),), (100,): ((100, "new", "v1"),), (5,): (),
             (6,): ((6, "n6", "v1"),), (7,): ((7, "n7", "v1"),)}
         assert count_lines(counter) == 1  # no reload
+        # The listener counts a notification once queued, and the reader may apply it first.
+        wait_until(lambda: handle.metrics.num_notifications == 1, "the notification's count")
         metrics = handle.metrics
         assert (metrics.load_count, metrics.num_change_reads, metrics.num_notifications) == (
             1, 4, 1)
