@@ -36,6 +36,9 @@ class Answers:
     when the answer comes from a full snapshot, which keeps none)."""
     views: StringViews | None = None
     """Faster gathers of ``rows``' short-string columns (a full snapshot's), if any."""
+    key_rows: np.ndarray | None = None
+    """``int64[n]``, where no key has more than one row: key ``i``'s row in ``rows`` (-1:
+    none), so a join need not expand ``groups`` (the default cache's, when it knows)."""
 
     def __iter__(self) -> Iterator[Any]:
         # A custom cache's get_arrow was written against a four-field tuple: keep

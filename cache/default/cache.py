@@ -270,12 +270,14 @@ class DefaultLookupCache(LookupCache):
                 # A merged copy may take more bytes than its parts (a validity bitmap
                 # for every row once one part has a null): the bound holds on reads too.
                 self._eviction.evict(self._entries)
-            hit, groups, offsets, table = self._entries.probe(arrays, self._now(), gather=False)
+            hit, groups, offsets, table, key_rows = self._entries.probe(
+                arrays, self._now(), gather=False)
         hits = int(hit.sum())
         self._metrics.inc_hits(hits)
         self._metrics.inc_misses(len(hit) - hits)
         return Answers(hit, groups, offsets,
-                             table if table is not None else schema.empty_table())
+                       table if table is not None else schema.empty_table(),
+                       key_rows=key_rows)
 
     def put_arrow(self, keys: Sequence[pa.Array], index: pa.Array,
                   rows: pa.Table | pa.RecordBatch) -> None:
@@ -364,7 +366,7 @@ class DefaultLookupCache(LookupCache):
             if entries.key_types is not None and asked and entries.live:
                 arrays, positions = entries.key_arrays(asked, strict=False)
                 if len(arrays[0]):
-                    hit, groups, offsets, rows = entries.probe(arrays, self._now(), gather=True)
+                    hit, groups, offsets, rows, _ = entries.probe(arrays, self._now(), gather=True)
                     columns = [python_values(c) for c in rows.columns] if rows is not None else []
                     flat = list(zip(*columns, strict=True)) if columns else []
                     bounds = offsets.tolist()

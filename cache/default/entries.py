@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 
 from cache.base import Key, Row, Rows, row_ranges, rows_to_table
 from cache.default.segments import Segments
+from cache.dense_table import DenseTable, suits
 from cache.hash_table import HashTable
 from cache.key_hash import hash_keys, is_exact
 from cache.keys import CacheKeys
@@ -92,9 +93,14 @@ class Entries:
         capped = self.access_ttl != NEVER and (
             self.write_ttl != NEVER or self.missing_ttl != NEVER)
         self.cap = np.zeros(0, dtype=np.float64) if capped else None
-        self.table = HashTable()
         self.rows: Segments | None = Segments(self.schema) if self.schema is not None else None
         self.exact = self.key_types is not None and is_exact(self.key_types)
+        # Integer keys start in a dense table, and move to a hash table if they spread
+        # (and back, checked whenever the keys have doubled since).
+        self.dense_keys = bool(self.exact and self.key_types
+                               and not pa.types.is_floating(self.key_types[0]))
+        self.table: HashTable | DenseTable = DenseTable() if self.dense_keys else HashTable()
+        self.density_checked_at = 0
         self.converter = (None if self.key_types is None
                           else CacheKeys(self.key_names, self.key_types))
         self.keys: Segments | None = None
@@ -202,19 +208,23 @@ class Entries:
         return False
 
     def probe(self, arrays: Sequence[pa.Array], now: float, gather: bool
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, pa.Table | None]:
-        """(hit, groups, offsets, rows) of distinct keys of the key types, in the form
-        of `LookupCache.get_arrow`. With ``gather``, or
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, pa.Table | None,
+                         np.ndarray | None]:
+        """(hit, groups, offsets, rows, key_rows) of distinct keys of the key types, in
+        the form of `LookupCache.get_arrow`. With ``gather``, or
         when the rows lie in several segments, ``rows`` holds the hits' rows only; else
-        it is the one segment, and ``offsets`` the slots' row starts (no row copied)."""
+        it is the one segment, ``offsets`` the slots' row starts (no row copied) and,
+        when no key has more than one row, ``key_rows`` each key's row (-1: none)."""
         n = len(arrays[0]) if arrays else 0
         hit = np.zeros(n, dtype=bool)
         if not n or not self.live:
-            return hit, np.full(n, -1, dtype=np.int64), np.zeros(1, dtype=np.int64), None
+            return (hit, np.full(n, -1, dtype=np.int64), np.zeros(1, dtype=np.int64), None,
+                    None)
         slots, _, same = self.find(arrays, hash_keys(arrays))
         candidates = np.flatnonzero(same)
         found = slots[candidates]
-        if self.deadline is not None:
+        if self.deadline is not None and now >= self.next_deadline:
+            # Some entry may have expired: read the deadlines (dead ones are expired).
             deadline = self.deadline[found]
             alive = deadline > now
             expired = ~alive & (deadline != -NEVER)
@@ -228,20 +238,28 @@ class Entries:
         self.touched[hit_slots] = self.next_seq()
         self.renew(hit_slots, now)
         starts = self.starts
-        counts = starts[hit_slots + 1] - starts[hit_slots]
+        first = starts[hit_slots]
+        counts = starts[hit_slots + 1] - first
         rows = self.rows
         groups = np.full(n, -1, dtype=np.int64)
         if rows is None or not rows.segments:
-            return hit, groups, np.zeros(1, dtype=np.int64), None
+            return hit, groups, np.zeros(1, dtype=np.int64), None, None
         filled = counts > 0
         if not gather and len(rows.segments) == 1:
-            groups[hits[filled]] = hit_slots[filled]
-            return hit, groups, starts, rows.segments[0]
+            filled_hits = hits[filled]
+            groups[filled_hits] = hit_slots[filled]
+            key_rows = None
+            if not len(counts) or int(counts.max()) <= 1:
+                # One row a key (the common case): its row number, which spares a join
+                # the expansion of groups into rows, a pass over the slots' starts.
+                key_rows = np.full(n, -1, dtype=np.int64)
+                key_rows[filled_hits] = first[filled]
+            return hit, groups, starts, rows.segments[0], key_rows
         groups[hits[filled]] = np.arange(int(filled.sum()), dtype=np.int64)
         kept = counts[filled]
         offsets = np.zeros(len(kept) + 1, dtype=np.int64)
         np.cumsum(kept, out=offsets[1:])
-        return hit, groups, offsets, rows.take(row_ranges(starts[hit_slots[filled]], kept))
+        return (hit, groups, offsets, rows.take(row_ranges(first[filled], kept)), None)
 
     def get_one(self, hash_value: int, now: float) -> Rows | None:
         """The rows of the live entry of an exact ``hash_value`` as Python tuples, or None."""
@@ -334,7 +352,40 @@ class Entries:
         reuse = present[accepted]
         self.table.repoint(positions[accepted[reuse]], new_slots[reuse])
         fresh = accepted[~reuse]
+        self._suit_table(hashes[fresh])
         self.table.insert(hashes[fresh], new_slots[~reuse], self.hashes)
+
+    def _suit_table(self, fresh: np.ndarray) -> None:
+        """Move the keys to the kind of table that suits them with ``fresh`` added: a
+        hash table once a dense one's keys spread, a dense one once they fill a range."""
+        table = self.table
+        if not self.dense_keys or not len(fresh):
+            return
+        signed = fresh.view(np.int64)
+        low, high = int(signed.min()), int(signed.max())
+        count = table.count + len(fresh)
+        if isinstance(table, DenseTable):
+            if table.count:
+                first, last = table.span
+                low, high = min(low, first), max(high, last)
+            if not suits(low, high, count):
+                hashes, slots = table.entered()
+                self.table = HashTable()
+                self.table.insert(hashes, slots, self.hashes)
+                self.density_checked_at = count
+            return
+        if count < 2 * max(self.density_checked_at, 1024):
+            return
+        self.density_checked_at = count
+        occupied = table.buckets[table.buckets >= 0].astype(np.int64)
+        occupied = occupied[self.touched[occupied] > 0]  # a dead key need not be found
+        entered = self.hashes[occupied].view(np.int64)
+        if len(entered):
+            low, high = min(low, int(entered.min())), max(high, int(entered.max()))
+        if suits(low, high, len(entered) + len(fresh)):
+            dense = DenseTable()
+            dense.insert(entered.view(np.uint64), occupied, self.hashes)
+            self.table = dense
 
     def remove(self, arrays: Sequence[pa.Array]) -> int:
         """Kill the live entries of distinct keys of the key types; how many there were."""
@@ -377,6 +428,11 @@ class Entries:
         self.starts = np.zeros(n + 1, dtype=np.int32 if total <= _INT32_MAX else np.int64)
         self.starts[1:] = np.cumsum(counts)
         self.count = n
+        if self.dense_keys and n:
+            signed = self.hashes.view(np.int64)
+            dense = suits(int(signed.min()), int(signed.max()), n)
+            self.table = DenseTable() if dense else HashTable()
+            self.density_checked_at = n
         self.table.rebuild(self.hashes)
 
     # --- types of an unbound cache, and Python values to Arrow

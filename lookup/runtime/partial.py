@@ -61,6 +61,9 @@ __all__ = ["LoadingRuntime"]
 
 log = logging.getLogger("lookup")
 
+_NO_OFFSETS = np.zeros(0, dtype=np.int64)  # of an answer of one row a key
+_NO_OFFSETS.flags.writeable = False
+
 
 def _preview(keys: Sequence[Key], limit: int = 3) -> str:
     first = ", ".join(shown(k, 60) for k in keys[:limit])
@@ -232,14 +235,13 @@ class LoadingRuntime(LookupRuntime):
             return super().probe(keys, describe)
         total = len(keys[0]) if keys else 0
         encoded = self._codec.encode_arrays(keys)
-        groups_kept, offsets, rows = self._answer(
+        answered = self._answer(
             function, encoded.arrays, self._version_bounds(function, as_of_range))
         if encoded.kept is None:
-            groups = groups_kept
-        else:
-            groups = np.full(total, -1, dtype=np.int64)
-            groups[encoded.kept.to_numpy(zero_copy_only=False)] = groups_kept
-        return Answers(None, groups, offsets, rows)
+            return answered
+        groups = np.full(total, -1, dtype=np.int64)
+        groups[encoded.kept.to_numpy(zero_copy_only=False)] = answered.groups
+        return Answers(None, groups, answered.offsets, answered.rows, answered.one_row_each)
 
     def _version_bounds(self, function: LookupFunction, as_of_range: tuple[int, int] | None
                         ) -> VersionBounds | None:
@@ -296,8 +298,11 @@ class LoadingRuntime(LookupRuntime):
         a [`DefaultLookupCache`][] and a connector's function."""
         count = len(arrays[0]) if arrays else 0
         cache = self._cache
+        key_rows = None
         if cache is not None and count:
-            hit, groups, offsets, rows = self._cached(cache, arrays)
+            cached = self._cached(cache, arrays)
+            hit, groups, offsets, rows = cached
+            key_rows = cached.key_rows
         else:
             hit = np.zeros(count, dtype=bool)
             groups = np.full(count, -1, dtype=np.int64)
@@ -307,7 +312,7 @@ class LoadingRuntime(LookupRuntime):
                 self.metrics.inc_misses(count)
         miss = np.flatnonzero(~hit)
         if not len(miss):
-            return _Fetched(groups, offsets, rows, miss, miss, None)
+            return _Fetched(groups, offsets, rows, miss, miss, None, key_rows)
         take = pa.array(miss, type=pa.int64())
         miss_keys = [array.take(take) for array in arrays] if len(miss) < count else arrays
         guard = self._guard
@@ -328,14 +333,16 @@ class LoadingRuntime(LookupRuntime):
                         _as_table(loaded, self._schema))
 
     def _answer(self, function: LookupFunction, arrays: list[pa.Array],
-                bounds: VersionBounds | None = None) -> tuple[np.ndarray, np.ndarray, pa.Table]:
-        """The rows of distinct keys of the key types (see `_fetch`), in the form
-        of `cache.answers.Answers`: ``groups``, ``offsets``, ``rows``."""
+                bounds: VersionBounds | None = None) -> Answers:
+        """The rows of distinct keys of the key types (see `_fetch`), every key answered."""
         fetched = self._fetch(self._arrow_load(function, bounds), arrays)
         groups, offsets, rows, miss = fetched.groups, fetched.offsets, fetched.rows, fetched.miss
         loaded = fetched.loaded
         if loaded is None:
-            return groups, offsets, rows
+            if fetched.key_rows is not None and self.provider.validity is None:
+                # (A point-in-time pick searches a warm cache's rows by their groups.)
+                return Answers(None, fetched.key_rows, _NO_OFFSETS, rows, one_row_each=True)
+            return Answers(None, groups, offsets, rows)
         positions = fetched.row_keys
         if len(positions) and not bool((np.diff(positions) >= 0).all()):
             order = np.argsort(positions, kind="stable")
@@ -356,7 +363,7 @@ class LoadingRuntime(LookupRuntime):
         groups[holders] = np.arange(len(holders), dtype=np.int64)
         groups[miss] = np.where(
             miss_counts > 0, len(holders) + np.arange(len(miss), dtype=np.int64), -1)
-        return groups, offsets, rows
+        return Answers(None, groups, offsets, rows)
 
     def _through_host(self, host: HostTier, load: _Load, cache: LookupCache,
                       keys: list[pa.Array]) -> tuple[pa.Array, pa.Table]:
@@ -879,6 +886,7 @@ class _Fetched(NamedTuple):
     miss: np.ndarray
     row_keys: np.ndarray
     loaded: pa.Table | None
+    key_rows: np.ndarray | None = None  # the cache's, where it answered every key
 
 
 def _as_table(data: Any, schema: pa.Schema) -> pa.Table:

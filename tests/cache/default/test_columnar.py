@@ -427,3 +427,18 @@ def test_byte_bound_holds_after_reads_that_merge_segments() -> None:
         answers(cache, rng.integers(0, 21_000, 2_000).tolist())
         assert cache.metrics.num_cached_bytes <= limit
     assert cache.size() > 0
+
+
+def test_key_rows_name_each_keys_row_where_no_key_has_two() -> None:
+    cache = bound()
+    cache.put_arrow([pa.array([1, 2, 3], INT64)], pa.array([0, 1]), rows_for([1, 2]))
+    for _ in range(5):  # merged into one segment once reads come in a row
+        answered = cache.get_arrow([pa.array([3, 2, 9, 1], INT64)])
+    assert answered.key_rows is not None
+    names = answered.rows.column("name").to_pylist()
+    assert [names[r] if r >= 0 else None for r in answered.key_rows.tolist()] == [
+        None, "n2", None, "n1"]  # 3: no rows; 9: a miss
+    cache.put_arrow([pa.array([4], INT64)], pa.array([0, 0]), rows_for([4, 4]))
+    for _ in range(5):
+        answered = cache.get_arrow([pa.array([4, 1], INT64)])
+    assert answered.key_rows is None  # 4 has two rows: groups and offsets only

@@ -241,3 +241,35 @@ def test_postgresql_over_adbc_answers_as_the_function_does(
         found = handle.lookup_batch([("s1", 1), ("s2", 1.0), ("s1", 1), ("s3", 1)])
         assert found == {("s1", 1): (("s1", 1, 1), ("s1", 1, 2)), ("s2", 1): (("s2", 1, 1),),
                          ("s3", 1): ()}
+
+
+def _probe_names(handle: Any, keys: list[int]) -> tuple[Any, list[Any]]:
+    """A probe of distinct keys, and each key's names read through its answer's form."""
+    probe = handle.runtime.probe([pa.array(keys, pa.int64())])
+    names = probe.rows.column("name").to_pylist()
+    out = []
+    for group in probe.groups.tolist():
+        if group < 0:
+            out.append([])
+        elif probe.one_row_each:
+            out.append([names[group]])
+        else:
+            out.append(names[probe.offsets[group]:probe.offsets[group + 1]])
+    return probe, out
+
+
+def test_a_warm_probe_of_one_row_keys_answers_row_numbers() -> None:
+    """Every key answered by the cache with at most one row: each key's group is its row
+    (a join then skips expanding groups); any other batch answers in groups."""
+    with open_lookup(provider(ArrowDictLookup(ROWS), "partial")) as handle:
+        handle.lookup_batch([(1,), (3,), (4,), (5,), (2,)])  # loads them all, 4 missing
+        probe, names = _probe_names(handle, [5, 4, 1, 3])
+        assert probe.one_row_each
+        assert not len(probe.offsets)
+        assert names == [["e"], [], ["a"], ["c"]]
+        probe, names = _probe_names(handle, [5, 2, 1])  # 2 has two rows
+        assert not probe.one_row_each
+        assert names == [["e"], ["b", "b2"], ["a"]]
+        probe, names = _probe_names(handle, [6, 1])  # 6 is loaded now
+        assert not probe.one_row_each
+        assert names == [[], ["a"]]
