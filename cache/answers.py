@@ -40,6 +40,12 @@ class Answers:
     """``int64[n]``, where no key has more than one row: key ``i``'s row in ``rows`` (-1:
     none), so a join need not expand ``groups`` (the default cache's, when it knows)."""
 
+    def first_rows(self) -> np.ndarray:
+        """Each key's first row in ``rows`` (-1: none), whichever form the answer has."""
+        if self.one_row_each:
+            return self.groups
+        return np.where(self.groups >= 0, self.offsets[np.maximum(self.groups, 0)], -1)
+
     def __iter__(self) -> Iterator[Any]:
         # A custom cache's get_arrow was written against a four-field tuple: keep
         # unpacking it working.

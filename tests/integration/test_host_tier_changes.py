@@ -30,7 +30,7 @@ SETTLE_SECONDS = 30.0
 def _names(runtime: LoadingRuntime, keys: list[int]) -> list[Any]:
     answers = runtime.probe([pa.array(keys, pa.int64())])
     column = answers.rows.column("name").to_pylist()
-    return [column[answers.offsets[g]] if g >= 0 else None for g in answers.groups.tolist()]
+    return [column[r] if r >= 0 else None for r in answers.first_rows().tolist()]
 
 
 def _worker(provider: PartialCachingLookupProvider, seed: int, ready: Any, updating: Any,

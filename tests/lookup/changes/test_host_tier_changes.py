@@ -40,7 +40,7 @@ def worker(p: PartialCachingLookupProvider) -> Iterator[LoadingRuntime]:
 def names(runtime: LoadingRuntime, keys: list[int]) -> list[Any]:
     answers = runtime.probe([pa.array(keys, pa.int64())])
     column = answers.rows.column("name").to_pylist()
-    return [column[answers.offsets[g]] if g >= 0 else None for g in answers.groups.tolist()]
+    return [column[r] if r >= 0 else None for r in answers.first_rows().tolist()]
 
 
 def notified(*runtimes: LoadingRuntime, count: int = 1) -> None:

@@ -72,8 +72,8 @@ def probe(p: PartialCachingLookupProvider, keys: list[int]) -> dict[int, str | N
     try:
         answers = runtime.probe([pa.array(keys, pa.int64())])
         names = answers.rows.column("name").to_pylist()
-        return {k: (names[answers.offsets[g]] if g >= 0 else None)
-                for k, g in zip(keys, answers.groups.tolist(), strict=True)}
+        return {k: (names[r] if r >= 0 else None)
+                for k, r in zip(keys, answers.first_rows().tolist(), strict=True)}
     finally:
         runtime.close()
 
@@ -90,7 +90,7 @@ def test_a_key_one_worker_loaded_is_a_hit_for_the_next(tmp_path: Path) -> None:
         assert runtime.metrics.load_count == 0
         assert runtime.metrics.num_host_hits == 200
         names = answers.rows.column("name").to_pylist()
-        assert names[answers.offsets[answers.groups[1]]] == "n3"
+        assert names[answers.first_rows()[1]] == "n3"
         assert answers.groups[-1] == -1  # 597: no such row, a cached miss
     finally:
         runtime.close()
@@ -112,7 +112,7 @@ def _worker(p: PartialCachingLookupProvider, keys: list[int], start: float,
     try:
         answers = runtime.probe([pa.array(keys, pa.int64())])
         names = answers.rows.column("name").to_pylist()
-        got = [names[answers.offsets[g]] if g >= 0 else None for g in answers.groups.tolist()]
+        got = [names[r] if r >= 0 else None for r in answers.first_rows().tolist()]
         out.put((got, runtime.metrics.num_host_hits, runtime.metrics.num_host_waits))
     finally:
         runtime.close()
@@ -238,9 +238,9 @@ def test_a_tier_damaged_or_deleted_under_load_serves_only_right_rows(tmp_path: P
             for runtime in (writer, reader):
                 answers = runtime.probe([pa.array(keys, pa.int64())])
                 names = answers.rows.column("name").to_pylist()
-                for key, group in zip(keys, answers.groups.tolist(), strict=True):
+                for key, row in zip(keys, answers.first_rows().tolist(), strict=True):
                     want = f"n{key}" if key < 500 else None
-                    assert (names[answers.offsets[group]] if group >= 0 else None) == want
+                    assert (names[row] if row >= 0 else None) == want
                     checked += 1
         assert checked > 1_000
         assert reader.metrics.num_host_hits > 0
@@ -263,8 +263,7 @@ def _shared_workers(make: Any, keys: list[int]) -> tuple[list[Any], list[Any], A
         by_key = first.lookup_batch([(k,) for k in keys])
         answers = second.probe([pa.array(keys, pa.int64())])
         names = answers.rows.column("name").to_pylist()
-        probed = [names[answers.offsets[g]] if g >= 0 else None
-                  for g in answers.groups.tolist()]
+        probed = [names[r] if r >= 0 else None for r in answers.first_rows().tolist()]
         return [by_key[(k,)] for k in keys], probed, second.metrics
     finally:
         first.close()
