@@ -272,12 +272,13 @@ class DefaultLookupCache(LookupCache):
                 self._eviction.evict(self._entries)
             hit, groups, offsets, table, key_rows = self._entries.probe(
                 arrays, self._now(), gather=False)
+            views = self._entries.current_views() if table is not None else None
         hits = int(hit.sum())
         self._metrics.inc_hits(hits)
         self._metrics.inc_misses(len(hit) - hits)
         return Answers(hit, groups, offsets,
                        table if table is not None else schema.empty_table(),
-                       key_rows=key_rows)
+                       views=views, key_rows=key_rows)
 
     def put_arrow(self, keys: Sequence[pa.Array], index: pa.Array,
                   rows: pa.Table | pa.RecordBatch) -> None:

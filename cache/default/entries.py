@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from cache.base import Key, Row, Rows, row_ranges, rows_to_table
 from cache.default.segments import Segments
 from cache.dense_table import DenseTable, suits
+from cache.full.string_views import StringViews
 from cache.hash_table import HashTable
 from cache.key_hash import hash_keys, is_exact
 from cache.keys import CacheKeys
@@ -36,6 +37,10 @@ _INT32_MAX = 2**31 - 1
 # Reads in a row, with no put between, after which the rows' segments are merged into
 # one (a copy of the rows), so that reads answer in place: the steady state of a warm cache.
 _READS_BEFORE_MERGE = 4
+# Rows from which a warm segment's short strings are gathered through views: in a
+# smaller one the column's offsets and bytes stay in the CPU's caches, and Arrow's take
+# is the faster (benchmarks/README.md, "One partial cache per host").
+_VIEWS_MIN_ROWS = 1 << 16
 
 
 def _inferred_key_type(values: list[Any]) -> pa.DataType:
@@ -103,6 +108,8 @@ class Entries:
         self.density_checked_at = 0
         self.converter = (None if self.key_types is None
                           else CacheKeys(self.key_names, self.key_types))
+        # The views of the one warm segment's short strings, and that segment.
+        self.views: tuple[pa.Table, StringViews] | None = None
         self.keys: Segments | None = None
         if self.key_types is not None and not self.exact:
             self.keys = Segments(pa.schema(
@@ -142,6 +149,9 @@ class Entries:
         total = sum(int(a.nbytes) for a in arrays if a is not None) + self.table.nbytes
         if self.rows is not None:
             total += self.rows.nbytes
+        views = self.current_views()
+        if views is not None:
+            total += views.nbytes
         if self.keys is not None:
             total += self.keys.nbytes
         return total
@@ -197,15 +207,34 @@ class Entries:
         self.deadline[slots] = renewed
 
     def merge_when_warm(self) -> bool:
-        """Count a read; once reads come in a row, merge the rows into one segment.
-        True when it merged (a copy, which may hold more bytes than its parts)."""
+        """Count a read; once reads come in a row, merge the rows into one segment, and
+        give a large one views of its short strings. True when it did either (more
+        bytes: a merged copy may hold more than its parts)."""
         self.reads_since_put += 1
         rows = self.rows
-        if (rows is not None and len(rows.segments) > 1
-                and self.reads_since_put >= _READS_BEFORE_MERGE):
+        if rows is None or self.reads_since_put < _READS_BEFORE_MERGE:
+            return False
+        grew = False
+        if len(rows.segments) > 1:
             rows.merge()
-            return True
-        return False
+            grew = True
+        if (len(rows.segments) == 1 and rows.segments[0].num_rows >= _VIEWS_MIN_ROWS
+                and self.current_views() is None):
+            segment = rows.segments[0]
+            self.views = (segment, StringViews.of(segment, self.key_names))
+            grew = True
+        return grew
+
+    def current_views(self) -> StringViews | None:
+        """The views of the rows' one segment, if built for it (any put or compaction
+        makes another segment, and leaves them behind)."""
+        views, rows = self.views, self.rows
+        if views is None:
+            return None
+        if rows is None or len(rows.segments) != 1 or rows.segments[0] is not views[0]:
+            self.views = None  # nor keep that segment alive
+            return None
+        return views[1]
 
     def probe(self, arrays: Sequence[pa.Array], now: float, gather: bool
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, pa.Table | None,
@@ -287,6 +316,7 @@ class Entries:
         to key ``index[j]``; ``written``, when given, is when each answer was loaded (by
         the ``now`` clock), so its life counts from then. Neither expires nor evicts:
         the caller does, around it."""
+        self.views = None  # the rows change: views are built anew once reads are warm
         n = len(arrays[0]) if arrays else 0
         counts = np.bincount(index, minlength=n).astype(np.int64) if len(index) else \
             np.zeros(n, dtype=np.int64)
@@ -414,6 +444,7 @@ class Entries:
         live = np.flatnonzero(self.touched[: self.count] > 0)
         counts = self.starts[live + 1] - self.starts[live]
         if self.rows is not None:
+            self.views = None
             self.rows.replace(self.rows.take(row_ranges(self.starts[live], counts)))
         if self.keys is not None:
             self.keys.replace(self.keys.take(live))

@@ -241,7 +241,8 @@ class LoadingRuntime(LookupRuntime):
             return answered
         groups = np.full(total, -1, dtype=np.int64)
         groups[encoded.kept.to_numpy(zero_copy_only=False)] = answered.groups
-        return Answers(None, groups, answered.offsets, answered.rows, answered.one_row_each)
+        return Answers(None, groups, answered.offsets, answered.rows, answered.one_row_each,
+                       answered.views)
 
     def _version_bounds(self, function: LookupFunction, as_of_range: tuple[int, int] | None
                         ) -> VersionBounds | None:
@@ -298,11 +299,10 @@ class LoadingRuntime(LookupRuntime):
         a [`DefaultLookupCache`][] and a connector's function."""
         count = len(arrays[0]) if arrays else 0
         cache = self._cache
-        key_rows = None
+        cached = None
         if cache is not None and count:
             cached = self._cached(cache, arrays)
             hit, groups, offsets, rows = cached
-            key_rows = cached.key_rows
         else:
             hit = np.zeros(count, dtype=bool)
             groups = np.full(count, -1, dtype=np.int64)
@@ -312,7 +312,7 @@ class LoadingRuntime(LookupRuntime):
                 self.metrics.inc_misses(count)
         miss = np.flatnonzero(~hit)
         if not len(miss):
-            return _Fetched(groups, offsets, rows, miss, miss, None, key_rows)
+            return _Fetched(groups, offsets, rows, miss, miss, None, cached)
         take = pa.array(miss, type=pa.int64())
         miss_keys = [array.take(take) for array in arrays] if len(miss) < count else arrays
         guard = self._guard
@@ -339,10 +339,14 @@ class LoadingRuntime(LookupRuntime):
         groups, offsets, rows, miss = fetched.groups, fetched.offsets, fetched.rows, fetched.miss
         loaded = fetched.loaded
         if loaded is None:
-            if fetched.key_rows is not None and self.provider.validity is None:
+            cached = fetched.cached
+            views = None if cached is None else cached.views
+            if (cached is not None and cached.key_rows is not None
+                    and self.provider.validity is None):
                 # (A point-in-time pick searches a warm cache's rows by their groups.)
-                return Answers(None, fetched.key_rows, _NO_OFFSETS, rows, one_row_each=True)
-            return Answers(None, groups, offsets, rows)
+                return Answers(None, cached.key_rows, _NO_OFFSETS, rows, one_row_each=True,
+                               views=views)
+            return Answers(None, groups, offsets, rows, views=views)
         positions = fetched.row_keys
         if len(positions) and not bool((np.diff(positions) >= 0).all()):
             order = np.argsort(positions, kind="stable")
@@ -886,7 +890,7 @@ class _Fetched(NamedTuple):
     miss: np.ndarray
     row_keys: np.ndarray
     loaded: pa.Table | None
-    key_rows: np.ndarray | None = None  # the cache's, where it answered every key
+    cached: Answers | None = None  # the cache's own answer, where it answered every key
 
 
 def _as_table(data: Any, schema: pa.Schema) -> pa.Table:

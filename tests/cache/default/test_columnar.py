@@ -442,3 +442,35 @@ def test_key_rows_name_each_keys_row_where_no_key_has_two() -> None:
     for _ in range(5):
         answered = cache.get_arrow([pa.array([4, 1], INT64)])
     assert answered.key_rows is None  # 4 has two rows: groups and offsets only
+
+
+def test_a_warm_large_cache_gathers_short_strings_through_views() -> None:
+    ids = list(range(70_000))
+    cache = bound(maximum_size=100_000)
+    cache.put_arrow([pa.array(ids, INT64)], pa.array(ids), rows_for(ids))
+    cold = cache._gauges()[1]
+    asked = [69_999, 5, 123]
+    for _ in range(5):  # warm: merged, then viewed
+        answered = cache.get_arrow([pa.array(asked, INT64)])
+    assert answered.views is not None
+    assert answered.key_rows is not None
+    gathered = answered.views.take("name", answered.rows.column("name"), answered.key_rows,
+                                   None)
+    assert gathered is not None
+    assert gathered.to_pylist() == ["n69999", "n5", "n123"]
+    assert cache._gauges()[1] == cold + answered.views.nbytes  # counted in the bytes
+    cache.put_arrow([pa.array([70_000], INT64)], pa.array([0]), rows_for([70_000]))
+    assert cache.get_arrow([pa.array(asked, INT64)]).views is None  # the rows changed
+
+
+def test_views_count_within_a_byte_bound() -> None:
+    ids = list(range(70_000))
+    probe = bound(maximum_size=100_000)
+    probe.put_arrow([pa.array(ids, INT64)], pa.array(ids), rows_for(ids))
+    limit = probe._gauges()[1] + 100_000  # room for the rows, not for their views
+    cache = bound(maximum_bytes=limit)
+    cache.put_arrow([pa.array(ids, INT64)], pa.array(ids), rows_for(ids))
+    for _ in range(12):
+        cache.get_arrow([pa.array([1, 2, 3], INT64)])
+        assert cache._gauges()[1] <= limit
+    assert cache.size() < len(ids)  # the views' bytes were made room for
