@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from cache.full.string_views import StringViews
+from cache.string_views import StringViews
 
 __all__ = ["Answers"]
 

@@ -20,10 +20,10 @@ import pyarrow.compute as pc
 from cache.base import Key, Row, Rows, row_ranges, rows_to_table
 from cache.default.segments import Segments
 from cache.dense_table import DenseTable, suits
-from cache.full.string_views import StringViews
 from cache.hash_table import HashTable
 from cache.key_hash import hash_keys, is_exact
 from cache.keys import CacheKeys
+from cache.string_views import StringViews
 from connectors.rows import python_values
 from spark_lookup.errors import ConfigError, KeyKindError
 from spark_lookup.shown import shown

@@ -30,8 +30,8 @@ from cache.full.index import KeyIndex
 from cache.full.snapshot import FullSnapshot, LookupFullCache
 from cache.full.spool import ColumnSpool
 from cache.full.store import Mapped, SnapshotStore, StoredSnapshot
-from cache.full.string_views import StringViews
 from cache.metrics import CacheMetrics
+from cache.string_views import StringViews
 from spark_lookup import options as opts
 from spark_lookup.errors import LookupLoadError
 

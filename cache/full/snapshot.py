@@ -31,9 +31,9 @@ from cache.full.index import KeyIndex, key_starts
 from cache.full.index_file import ComputedArray
 from cache.full.release import give_back
 from cache.full.spool import ArraySpool, ColumnSpool
-from cache.full.string_views import StringViews
 from cache.keys import CacheKeys
 from cache.metrics import CacheMetrics
+from cache.string_views import StringViews
 from connectors.rows import python_values
 from spark_lookup.errors import ConfigError, SnapshotUnavailableError
 from spark_lookup.load_priority import loading, lookup_turn
@@ -97,7 +97,7 @@ class FullSnapshot:
 
     @property
     def views(self) -> StringViews:
-        """The views of the table's short-string columns (`cache.full.string_views`),
+        """The views of the table's short-string columns (`cache.string_views`),
         built by the first join that probes this snapshot: a snapshot only published
         from here (and served mapped) never builds them in memory."""
         views = self._views
@@ -264,7 +264,7 @@ class FullSnapshot:
             the pass that finds where each key's rows start. None: find out.
         build_views
             Whether to build the views of short-string columns (16 bytes a row each) that
-            make a join's gathers faster (`cache.full.string_views`).
+            make a join's gathers faster (`cache.string_views`).
 
         Raises
         ------

@@ -1,13 +1,14 @@
-"""Short strings of a snapshot gathered through 16-byte views: one memory access a row.
+"""Short strings of a snapshot, or of a warm partial cache's rows, gathered through
+16-byte views: one memory access a row.
 
 A join gathers random rows of the dimension. Arrow's ``take`` of a string column reads
 each row's offsets and then its bytes, two cache misses a row once the table outgrows
 the CPU caches (at a few million rows, most of a full-cache join's time). A *view*
 (Arrow's ``string_view`` layout) holds a value of up to 12 bytes inline, so gathering
 the views of short strings touches one place a row; longer values are read from the
-column's own data, as before. Views are built once per snapshot, for string and binary
-columns whose values are mostly short, and published beside the key index, so the
-processes that map a snapshot share them.
+column's own data, as before. Views are built once per snapshot (or merged segment of a
+large partial cache), for string and binary columns whose values are mostly short; a
+snapshot's are published beside the key index, so the processes that map it share them.
 """
 
 from __future__ import annotations

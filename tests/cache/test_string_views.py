@@ -16,7 +16,7 @@ from cache.answers import Answers
 from cache.full.shared import SharedFullCache
 from cache.full.snapshot import FullSnapshot
 from cache.full.store import SnapshotStore
-from cache.full.string_views import StringViews
+from cache.string_views import StringViews
 from lookup.spark.assemble import JoinShape, join_batch
 
 
