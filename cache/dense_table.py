@@ -93,7 +93,7 @@ class DenseTable:
         signed = _signed(hashes)
         low, high = int(signed.min()), int(signed.max())
         first, last = self.span
-        if self.count or len(self.buckets):
+        if len(self.buckets):
             low, high = min(low, first), max(high, last)
         if low < first or high > last or not len(self.buckets):
             self._widen(low, high, self.count + len(hashes))

@@ -272,7 +272,7 @@ class DefaultLookupCache(LookupCache):
                 self._eviction.evict(self._entries)
             hit, groups, offsets, table, key_rows = self._entries.probe(
                 arrays, self._now(), gather=False)
-            views = self._entries.current_views() if table is not None else None
+            views = self._entries.current_views()
         hits = int(hit.sum())
         self._metrics.inc_hits(hits)
         self._metrics.inc_misses(len(hit) - hits)

@@ -8,6 +8,7 @@ import struct
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -241,8 +242,7 @@ class LoadingRuntime(LookupRuntime):
             return answered
         groups = np.full(total, -1, dtype=np.int64)
         groups[encoded.kept.to_numpy(zero_copy_only=False)] = answered.groups
-        return Answers(None, groups, answered.offsets, answered.rows, answered.one_row_each,
-                       answered.views)
+        return replace(answered, groups=groups)
 
     def _version_bounds(self, function: LookupFunction, as_of_range: tuple[int, int] | None
                         ) -> VersionBounds | None:
